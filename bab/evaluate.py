@@ -1,0 +1,64 @@
+"""Accuracy, cost, budget sweeps, monotonicity and rank correlation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+
+from bab.gates import validate_budget
+
+# The paper's sweep: 19 requested budgets 0.10, 0.15, ..., 1.00.
+SWEEP_BUDGETS = tuple(round(0.10 + 0.05 * i, 2) for i in range(19))
+
+
+@torch.no_grad()
+def evaluate(
+    model: torch.nn.Module,
+    data: Dataset,
+    budget: float | None = None,
+    mode: str = "dense",
+    head_mask: torch.Tensor | None = None,
+    batch_size: int = 256,
+) -> dict:
+    """Accuracy (%), mean loss and estimated attention cost of ``model`` on ``data``.
+
+    Cost is the mean soft gate mass in soft mode (Eq. 3), the kept fraction of heads in hard or
+    skip mode (k / (L*H)), and 1.0 in dense mode.
+    """
+    if budget is not None:
+        budget = validate_budget(budget)
+    model.eval()
+    correct, loss_sum, seen, cost = 0, 0.0, 0, 1.0
+    for input_ids, labels in DataLoader(data, batch_size=batch_size):
+        out = model(input_ids, budget=budget, mode=mode, head_mask=head_mask)
+        loss_sum += F.cross_entropy(out.logits, labels, reduction="sum").item()
+        correct += (out.logits.argmax(-1) == labels).sum().item()
+        seen += labels.numel()
+        cost = float(out.cost)  # gates depend on the budget only, so every batch has the same cost
+    return {"budget": budget, "mode": mode, "accuracy": 100.0 * correct / seen, "loss": loss_sum / seen, "cost": cost}
+
+
+def budget_sweep(model, data, budgets=SWEEP_BUDGETS, mode: str = "soft", batch_size: int = 256) -> pd.DataFrame:
+    """Evaluate one checkpoint at many requested budgets: one row per budget."""
+    rows = [evaluate(model, data, budget=b, mode=mode, batch_size=batch_size) for b in budgets]
+    return pd.DataFrame(rows)
+
+
+@torch.no_grad()
+def gates_by_budget(model, budgets) -> dict[float, np.ndarray]:
+    """Soft gates [L, H] at each budget, for heatmaps."""
+    return {float(b): model.gates(b).detach().cpu().numpy() for b in budgets}
+
+
+def is_monotone(values, increasing: bool = True, tol: float = 0.0) -> bool:
+    """True when ``values`` never step the wrong way by more than ``tol``."""
+    diffs = np.diff(np.asarray(values, dtype=float))
+    return bool(np.all(diffs >= -tol) if increasing else np.all(diffs <= tol))
+
+
+def spearman(a, b) -> float:
+    """Spearman rank correlation of two equally long score vectors (e.g. gates at two budgets)."""
+    return float(pd.Series(np.ravel(a)).corr(pd.Series(np.ravel(b)), method="spearman"))

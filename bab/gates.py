@@ -1,0 +1,155 @@
+"""Head gates for Budgeted Attention Allocation (METHOD_NOTES.md, section 1, Eq. 1-4).
+
+Pure torch; knows nothing about any model. A gate module maps a requested budget b in (0, 1]
+to a tensor of gate values of shape [num_layers, num_heads]. Everything that turns gates into
+masks (top-k, per-layer floor, straight-through) is a plain function of that tensor.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Real
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# Budgets are clipped to [eps, 1 - eps] before the logit so b = 1.0 stays finite. The paper does
+# not publish eps; METHOD_NOTES suggests 1e-3.
+DEFAULT_EPS = 1e-3
+
+
+def validate_budget(budget) -> float:
+    """Return ``budget`` as a float, or raise a ValueError that says how to fix it."""
+    if isinstance(budget, torch.Tensor):
+        if budget.numel() != 1:
+            raise ValueError(
+                f"budget must be a single number, got a tensor of shape {tuple(budget.shape)}; "
+                "pass one budget per forward call"
+            )
+        budget = budget.item()
+    if isinstance(budget, bool) or not isinstance(budget, Real):
+        raise TypeError(f"budget must be a number in (0, 1], got {budget!r} ({type(budget).__name__})")
+    budget = float(budget)
+    if not (0.0 < budget <= 1.0):  # also rejects NaN
+        raise ValueError(
+            f"budget must lie in (0, 1] (the fraction of attention heads to keep), got {budget}; "
+            "use 1.0 for full attention and e.g. 0.25 to keep a quarter of the heads"
+        )
+    return budget
+
+
+def budget_logit(budget: float, eps: float = DEFAULT_EPS) -> float:
+    """logit(clip(b, eps, 1 - eps)): the budget input of Eq. 1."""
+    b = min(max(validate_budget(budget), eps), 1.0 - eps)
+    return math.log(b / (1.0 - b))
+
+
+class BudgetGates(nn.Module):
+    """Budget-conditioned gates (Eq. 1): g_lh(b) = sigmoid((theta_lh + alpha_lh * logit(b)) / T).
+
+    alpha_lh = softplus(raw) >= 0, so every gate is monotone non-decreasing in b.
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_heads: int,
+        temperature: float = 1.0,
+        eps: float = DEFAULT_EPS,
+        init_logit: float = 2.0,
+        init_sensitivity: float = 1.0,
+    ):
+        super().__init__()
+        _check_shape(num_layers, num_heads)
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        if not 0 < eps < 0.5:
+            raise ValueError(f"eps must lie in (0, 0.5), got {eps}")
+        if init_sensitivity <= 0:
+            raise ValueError(f"init_sensitivity must be > 0 (softplus cannot reach 0), got {init_sensitivity}")
+        self.temperature = float(temperature)
+        self.eps = float(eps)
+        # Small jitter breaks the tie between heads so top-k is well defined from step 0.
+        jitter = 0.01 * torch.randn(num_layers, num_heads)
+        self.theta = nn.Parameter(torch.full((num_layers, num_heads), float(init_logit)) + jitter)
+        # inverse softplus so that softplus(raw) == init_sensitivity at initialisation
+        raw = math.log(math.expm1(init_sensitivity))
+        self.raw_sensitivity = nn.Parameter(torch.full((num_layers, num_heads), raw))
+
+    @property
+    def sensitivity(self) -> torch.Tensor:
+        return F.softplus(self.raw_sensitivity)
+
+    def forward(self, budget: float) -> torch.Tensor:
+        z = budget_logit(budget, self.eps)
+        return torch.sigmoid((self.theta + self.sensitivity * z) / self.temperature)
+
+
+class StaticGates(nn.Module):
+    """Gates without the budget input, trained for one fixed budget (one specialist per budget)."""
+
+    def __init__(self, num_layers: int, num_heads: int, temperature: float = 1.0, init_logit: float = 2.0):
+        super().__init__()
+        _check_shape(num_layers, num_heads)
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        self.temperature = float(temperature)
+        jitter = 0.01 * torch.randn(num_layers, num_heads)
+        self.theta = nn.Parameter(torch.full((num_layers, num_heads), float(init_logit)) + jitter)
+
+    def forward(self, budget: float | None = None) -> torch.Tensor:
+        if budget is not None:
+            validate_budget(budget)  # accepted for a uniform interface, but ignored
+        return torch.sigmoid(self.theta / self.temperature)
+
+
+def estimated_cost(gates: torch.Tensor) -> torch.Tensor:
+    """Eq. 3: mean gate mass over all layers and heads."""
+    return gates.mean()
+
+
+def num_heads_to_keep(budget: float, total_heads: int) -> int:
+    """k = ceil(b * L * H) (Eq. 4). Rounded first so 0.3 * 10 keeps 3 heads, not 4."""
+    budget = validate_budget(budget)
+    return max(1, math.ceil(round(budget * total_heads, 9)))
+
+
+def hard_topk_mask(gates: torch.Tensor, budget: float) -> torch.Tensor:
+    """Global top-k (Eq. 4): keep the k largest gates over all layers; may empty a layer."""
+    k = num_heads_to_keep(budget, gates.numel())
+    flat = gates.detach().flatten()
+    mask = torch.zeros_like(flat)
+    mask[torch.topk(flat, k).indices] = 1.0
+    return mask.view_as(gates)
+
+
+def hard_topk_mask_with_floor(gates: torch.Tensor, budget: float, min_per_layer: int = 1) -> torch.Tensor:
+    """Top-k that keeps at least ``min_per_layer`` heads in every layer (what structural pruning needs).
+
+    The best ``min_per_layer`` heads of each layer are taken first, the remaining k - floor
+    slots go to the largest gates left. Keeps exactly max(k, L * min_per_layer) heads.
+    """
+    num_layers, num_heads = gates.shape
+    if not 1 <= min_per_layer <= num_heads:
+        raise ValueError(f"min_per_layer must lie in [1, {num_heads}], got {min_per_layer}")
+    k = num_heads_to_keep(budget, gates.numel())
+    scores = gates.detach()
+    mask = torch.zeros_like(scores)
+    floor_idx = torch.topk(scores, min_per_layer, dim=1).indices
+    mask.scatter_(1, floor_idx, 1.0)
+    remaining = k - int(mask.sum())
+    if remaining > 0:
+        rest = scores.masked_fill(mask.bool(), float("-inf")).flatten()
+        mask.view(-1)[torch.topk(rest, remaining).indices] = 1.0
+    return mask
+
+
+def straight_through(hard: torch.Tensor, soft: torch.Tensor) -> torch.Tensor:
+    """Forward value of ``hard``, gradient of ``soft``: m = m_hard + g - stopgrad(g)."""
+    return hard + soft - soft.detach()
+
+
+def _check_shape(num_layers: int, num_heads: int) -> None:
+    if num_layers < 1 or num_heads < 1:
+        raise ValueError(f"need at least one layer and one head, got {num_layers} x {num_heads}")

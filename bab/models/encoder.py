@@ -1,0 +1,256 @@
+"""A small word-level transformer encoder for classification with budgeted head gates.
+
+Multi-head attention runs in one of four ways (``mode``):
+
+- ``"dense"``: every head, no gates (the baseline and the warm-start source).
+- ``"soft"``:  every head, each head's output scaled by its soft gate g_lh(b) (Eq. 2).
+- ``"hard"``:  every head computed, then multiplied by a binary top-k mask (straight-through
+  to the soft gates while training). Costs as much as dense; used for training and for checks.
+- ``"skip"``:  only the active heads are computed: Q, K, V, attention and the output-projection
+  columns of the kept heads. This is where measured speed comes from. Inference only.
+
+Shapes: B batch, T tokens, D model width, H heads, Dh = D / H head width, L layers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bab.gates import (
+    BudgetGates,
+    StaticGates,
+    estimated_cost,
+    hard_topk_mask,
+    hard_topk_mask_with_floor,
+    straight_through,
+    validate_budget,
+)
+
+MODES = ("dense", "soft", "hard", "skip")
+GATE_KINDS = (None, "budget", "static")
+POSITIONS = ("sinusoidal", "learned")
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    vocab_size: int
+    num_classes: int
+    max_len: int
+    d_model: int = 64
+    num_heads: int = 8
+    num_layers: int = 2
+    d_ff: int = 128
+    dropout: float = 0.0
+    pad_id: int = 0
+    positions: str = "sinusoidal"  # "sinusoidal" (fixed) or "learned" absolute position embeddings
+    gates: str | None = None  # None (dense only), "budget" (Eq. 1) or "static"
+    gate_temperature: float = 1.0
+    gate_init_logit: float = 2.0
+
+    def __post_init__(self):
+        for name in ("vocab_size", "num_classes", "max_len", "d_model", "num_heads", "num_layers", "d_ff"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"EncoderConfig.{name} must be a positive integer, got {value!r}")
+        if self.num_classes < 2:
+            raise ValueError(f"EncoderConfig.num_classes must be at least 2, got {self.num_classes}")
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"EncoderConfig.d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"EncoderConfig.dropout must lie in [0, 1), got {self.dropout}")
+        if not 0 <= self.pad_id < self.vocab_size:
+            raise ValueError(f"EncoderConfig.pad_id must lie in [0, vocab_size), got {self.pad_id}")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"EncoderConfig.positions must be one of {POSITIONS}, got {self.positions!r}")
+        if self.gates not in GATE_KINDS:
+            raise ValueError(f"EncoderConfig.gates must be one of {GATE_KINDS}, got {self.gates!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class EncoderOutput:
+    logits: torch.Tensor  # [B, num_classes]
+    gates: torch.Tensor | None  # soft gates [L, H] (None in dense mode or with an explicit mask)
+    head_mask: torch.Tensor | None  # what multiplied the heads [L, H] (None in dense mode)
+    cost: torch.Tensor  # estimated attention cost: mean gate mass (soft) or kept fraction (hard)
+
+
+def sinusoidal_positions(max_len: int, d_model: int) -> torch.Tensor:
+    """[max_len, d_model] fixed encodings of Vaswani et al. (2017)."""
+    position = torch.arange(max_len, dtype=torch.float32)[:, None]
+    freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * (-math.log(10000.0) / d_model))
+    table = torch.zeros(max_len, d_model)
+    table[:, 0::2] = torch.sin(position * freq)
+    table[:, 1::2] = torch.cos(position * freq[: d_model // 2])
+    return table
+
+
+class MultiHeadSelfAttention(nn.Module):
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.num_heads = config.num_heads
+        self.head_dim = config.head_dim
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
+        self.out = nn.Linear(config.d_model, config.d_model)
+        self.dropout = config.dropout
+
+    def forward(self, x, key_padding_mask=None, head_weights=None, skip=False):
+        """x [B, T, D]; key_padding_mask [B, T] True where padded; head_weights [H] or None."""
+        if skip:
+            return self._forward_skip(x, key_padding_mask, head_weights)
+        B, T, D = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        heads = self._attend(q, k, v, key_padding_mask)  # [B, H, T, Dh]
+        if head_weights is not None:
+            heads = heads * head_weights.view(1, -1, 1, 1)
+        return self.out(heads.transpose(1, 2).reshape(B, T, D))
+
+    def _forward_skip(self, x, key_padding_mask, head_mask):
+        """Compute only the heads where ``head_mask`` is non-zero (the mask is treated as binary)."""
+        B, T, D = x.shape
+        active = torch.nonzero(head_mask, as_tuple=True)[0]
+        n = active.numel()
+        if n == 0:  # a global top-k may empty a layer: the sublayer then adds only its bias
+            return self.out.bias.expand(B, T, D)
+        # rows of the fused qkv weight that belong to the active heads, for q, k and v
+        cols = (active[:, None] * self.head_dim + torch.arange(self.head_dim)).flatten()  # [n*Dh]
+        rows = torch.cat([cols, cols + D, cols + 2 * D])
+        qkv = F.linear(x, self.qkv.weight[rows], self.qkv.bias[rows])
+        q, k, v = qkv.view(B, T, 3, n, self.head_dim).permute(2, 0, 3, 1, 4)
+        heads = self._attend(q, k, v, key_padding_mask)  # [B, n, T, Dh]
+        return F.linear(heads.transpose(1, 2).reshape(B, T, n * self.head_dim), self.out.weight[:, cols], self.out.bias)
+
+    def _attend(self, q, k, v, key_padding_mask):
+        mask = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]
+        p = self.dropout if self.training else 0.0
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+
+
+class EncoderLayer(nn.Module):
+    """Pre-LayerNorm transformer block."""
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.d_model)
+        self.attn = MultiHeadSelfAttention(config)
+        self.ln2 = nn.LayerNorm(config.d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(config.d_model, config.d_ff),
+            nn.GELU(),
+            nn.Linear(config.d_ff, config.d_model),
+        )
+        self.drop = nn.Dropout(config.dropout)
+
+    def forward(self, x, key_padding_mask=None, head_weights=None, skip=False):
+        x = x + self.drop(self.attn(self.ln1(x), key_padding_mask, head_weights, skip))
+        return x + self.drop(self.mlp(self.ln2(x)))
+
+
+class EncoderClassifier(nn.Module):
+    """Token + position embeddings, L pre-LN blocks, classification from the first token ([CLS])."""
+
+    def __init__(self, config: EncoderConfig):
+        super().__init__()
+        self.config = config
+        self.tok_emb = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_id)
+        if config.positions == "learned":
+            self.pos_emb = nn.Parameter(0.02 * torch.randn(config.max_len, config.d_model))
+        else:
+            # fixed sinusoids: "attend to the next token" is one linear map for every position,
+            # which the marked-token task needs and learns far faster than with learned positions
+            self.register_buffer("pos_emb", sinusoidal_positions(config.max_len, config.d_model), persistent=False)
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
+        self.ln_f = nn.LayerNorm(config.d_model)
+        self.head = nn.Linear(config.d_model, config.num_classes)
+        if config.gates == "budget":
+            self.gates = BudgetGates(
+                config.num_layers, config.num_heads, config.gate_temperature, init_logit=config.gate_init_logit
+            )
+        elif config.gates == "static":
+            self.gates = StaticGates(
+                config.num_layers, config.num_heads, config.gate_temperature, init_logit=config.gate_init_logit
+            )
+        else:
+            self.gates = None
+
+    def head_mask_for(self, budget: float, min_per_layer: int = 0) -> torch.Tensor:
+        """The binary [L, H] mask that hard/skip mode uses at ``budget``."""
+        gates = self._soft_gates(budget)
+        if min_per_layer:
+            return hard_topk_mask_with_floor(gates, budget, min_per_layer)
+        return hard_topk_mask(gates, budget)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        budget: float | None = None,
+        mode: str = "dense",
+        head_mask: torch.Tensor | None = None,
+    ) -> EncoderOutput:
+        """input_ids [B, T]. ``head_mask`` [L, H] (binary) replaces the gates' top-k in hard/skip mode."""
+        B, T = input_ids.shape
+        if T > self.config.max_len:
+            raise ValueError(f"sequence length {T} exceeds max_len {self.config.max_len}; truncate the input")
+        weights, gates = self._head_weights(budget, mode, head_mask)
+        key_padding_mask = input_ids.eq(self.config.pad_id)
+        if not key_padding_mask.any():
+            key_padding_mask = None  # lets SDPA take its fastest kernel
+        x = self.tok_emb(input_ids) + self.pos_emb[:T]
+        for layer_idx, layer in enumerate(self.layers):
+            layer_weights = None if weights is None else weights[layer_idx]
+            x = layer(x, key_padding_mask, layer_weights, skip=(mode == "skip"))
+        logits = self.head(self.ln_f(x[:, 0]))
+        if weights is None:
+            cost = torch.ones((), device=logits.device)
+        elif mode == "soft":
+            cost = estimated_cost(weights)
+        else:
+            cost = weights.detach().mean()
+        return EncoderOutput(logits=logits, gates=gates, head_mask=weights, cost=cost)
+
+    def _soft_gates(self, budget: float) -> torch.Tensor:
+        if self.gates is None:
+            raise ValueError(
+                "this model has no gates (EncoderConfig.gates=None); build it with gates='budget' "
+                "or 'static', or pass an explicit head_mask"
+            )
+        return self.gates(budget)
+
+    def _head_weights(self, budget, mode, head_mask):
+        """Returns (weights that multiply the heads [L, H] or None, soft gates [L, H] or None)."""
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if mode == "dense":
+            return None, None
+        if head_mask is not None:
+            if mode == "soft":
+                raise ValueError("head_mask is a hard mask: use mode='hard' or mode='skip' with it")
+            expected = (self.config.num_layers, self.config.num_heads)
+            if tuple(head_mask.shape) != expected:
+                raise ValueError(f"head_mask must have shape {expected}, got {tuple(head_mask.shape)}")
+            if not torch.all((head_mask == 0) | (head_mask == 1)):
+                raise ValueError("head_mask must be binary (0 or 1 per head)")
+            return head_mask.to(self.head.weight.dtype), None
+        if budget is None:
+            raise ValueError(f"mode={mode!r} needs a budget in (0, 1] (or an explicit head_mask)")
+        budget = validate_budget(budget)
+        gates = self._soft_gates(budget)
+        if mode == "soft":
+            return gates, gates
+        hard = hard_topk_mask(gates, budget)
+        if mode == "skip":
+            return hard, gates.detach()
+        return straight_through(hard, gates), gates  # "hard": forward is binary, gradient is soft

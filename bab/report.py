@@ -1,0 +1,532 @@
+"""Build the HTML report: run the numbered notebooks, convert them, write index.html.
+
+    python -m bab report --profile smoke|quick|paper [--only 01,03]
+
+Every notebook `notebooks/NN_name.ipynb` is executed with papermill, which injects three
+parameters: `profile`, `results_path` and `interactive`. A notebook hands its numbers to the
+report by calling `save_results(rows, results_path)`; the report merges them and puts them
+next to the papers' own numbers (`bab.paper.comparison_table`).
+
+The new report is built in `reports/.staging-<profile>-<random>/` and swapped into
+`reports/<profile>/` only once it is complete, so an interrupted or crashing run never
+destroys the previous report.
+"""
+
+import argparse
+import contextlib
+import datetime
+import importlib
+import importlib.metadata
+import json
+import math
+import numbers
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+PROFILES = ("smoke", "quick", "paper")
+NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
+KERNEL_ENV = {"BAB_HEADLESS": "1", "MPLBACKEND": "Agg"}
+
+# one result row: required keys and their types (float columns may be None)
+ROW_STR_KEYS = ("experiment", "method")
+ROW_FLOAT_KEYS = ("budget", "cost", "accuracy", "speedup")
+ROW_OPTIONAL_KEYS = ("note",)
+
+# -----------------------------------------------------------------------------
+# the results contract: what a notebook writes
+
+
+def validate_rows(rows):
+    """Check result rows against the contract; return clean copies (floats as float).
+
+    Raises ValueError naming the row index and the offending key.
+    """
+    if isinstance(rows, dict) or not hasattr(rows, "__iter__"):
+        raise ValueError(f"rows must be a list of dicts, got {type(rows).__name__}")
+    allowed = set(ROW_STR_KEYS + ROW_FLOAT_KEYS + ROW_OPTIONAL_KEYS)
+    clean = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise ValueError(f"row {i}: must be a dict, got {type(row).__name__}")
+        extra = sorted(set(row) - allowed)
+        if extra:
+            raise ValueError(f"row {i}: unknown key {extra[0]!r} (allowed: {', '.join(sorted(allowed))})")
+        out = {}
+        for key in ROW_STR_KEYS + ROW_FLOAT_KEYS:
+            if key not in row:
+                raise ValueError(f"row {i}: missing key {key!r}")
+        for key in ROW_STR_KEYS:
+            if not isinstance(row[key], str) or not row[key]:
+                raise ValueError(f"row {i}: key {key!r} must be a non-empty str, got {row[key]!r}")
+            out[key] = row[key]
+        for key in ROW_FLOAT_KEYS:
+            value = row[key]
+            if value is None:
+                out[key] = None
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise ValueError(f"row {i}: key {key!r} must be a float or None, got {value!r}")
+            if not math.isfinite(float(value)):
+                raise ValueError(f"row {i}: key {key!r} must be finite or None, got {value!r}")
+            out[key] = float(value)
+        if "note" in row:
+            if not isinstance(row["note"], str):
+                raise ValueError(f"row {i}: key 'note' must be a str, got {row['note']!r}")
+            out["note"] = row["note"]
+        clean.append(out)
+    return clean
+
+
+def write_json_atomic(path, obj):
+    """Write obj as JSON to path via a temporary file and os.replace; create parent dirs."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; give the usual permissions
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def current_umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def save_results(rows, path):
+    """Write a notebook's result rows to `path` as {"notebook": <stem>, "rows": rows}.
+
+    `path` is the `results_path` parameter papermill injects; when it is None (the notebook
+    runs interactively) nothing is written and None is returned.
+    """
+    if path is None:
+        return None
+    path = Path(path)
+    return write_json_atomic(path, {"notebook": path.stem, "rows": validate_rows(rows)})
+
+
+# -----------------------------------------------------------------------------
+# which notebooks
+
+
+def discover_notebooks(notebooks_dir):
+    """The numbered notebooks NN_name.ipynb in notebooks_dir, sorted by name."""
+    found = sorted(Path(notebooks_dir).glob(NOTEBOOK_GLOB))
+    if not found:
+        raise ValueError(f"no notebooks matching {NOTEBOOK_GLOB} in {notebooks_dir}")
+    return found
+
+
+def select_notebooks(notebooks, only=None):
+    """Keep the notebooks whose two-digit prefix is in `only` ("01,03" or a list); all when None."""
+    if only is None:
+        return list(notebooks)
+    wanted = [p.strip() for p in only.split(",")] if isinstance(only, str) else [str(p).strip() for p in only]
+    wanted = [p for p in wanted if p]
+    available = sorted({nb.name[:2] for nb in notebooks})
+    if not wanted:
+        raise ValueError(f"--only selects no notebook; available prefixes: {', '.join(available)}")
+    unknown = [p for p in wanted if p not in available]
+    if unknown:
+        listed = ", ".join(available)
+        raise ValueError(f"unknown notebook prefix {unknown[0]!r} in --only; available prefixes: {listed}")
+    return [nb for nb in notebooks if nb.name[:2] in wanted]
+
+
+def check_profile(profile):
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}")
+
+
+# -----------------------------------------------------------------------------
+# running one notebook
+
+
+@contextlib.contextmanager
+def kernel_env():
+    """Set BAB_HEADLESS=1 and MPLBACKEND=Agg for the kernels started inside; restore after."""
+    saved = {k: os.environ.get(k) for k in KERNEL_ENV}
+    os.environ.update(KERNEL_ENV)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def strip_ansi(text):
+    return re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text)
+
+
+def error_info(exc):
+    """{"ename", "evalue", "traceback"} for a failed notebook (PapermillExecutionError or any exception)."""
+    from papermill.exceptions import PapermillExecutionError
+
+    if isinstance(exc, PapermillExecutionError):
+        tb = "\n".join(exc.traceback) if isinstance(exc.traceback, list) else str(exc.traceback)
+        return {"ename": exc.ename, "evalue": strip_ansi(str(exc.evalue)), "traceback": strip_ansi(tb)}
+    return {"ename": type(exc).__name__, "evalue": str(exc), "traceback": "".join(traceback.format_exception(exc))}
+
+
+def one_line(error, limit=200):
+    text = f"{error['ename']}: {error['evalue']}".strip()
+    text = text.splitlines()[0] if text else "error"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def execute_notebook(src, out, profile, results_path, cwd):
+    """Execute src into out with papermill, injecting the report's parameters."""
+    import papermill
+
+    papermill.execute_notebook(
+        str(src),
+        str(out),
+        parameters={"profile": profile, "results_path": str(results_path), "interactive": False},
+        kernel_name="python3",
+        cwd=str(cwd),
+        progress_bar=False,
+        log_output=False,
+        extra_arguments=["--IPKernelApp.log_level=CRITICAL"],  # quiet kernel start/stop chatter on stderr
+    )
+
+
+def convert_to_html(ipynb, out):
+    """Convert an executed notebook to a self-contained HTML page."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.read(str(ipynb), as_version=4)
+    body, _ = HTMLExporter().from_notebook_node(nb)
+    Path(out).write_text(body, encoding="utf-8")
+
+
+def run_notebook(src, staging, profile):
+    """Execute one notebook into staging, convert it to HTML, write runs/<stem>.json; return that record."""
+    stem = src.stem
+    out = staging / f"{stem}.ipynb"
+    results_path = (staging / "results" / f"{stem}.json").resolve()
+    t0 = time.perf_counter()
+    error = None
+    try:
+        with kernel_env():
+            execute_notebook(src, out, profile, results_path, src.parent.resolve())
+    except Exception as exc:  # a failed notebook is recorded; KeyboardInterrupt propagates
+        error = error_info(exc)
+    if out.exists():
+        try:
+            convert_to_html(out, staging / f"{stem}.html")
+        except Exception as exc:
+            error = error or error_info(exc)
+    record = {
+        "notebook": stem,
+        "status": "failed" if error else "ok",
+        "seconds": round(time.perf_counter() - t0, 2),
+        "error": error,
+        "finished_at": now_iso(),
+    }
+    write_json_atomic(staging / "runs" / f"{stem}.json", record)
+    return record
+
+
+# -----------------------------------------------------------------------------
+# the index page
+
+
+def now_iso():
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def read_json(path):
+    with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+        return json.loads(Path(path).read_text())
+    return None
+
+
+def collect_runs(staging, notebooks):
+    """One record per notebook (and per earlier run record without a notebook file), 'not run' if none."""
+    stems = [nb.stem for nb in notebooks]
+    stems += sorted(p.stem for p in (staging / "runs").glob("*.json") if p.stem not in stems)
+    runs = []
+    for stem in stems:
+        record = read_json(staging / "runs" / f"{stem}.json") or {
+            "notebook": stem,
+            "status": "not run",
+            "seconds": None,
+            "error": None,
+            "finished_at": None,
+        }
+        record["html"] = f"{stem}.html" if (staging / f"{stem}.html").exists() else None
+        runs.append(record)
+    return runs
+
+
+def collect_results(staging):
+    """{stem: rows} from every results/<stem>.json in the staging folder."""
+    results = {}
+    for path in sorted((staging / "results").glob("*.json")):
+        data = read_json(path)
+        if data is not None:
+            results[path.stem] = data.get("rows", [])
+    return results
+
+
+def comparison_html(rows):
+    """The paper-vs-reproduction table as HTML via bab.paper.comparison_table; (html, error)."""
+    try:
+        paper = importlib.import_module("bab.paper")
+        table = paper.comparison_table(rows)
+        text = table.to_html(index=False, na_rep="–", float_format=lambda x: f"{x:.4g}", border=0, classes="data")
+        return text, None
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def dist_version(name):
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def cpu_name():
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def git_commit(cwd):
+    with contextlib.suppress(Exception):
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5
+        )
+        if out.returncode == 0:
+            return out.stdout.strip()
+    return "unknown"
+
+
+def environment_info(profile, repo_dir):
+    """Versions and machine facts shown at the bottom of the index page."""
+    return {
+        "profile": profile,
+        "python": platform.python_version(),
+        "torch": dist_version("torch"),
+        "transformers": dist_version("transformers"),
+        "bab": dist_version("bab"),
+        "git commit": git_commit(repo_dir),
+        "platform": platform.platform(),
+        "cpu": f"{cpu_name()} ({os.cpu_count()} logical cores)",
+        "BAB_DATA_DIR": os.environ.get("BAB_DATA_DIR", "(unset)"),
+    }
+
+
+INDEX_TEMPLATE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>bab report – {{ profile }}</title>
+<style>
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; padding: 0 1em; color: #222; }
+h1 { font-size: 1.6em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+.ok { color: #176117; font-weight: bold; } .failed { color: #a11; font-weight: bold; }
+.not-run { color: #777; }
+pre { white-space: pre-wrap; max-height: 30em; overflow: auto; background: #fafafa;
+      margin: 0.3em 0; font-size: 0.85em; }
+.muted { color: #666; }
+</style>
+</head>
+<body>
+<h1>bab reproduction report — profile <code>{{ profile }}</code></h1>
+<p class="muted">Generated {{ generated_at }}. {{ n_ok }} ok, {{ n_failed }} failed, {{ n_not_run }} not run.
+Merged results: <a href="results.json">results.json</a>.</p>
+
+<h2>Notebooks</h2>
+<table>
+<tr><th>notebook</th><th>status</th><th>run time</th><th>finished</th><th>error</th></tr>
+{% for r in runs %}
+<tr>
+<td>{% if r.html %}<a href="{{ r.html }}">{{ r.notebook }}</a>{% else %}{{ r.notebook }}{% endif %}</td>
+<td class="{{ r.status | replace(' ', '-') }}">{{ r.status }}</td>
+<td>{% if r.seconds is not none %}{{ '%.1f' | format(r.seconds) }} s{% endif %}</td>
+<td>{{ r.finished_at or '' }}</td>
+<td>{% if r.error %}<pre>{{ r.error.ename }}: {{ r.error.evalue }}</pre>
+<details><summary>traceback</summary><pre>{{ r.error.traceback }}</pre></details>{% endif %}</td>
+</tr>
+{% endfor %}
+</table>
+
+<h2>Paper vs reproduction</h2>
+{% if table_html %}{{ table_html | safe }}{% else %}
+<p class="failed">Comparison table unavailable:</p><pre>{{ table_error }}</pre>{% endif %}
+
+<h2>Environment</h2>
+<table>
+{% for k, v in env.items() %}<tr><th>{{ k }}</th><td>{{ v }}</td></tr>
+{% endfor %}
+</table>
+</body>
+</html>
+"""
+
+
+def render_index(profile, generated_at, runs, table_html, table_error, env):
+    """The index page as a string (jinja2, autoescaped)."""
+    import jinja2
+
+    template = jinja2.Environment(autoescape=True).from_string(INDEX_TEMPLATE)
+    count = lambda status: sum(r["status"] == status for r in runs)  # noqa: E731
+    return template.render(
+        profile=profile,
+        generated_at=generated_at,
+        runs=runs,
+        table_html=table_html,
+        table_error=table_error,
+        env=env,
+        n_ok=count("ok"),
+        n_failed=count("failed"),
+        n_not_run=count("not run"),
+    )
+
+
+def write_index(staging, profile, notebooks, repo_dir):
+    """Write index.html and results.json into staging; return the comparison-table error (or None)."""
+    generated_at = now_iso()
+    runs = collect_runs(staging, notebooks)
+    results = collect_results(staging)
+    rows = [row for stem_rows in results.values() for row in stem_rows]
+    table_html, table_error = comparison_html(rows)
+    merged = {
+        "profile": profile,
+        "generated_at": generated_at,
+        "notebooks": {r["notebook"]: r["status"] for r in runs},
+        "rows": [{"notebook": stem, **row} for stem, stem_rows in results.items() for row in stem_rows],
+    }
+    write_json_atomic(staging / "results.json", merged)
+    page = render_index(profile, generated_at, runs, table_html, table_error, environment_info(profile, repo_dir))
+    (staging / "index.html").write_text(page, encoding="utf-8")
+    return table_error
+
+
+# -----------------------------------------------------------------------------
+# staging and the atomic swap
+
+
+def make_staging(reports_dir, profile):
+    """A fresh, empty staging folder reports/.staging-<profile>-<random>/."""
+    reports_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".staging-{profile}-", dir=reports_dir))
+    os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp makes 0700; the report is shared like any folder
+    return staging
+
+
+def clear_outputs(staging, stem):
+    """Remove a notebook's earlier outputs from staging, so a failed re-run leaves no stale results."""
+    for path in (
+        staging / f"{stem}.ipynb",
+        staging / f"{stem}.html",
+        staging / "runs" / f"{stem}.json",
+        staging / "results" / f"{stem}.json",
+    ):
+        path.unlink(missing_ok=True)
+
+
+def swap_into_place(staging, final):
+    """Move the complete staging folder to `final`; the old report is removed only afterwards."""
+    aside = None
+    if final.exists():
+        aside = final.with_name(f".old-{final.name}-{os.getpid()}-{time.time_ns()}")
+        os.rename(final, aside)
+    try:
+        os.rename(staging, final)
+    except BaseException:
+        if aside is not None:
+            os.rename(aside, final)
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only=None):
+    """Run the (selected) notebooks and swap a complete new reports/<profile>/ into place.
+
+    Returns 0 when every selected notebook succeeded (and the comparison table rendered), else 1.
+    Raises ValueError for an unknown profile or --only prefix. On an exception or Ctrl-C the
+    staging folder is removed and the previous report is left as it was.
+    """
+    check_profile(profile)
+    notebooks_dir, reports_dir = Path(notebooks_dir).resolve(), Path(reports_dir).resolve()
+    notebooks = discover_notebooks(notebooks_dir)
+    selected = select_notebooks(notebooks, only)
+    final = reports_dir / profile
+    staging = make_staging(reports_dir, profile)
+    try:
+        if only is not None and final.is_dir():  # keep the other notebooks' pages and results
+            shutil.copytree(final, staging, dirs_exist_ok=True)
+        failures = 0
+        for i, src in enumerate(selected, 1):
+            print(f"[{i}/{len(selected)}] {src.stem} ... ", end="", flush=True)
+            clear_outputs(staging, src.stem)
+            record = run_notebook(src, staging, profile)
+            if record["status"] == "ok":
+                print(f"ok ({record['seconds']:.1f} s)", flush=True)
+            else:
+                failures += 1
+                print(f"FAILED ({record['seconds']:.1f} s): {one_line(record['error'])}", flush=True)
+        table_error = write_index(staging, profile, notebooks, notebooks_dir.parent)
+        if table_error:
+            print(f"comparison table FAILED: {table_error}", flush=True)
+        swap_into_place(staging, final)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    print(f"report: {final / 'index.html'} ({len(selected) - failures} ok, {failures} failed)", flush=True)
+    return 1 if failures or table_error else 0
+
+
+# -----------------------------------------------------------------------------
+# command line
+
+
+def main(argv=None):
+    """`python -m bab report ...`: parse arguments, build the report, return the exit code."""
+    parser = argparse.ArgumentParser(prog="python -m bab report", description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="quick", help=f"one of {', '.join(PROFILES)} (default: quick)")
+    parser.add_argument("--only", default=None, help="comma-separated two-digit notebook prefixes, e.g. 01,03")
+    parser.add_argument("--reports-dir", default="reports")
+    parser.add_argument("--notebooks-dir", default="notebooks")
+    args = parser.parse_args(argv)
+    try:
+        return build_report(args.profile, args.notebooks_dir, args.reports_dir, only=args.only)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: the previous report was kept", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""A run cache: trained checkpoints (safetensors) and their metrics, keyed by the full config.
+
+A run lives in ``<root>/<name>-<key>/`` with ``model.safetensors``, ``metrics.json`` and
+``config.json``. The key is a SHA-256 of the canonical JSON of the config; on load the stored
+config must equal the requested one exactly, so a key collision or a hand-edited folder can
+never hand back a checkpoint trained for something else. Runs are written into a temporary
+folder and renamed into place, so a crash never leaves half a run behind.
+
+The root is ``$BAB_CACHE_DIR`` or ``.bab_cache/runs`` in the working directory's repository.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+# Bump when a change to the code makes old checkpoints mean something different.
+CACHE_SCHEMA = 1
+
+
+def default_cache_root() -> Path:
+    env = os.environ.get("BAB_CACHE_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parent.parent / ".bab_cache" / "runs"
+
+
+def canonical(config) -> str:
+    """Canonical JSON of a (nested) config dict: sorted keys, no whitespace, floats as repr."""
+    try:
+        return json.dumps({"schema": CACHE_SCHEMA, "config": config}, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"run config must be JSON-serialisable plain data (dicts, lists, numbers, strings): {exc}") from exc
+
+
+def config_key(config) -> str:
+    return hashlib.sha256(canonical(config).encode()).hexdigest()[:20]
+
+
+class RunCache:
+    def __init__(self, root: str | os.PathLike | None = None, enabled: bool = True):
+        self.root = Path(root) if root is not None else default_cache_root()
+        self.enabled = enabled
+
+    def path(self, name: str, config) -> Path:
+        if not name or any(c in name for c in "/\\") or name.startswith("."):
+            raise ValueError(f"run name must be a plain file name, got {name!r}")
+        return self.root / f"{name}-{config_key(config)}"
+
+    def load(self, name: str, config, model: torch.nn.Module) -> dict | None:
+        """Fill ``model`` from the cached run and return its metrics, or None when not cached."""
+        if not self.enabled:
+            return None
+        folder = self.path(name, config)
+        try:
+            stored = (folder / "config.json").read_text()
+        except FileNotFoundError:
+            return None
+        if stored != canonical(config):
+            return None  # same key, different config: never reuse it
+        model.load_state_dict(load_file(folder / "model.safetensors"))
+        return json.loads((folder / "metrics.json").read_text())
+
+    def save(self, name: str, config, model: torch.nn.Module, metrics: dict) -> Path:
+        folder = self.path(name, config)
+        if not self.enabled:
+            return folder
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=self.root))
+        try:
+            state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+            save_file(state, tmp / "model.safetensors")
+            (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
+            (tmp / "config.json").write_text(canonical(config))
+            if folder.exists():
+                shutil.rmtree(folder)
+            os.replace(tmp, folder)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return folder
+
+    def get_or_train(self, name: str, config, model: torch.nn.Module, train_fn) -> dict:
+        """Load ``model`` from the cache, or run ``train_fn(model) -> metrics`` and store the result.
+
+        Returns the metrics with ``"cached": True/False`` added (not stored).
+        """
+        metrics = self.load(name, config, model)
+        if metrics is not None:
+            return {**metrics, "cached": True}
+        metrics = train_fn(model)
+        self.save(name, config, model, metrics)
+        return {**metrics, "cached": False}

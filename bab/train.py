@@ -1,0 +1,186 @@
+"""One training loop on ``accelerate.Accelerator``, specialised by the objective.
+
+Objectives (METHOD_NOTES.md, section 1):
+
+- ``dense``: cross-entropy, every head.
+- ``budgeted``: Eq. 5 with b ~ U[budget_min, 1] sampled per batch, soft gates.
+  From scratch or from a dense warm start (copy the dense weights into a gated model first).
+- ``static``: Eq. 5 at one fixed budget with budget-free gates (one specialist per budget).
+- ``hard_adapt``: Eq. 6; b sampled per batch, the forward pass uses the hard top-k mask with a
+  straight-through gradient to the soft gates, distilled from a frozen soft-gated teacher at the
+  same budget.
+
+On CPU the Accelerator is a thin wrapper; the same code runs under ``accelerate launch``.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from accelerate import Accelerator
+from torch.utils.data import DataLoader, Dataset
+from tqdm.auto import tqdm
+
+from bab.gates import validate_budget
+from bab.losses import budget_loss, distillation_loss
+
+OBJECTIVES = ("dense", "budgeted", "static", "hard_adapt")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    objective: str = "dense"
+    epochs: int = 1
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_fraction: float = 0.05
+    grad_clip: float = 1.0
+    seed: int = 0  # the optimisation seed
+    budget: float | None = None  # static only: the one budget the specialist is trained for
+    budget_min: float = 0.1  # budgeted / hard_adapt: b ~ U[budget_min, 1]
+    lambda_cost: float = 0.0
+    lambda_viol: float = 0.0
+    kd_beta: float = 0.5  # hard_adapt: weight of the distillation term
+    kd_temperature: float = 2.0
+
+    def __post_init__(self):
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"TrainConfig.objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if self.epochs < 1 or self.batch_size < 1:
+            raise ValueError(f"epochs and batch_size must be >= 1, got {self.epochs} and {self.batch_size}")
+        if self.lr <= 0:
+            raise ValueError(f"TrainConfig.lr must be > 0, got {self.lr}")
+        if self.objective == "static":
+            if self.budget is None:
+                raise ValueError("TrainConfig(objective='static') needs budget=<the fixed budget in (0, 1]>")
+            validate_budget(self.budget)
+        elif self.budget is not None:
+            raise ValueError(f"TrainConfig.budget is only for objective='static' (got objective={self.objective!r})")
+        validate_budget(self.budget_min)
+        if self.lambda_cost < 0 or self.lambda_viol < 0:
+            raise ValueError("lambda_cost and lambda_viol must be >= 0")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class TrainResult:
+    history: list[dict] = field(default_factory=list)  # one row per epoch
+    seconds: float = 0.0
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def warm_start(gated_model: torch.nn.Module, dense_model: torch.nn.Module) -> torch.nn.Module:
+    """Copy every dense weight into a gated model of the same shape; the gates keep their init."""
+    missing, unexpected = gated_model.load_state_dict(dense_model.state_dict(), strict=False)
+    if unexpected or any(not name.startswith("gates.") for name in missing):
+        raise ValueError(
+            f"dense and gated models differ beyond the gates: missing {missing}, unexpected {unexpected}"
+        )
+    return gated_model
+
+
+def train(
+    model: torch.nn.Module,
+    train_data: Dataset,
+    config: TrainConfig,
+    teacher: torch.nn.Module | None = None,
+    progress: bool = True,
+    on_epoch_end=None,
+) -> TrainResult:
+    """Train ``model`` in place. ``teacher`` (a soft-gated model) is required for hard_adapt.
+
+    ``on_epoch_end(model) -> dict`` (optional, e.g. a validation pass) is merged into each
+    epoch's history row.
+    """
+    import time
+
+    if config.objective in ("budgeted", "static", "hard_adapt") and getattr(model, "gates", None) is None:
+        raise ValueError(f"objective {config.objective!r} needs a model with gates (EncoderConfig.gates)")
+    if config.objective == "static" and model.config.gates != "static":
+        raise ValueError("objective 'static' needs a model built with gates='static'")
+    if config.objective == "hard_adapt" and teacher is None:
+        raise ValueError("objective 'hard_adapt' needs teacher=<the frozen soft-gated checkpoint>")
+
+    seed_everything(config.seed)
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    generator = torch.Generator().manual_seed(config.seed)
+    loader = DataLoader(train_data, batch_size=config.batch_size, shuffle=True, generator=generator)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    total_steps = config.epochs * len(loader)
+    warmup = max(1, int(config.warmup_fraction * total_steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min((step + 1) / warmup, max(0.0, (total_steps - step) / (total_steps - warmup + 1)))
+    )
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    if teacher is not None:
+        teacher = copy.deepcopy(teacher).to(accelerator.device).eval().requires_grad_(False)
+    budget_rng = random.Random(config.seed)
+
+    result = TrainResult()
+    start = time.perf_counter()
+    for epoch in range(config.epochs):
+        model.train()
+        sums = {"loss": 0.0, "correct": 0, "seen": 0, "cost": 0.0}
+        bar = tqdm(loader, desc=f"{config.objective} epoch {epoch + 1}/{config.epochs}", disable=not progress, leave=False)
+        for input_ids, labels in bar:
+            budget = _step_budget(config, budget_rng)
+            out, loss = _objective_step(model, teacher, input_ids, labels, budget, config)
+            optimizer.zero_grad(set_to_none=True)
+            accelerator.backward(loss)
+            if config.grad_clip:
+                accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            n = labels.numel()
+            sums["loss"] += loss.item() * n
+            sums["correct"] += (out.logits.argmax(-1) == labels).sum().item()
+            sums["cost"] += float(out.cost) * n
+            sums["seen"] += n
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+        seen = sums["seen"]
+        row = {"epoch": epoch + 1, "loss": sums["loss"] / seen, "train_accuracy": 100.0 * sums["correct"] / seen,
+               "cost": sums["cost"] / seen}
+        if on_epoch_end is not None:
+            row.update(on_epoch_end(accelerator.unwrap_model(model)))
+            model.train()
+        result.history.append(row)
+        if progress:
+            tqdm.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+    result.seconds = time.perf_counter() - start
+    accelerator.unwrap_model(model).eval()
+    return result
+
+
+def _step_budget(config: TrainConfig, rng: random.Random) -> float | None:
+    if config.objective == "dense":
+        return None
+    if config.objective == "static":
+        return config.budget
+    return rng.uniform(config.budget_min, 1.0)
+
+
+def _objective_step(model, teacher, input_ids, labels, budget, config: TrainConfig):
+    if config.objective == "dense":
+        out = model(input_ids, mode="dense")
+        return out, F.cross_entropy(out.logits, labels)
+    if config.objective in ("budgeted", "static"):
+        out = model(input_ids, budget=budget, mode="soft")
+        return out, budget_loss(out.logits, labels, out.cost, budget, config.lambda_cost, config.lambda_viol)
+    # hard_adapt (Eq. 6)
+    with torch.no_grad():
+        teacher_logits = teacher(input_ids, budget=budget, mode="soft").logits
+    out = model(input_ids, budget=budget, mode="hard")
+    return out, distillation_loss(out.logits, teacher_logits, labels, config.kd_beta, config.kd_temperature)

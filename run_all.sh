@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Set up .venv when missing, then regenerate the report or run the tests.
+#
+#   ./run_all.sh [--profile smoke|quick|paper] [--only 01,03]   build reports/<profile>/ (default: quick)
+#   ./run_all.sh test [extra pytest args]                       unit tests + nbval over notebooks/
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+usage() {
+    cat <<'USAGE'
+usage: ./run_all.sh [--profile smoke|quick|paper] [--only 01,03]
+       ./run_all.sh test [extra pytest args]
+
+  --profile P   smoke (CI-sized), quick (default, under an hour) or paper (the papers' protocols)
+  --only LIST   re-run only the notebooks with these two-digit prefixes; keep the others' results
+USAGE
+}
+
+say() { printf '==> %s\n' "$*"; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# ---------------------------------------------------------------- arguments
+mode=report
+profile=quick
+only=""
+if [[ "${1:-}" == "test" ]]; then
+    mode=test
+    shift
+else
+    while [[ $# -gt 0 ]]; do
+        case "$1" in
+            --profile) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; profile="$2"; shift 2 ;;
+            --profile=*) profile="${1#*=}"; shift ;;
+            --only) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; only="$2"; shift 2 ;;
+            --only=*) only="${1#*=}"; shift ;;
+            -h|--help) usage; exit 0 ;;
+            *) printf 'unknown option: %s\n' "$1" >&2; usage >&2; exit 2 ;;
+        esac
+    done
+    case "$profile" in
+        smoke|quick|paper) ;;
+        *) printf 'unknown profile: %s\n' "$profile" >&2; usage >&2; exit 2 ;;
+    esac
+fi
+
+# ---------------------------------------------------------------- python 3.11 virtual environment
+PY=.venv/bin/python
+if [[ ! -d .venv ]]; then
+    base=""
+    for candidate in python3.11 python3; do
+        if command -v "$candidate" >/dev/null 2>&1; then base="$candidate"; break; fi
+    done
+    [[ -n "$base" ]] || die "python3.11 not found; install Python 3.11 (or use environment.yml with conda)"
+    version="$("$base" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+    [[ "$version" == "3.11" ]] || die "$base is Python $version; bab needs Python 3.11 (torch 2.13.0 CPU wheel is cp311)"
+    say "creating .venv with $(command -v "$base") (Python $version)"
+    "$base" -m venv .venv
+fi
+[[ -x "$PY" ]] || die ".venv exists but has no bin/python; delete .venv and rerun"
+
+stamp=.venv/.bab-requirements.sha256
+want="$(cat requirements.txt pyproject.toml | "$PY" -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')"
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    say "requirements unchanged since last install (.venv up to date)"
+else
+    rm -f "$stamp"
+    say "installing requirements.txt into .venv (first run takes a few minutes)"
+    .venv/bin/pip install -r requirements.txt
+    say "installing bab (editable)"
+    .venv/bin/pip install --no-deps -e .
+    echo "$want" > "$stamp"
+fi
+
+say "checking torch is the pinned CPU build"
+if ! "$PY" - <<'PYCHECK'
+import sys
+import torch
+print(f"    torch {torch.__version__}, cuda {torch.version.cuda}")
+sys.exit(0 if torch.__version__.startswith("2.13.0") and torch.version.cuda is None else 1)
+PYCHECK
+then
+    die "torch in .venv is not the pinned CPU build 2.13.0 (an unpinned or newer torch pulls several GB of CUDA wheels). Delete .venv and rerun ./run_all.sh"
+fi
+
+# ---------------------------------------------------------------- environment
+if [[ -z "${BAB_DATA_DIR:-}" && -d ../shared/data ]]; then
+    BAB_DATA_DIR="$(cd ../shared/data && pwd)"
+    export BAB_DATA_DIR
+fi
+say "BAB_DATA_DIR=${BAB_DATA_DIR:-(unset: loaders use installed packages or the Hugging Face hub)}"
+export BAB_HEADLESS=1 MPLBACKEND=Agg PYTHONHASHSEED=0
+
+# ---------------------------------------------------------------- run
+if [[ "$mode" == "test" ]]; then
+    targets=(tests)
+    [[ -d notebooks ]] && targets+=(notebooks)
+    say "running: $PY -m pytest ${targets[*]} --nbval-lax $*"
+    set +e
+    "$PY" -m pytest "${targets[@]}" --nbval-lax "$@"
+    rc=$?
+    set -e
+    if [[ $rc -eq 5 ]]; then
+        printf 'error: pytest collected no tests\n' >&2
+        exit 1
+    fi
+    exit "$rc"
+fi
+
+args=(--profile "$profile")
+[[ -n "$only" ]] && args+=(--only "$only")
+say "building the report: $PY -m bab report ${args[*]}"
+exec "$PY" -m bab report "${args[@]}"

@@ -1,0 +1,283 @@
+"""The report runner: papermill runs, failure handling, --only, and the never-lose-the-old-report swap."""
+
+import contextlib
+import io
+import json
+import math
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import pytest
+
+import bab.report as report
+from bab.__main__ import main as bab_main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+OK_CODE = """\
+import os
+from bab.report import save_results
+note = f"profile={profile} headless={os.environ.get('BAB_HEADLESS')} mpl={os.environ.get('MPLBACKEND')}"
+save_results([{"experiment": "synthetic", "method": "dense", "budget": None, "cost": 1.0,
+               "accuracy": 99.5, "speedup": 1.0, "note": note}], results_path)
+print("saved", interactive)
+"""
+FAIL_CODE = 'raise RuntimeError("boom from the notebook")'
+
+
+def write_notebook(path, code):
+    """A notebook with a 'parameters' cell followed by one code cell."""
+    params = nbformat.v4.new_code_cell('profile = "smoke"\nresults_path = None\ninteractive = True')
+    params.metadata["tags"] = ["parameters"]
+    nb = nbformat.v4.new_notebook(cells=[params, nbformat.v4.new_code_cell(code)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(path))
+
+
+def fake_paper(rows_seen=None, fail=False):
+    """Stand-in for bab.paper with a comparison_table that echoes our rows next to a 'paper' column."""
+
+    def comparison_table(rows):
+        if fail:
+            raise RuntimeError("no paper numbers")
+        if rows_seen is not None:
+            rows_seen.extend(rows)
+        df = pd.DataFrame(rows, columns=["experiment", "method", "budget", "cost", "accuracy"])
+        df.insert(4, "paper accuracy", 98.0)
+        return df.rename(columns={"accuracy": "our accuracy", "cost": "our cost"})
+
+    module = types.ModuleType("bab.paper")
+    module.comparison_table = comparison_table
+    return module
+
+
+@pytest.fixture
+def notebooks(tmp_path):
+    nb_dir = tmp_path / "notebooks"
+    nb_dir.mkdir()
+    write_notebook(nb_dir / "01_ok.ipynb", OK_CODE)
+    write_notebook(nb_dir / "02_fail.ipynb", FAIL_CODE)
+    (nb_dir / "helper.ipynb").write_text("{}")  # not numbered: ignored
+    return nb_dir
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    """One real papermill run over both notebooks; the tests below copy its reports folder."""
+    tmp = tmp_path_factory.mktemp("first")
+    nb_dir = tmp / "notebooks"
+    nb_dir.mkdir()
+    write_notebook(nb_dir / "01_ok.ipynb", OK_CODE)
+    write_notebook(nb_dir / "02_fail.ipynb", FAIL_CODE)
+    seen, out = [], io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", str(ROOT))
+        mp.setitem(sys.modules, "bab.paper", fake_paper(seen))
+        with contextlib.redirect_stdout(out):
+            code = report.build_report("smoke", nb_dir, tmp / "reports")
+    return types.SimpleNamespace(code=code, nb_dir=nb_dir, reports=tmp / "reports", stdout=out.getvalue(), seen=seen)
+
+
+def copy_reports(first_run, tmp_path):
+    dst = tmp_path / "reports"
+    shutil.copytree(first_run.reports, dst)
+    return dst
+
+
+def fake_execute(src, out, profile, results_path, cwd):
+    """Execution without a kernel: copy the input notebook as 'executed'."""
+    shutil.copy(src, out)
+
+
+# ----------------------------------------------------------------------------- a real run
+
+
+def test_failed_notebook_gives_exit_code_1_and_a_complete_report(first_run):
+    assert first_run.code == 1
+    out = first_run.reports / "smoke"
+    for name in ("index.html", "results.json", "01_ok.html", "02_fail.html", "01_ok.ipynb", "02_fail.ipynb"):
+        assert (out / name).exists(), name
+    assert not list(first_run.reports.glob(".staging-*"))
+    assert "[1/2] 01_ok ... ok (" in first_run.stdout
+    assert "[2/2] 02_fail ... FAILED (" in first_run.stdout
+    assert "RuntimeError: boom from the notebook" in first_run.stdout
+
+
+def test_index_names_both_notebooks_and_shows_the_error(first_run):
+    index = (first_run.reports / "smoke" / "index.html").read_text()
+    assert "01_ok" in index and "02_fail" in index
+    assert 'href="01_ok.html"' in index
+    assert '<td class="failed">failed</td>' in index and '<td class="ok">ok</td>' in index
+    assert "boom from the notebook" in index
+    assert "paper accuracy" in index  # the comparison table
+    for what in ("torch", "transformers", "python", "smoke"):
+        assert what in index
+
+
+def test_run_records_and_results(first_run):
+    out = first_run.reports / "smoke"
+    failed = json.loads((out / "runs" / "02_fail.json").read_text())
+    assert failed["status"] == "failed" and failed["notebook"] == "02_fail"
+    assert failed["error"]["ename"] == "RuntimeError"
+    assert "boom from the notebook" in failed["error"]["evalue"]
+    assert "boom from the notebook" in failed["error"]["traceback"]
+    assert "\x1b[" not in failed["error"]["traceback"]
+    ok = json.loads((out / "runs" / "01_ok.json").read_text())
+    assert ok["status"] == "ok" and ok["error"] is None and ok["seconds"] > 0 and ok["finished_at"]
+    saved = json.loads((out / "results" / "01_ok.json").read_text())
+    assert saved["notebook"] == "01_ok"
+    assert saved["rows"][0]["note"] == "profile=smoke headless=1 mpl=Agg"  # parameters and env reached the kernel
+    merged = json.loads((out / "results.json").read_text())
+    assert merged["notebooks"] == {"01_ok": "ok", "02_fail": "failed"}
+    assert [r["notebook"] for r in merged["rows"]] == ["01_ok"]
+    assert first_run.seen and first_run.seen[0]["method"] == "dense"
+
+
+def test_only_reruns_selected_and_keeps_the_others(first_run, tmp_path, monkeypatch):
+    reports = copy_reports(first_run, tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setitem(sys.modules, "bab.paper", fake_paper())
+    old_record = json.loads((reports / "smoke" / "runs" / "01_ok.json").read_text())
+    code = report.build_report("smoke", first_run.nb_dir, reports, only="01")
+    assert code == 0  # only the selected notebook counts
+    out = reports / "smoke"
+    assert (out / "02_fail.html").exists()
+    assert json.loads((out / "runs" / "02_fail.json").read_text())["status"] == "failed"
+    new_record = json.loads((out / "runs" / "01_ok.json").read_text())
+    assert new_record["finished_at"] >= old_record["finished_at"] and new_record["status"] == "ok"
+    merged = json.loads((out / "results.json").read_text())
+    assert merged["notebooks"] == {"01_ok": "ok", "02_fail": "failed"}
+    assert len(merged["rows"]) == 1
+    assert "02_fail" in (out / "index.html").read_text()
+    assert not list(reports.glob(".staging-*")) and not list(reports.glob(".old-*"))
+
+
+# ----------------------------------------------------------------------------- never lose the old report
+
+
+@pytest.mark.parametrize("only", [None, "01"])
+def test_interrupt_keeps_the_previous_report(first_run, tmp_path, monkeypatch, only):
+    reports = copy_reports(first_run, tmp_path)
+    before = {p.relative_to(reports): p.read_bytes() for p in reports.rglob("*") if p.is_file()}
+    monkeypatch.setattr(report, "execute_notebook", fake_execute)
+
+    def interrupted(ipynb, out):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "convert_to_html", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        report.build_report("smoke", first_run.nb_dir, reports, only=only)
+    after = {p.relative_to(reports): p.read_bytes() for p in reports.rglob("*") if p.is_file()}
+    assert after == before
+    assert not list(reports.glob(".staging-*"))
+
+
+def test_cli_reports_interrupt_and_keeps_report(first_run, tmp_path, monkeypatch, capsys):
+    reports = copy_reports(first_run, tmp_path)
+    index = (reports / "smoke" / "index.html").read_bytes()
+    monkeypatch.setattr(report, "execute_notebook", fake_execute)
+    monkeypatch.setattr(report, "write_index", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt))
+    argv = ["report", "--profile", "smoke", "--notebooks-dir", str(first_run.nb_dir), "--reports-dir", str(reports)]
+    assert bab_main(argv) == 130
+    assert "previous report was kept" in capsys.readouterr().err
+    assert (reports / "smoke" / "index.html").read_bytes() == index
+    assert not list(reports.glob(".staging-*"))
+
+
+def test_new_report_without_previous_and_broken_comparison_table(notebooks, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(report, "execute_notebook", fake_execute)
+    monkeypatch.setattr(report, "convert_to_html", lambda ipynb, out: Path(out).write_text("<html></html>"))
+    monkeypatch.setitem(sys.modules, "bab.paper", fake_paper(fail=True))
+    code = report.build_report("quick", notebooks, tmp_path / "reports", only="01")
+    assert code == 1  # notebook fine, but the comparison table could not be built
+    index = (tmp_path / "reports" / "quick" / "index.html").read_text()
+    assert "Comparison table unavailable" in index and "no paper numbers" in index
+    assert "not run" in index  # 02_fail was never run in this profile
+    assert "comparison table FAILED" in capsys.readouterr().out
+
+
+def test_index_escapes_error_text(notebooks, tmp_path, monkeypatch):
+    def execute(src, out, profile, results_path, cwd):
+        raise ValueError("<script>alert(1)</script>")
+
+    monkeypatch.setattr(report, "execute_notebook", execute)
+    monkeypatch.setitem(sys.modules, "bab.paper", fake_paper())
+    assert report.build_report("smoke", notebooks, tmp_path / "reports") == 1
+    index = (tmp_path / "reports" / "smoke" / "index.html").read_text()
+    assert "<script>alert" not in index and "&lt;script&gt;alert(1)" in index
+
+
+# ----------------------------------------------------------------------------- clear errors
+
+
+def test_unknown_profile_and_prefix_raise_clear_errors(notebooks, tmp_path, capsys):
+    with pytest.raises(ValueError, match="unknown profile 'fast'.*smoke, quick, paper"):
+        report.build_report("fast", notebooks, tmp_path / "reports")
+    with pytest.raises(ValueError, match="unknown notebook prefix '07'.*available prefixes: 01, 02"):
+        report.build_report("smoke", notebooks, tmp_path / "reports", only="01,07")
+    with pytest.raises(ValueError, match="no notebooks matching"):
+        report.build_report("smoke", tmp_path, tmp_path / "reports")
+    assert not (tmp_path / "reports").exists() or not any((tmp_path / "reports").iterdir())
+    assert bab_main(["report", "--profile", "fast", "--notebooks-dir", str(notebooks)]) == 2
+    assert "unknown profile" in capsys.readouterr().err
+    assert bab_main([]) == 2 and bab_main(["nope"]) == 2
+
+
+def test_select_notebooks_by_prefix(notebooks):
+    found = report.discover_notebooks(notebooks)
+    assert [p.name for p in found] == ["01_ok.ipynb", "02_fail.ipynb"]
+    assert [p.name for p in report.select_notebooks(found, "02")] == ["02_fail.ipynb"]
+    assert [p.name for p in report.select_notebooks(found, ["01", "02"])] == ["01_ok.ipynb", "02_fail.ipynb"]
+    assert report.select_notebooks(found, None) == found
+
+
+# ----------------------------------------------------------------------------- save_results
+
+
+GOOD = {
+    "experiment": "synthetic",
+    "method": "warm-start budgeted",
+    "budget": 0.5,
+    "cost": 0.52,
+    "accuracy": 97.1,
+    "speedup": None,
+}
+
+
+def test_save_results_writes_atomically_and_creates_dirs(tmp_path):
+    path = tmp_path / "deep" / "results" / "03_bert.json"
+    assert report.save_results([GOOD, {**GOOD, "budget": 1, "note": "ints are fine"}], path) == path
+    data = json.loads(path.read_text())
+    assert data["notebook"] == "03_bert"
+    assert data["rows"][0] == GOOD and data["rows"][1]["budget"] == 1.0
+    assert [p.name for p in path.parent.iterdir()] == ["03_bert.json"]  # no temp files left
+    assert report.save_results([GOOD], None) is None
+
+
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ({k: v for k, v in GOOD.items() if k != "cost"}, "row 1: missing key 'cost'"),
+        ({**GOOD, "accuracy": "97%"}, "row 1: key 'accuracy' must be a float or None"),
+        ({**GOOD, "speedup": True}, "row 1: key 'speedup' must be a float or None"),
+        ({**GOOD, "cost": math.nan}, "row 1: key 'cost' must be finite"),
+        ({**GOOD, "method": 3}, "row 1: key 'method' must be a non-empty str"),
+        ({**GOOD, "note": 1}, "row 1: key 'note' must be a str"),
+        ({**GOOD, "acuracy": 1.0}, "row 1: unknown key 'acuracy'"),
+        ("not a dict", "row 1: must be a dict"),
+    ],
+)
+def test_save_results_rejects_bad_rows(tmp_path, row, message):
+    path = tmp_path / "r.json"
+    with pytest.raises(ValueError, match=message):
+        report.save_results([GOOD, row], path)
+    assert not path.exists()
+
+
+def test_save_results_rejects_a_single_dict(tmp_path):
+    with pytest.raises(ValueError, match="list of dicts"):
+        report.save_results(GOOD, tmp_path / "r.json")
