@@ -57,7 +57,7 @@ class BudgetGates(nn.Module):
         num_heads: int,
         temperature: float = 1.0,
         eps: float = DEFAULT_EPS,
-        init_logit: float = 2.0,
+        init_logit: float = 0.0,
         init_sensitivity: float = 1.0,
     ):
         super().__init__()
@@ -89,7 +89,7 @@ class BudgetGates(nn.Module):
 class StaticGates(nn.Module):
     """Gates without the budget input, trained for one fixed budget (one specialist per budget)."""
 
-    def __init__(self, num_layers: int, num_heads: int, temperature: float = 1.0, init_logit: float = 2.0):
+    def __init__(self, num_layers: int, num_heads: int, temperature: float = 1.0, init_logit: float = 0.0):
         super().__init__()
         _check_shape(num_layers, num_heads)
         if temperature <= 0:

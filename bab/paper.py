@@ -66,16 +66,6 @@ BUDGETED_ATTENTION = [
     _row("distilbert_ag_news", "dense post-hoc", 0.75, 0.750, 88.0),
 ]
 
-# Table 2 of the budgeted-attention paper: what each method costs to deploy K budgets.
-DEPLOYMENT_ACCOUNTING = [
-    {"method": "dense full", "fine_tune_jobs": "1", "artifacts": "1 model", "control": "single cost"},
-    {"method": "dense post-hoc pruning", "fine_tune_jobs": "1", "artifacts": "K masks / pruned models", "control": "discrete"},
-    {"method": "dense post-hoc + recovery", "fine_tune_jobs": "1 + K", "artifacts": "K recovered pruned models", "control": "discrete"},
-    {"method": "warm-start static", "fine_tune_jobs": "1 + K", "artifacts": "K specialists", "control": "discrete"},
-    {"method": "budgeted soft", "fine_tune_jobs": "2", "artifacts": "1 model", "control": "continuous estimated cost"},
-    {"method": "budgeted hard-adapt", "fine_tune_jobs": "3", "artifacts": "1 model, optional masks", "control": "continuous + structural"},
-]
-
 PAPER_RESULTS = BUDGETED_ATTENTION
 
 

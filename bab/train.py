@@ -38,6 +38,7 @@ class TrainConfig:
     epochs: int = 1
     batch_size: int = 64
     lr: float = 1e-3
+    gate_lr: float = 1e-2  # gates (two numbers per head) need far bigger steps than the weights
     weight_decay: float = 0.01
     warmup_fraction: float = 0.05
     grad_clip: float = 1.0
@@ -54,8 +55,8 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.objective must be one of {OBJECTIVES}, got {self.objective!r}")
         if self.epochs < 1 or self.batch_size < 1:
             raise ValueError(f"epochs and batch_size must be >= 1, got {self.epochs} and {self.batch_size}")
-        if self.lr <= 0:
-            raise ValueError(f"TrainConfig.lr must be > 0, got {self.lr}")
+        if self.lr <= 0 or self.gate_lr <= 0:
+            raise ValueError(f"TrainConfig.lr and gate_lr must be > 0, got {self.lr} and {self.gate_lr}")
         if self.objective == "static":
             if self.budget is None:
                 raise ValueError("TrainConfig(objective='static') needs budget=<the fixed budget in (0, 1]>")
@@ -118,7 +119,7 @@ def train(
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
     generator = torch.Generator().manual_seed(config.seed)
     loader = DataLoader(train_data, batch_size=config.batch_size, shuffle=True, generator=generator)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(parameter_groups(model, config), lr=config.lr, weight_decay=config.weight_decay)
     total_steps = config.epochs * len(loader)
     warmup = max(1, int(config.warmup_fraction * total_steps))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -147,7 +148,7 @@ def train(
             n = labels.numel()
             sums["loss"] += loss.item() * n
             sums["correct"] += (out.logits.argmax(-1) == labels).sum().item()
-            sums["cost"] += float(out.cost) * n
+            sums["cost"] += out.cost.item() * n
             sums["seen"] += n
             bar.set_postfix(loss=f"{loss.item():.3f}")
         seen = sums["seen"]
@@ -162,6 +163,18 @@ def train(
     result.seconds = time.perf_counter() - start
     accelerator.unwrap_model(model).eval()
     return result
+
+
+def parameter_groups(model: torch.nn.Module, config: TrainConfig) -> list[dict]:
+    """Weights at ``lr`` with weight decay; gate parameters at ``gate_lr`` without decay."""
+    gates, weights = [], []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (gates if name.startswith("gates.") else weights).append(param)
+    groups = [{"params": weights}]
+    if gates:
+        groups.append({"params": gates, "lr": config.gate_lr, "weight_decay": 0.0})
+    return groups
 
 
 def _step_budget(config: TrainConfig, rng: random.Random) -> float | None:

@@ -5,7 +5,10 @@ that follow the two markers are equal. Solving it needs sparse evidence from two
 positions, which is what attention heads are for.
 
 Token ids: 0 = [PAD] (unused, kept so pad_id means the same everywhere), 1 = [CLS],
-2 = [MARK], 3 .. 3 + num_values - 1 = values. Position 0 is always [CLS].
+2 = [MARK], 3 .. 3 + num_values - 1 = values, then ``num_filler`` filler tokens. Position 0 is
+always [CLS]. The positions that are neither markers nor marked values hold filler tokens, or
+(``num_filler=0``) random values, which makes the task much harder: the model must then find
+the values by their position after a marker instead of by what they are.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ FIRST_VALUE = 3
 class SyntheticConfig:
     seq_len: int = 64  # including [CLS]
     num_values: int = 8
+    num_filler: int = 8  # 0: the background is random values (distractors)
     num_train: int = 8192
     num_val: int = 2048
     seed: int = 0  # the data seed
@@ -30,6 +34,8 @@ class SyntheticConfig:
     def __post_init__(self):
         if self.seq_len < 6:
             raise ValueError(f"SyntheticConfig.seq_len must be at least 6 (CLS + two marker pairs), got {self.seq_len}")
+        if self.num_filler < 0:
+            raise ValueError(f"SyntheticConfig.num_filler must be >= 0, got {self.num_filler}")
         if self.num_values < 2:
             raise ValueError(f"SyntheticConfig.num_values must be at least 2, got {self.num_values}")
         if self.num_train < 1 or self.num_val < 1:
@@ -37,7 +43,7 @@ class SyntheticConfig:
 
     @property
     def vocab_size(self) -> int:
-        return FIRST_VALUE + self.num_values
+        return FIRST_VALUE + self.num_values + self.num_filler
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -46,7 +52,11 @@ class SyntheticConfig:
 def make_marked_token_examples(n: int, config: SyntheticConfig, generator: torch.Generator):
     """Returns (input_ids [n, seq_len] long, labels [n] long). Classes are balanced in expectation."""
     T = config.seq_len
-    ids = torch.randint(FIRST_VALUE, FIRST_VALUE + config.num_values, (n, T), generator=generator)
+    if config.num_filler:
+        first_filler = FIRST_VALUE + config.num_values
+        ids = torch.randint(first_filler, first_filler + config.num_filler, (n, T), generator=generator)
+    else:
+        ids = torch.randint(FIRST_VALUE, FIRST_VALUE + config.num_values, (n, T), generator=generator)
     ids[:, 0] = CLS
     # first marker in [1, T-4], second at least two later so the first marker's value is not a marker
     first = torch.randint(1, T - 3, (n,), generator=generator)
@@ -57,7 +67,8 @@ def make_marked_token_examples(n: int, config: SyntheticConfig, generator: torch
     ids[rows, second] = MARK
     labels = torch.randint(0, 2, (n,), generator=generator)
     # positive examples copy the first value to the second; negatives get a different value
-    v1 = ids[rows, first + 1]
+    v1 = torch.randint(FIRST_VALUE, FIRST_VALUE + config.num_values, (n,), generator=generator)
+    ids[rows, first + 1] = v1
     shift = torch.randint(1, config.num_values, (n,), generator=generator)
     other = (v1 - FIRST_VALUE + shift) % config.num_values + FIRST_VALUE
     ids[rows, second + 1] = torch.where(labels.bool(), v1, other)

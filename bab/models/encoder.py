@@ -33,7 +33,8 @@ from bab.gates import (
 
 MODES = ("dense", "soft", "hard", "skip")
 GATE_KINDS = (None, "budget", "static")
-POSITIONS = ("sinusoidal", "learned")
+POSITIONS = ("relative", "sinusoidal", "learned")
+REL_BIAS_SCALE = 10.0
 
 
 @dataclass(frozen=True)
@@ -47,10 +48,12 @@ class EncoderConfig:
     d_ff: int = 128
     dropout: float = 0.0
     pad_id: int = 0
-    positions: str = "sinusoidal"  # "sinusoidal" (fixed) or "learned" absolute position embeddings
+    # "relative": fixed sinusoidal positions plus a learned attention bias per head and offset;
+    # "sinusoidal" (fixed) or "learned" absolute position embeddings alone
+    positions: str = "relative"
     gates: str | None = None  # None (dense only), "budget" (Eq. 1) or "static"
     gate_temperature: float = 1.0
-    gate_init_logit: float = 2.0
+    gate_init_logit: float = 0.0  # with unit sensitivity, C(b) = b at initialisation
 
     def __post_init__(self):
         for name in ("vocab_size", "num_classes", "max_len", "d_model", "num_heads", "num_layers", "d_ff"):
@@ -106,6 +109,14 @@ class MultiHeadSelfAttention(nn.Module):
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model)
         self.out = nn.Linear(config.d_model, config.d_model)
         self.dropout = config.dropout
+        self.max_len = config.max_len
+        if config.positions == "relative":
+            # one learned bias per head and key-minus-query offset (as in T5, without buckets),
+            # stored divided by REL_BIAS_SCALE: Adam moves a raw parameter ~lr per step, far too
+            # slowly for a logit that must reach ~5 before a head can lock onto one offset
+            self.rel_bias = nn.Parameter(torch.zeros(config.num_heads, 2 * config.max_len - 1))
+        else:
+            self.rel_bias = None
 
     def forward(self, x, key_padding_mask=None, head_weights=None, skip=False):
         """x [B, T, D]; key_padding_mask [B, T] True where padded; head_weights [H] or None."""
@@ -113,7 +124,7 @@ class MultiHeadSelfAttention(nn.Module):
             return self._forward_skip(x, key_padding_mask, head_weights)
         B, T, D = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        heads = self._attend(q, k, v, key_padding_mask)  # [B, H, T, Dh]
+        heads = self._attend(q, k, v, key_padding_mask, self.rel_bias)  # [B, H, T, Dh]
         if head_weights is not None:
             heads = heads * head_weights.view(1, -1, 1, 1)
         return self.out(heads.transpose(1, 2).reshape(B, T, D))
@@ -130,11 +141,18 @@ class MultiHeadSelfAttention(nn.Module):
         rows = torch.cat([cols, cols + D, cols + 2 * D])
         qkv = F.linear(x, self.qkv.weight[rows], self.qkv.bias[rows])
         q, k, v = qkv.view(B, T, 3, n, self.head_dim).permute(2, 0, 3, 1, 4)
-        heads = self._attend(q, k, v, key_padding_mask)  # [B, n, T, Dh]
+        rel_bias = None if self.rel_bias is None else self.rel_bias[active]
+        heads = self._attend(q, k, v, key_padding_mask, rel_bias)  # [B, n, T, Dh]
         return F.linear(heads.transpose(1, 2).reshape(B, T, n * self.head_dim), self.out.weight[:, cols], self.out.bias)
 
-    def _attend(self, q, k, v, key_padding_mask):
+    def _attend(self, q, k, v, key_padding_mask, rel_bias=None):
+        """q, k, v [B, n, T, Dh]; rel_bias [n, 2 * max_len - 1] or None."""
+        T = q.shape[-2]
         mask = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]
+        if rel_bias is not None:
+            offsets = torch.arange(T)[None, :] - torch.arange(T)[:, None] + self.max_len - 1  # [T, T]
+            bias = REL_BIAS_SCALE * rel_bias[:, offsets][None]  # [1, n, T, T]
+            mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
         p = self.dropout if self.training else 0.0
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
 

@@ -1,0 +1,118 @@
+import math
+
+import pytest
+import torch
+
+from bab.gates import (
+    BudgetGates,
+    StaticGates,
+    budget_logit,
+    estimated_cost,
+    hard_topk_mask,
+    hard_topk_mask_with_floor,
+    num_heads_to_keep,
+    straight_through,
+    validate_budget,
+)
+from bab.evaluate import SWEEP_BUDGETS
+
+
+def random_gates(L=4, H=4, seed=0):
+    torch.manual_seed(seed)
+    gates = BudgetGates(L, H)
+    with torch.no_grad():
+        gates.theta.normal_(0, 2)
+        gates.raw_sensitivity.normal_(0, 1)
+    return gates
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_budget_gates_are_monotone_in_budget(seed):
+    gates = random_gates(seed=seed)
+    values = torch.stack([gates(b) for b in SWEEP_BUDGETS])  # [19, L, H]
+    assert torch.all(values[1:] >= values[:-1]), "every gate must be non-decreasing in b"
+    costs = [float(estimated_cost(v)) for v in values]
+    assert costs == sorted(costs)
+
+
+def test_budget_one_stays_finite_and_sensitivity_is_nonnegative():
+    gates = random_gates()
+    assert math.isfinite(budget_logit(1.0))
+    assert torch.isfinite(gates(1.0)).all()
+    assert torch.all(gates.sensitivity >= 0)
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1, 1.0001, 2, float("nan"), float("inf")])
+def test_budget_outside_unit_interval_raises_clear_error(bad):
+    with pytest.raises(ValueError, match=r"budget must lie in \(0, 1\]"):
+        validate_budget(bad)
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        BudgetGates(2, 2)(bad)
+
+
+@pytest.mark.parametrize("bad", ["0.5", None, True, [0.5]])
+def test_budget_of_wrong_type_raises(bad):
+    with pytest.raises(TypeError, match="budget must be a number"):
+        validate_budget(bad)
+
+
+def test_static_gates_ignore_budget_but_validate_it():
+    gates = StaticGates(2, 3)
+    torch.testing.assert_close(gates(0.2), gates(0.9))
+    with pytest.raises(ValueError):
+        gates(0.0)
+
+
+@pytest.mark.parametrize("L,H", [(2, 8), (4, 4), (6, 12), (1, 3)])
+@pytest.mark.parametrize("budget", SWEEP_BUDGETS)
+def test_hard_topk_keeps_exactly_ceil_b_times_heads(L, H, budget):
+    scores = torch.rand(L, H)
+    mask = hard_topk_mask(scores, budget)
+    expected = math.ceil(round(budget * L * H, 9))
+    assert int(mask.sum()) == expected
+    assert set(mask.unique().tolist()) <= {0.0, 1.0}
+    # the kept heads are the largest scores
+    kept_min = scores[mask.bool()].min()
+    if expected < L * H:
+        assert kept_min >= scores[~mask.bool()].max()
+
+
+def test_worked_example_of_method_notes():
+    # budget 0.10 on 16 heads -> 2 heads -> cost 0.125
+    assert num_heads_to_keep(0.10, 16) == 2
+    assert float(hard_topk_mask(torch.rand(2, 8), 0.10).mean()) == 0.125
+    # floating point: 0.3 * 10 = 3.0000000000000004 must still keep 3 heads
+    assert num_heads_to_keep(0.3, 10) == 3
+
+
+@pytest.mark.parametrize("budget", SWEEP_BUDGETS)
+def test_floor_variant_never_empties_a_layer(budget):
+    torch.manual_seed(1)
+    # one layer dominates every score, so a plain global top-k empties the others at low budgets
+    scores = torch.rand(4, 4)
+    scores[0] += 10
+    mask = hard_topk_mask_with_floor(scores, budget)
+    assert torch.all(mask.sum(dim=1) >= 1)
+    assert int(mask.sum()) == max(num_heads_to_keep(budget, 16), 4)
+
+
+def test_global_topk_can_empty_a_layer_that_the_floor_keeps():
+    scores = torch.tensor([[9.0, 8.0], [1.0, 0.5]])
+    assert hard_topk_mask(scores, 0.5)[1].sum() == 0
+    assert hard_topk_mask_with_floor(scores, 0.5)[1].sum() == 1
+
+
+def test_straight_through_forward_is_hard_and_gradient_is_soft():
+    soft = torch.tensor([0.2, 0.9, 0.6], requires_grad=True)
+    hard = torch.tensor([0.0, 1.0, 1.0])
+    out = straight_through(hard, soft)
+    assert torch.equal(out.detach(), hard)
+    (out * torch.tensor([1.0, 2.0, 3.0])).sum().backward()
+    torch.testing.assert_close(soft.grad, torch.tensor([1.0, 2.0, 3.0]))
+
+
+@pytest.mark.parametrize("kwargs", [dict(num_layers=0, num_heads=2), dict(num_layers=2, num_heads=2, temperature=0),
+                                    dict(num_layers=2, num_heads=2, eps=0.7)])
+def test_malformed_gate_configs_raise(kwargs):
+    with pytest.raises(ValueError):
+        BudgetGates(**kwargs)
