@@ -62,3 +62,20 @@ def is_monotone(values, increasing: bool = True, tol: float = 0.0) -> bool:
 def spearman(a, b) -> float:
     """Spearman rank correlation of two equally long score vectors (e.g. gates at two budgets)."""
     return float(pd.Series(np.ravel(a)).corr(pd.Series(np.ravel(b)), method="spearman"))
+
+
+def gates_are_monotone(model, budgets=SWEEP_BUDGETS) -> bool:
+    """Every single gate g_lh(b) is non-decreasing over ``budgets`` (sorted ascending)."""
+    stacked = np.stack(list(gates_by_budget(model, sorted(budgets)).values()))  # [n_budgets, L, H]
+    return bool(np.all(np.diff(stacked, axis=0) >= 0))
+
+
+@torch.no_grad()
+def topk_nested(model, budgets=SWEEP_BUDGETS) -> bool:
+    """Every head kept by hard top-k at a budget is also kept at every larger budget.
+
+    Monotone gates alone do not guarantee this (two gates with different sensitivities can
+    cross), so it is measured, as the paper reports it for BERT-Mini.
+    """
+    masks = [model.head_mask_for(b).bool() for b in sorted(budgets)]
+    return all(bool(torch.all(~low | high)) for low, high in zip(masks, masks[1:], strict=False))

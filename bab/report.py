@@ -31,7 +31,8 @@ import time
 import traceback
 from pathlib import Path
 
-PROFILES = ("smoke", "quick", "paper")
+from bab.profiles import PROFILE_NAMES as PROFILES
+
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 KERNEL_ENV = {"BAB_HEADLESS": "1", "MPLBACKEND": "Agg"}
 

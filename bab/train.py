@@ -85,11 +85,17 @@ def seed_everything(seed: int) -> None:
 
 def warm_start(gated_model: torch.nn.Module, dense_model: torch.nn.Module) -> torch.nn.Module:
     """Copy every dense weight into a gated model of the same shape; the gates keep their init."""
-    missing, unexpected = gated_model.load_state_dict(dense_model.state_dict(), strict=False)
-    if unexpected or any(not name.startswith("gates.") for name in missing):
+    gated_state, dense_state = gated_model.state_dict(), dense_model.state_dict()
+    missing = [k for k in gated_state if k not in dense_state and not k.startswith("gates.")]
+    unexpected = [k for k in dense_state if k not in gated_state]
+    mismatched = [k for k in dense_state if k in gated_state and dense_state[k].shape != gated_state[k].shape]
+    if missing or unexpected or mismatched:
         raise ValueError(
-            f"dense and gated models differ beyond the gates: missing {missing}, unexpected {unexpected}"
+            "dense and gated models differ beyond the gates: "
+            f"missing {missing}, unexpected {unexpected}, shape mismatch {mismatched}; "
+            "build the gated model from the dense model's config with only `gates` changed"
         )
+    gated_model.load_state_dict(dense_state, strict=False)
     return gated_model
 
 

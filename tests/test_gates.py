@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+from bab.evaluate import SWEEP_BUDGETS
 from bab.gates import (
     BudgetGates,
     StaticGates,
@@ -14,7 +15,6 @@ from bab.gates import (
     straight_through,
     validate_budget,
 )
-from bab.evaluate import SWEEP_BUDGETS
 
 
 def random_gates(L=4, H=4, seed=0):

@@ -81,3 +81,19 @@ def build_synthetic(config: SyntheticConfig) -> tuple[TensorDataset, TensorDatas
     train = make_marked_token_examples(config.num_train, config, generator)
     val = make_marked_token_examples(config.num_val, config, generator)
     return TensorDataset(*train), TensorDataset(*val)
+
+
+def describe_example(input_ids: torch.Tensor, label, config: SyntheticConfig) -> str:
+    """One sequence as text: markers as '^', marked values in brackets, filler as '.'."""
+    names = {PAD: "_", CLS: "C", MARK: "^"}
+    tokens, after_mark = [], False
+    for token in input_ids.tolist():
+        if token in names:
+            text = names[token]
+        elif token < FIRST_VALUE + config.num_values:
+            text = f"[{token - FIRST_VALUE}]" if after_mark else str(token - FIRST_VALUE)
+        else:
+            text = "."
+        after_mark = token == MARK
+        tokens.append(text)
+    return f"label {int(label)}: " + "".join(tokens)

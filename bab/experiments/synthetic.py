@@ -157,3 +157,9 @@ def deployment_accounting(num_budgets: int) -> pd.DataFrame:
 @cache
 def _cached_data(config: SyntheticConfig):
     return build_synthetic(config)
+
+
+def result_row(method: str, budget: float, stats) -> dict:
+    """One row of the results JSON (see ``bab.report.save_results``) from evaluation stats."""
+    return {"experiment": EXPERIMENT, "method": method, "budget": round(float(budget), 4),
+            "cost": float(stats["cost"]), "accuracy": float(stats["accuracy"]), "speedup": None}

@@ -1,0 +1,42 @@
+"""The benchmark command runs and reports consistent figures (no timing thresholds here)."""
+
+import math
+
+import pytest
+
+from bab.bench import bench_custom, count_flops, format_custom, main
+
+
+def test_bench_custom_reports_kept_heads_and_flop_limit():
+    result = bench_custom(0.5, batch_size=2, seq_len=16, d_model=32, num_heads=4, num_layers=2, d_ff=64,
+                          warmup=1, repeats=3)
+    assert result["heads_kept"] == math.ceil(0.5 * 8)
+    assert result["heads_total"] == 8
+    assert result["dense_ms"] > 0 and result["skip_ms"] > 0
+    assert result["measured_speedup"] == pytest.approx(result["dense_ms"] / result["skip_ms"])
+    # skipping half the heads removes attention FLOPs, but never the embeddings, MLPs or classifier
+    assert 1.0 < result["analytic_speedup"] < 2.0
+    text = format_custom(result)
+    assert "measured speed-up" in text and "analytic limit" in text
+
+
+def test_full_budget_has_no_analytic_gain():
+    result = bench_custom(1.0, batch_size=2, seq_len=8, d_model=16, num_heads=2, num_layers=1, d_ff=32,
+                          warmup=0, repeats=1)
+    assert result["analytic_speedup"] == pytest.approx(1.0)
+
+
+def test_count_flops_counts_a_matmul():
+    import torch
+
+    a, b = torch.ones(4, 5), torch.ones(5, 6)
+    assert count_flops(lambda: a @ b) == 2 * 4 * 5 * 6
+
+
+def test_cli_prints_figures_and_rejects_bad_budgets(capsys):
+    assert main(["custom", "--budget", "0.5", "--batch-size", "1", "--seq-len", "8", "--d-model", "16",
+                 "--num-heads", "2", "--num-layers", "1", "--d-ff", "16", "--warmup", "0", "--repeats", "1"]) == 0
+    assert "measured speed-up" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["custom", "--budget", "1.5"])
+    assert "budget must lie in (0, 1]" in capsys.readouterr().err

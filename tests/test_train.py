@@ -1,0 +1,110 @@
+"""The training loop and its objectives, on tiny models (a few seconds in all)."""
+
+import copy
+
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+from bab.models.encoder import EncoderClassifier, EncoderConfig
+from bab.train import TrainConfig, parameter_groups, train, warm_start
+
+
+def tiny(gates=None, seed=0):
+    torch.manual_seed(seed)
+    return EncoderClassifier(EncoderConfig(vocab_size=12, num_classes=2, max_len=8, d_model=16, num_heads=4,
+                                           num_layers=2, d_ff=32, gates=gates))
+
+
+def toy_data(n=256, seed=0):
+    # label = whether token 5 occurs anywhere: learnable in a few epochs
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, 12, (n, 8), generator=g)
+    ids[:, 0] = 1
+    return TensorDataset(ids, (ids == 5).any(1).long())
+
+
+def test_dense_training_lowers_the_loss_and_is_deterministic():
+    data = toy_data()
+    config = TrainConfig(objective="dense", epochs=4, batch_size=32, lr=3e-3, seed=1)
+    a, b = tiny(), tiny()
+    ra = train(a, data, config, progress=False)
+    rb = train(b, data, config, progress=False)
+    assert ra.history[-1]["loss"] < ra.history[0]["loss"]
+    assert [r["loss"] for r in ra.history] == [r["loss"] for r in rb.history]
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        assert torch.equal(pa, pb)
+
+
+def test_budgeted_training_pulls_cost_towards_the_budget():
+    model = tiny("budget")
+    with torch.no_grad():
+        model.gates.theta.fill_(3.0)  # start far over budget: C(0.3) ~ 0.9
+    before = float(model.gates(0.3).mean())
+    config = TrainConfig(objective="budgeted", epochs=4, batch_size=32, lambda_cost=0.5, lambda_viol=20.0, gate_lr=0.3)
+    history = train(model, toy_data(), config, progress=False).history
+    assert float(model.gates(0.3).mean()) < before - 0.2
+    assert all(0 < row["cost"] <= 1 for row in history)
+
+
+def test_static_objective_trains_toward_its_fixed_budget():
+    model = tiny("static")
+    config = TrainConfig(objective="static", budget=0.25, epochs=4, batch_size=32, lambda_cost=0.5, lambda_viol=20.0,
+                         gate_lr=0.3)
+    train(model, toy_data(), config, progress=False)
+    assert float(model.gates().mean()) < 0.45  # started at 0.5
+
+
+def test_hard_adaptation_updates_weights_and_leaves_the_teacher_alone():
+    teacher = tiny("budget", seed=3)
+    student = copy.deepcopy(teacher)
+    teacher_state = copy.deepcopy(teacher.state_dict())
+    config = TrainConfig(objective="hard_adapt", epochs=1, batch_size=64, lr=1e-3)
+    train(student, toy_data(), config, teacher=teacher, progress=False)
+    for name, value in teacher.state_dict().items():
+        assert torch.equal(value, teacher_state[name]), name
+    assert any(not torch.equal(a, b) for a, b in zip(student.state_dict().values(), teacher_state.values()))
+
+
+def test_warm_start_copies_dense_weights_and_keeps_gates():
+    dense, gated = tiny(), tiny("budget", seed=5)
+    gates_before = gated.gates.theta.detach().clone()
+    warm_start(gated, dense)
+    assert torch.equal(gated.layers[0].attn.qkv.weight, dense.layers[0].attn.qkv.weight)
+    assert torch.equal(gated.gates.theta, gates_before)
+    with pytest.raises(ValueError, match="differ beyond the gates"):
+        warm_start(EncoderClassifier(EncoderConfig(vocab_size=12, num_classes=3, max_len=8, d_model=16, num_heads=4,
+                                                   num_layers=1, d_ff=32, gates="budget")), dense)
+
+
+def test_gates_get_their_own_learning_rate_without_weight_decay():
+    groups = parameter_groups(tiny("budget"), TrainConfig(objective="budgeted", lr=1e-3, gate_lr=1e-2))
+    assert len(groups) == 2
+    assert groups[1]["lr"] == 1e-2 and groups[1]["weight_decay"] == 0.0
+    assert len(groups[1]["params"]) == 2  # theta and raw sensitivity
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(objective="sgd"), "objective must be one of"),
+        (dict(objective="static"), "needs budget"),
+        (dict(objective="static", budget=1.5), r"\(0, 1\]"),
+        (dict(objective="dense", budget=0.5), "only for objective='static'"),
+        (dict(epochs=0), "epochs"),
+        (dict(lr=-1.0), "lr"),
+        (dict(budget_min=0.0), r"\(0, 1\]"),
+    ],
+)
+def test_malformed_train_configs_raise(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig(**kwargs)
+
+
+def test_objective_and_model_mismatch_raise():
+    with pytest.raises(ValueError, match="needs a model with gates"):
+        train(tiny(), toy_data(), TrainConfig(objective="budgeted"), progress=False)
+    with pytest.raises(ValueError, match="teacher"):
+        train(tiny("budget"), toy_data(), TrainConfig(objective="hard_adapt"), progress=False)
+    with pytest.raises(ValueError, match="gates='static'"):
+        train(tiny("budget"), toy_data(), TrainConfig(objective="static", budget=0.5), progress=False)
