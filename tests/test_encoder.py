@@ -82,7 +82,7 @@ def test_hard_mode_trains_the_gates_through_straight_through():
 def test_soft_cost_is_mean_gate_mass():
     model = make_model()
     out = model(batch(), budget=0.4, mode="soft")
-    assert float(out.cost) == pytest.approx(model.gates(0.4).detach().mean().item())
+    assert out.cost.detach().item() == pytest.approx(model.gates(0.4).detach().mean().item())
 
 
 @pytest.mark.parametrize(
