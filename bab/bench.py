@@ -124,7 +124,8 @@ def format_custom(result: dict) -> str:
         f"budget {result['budget']:.2f}: {result['heads_kept']}/{result['heads_total']} heads kept",
         f"dense        {result['dense_ms']:9.2f} ms   {result['dense_gflops']:.3f} GFLOP",
         f"hard skip    {result['skip_ms']:9.2f} ms   {result['skip_gflops']:.3f} GFLOP",
-        f"measured speed-up {result['measured_speedup']:.2f}x   analytic limit (FLOP ratio) {result['analytic_speedup']:.2f}x",
+        f"measured speed-up {result['measured_speedup']:.2f}x   "
+        f"analytic limit (FLOP ratio) {result['analytic_speedup']:.2f}x",
     ])
 
 

@@ -38,7 +38,8 @@ def budget_view(model, data, budget: float, mode: str = "soft", ax_gates=None, a
     sns.heatmap(gates, vmin=0, vmax=1, cmap="viridis", ax=ax_gates, square=True, cbar=False)
     ax_gates.set_xlabel("head")
     ax_gates.set_ylabel("layer")
-    ax_gates.set_title(f"b={budget:.2f} ({mode}): cost {stats['cost']:.3f}, accuracy {stats['accuracy']:.1f}%", fontsize=9)
+    title = f"b={budget:.2f} ({mode}): cost {stats['cost']:.3f}, accuracy {stats['accuracy']:.1f}%"
+    ax_gates.set_title(title, fontsize=9)
     return stats
 
 
@@ -65,7 +66,7 @@ def budget_explorer(model, data, interactive: bool | None = None, static_budgets
         display(widgets.VBox([widgets.HBox([slider, mode]), output]))
         return
     fig, axes = plt.subplots(1, len(static_budgets), figsize=(3.2 * len(static_budgets), 3))
-    for ax, b in zip(axes, static_budgets):
+    for ax, b in zip(axes, static_budgets, strict=True):
         budget_view(model, data, b, "soft", ax_gates=ax)
     fig.suptitle("Budget explorer (static: open the notebook in JupyterLab for the slider)")
     fig.tight_layout()

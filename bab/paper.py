@@ -92,5 +92,7 @@ def comparison_table(rows, experiments=None) -> pd.DataFrame:
     columns = [*KEYS, "cost (paper)", "cost (ours)", "accuracy (paper)", "accuracy (ours)", "accuracy gap",
                "speedup (paper)", "speedup (ours)"]
     order = {name: i for i, name in enumerate(dict.fromkeys(list(paper.experiment) + list(ours.experiment)))}
-    table = table[columns].sort_values(["experiment", "method", "budget"], key=lambda s: s.map(order) if s.name == "experiment" else s)
+    table = table[columns].sort_values(
+        ["experiment", "method", "budget"], key=lambda s: s.map(order) if s.name == "experiment" else s
+    )
     return table.dropna(axis=1, how="all").reset_index(drop=True)

@@ -20,7 +20,7 @@ def gate_heatmaps(gates_by_budget: dict, max_cols: int = 5, title: str = "Soft g
     fig, axes = plt.subplots(rows, cols, figsize=(0.35 * H * cols + 1.5, 0.45 * L * rows + 1.2), squeeze=False)
     for ax in axes.flat[len(budgets):]:
         ax.set_visible(False)
-    for ax, b in zip(axes.flat, budgets):
+    for ax, b in zip(axes.flat, budgets, strict=False):
         g = np.asarray(gates_by_budget[b])
         sns.heatmap(g, vmin=0, vmax=1, cmap="viridis", cbar=False, ax=ax, square=True,
                     xticklabels=range(H), yticklabels=range(L))

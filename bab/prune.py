@@ -22,7 +22,8 @@ def head_importance(model, val_data, batch_size: int = 256) -> torch.Tensor:
         for head in range(H):
             mask = torch.ones(L, H)
             mask[layer, head] = 0.0
-            scores[layer, head] = evaluate(model, val_data, mode="hard", head_mask=mask, batch_size=batch_size)["loss"] - base
+            masked = evaluate(model, val_data, mode="hard", head_mask=mask, batch_size=batch_size)
+            scores[layer, head] = masked["loss"] - base
     return scores
 
 

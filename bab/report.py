@@ -204,7 +204,7 @@ def execute_notebook(src, out, profile, results_path, cwd):
         parameters={"profile": profile, "results_path": str(results_path), "interactive": False},
         kernel_name="python3",
         cwd=str(cwd),
-        progress_bar=False,
+        progress_bar=sys.stderr.isatty(),  # per-cell progress in a terminal; one line per notebook in logs
         log_output=False,
         extra_arguments=["--IPKernelApp.log_level=CRITICAL"],  # quiet kernel start/stop chatter on stderr
     )

@@ -35,9 +35,12 @@ def default_cache_root() -> Path:
 def canonical(config) -> str:
     """Canonical JSON of a (nested) config dict: sorted keys, no whitespace, floats as repr."""
     try:
-        return json.dumps({"schema": CACHE_SCHEMA, "config": config}, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return json.dumps({"schema": CACHE_SCHEMA, "config": config}, sort_keys=True, separators=(",", ":"),
+                          allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"run config must be JSON-serialisable plain data (dicts, lists, numbers, strings): {exc}") from exc
+        raise ValueError(
+            f"run config must be JSON-serialisable plain data (dicts, lists, numbers, strings): {exc}"
+        ) from exc
 
 
 def config_key(config) -> str:

@@ -141,7 +141,8 @@ def train(
     for epoch in range(config.epochs):
         model.train()
         sums = {"loss": 0.0, "correct": 0, "seen": 0, "cost": 0.0}
-        bar = tqdm(loader, desc=f"{config.objective} epoch {epoch + 1}/{config.epochs}", disable=not progress, leave=False)
+        desc = f"{config.objective} epoch {epoch + 1}/{config.epochs}"
+        bar = tqdm(loader, desc=desc, disable=not progress, leave=False)
         for input_ids, labels in bar:
             budget = _step_budget(config, budget_rng)
             out, loss = _objective_step(model, teacher, input_ids, labels, budget, config)

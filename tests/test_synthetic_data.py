@@ -12,7 +12,7 @@ def test_examples_follow_the_task_definition(num_filler):
     assert ids.shape == (512, 64)
     assert torch.all(ids[:, 0] == CLS)
     assert torch.all((ids == MARK).sum(1) == 2)
-    for row, label in zip(ids, labels):
+    for row, label in zip(ids, labels, strict=True):
         first, second = torch.nonzero(row == MARK).flatten().tolist()
         assert second >= first + 2 and second + 1 < len(row)
         v1, v2 = row[first + 1].item(), row[second + 1].item()

@@ -44,7 +44,8 @@ class SyntheticExperiment:
 
     def model_config(self, gates: str | None = None) -> EncoderConfig:
         d = self.profile.data
-        return EncoderConfig(vocab_size=d.vocab_size, num_classes=2, max_len=d.seq_len, gates=gates, **self.profile.model)
+        return EncoderConfig(vocab_size=d.vocab_size, num_classes=2, max_len=d.seq_len, gates=gates,
+                             **self.profile.model)
 
     def _lineage(self, model_config: EncoderConfig, train_config: TrainConfig, data_seed: int, parent: dict | None):
         return {
@@ -122,7 +123,8 @@ class SyntheticExperiment:
         for b in self.profile.posthoc_budgets:
             mask = posthoc_mask(importance, b)
             stats = evaluate(dense, val, mode="hard", head_mask=mask)
-            rows.append({"budget": b, "heads_kept": int(mask.sum()), "cost": stats["cost"], "accuracy": stats["accuracy"]})
+            rows.append({"budget": b, "heads_kept": int(mask.sum()), "cost": stats["cost"],
+                         "accuracy": stats["accuracy"]})
         return pd.DataFrame(rows), importance
 
     # -- sweeps and accounting -------------------------------------------------------------
@@ -133,7 +135,8 @@ class SyntheticExperiment:
 
 def hard_topk_is_exact(sweep: pd.DataFrame, total_heads: int) -> bool:
     """Hard sweep rows keep exactly ceil(b * L * H) heads at every budget."""
-    return all(abs(row.cost * total_heads - num_heads_to_keep(row.budget, total_heads)) < 1e-6 for row in sweep.itertuples())
+    return all(abs(row.cost * total_heads - num_heads_to_keep(row.budget, total_heads)) < 1e-6
+               for row in sweep.itertuples())
 
 
 def monotone_verdict(sweep: pd.DataFrame) -> str:
