@@ -29,7 +29,8 @@ def random_gates(L=4, H=4, seed=0):
 @pytest.mark.parametrize("seed", range(5))
 def test_budget_gates_are_monotone_in_budget(seed):
     gates = random_gates(seed=seed)
-    values = torch.stack([gates(b) for b in SWEEP_BUDGETS])  # [19, L, H]
+    with torch.no_grad():
+        values = torch.stack([gates(b) for b in SWEEP_BUDGETS])  # [19, L, H]
     assert torch.all(values[1:] >= values[:-1]), "every gate must be non-decreasing in b"
     costs = [float(estimated_cost(v)) for v in values]
     assert costs == sorted(costs)
