@@ -137,7 +137,7 @@ class MultiHeadSelfAttention(nn.Module):
         if n == 0:  # a global top-k may empty a layer: the sublayer then adds only its bias
             return self.out.bias.expand(B, T, D)
         # rows of the fused qkv weight that belong to the active heads, for q, k and v
-        cols = (active[:, None] * self.head_dim + torch.arange(self.head_dim)).flatten()  # [n*Dh]
+        cols = (active[:, None] * self.head_dim + torch.arange(self.head_dim, device=x.device)).flatten()  # [n*Dh]
         rows = torch.cat([cols, cols + D, cols + 2 * D])
         qkv = F.linear(x, self.qkv.weight[rows], self.qkv.bias[rows])
         q, k, v = qkv.view(B, T, 3, n, self.head_dim).permute(2, 0, 3, 1, 4)
@@ -150,7 +150,8 @@ class MultiHeadSelfAttention(nn.Module):
         T = q.shape[-2]
         mask = None if key_padding_mask is None else ~key_padding_mask[:, None, None, :]
         if rel_bias is not None:
-            offsets = torch.arange(T)[None, :] - torch.arange(T)[:, None] + self.max_len - 1  # [T, T]
+            pos = torch.arange(T, device=q.device)
+            offsets = pos[None, :] - pos[:, None] + self.max_len - 1  # [T, T]: key minus query offset
             bias = REL_BIAS_SCALE * rel_bias[:, offsets][None]  # [1, n, T, T]
             mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
         p = self.dropout if self.training else 0.0
