@@ -6,9 +6,9 @@ Objectives (METHOD_NOTES.md, section 1):
 - ``budgeted``: Eq. 5 with b ~ U[budget_min, 1] sampled per batch, soft gates.
   From scratch or from a dense warm start (copy the dense weights into a gated model first).
 - ``static``: Eq. 5 at one fixed budget with budget-free gates (one specialist per budget).
-- ``hard_adapt``: Eq. 6; b sampled per batch, the forward pass uses the hard top-k mask with a
-  straight-through gradient to the soft gates, distilled from a frozen soft-gated teacher at the
-  same budget.
+- ``hard_adapt``: Eq. 6; b sampled per batch (or fixed, for a static specialist), the forward
+  pass uses the hard top-k mask with a straight-through gradient to the soft gates, distilled
+  from a frozen soft-gated teacher at the same budget.
 
 On CPU the Accelerator is a thin wrapper; the same code runs under ``accelerate launch``.
 """
@@ -43,7 +43,7 @@ class TrainConfig:
     warmup_fraction: float = 0.05
     grad_clip: float = 1.0
     seed: int = 0  # the optimisation seed
-    budget: float | None = None  # static only: the one budget the specialist is trained for
+    budget: float | None = None  # static: the specialist's budget; hard_adapt: a fixed budget instead of sampling
     budget_min: float = 0.1  # budgeted / hard_adapt: b ~ U[budget_min, 1]
     lambda_cost: float = 0.0
     lambda_viol: float = 0.0
@@ -57,12 +57,14 @@ class TrainConfig:
             raise ValueError(f"epochs and batch_size must be >= 1, got {self.epochs} and {self.batch_size}")
         if self.lr <= 0 or self.gate_lr <= 0:
             raise ValueError(f"TrainConfig.lr and gate_lr must be > 0, got {self.lr} and {self.gate_lr}")
-        if self.objective == "static":
-            if self.budget is None:
-                raise ValueError("TrainConfig(objective='static') needs budget=<the fixed budget in (0, 1]>")
+        if self.objective == "static" and self.budget is None:
+            raise ValueError("TrainConfig(objective='static') needs budget=<the fixed budget in (0, 1]>")
+        if self.budget is not None:
+            if self.objective not in ("static", "hard_adapt"):
+                raise ValueError(
+                    f"TrainConfig.budget is only for objective='static' or 'hard_adapt' (got {self.objective!r})"
+                )
             validate_budget(self.budget)
-        elif self.budget is not None:
-            raise ValueError(f"TrainConfig.budget is only for objective='static' (got objective={self.objective!r})")
         validate_budget(self.budget_min)
         if self.lambda_cost < 0 or self.lambda_viol < 0:
             raise ValueError("lambda_cost and lambda_viol must be >= 0")
@@ -75,6 +77,7 @@ class TrainConfig:
 class TrainResult:
     history: list[dict] = field(default_factory=list)  # one row per epoch
     seconds: float = 0.0
+    selected_epoch: int | None = None  # the epoch whose weights were kept (None: the last)
 
 
 def seed_everything(seed: int) -> None:
@@ -106,11 +109,13 @@ def train(
     teacher: torch.nn.Module | None = None,
     progress: bool = True,
     on_epoch_end=None,
+    select=None,
 ) -> TrainResult:
     """Train ``model`` in place. ``teacher`` (a soft-gated model) is required for hard_adapt.
 
     ``on_epoch_end(model) -> dict`` (optional, e.g. a validation pass) is merged into each
-    epoch's history row.
+    epoch's history row. ``select(model) -> float`` (optional, higher is better, computed on
+    validation data) picks the checkpoint: the best epoch's weights are restored at the end.
     """
     import time
 
@@ -137,6 +142,7 @@ def train(
     budget_rng = random.Random(config.seed)
 
     result = TrainResult()
+    best = None  # (selection score, epoch, state dict)
     start = time.perf_counter()
     for epoch in range(config.epochs):
         model.train()
@@ -161,13 +167,21 @@ def train(
         seen = sums["seen"]
         row = {"epoch": epoch + 1, "loss": sums["loss"] / seen, "train_accuracy": 100.0 * sums["correct"] / seen,
                "cost": sums["cost"] / seen}
+        unwrapped = accelerator.unwrap_model(model)
         if on_epoch_end is not None:
-            row.update(on_epoch_end(accelerator.unwrap_model(model)))
-            model.train()
+            row.update(on_epoch_end(unwrapped))
+        if select is not None:
+            row["selection"] = float(select(unwrapped))
+            if best is None or row["selection"] > best[0]:
+                best = (row["selection"], epoch + 1, copy.deepcopy(unwrapped.state_dict()))
+        model.train()
         result.history.append(row)
         if progress:
             tqdm.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
     result.seconds = time.perf_counter() - start
+    if best is not None:
+        accelerator.unwrap_model(model).load_state_dict(best[2])
+        result.selected_epoch = best[1]
     accelerator.unwrap_model(model).eval()
     return result
 
@@ -187,7 +201,7 @@ def parameter_groups(model: torch.nn.Module, config: TrainConfig) -> list[dict]:
 def _step_budget(config: TrainConfig, rng: random.Random) -> float | None:
     if config.objective == "dense":
         return None
-    if config.objective == "static":
+    if config.budget is not None:  # static, or hard adaptation of one specialist
         return config.budget
     return rng.uniform(config.budget_min, 1.0)
 

@@ -91,7 +91,7 @@ def test_gates_get_their_own_learning_rate_without_weight_decay():
         (dict(objective="sgd"), "objective must be one of"),
         (dict(objective="static"), "needs budget"),
         (dict(objective="static", budget=1.5), r"\(0, 1\]"),
-        (dict(objective="dense", budget=0.5), "only for objective='static'"),
+        (dict(objective="dense", budget=0.5), "only for objective='static' or 'hard_adapt'"),
         (dict(epochs=0), "epochs"),
         (dict(lr=-1.0), "lr"),
         (dict(budget_min=0.0), r"\(0, 1\]"),
@@ -109,3 +109,20 @@ def test_objective_and_model_mismatch_raise():
         train(tiny("budget"), toy_data(), TrainConfig(objective="hard_adapt"), progress=False)
     with pytest.raises(ValueError, match="gates='static'"):
         train(tiny("budget"), toy_data(), TrainConfig(objective="static", budget=0.5), progress=False)
+
+
+def test_selection_restores_the_best_epoch():
+    data = toy_data()
+    scores = iter([0.5, 0.9, 0.1])
+    snapshots = []
+
+    def select(model):
+        snapshots.append({k: v.clone() for k, v in model.state_dict().items()})
+        return next(scores)
+
+    model = tiny()
+    result = train(model, data, TrainConfig(objective="dense", epochs=3, batch_size=64), progress=False, select=select)
+    assert result.selected_epoch == 2
+    assert [row["selection"] for row in result.history] == [0.5, 0.9, 0.1]
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, snapshots[1][name]), name

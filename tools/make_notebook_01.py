@@ -65,7 +65,6 @@ from bab.experiments.synthetic import (
     deployment_accounting,
     hard_topk_is_exact,
     monotone_verdict,
-    result_row,
 )
 from bab.interactive import budget_explorer
 from bab.profiles import get_profile
@@ -204,14 +203,14 @@ print(f"Spearman rank correlation of gates at b=0.25 and b=0.75: "
 
 Every method on one plot; the line is the 19-budget sweep of the single budgeted checkpoint."""),
     code("""rows = [
-    result_row("dense", 1.0, dense_stats),
-    *[result_row("budgeted from scratch", 0.5, r) for r in [scratch.mean(numeric_only=True)]],
-    *[result_row("warm-start budgeted", r["budget"], r) for r in warm_points.to_dict("records") if r["budget"] < 1],
-    *[result_row("warm-start static", r["budget"], r) for r in static_rows],
-    *[result_row("post-hoc pruning", r["budget"], r) for r in posthoc.to_dict("records")],
-    *[result_row("budgeted hard skip, adapted", r["budget"], {"cost": r["hard cost"], "accuracy": r["hard, adapted"]})
+    exp.result_row("dense", 1.0, dense_stats),
+    *[exp.result_row("budgeted from scratch", 0.5, r) for r in [scratch.mean(numeric_only=True)]],
+    *[exp.result_row("warm-start budgeted", r["budget"], r) for r in warm_points.to_dict("records") if r["budget"] < 1],
+    *[exp.result_row("warm-start static", r["budget"], r) for r in static_rows],
+    *[exp.result_row("post-hoc pruning", r["budget"], r) for r in posthoc.to_dict("records")],
+    *[exp.result_row("budgeted hard skip, adapted", r["budget"], {"cost": r["hard cost"], "accuracy": r["hard, adapted"]})
       for r in hard_table.to_dict("records")],
-    result_row("budgeted sweep, lowest point", sweep.budget.iloc[0], sweep.iloc[0]),
+    exp.result_row("budgeted sweep, lowest point", sweep.budget.iloc[0], sweep.iloc[0]),
 ]
 points = pd.DataFrame(rows)
 fig = plots.pareto_plot(points, sweep=sweep, title=f"synthetic task, profile {P.name}")

@@ -1,0 +1,136 @@
+"""The steps every budgeted-attention study shares, whatever the data.
+
+A study owns one profile (sizes, epochs, hyperparameters), a train / validation / evaluation
+split and an encoder shape. Each method trains one model of the paper's comparison (dense,
+warm-start budgeted, static specialists, hard adaptation, post-hoc pruning) through the run
+cache, keyed by the model's whole lineage: data, model, training, and for warm starts the run it
+started from. Subclasses say where the data comes from and how checkpoints are selected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pandas as pd
+import torch
+
+from bab.evaluate import budget_sweep, evaluate
+from bab.models.encoder import EncoderClassifier, EncoderConfig
+from bab.prune import head_importance, posthoc_mask
+from bab.runs import RunCache
+from bab.train import TrainConfig, seed_everything, train, warm_start
+
+
+class BudgetedStudy:
+    experiment: str = ""  # the name used in result rows and run-cache folders
+    eval_split: str = "val"  # the split results are reported on ("val" or "test")
+
+    def __init__(self, profile, cache: RunCache | None = None, progress: bool = True):
+        self.profile = profile
+        self.cache = cache if cache is not None else RunCache()
+        self.progress = progress
+
+    # -- what a subclass provides ----------------------------------------------------------
+
+    def splits(self, data_seed=None) -> dict:
+        """{"train": ..., "val": ..., "test": ...} TensorDatasets of (input_ids, labels)."""
+        raise NotImplementedError
+
+    def data_lineage(self, data_seed=None) -> dict:
+        """Everything that determines the data, for the run-cache key."""
+        raise NotImplementedError
+
+    def model_config(self, gates: str | None = None) -> EncoderConfig:
+        raise NotImplementedError
+
+    def selection(self, train_config: TrainConfig):
+        """``select(model) -> float`` on validation data, or None to keep the last epoch."""
+        return None
+
+    @property
+    def default_seed(self) -> int:
+        return self.profile.seed
+
+    # -- training through the cache --------------------------------------------------------
+
+    def _train_cached(self, name, model_config, train_config, data_seed=None, parent=None, init=None, teacher=None):
+        """Build, (warm-)initialise and train one model, or load it from the run cache."""
+        lineage = {
+            "experiment": self.experiment,
+            "data": self.data_lineage(data_seed),
+            "model": model_config.to_dict(),
+            "train": train_config.to_dict(),
+            "parent": parent,
+        }
+        seed_everything(train_config.seed)
+        model = EncoderClassifier(model_config)
+        train_set = self.splits(data_seed)["train"]
+
+        def fit(model):
+            if init is not None:
+                warm_start(model, init)
+            result = train(model, train_set, train_config, teacher=teacher, progress=self.progress,
+                           select=self.selection(train_config))
+            return {"history": result.history, "train_seconds": result.seconds,
+                    "selected_epoch": result.selected_epoch}
+
+        metrics = self.cache.get_or_train(f"{self.experiment}-{name}", lineage, model, fit)
+        model.eval()
+        return model, metrics, lineage
+
+    # -- the methods of the paper's comparison ---------------------------------------------
+
+    def dense(self, data_seed=None, opt_seed=None):
+        seed = self.default_seed if opt_seed is None else opt_seed
+        return self._train_cached("dense", self.model_config(), replace(self.profile.dense, seed=seed), data_seed)
+
+    def budgeted_from_scratch(self, opt_seed=None):
+        seed = self.default_seed if opt_seed is None else opt_seed
+        return self._train_cached("scratch", self.model_config("budget"), replace(self.profile.scratch, seed=seed))
+
+    def warm_start_budgeted(self):
+        dense, _, dense_lineage = self.dense()
+        config = replace(self.profile.warm, seed=self.default_seed)
+        return self._train_cached("warm", self.model_config("budget"), config, parent=dense_lineage, init=dense)
+
+    def warm_start_static(self, budget: float):
+        dense, _, dense_lineage = self.dense()
+        config = replace(self.profile.static, budget=budget, seed=self.default_seed)
+        return self._train_cached("static", self.model_config("static"), config, parent=dense_lineage, init=dense)
+
+    def hard_adapted(self):
+        """Warm-start budgeted + straight-through hard top-k with distillation (Eq. 6), budgets sampled."""
+        soft, _, soft_lineage = self.warm_start_budgeted()
+        config = replace(self.profile.hard_adapt, seed=self.default_seed)
+        return self._train_cached("hard", self.model_config("budget"), config, parent=soft_lineage, init=soft,
+                                  teacher=soft)
+
+    def static_hard_adapted(self, budget: float):
+        """One static specialist adapted to hard skipping at its own budget (same recipe, fixed b)."""
+        soft, _, soft_lineage = self.warm_start_static(budget)
+        config = replace(self.profile.hard_adapt, budget=budget, seed=self.default_seed)
+        return self._train_cached("static-hard", self.model_config("static"), config, parent=soft_lineage,
+                                  init=soft, teacher=soft)
+
+    def posthoc(self, budgets) -> tuple[pd.DataFrame, torch.Tensor]:
+        """Dense post-hoc pruning: rank heads by validation-loss increase, keep top-k per budget."""
+        dense, _, _ = self.dense()
+        data = self.splits()
+        importance = head_importance(dense, data["val"])
+        rows = []
+        for b in budgets:
+            mask = posthoc_mask(importance, b)
+            stats = evaluate(dense, data[self.eval_split], mode="hard", head_mask=mask)
+            rows.append({"budget": b, "heads_kept": int(mask.sum()), "cost": stats["cost"],
+                         "accuracy": stats["accuracy"]})
+        return pd.DataFrame(rows), importance
+
+    def sweep(self, model, budgets, mode: str = "soft") -> pd.DataFrame:
+        return budget_sweep(model, self.splits()[self.eval_split], budgets, mode=mode)
+
+    def result_row(self, method: str, budget: float, stats, speedup: float | None = None) -> dict:
+        """One row of the results JSON (see ``bab.report.save_results``)."""
+        return {"experiment": self.experiment, "method": method, "budget": round(float(budget), 4),
+                "cost": None if stats.get("cost") is None else float(stats["cost"]),
+                "accuracy": None if stats.get("accuracy") is None else float(stats["accuracy"]),
+                "speedup": None if speedup is None else float(speedup)}
