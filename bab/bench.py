@@ -77,45 +77,85 @@ def bench_custom(
     warmup: int = 5,
     repeats: int = 20,
     seed: int = 0,
+    batches: list[torch.Tensor] | None = None,
+    positions: str = "relative",
 ) -> dict:
-    """Dense vs hard-skipping custom encoder at ``budget``: one process, one thread, same inputs."""
+    """Dense vs hard-skipping custom encoder at ``budget``: one process, one thread, same inputs.
+
+    ``batches`` (pre-tokenized [B, T] id tensors, e.g. real AG News test batches) replace the
+    random batch; the time is then one pass over all of them.
+    """
     from bab.models.encoder import EncoderClassifier, EncoderConfig
 
     budget = validate_budget(budget)
     torch.manual_seed(seed)
+    if batches is None:
+        batches = [torch.randint(1, vocab_size, (batch_size, seq_len))]
+    else:
+        vocab_size = max(vocab_size, int(max(b.max() for b in batches)) + 1)
+        seq_len = max(b.shape[1] for b in batches)
     config = EncoderConfig(vocab_size=vocab_size, num_classes=4, max_len=seq_len, d_model=d_model,
-                           num_heads=num_heads, num_layers=num_layers, d_ff=d_ff, gates="budget")
+                           num_heads=num_heads, num_layers=num_layers, d_ff=d_ff, gates="budget", positions=positions)
     model = EncoderClassifier(config).eval()
     with torch.no_grad():  # random, distinct head logits so the top-k at this budget is a real choice
         model.gates.theta.copy_(torch.randn_like(model.gates.theta))
-    input_ids = torch.randint(1, vocab_size, (batch_size, seq_len))
     mask = model.head_mask_for(budget)
-
-    def dense():
-        return model(input_ids, mode="dense")
-
-    def skip():
-        return model(input_ids, mode="skip", head_mask=mask)
-
-    with torch.no_grad(), single_thread():
-        torch.testing.assert_close(skip().logits, model(input_ids, mode="hard", head_mask=mask).logits,
-                                   rtol=1e-4, atol=1e-4)
-        flops = {"dense": count_flops(dense), "skip": count_flops(skip)}
-        timings = time_side_by_side({"dense": dense, "skip": skip}, warmup=warmup, repeats=repeats)
+    table = latency_table(
+        {"dense": (model, {"mode": "dense"}), "skip": (model, {"mode": "skip", "head_mask": mask})},
+        batches, warmup=warmup, repeats=repeats,
+    )
+    dense, skip = table.loc["dense"], table.loc["skip"]
+    n_examples = sum(len(b) for b in batches)
     return {
         "budget": budget,
         "heads_kept": int(mask.sum()),
         "heads_total": mask.numel(),
-        "dense_ms": timings["dense"].median_ms,
-        "skip_ms": timings["skip"].median_ms,
-        "measured_speedup": timings["dense"].median_ms / timings["skip"].median_ms,
-        "analytic_speedup": flops["dense"] / flops["skip"],
-        "dense_gflops": flops["dense"] / 1e9,
-        "skip_gflops": flops["skip"] / 1e9,
-        "shape": f"batch {batch_size} x len {seq_len}, d_model {d_model}, {num_layers} layers x {num_heads} heads",
+        "dense_ms": dense.ms,
+        "skip_ms": skip.ms,
+        "measured_speedup": skip.speedup,
+        "analytic_speedup": skip.analytic_limit,
+        "dense_gflops": dense.gflops,
+        "skip_gflops": skip.gflops,
+        "shape": f"{n_examples} examples in {len(batches)} batches, len {seq_len}, d_model {d_model}, "
+                 f"{num_layers} layers x {num_heads} heads",
         "repeats": repeats,
         "warmup": warmup,
     }
+
+
+def latency_table(configs: dict, batches: list[torch.Tensor], warmup: int = 2, repeats: int = 5,
+                  baseline: str = "dense"):
+    """Time a pass over ``batches`` for each named (model, forward kwargs), single-threaded.
+
+    Returns a DataFrame indexed by name with: ms (median over repeats, interleaved), speedup
+    (baseline ms / ms), gflops (FlopCounterMode, one pass), analytic_limit (baseline FLOPs / FLOPs)
+    and realised (the share of the limit's time saving that was measured:
+    (1 - ms / baseline ms) / (1 - 1 / analytic_limit); undefined when the limit is 1).
+    """
+    import pandas as pd
+
+    if baseline not in configs:
+        raise ValueError(f"latency_table needs the baseline {baseline!r} among the configs {list(configs)}")
+
+    def run(model, kwargs):
+        def one_pass():
+            for ids in batches:
+                model(ids, **kwargs)
+        return one_pass
+
+    passes = {name: run(model, kwargs) for name, (model, kwargs) in configs.items()}
+    with torch.no_grad(), single_thread():
+        flops = {name: count_flops(fn) for name, fn in passes.items()}
+        timings = time_side_by_side(passes, warmup=warmup, repeats=repeats)
+    rows = []
+    base_ms, base_flops = timings[baseline].median_ms, flops[baseline]
+    for name in configs:
+        ms, limit = timings[name].median_ms, base_flops / flops[name]
+        saving_limit = 1 - 1 / limit
+        rows.append({"config": name, "ms": ms, "speedup": base_ms / ms, "gflops": flops[name] / 1e9,
+                     "analytic_limit": limit,
+                     "realised": (1 - ms / base_ms) / saving_limit if abs(saving_limit) > 1e-9 else float("nan")})
+    return pd.DataFrame(rows).set_index("config")
 
 
 def format_custom(result: dict) -> str:
@@ -131,11 +171,23 @@ def format_custom(result: dict) -> str:
     ])
 
 
+def real_text_batches(dataset: str = "ag_news", profile: str = "quick") -> tuple[list[torch.Tensor], dict]:
+    """Pre-tokenized test batches of a text data set, and the encoder shape of that profile."""
+    from bab.experiments.text import TextStudy
+    from bab.profiles import get_profile
+
+    study = TextStudy(get_profile(f"{dataset}_custom", profile), experiment=f"{dataset}_custom")
+    return study.timing_batches(), dict(study.profile.model)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bab.bench", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="target", required=True)
     custom = sub.add_parser("custom", help="custom word-level encoder: dense vs hard head skipping")
     custom.add_argument("--budget", type=float, default=0.5, help="fraction of heads kept, in (0, 1]")
+    custom.add_argument("--data", choices=["random", "ag_news"], default="random",
+                        help="random ids, or real pre-tokenized AG News test batches with that study's model shape")
+    custom.add_argument("--profile", default="quick", help="with --data ag_news: whose sizes and model shape")
     custom.add_argument("--batch-size", type=int, default=64)
     custom.add_argument("--seq-len", type=int, default=128)
     custom.add_argument("--d-model", type=int, default=256)
@@ -146,12 +198,15 @@ def main(argv=None) -> int:
     custom.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args(argv)
     try:
-        result = bench_custom(
-            args.budget, batch_size=args.batch_size, seq_len=args.seq_len, d_model=args.d_model,
-            num_heads=args.num_heads, num_layers=args.num_layers, d_ff=args.d_ff,
-            warmup=args.warmup, repeats=args.repeats,
-        )
-    except (ValueError, TypeError) as exc:
+        shape = dict(d_model=args.d_model, num_heads=args.num_heads, num_layers=args.num_layers, d_ff=args.d_ff)
+        batches = None
+        if args.data == "ag_news":
+            batches, model = real_text_batches("ag_news", args.profile)
+            shape = {k: model[k] for k in ("d_model", "num_heads", "num_layers", "d_ff")}
+            shape["positions"] = model["positions"]
+        result = bench_custom(args.budget, batch_size=args.batch_size, seq_len=args.seq_len, warmup=args.warmup,
+                              repeats=args.repeats, batches=batches, **shape)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
         parser.error(str(exc))
     print(format_custom(result))
     return 0

@@ -40,3 +40,25 @@ def test_cli_prints_figures_and_rejects_bad_budgets(capsys):
     with pytest.raises(SystemExit):
         main(["custom", "--budget", "1.5"])
     assert "budget must lie in (0, 1]" in capsys.readouterr().err
+
+
+def test_latency_table_times_an_emptied_layer_and_reports_the_realised_share():
+    import torch
+
+    from bab.bench import latency_table
+    from bab.models.encoder import EncoderClassifier, EncoderConfig
+
+    torch.manual_seed(0)
+    model = EncoderClassifier(EncoderConfig(vocab_size=30, num_classes=2, max_len=12, d_model=16, num_heads=2,
+                                            num_layers=2, d_ff=32, gates="budget")).eval()
+    mask = torch.tensor([[1.0, 1.0], [0.0, 0.0]])  # a global top-k may leave a layer with no head
+    batches = [torch.randint(1, 30, (4, 12)) for _ in range(2)]
+    table = latency_table({"dense": (model, {"mode": "dense"}), "skip": (model, {"mode": "skip", "head_mask": mask})},
+                          batches, warmup=0, repeats=2)
+    assert list(table.index) == ["dense", "skip"]
+    assert table.loc["dense", "speedup"] == 1.0
+    assert table.loc["skip", "analytic_limit"] > 1.0
+    expected = (1 - table.loc["skip", "ms"] / table.loc["dense", "ms"]) / (1 - 1 / table.loc["skip", "analytic_limit"])
+    assert table.loc["skip", "realised"] == pytest.approx(expected)
+    with pytest.raises(ValueError, match="baseline"):
+        latency_table({"skip": (model, {"mode": "dense"})}, batches)

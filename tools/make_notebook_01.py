@@ -2,23 +2,11 @@
 
     python tools/make_notebook_01.py            # write the cells, no outputs
     python tools/make_notebook_01.py --execute  # ... then store fresh smoke-profile outputs
-
-``--execute`` runs the notebook with papermill at its default profile (smoke) against an empty
-run cache, so the stored outputs are what CI's nbval run recomputes, and strips the timestamps
-papermill and the kernel add so that a re-run only changes lines whose content changed.
 """
 
-import os
 import sys
-import tempfile
-from pathlib import Path
 
-import nbformat as nbf
-
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "01_synthetic.ipynb"
-
-md = nbf.v4.new_markdown_cell
-code = nbf.v4.new_code_cell
+from nbtools import code, md, parameters, write_notebook
 
 cells = [
     md(r"""# 01 · Synthetic marked-token task: one checkpoint, many attention budgets
@@ -41,14 +29,14 @@ static per-budget gates (0.25, 0.50), post-hoc pruning of the dense model (0.50,
 top-k with straight-through adaptation, the 19-budget sweep of one checkpoint, gate heatmaps,
 the accuracy–cost Pareto plot, the deployment accounting, and our numbers beside the paper's.
 
-The logic lives in `bab` (`bab.experiments.synthetic` for the steps); trained models are cached
+The logic lives in `bab` (`bab.experiments.study` holds the steps, `bab.experiments.synthetic` the
+data and model shape); trained models are cached
 by their full config under `.bab_cache/runs`, so a second run of this notebook only evaluates."""),
-    code(
+    parameters(
         """# Parameters (papermill overrides these; see run_all.sh)
 profile = "smoke"  # smoke (CI, < 2 min) | quick (default report, < 10 min) | paper (the paper's protocol)
 results_path = None  # where the report wants this notebook's result rows (JSON); None: don't write
-interactive = None  # None: budget slider in JupyterLab, static figure when headless""",
-        metadata={"tags": ["parameters"]},
+interactive = None  # None: budget slider in JupyterLab, static figure when headless"""
     ),
     code("""import os
 import time
@@ -60,12 +48,8 @@ from IPython.display import display
 
 from bab import paper, plots
 from bab.evaluate import evaluate, gates_are_monotone, gates_by_budget, spearman, topk_nested
-from bab.experiments.synthetic import (
-    SyntheticExperiment,
-    deployment_accounting,
-    hard_topk_is_exact,
-    monotone_verdict,
-)
+from bab.experiments.study import deployment_accounting, hard_topk_is_exact, monotone_verdict
+from bab.experiments.synthetic import SyntheticExperiment
 from bab.interactive import budget_explorer
 from bab.profiles import get_profile
 from bab.report import save_results
@@ -245,31 +229,5 @@ print(f"warm-start budgeted cost at b=0.5 stays within the budget (+0.05): {warm
 
 
 
-def strip_volatile_metadata(nb):
-    """Drop run timestamps and durations; keep tags and outputs."""
-    nb.metadata.pop("papermill", None)
-    for cell in nb.cells:
-        cell.metadata.pop("execution", None)
-        cell.metadata.pop("papermill", None)
-    return nb
-
-
-def main(execute: bool) -> None:
-    nb = nbf.v4.new_notebook(cells=cells)
-    for i, cell in enumerate(nb.cells):
-        cell.id = f"cell-{i:02d}"  # stable ids keep diffs small
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.metadata["language_info"] = {"name": "python"}
-    nbf.write(nb, NOTEBOOK)
-    if not execute:
-        return
-    import papermill
-
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ.update(BAB_CACHE_DIR=cache, BAB_HEADLESS="1", MPLBACKEND="Agg")
-        papermill.execute_notebook(str(NOTEBOOK), str(NOTEBOOK), kernel_name="python3", cwd=str(NOTEBOOK.parent))
-    nbf.write(strip_volatile_metadata(nbf.read(NOTEBOOK, as_version=4)), NOTEBOOK)
-
-
 if __name__ == "__main__":
-    main(execute="--execute" in sys.argv[1:])
+    write_notebook(cells, "01_synthetic.ipynb", execute="--execute" in sys.argv[1:])

@@ -14,7 +14,8 @@ from dataclasses import replace
 import pandas as pd
 import torch
 
-from bab.evaluate import budget_sweep, evaluate
+from bab.evaluate import budget_sweep, evaluate, is_monotone
+from bab.gates import num_heads_to_keep
 from bab.models.encoder import EncoderClassifier, EncoderConfig
 from bab.prune import head_importance, posthoc_mask
 from bab.runs import RunCache
@@ -134,3 +135,28 @@ class BudgetedStudy:
                 "cost": None if stats.get("cost") is None else float(stats["cost"]),
                 "accuracy": None if stats.get("accuracy") is None else float(stats["accuracy"]),
                 "speedup": None if speedup is None else float(speedup)}
+
+
+def hard_topk_is_exact(sweep: pd.DataFrame, total_heads: int) -> bool:
+    """Hard sweep rows keep exactly ceil(b * L * H) heads at every budget."""
+    return all(abs(row.cost * total_heads - num_heads_to_keep(row.budget, total_heads)) < 1e-6
+               for row in sweep.itertuples())
+
+
+def monotone_verdict(sweep: pd.DataFrame) -> str:
+    return f"cost monotone over {len(sweep)} budgets: {is_monotone(sweep.cost)}"
+
+
+def deployment_accounting(num_budgets: int) -> pd.DataFrame:
+    """Table 2 for K target budgets: fine-tune jobs and deployed artifacts of each method."""
+    K = num_budgets
+    rows = [
+        ("dense full", 1, 1, "single cost"),
+        ("dense post-hoc pruning", 1, K, "discrete (K masks)"),
+        ("dense post-hoc + recovery", 1 + K, K, "discrete (K recovered models)"),
+        ("warm-start static", 1 + K, K, "discrete (K specialists)"),
+        ("budgeted soft (warm start)", 2, 1, "continuous, estimated cost"),
+        ("budgeted hard-adapt", 3, 1, "continuous + structural"),
+    ]
+    return pd.DataFrame(rows, columns=["method", "fine-tune jobs", f"artifacts for {K} budgets", "control"])
+

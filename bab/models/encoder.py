@@ -135,7 +135,7 @@ class MultiHeadSelfAttention(nn.Module):
         active = torch.nonzero(head_mask, as_tuple=True)[0]
         n = active.numel()
         if n == 0:  # a global top-k may empty a layer: the sublayer then adds only its bias
-            return self.out.bias.expand(B, T, D)
+            return x.new_zeros(B, T, D) + self.out.bias
         # rows of the fused qkv weight that belong to the active heads, for q, k and v
         cols = (active[:, None] * self.head_dim + torch.arange(self.head_dim, device=x.device)).flatten()  # [n*Dh]
         rows = torch.cat([cols, cols + D, cols + 2 * D])

@@ -1,0 +1,75 @@
+"""A budgeted-attention study on a text-classification data set (paper sections 6.3-6.4).
+
+The data are the original CSV files (AG News, DBpedia14) resolved as in DESIGN.md; train and
+validation come from the training file, the held-out test split from the test file. Checkpoints
+are selected on validation; results are reported on test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cache
+
+import torch
+
+from bab.data.text import build_text_classification
+from bab.evaluate import evaluate
+from bab.experiments.study import BudgetedStudy
+from bab.models.encoder import EncoderConfig
+from bab.profiles import TextProfile
+from bab.runs import RunCache
+from bab.train import TrainConfig
+
+
+class TextStudy(BudgetedStudy):
+    eval_split = "test"
+
+    def __init__(self, profile: TextProfile, experiment: str, cache: RunCache | None = None, progress: bool = True,
+                 seed: int | None = None, data_path=None):
+        if seed is not None:
+            profile = replace(profile, seed=seed)
+        super().__init__(profile, cache, progress)
+        self.experiment = experiment
+        self.data_path = data_path
+
+    def build(self):
+        """(train, val, test, tokenizer, info) for the profile's sizes and seed (built once per process)."""
+        p = self.profile
+        return _cached_build(p.dataset, p.num_train, p.num_val, p.num_test, p.max_len, p.seed, p.max_vocab,
+                             None if self.data_path is None else str(self.data_path))
+
+    def splits(self, data_seed=None) -> dict:
+        built = self.build()
+        return {"train": built.train, "val": built.val, "test": built.test}
+
+    def data_lineage(self, data_seed=None) -> dict:
+        p = self.profile
+        # the source folder is not part of the key: the same CSV read from another path is the same data
+        return {"dataset": p.dataset, "num_train": p.num_train, "num_val": p.num_val, "num_test": p.num_test,
+                "max_len": p.max_len, "seed": p.seed, "max_vocab": p.max_vocab,
+                "vocab_size": self.build().tokenizer.vocab_size}
+
+    def model_config(self, gates: str | None = None) -> EncoderConfig:
+        built = self.build()
+        return EncoderConfig(vocab_size=built.tokenizer.vocab_size, num_classes=built.info["num_classes"],
+                             max_len=self.profile.max_len, gates=gates, **self.profile.model)
+
+    def selection(self, train_config: TrainConfig):
+        """Validation accuracy: dense as is; gated models at the budgets they serve."""
+        val = self.splits()["val"]
+        if train_config.objective == "dense":
+            return lambda model: evaluate(model, val)["accuracy"]
+        mode = "hard" if train_config.objective == "hard_adapt" else "soft"
+        budgets = [train_config.budget] if train_config.budget is not None else list(self.profile.budgets)
+        return lambda model: sum(evaluate(model, val, budget=b, mode=mode)["accuracy"] for b in budgets) / len(budgets)
+
+    def timing_batches(self) -> list[torch.Tensor]:
+        """Pre-tokenized test batches for the latency protocol."""
+        ids = self.splits()["test"].tensors[0][: self.profile.timing_examples]
+        return list(ids.split(self.profile.timing_batch_size))
+
+
+@cache
+def _cached_build(dataset, num_train, num_val, num_test, max_len, seed, max_vocab, path):
+    return build_text_classification(dataset, num_train=num_train, num_val=num_val, num_test=num_test,
+                                     max_len=max_len, seed=seed, max_vocab=max_vocab, path=path)

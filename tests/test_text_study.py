@@ -1,0 +1,67 @@
+"""TextStudy on a tiny generated AG-News-format CSV: data, cache keys, selection, timing batches."""
+
+import csv
+import random
+from dataclasses import replace
+
+import pytest
+
+from bab.experiments.text import TextStudy
+from bab.profiles import get_profile
+from bab.runs import RunCache
+
+TOPICS = [["goal", "match", "team"], ["market", "stock", "bank"], ["war", "minister", "vote"],
+          ["chip", "software", "web"]]
+
+
+def write_csv(path, rows_per_class, seed):
+    rng = random.Random(seed)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f, quoting=csv.QUOTE_ALL)
+        for label, words in enumerate(TOPICS, start=1):
+            for _ in range(rows_per_class):
+                body = " ".join(rng.choice(words + ["the", "a", "news"]) for _ in range(12))
+                writer.writerow([label, f"{words[0]} headline", body])
+
+
+@pytest.fixture
+def study(tmp_path):
+    folder = tmp_path / "ag_news"
+    folder.mkdir()
+    write_csv(folder / "train.csv", 30, seed=1)
+    write_csv(folder / "test.csv", 10, seed=2)
+    base = get_profile("ag_news_custom", "smoke")
+    profile = replace(base, num_train=64, num_val=24, num_test=24, max_len=16, timing_examples=20,
+                      timing_batch_size=8, dense=replace(base.dense, epochs=1), warm=replace(base.warm, epochs=1))
+    return TextStudy(profile, "ag_news_custom", cache=RunCache(tmp_path / "cache"), progress=False, data_path=folder)
+
+
+def test_splits_model_shape_and_timing_batches(study):
+    splits = study.splits()
+    assert [len(splits[k]) for k in ("train", "val", "test")] == [64, 24, 24]
+    config = study.model_config("budget")
+    assert config.vocab_size == study.build().tokenizer.vocab_size
+    assert config.num_classes == 4 and config.gates == "budget"
+    batches = study.timing_batches()
+    assert [len(b) for b in batches] == [8, 8, 4]
+
+
+def test_dense_is_cached_and_seeds_do_not_share_checkpoints(study, tmp_path):
+    _, first, lineage = study.dense()
+    _, second, _ = study.dense()
+    assert (first["cached"], second["cached"]) == (False, True)
+    assert first["selected_epoch"] == 1
+    other = TextStudy(study.profile, "ag_news_custom", cache=study.cache, progress=False, seed=7,
+                      data_path=study.data_path)
+    _, metrics, other_lineage = other.dense()
+    assert metrics["cached"] is False
+    assert other_lineage["data"]["seed"] == 7 and lineage["data"]["seed"] == 13
+
+
+def test_selection_scores_gated_models_at_the_budgets_they_serve(study):
+    model, _, _ = study.warm_start_budgeted()
+    select = study.selection(study.profile.warm)
+    score = select(model)
+    assert 0.0 <= score <= 100.0
+    static_select = study.selection(replace(study.profile.static, budget=0.25))
+    assert 0.0 <= static_select(model) <= 100.0
