@@ -136,10 +136,10 @@ _TEXT_HARD = TrainConfig(objective="hard_adapt", lr=5e-4, batch_size=64, kd_beta
 
 AG_NEWS = {
     "smoke": TextProfile(
-        name="smoke", dataset="ag_news", num_train=2000, num_val=300, num_test=300, max_len=128, model=_TEXT_MODEL,
+        name="smoke", dataset="ag_news", num_train=2000, num_val=200, num_test=200, max_len=128, model=_TEXT_MODEL,
         dense=replace(_TEXT_DENSE, epochs=4), warm=replace(_TEXT_WARM, epochs=1),
         static=replace(_TEXT_STATIC, epochs=1), hard_adapt=replace(_TEXT_HARD, epochs=1),
-        timing_examples=256, timing_repeats=3, timing_warmup=1,
+        timing_examples=128, timing_repeats=3, timing_warmup=1,
     ),
     "quick": TextProfile(
         name="quick", dataset="ag_news", num_train=6000, num_val=1000, num_test=2000, max_len=128, model=_TEXT_MODEL,
