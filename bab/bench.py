@@ -16,6 +16,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
+import pandas as pd
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -132,8 +133,6 @@ def latency_table(configs: dict, batches: list[torch.Tensor], warmup: int = 2, r
     and realised (the share of the limit's time saving that was measured:
     (1 - ms / baseline ms) / (1 - 1 / analytic_limit); undefined when the limit is 1).
     """
-    import pandas as pd
-
     if baseline not in configs:
         raise ValueError(f"latency_table needs the baseline {baseline!r} among the configs {list(configs)}")
 

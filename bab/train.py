@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import random
+import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -87,7 +88,11 @@ def seed_everything(seed: int) -> None:
 
 
 def warm_start(gated_model: torch.nn.Module, dense_model: torch.nn.Module) -> torch.nn.Module:
-    """Copy every dense weight into a gated model of the same shape; the gates keep their init."""
+    """Copy every weight of ``dense_model`` into a gated model of the same shape.
+
+    Gates are copied too when the source has them (hard adaptation starts from the soft
+    checkpoint); from a dense source they keep their initialisation.
+    """
     gated_state, dense_state = gated_model.state_dict(), dense_model.state_dict()
     missing = [k for k in gated_state if k not in dense_state and not k.startswith("gates.")]
     unexpected = [k for k in dense_state if k not in gated_state]
@@ -117,8 +122,6 @@ def train(
     epoch's history row. ``select(model) -> float`` (optional, higher is better, computed on
     validation data) picks the checkpoint: the best epoch's weights are restored at the end.
     """
-    import time
-
     if config.objective in ("budgeted", "static", "hard_adapt") and getattr(model, "gates", None) is None:
         raise ValueError(f"objective {config.objective!r} needs a model with gates (EncoderConfig.gates)")
     if config.objective == "static" and model.config.gates != "static":
