@@ -125,13 +125,15 @@ def bench_custom(
 
 
 def latency_table(configs: dict, batches: list[torch.Tensor], warmup: int = 2, repeats: int = 5,
-                  baseline: str = "dense"):
+                  baseline: str = "dense", flop_configs: dict | None = None):
     """Time a pass over ``batches`` for each named (model, forward kwargs), single-threaded.
 
     Returns a DataFrame indexed by name with: ms (median over repeats, interleaved), speedup
     (baseline ms / ms), gflops (FlopCounterMode, one pass), analytic_limit (baseline FLOPs / FLOPs)
     and realised (the share of the limit's time saving that was measured:
     (1 - ms / baseline ms) / (1 - 1 / analytic_limit); undefined when the limit is 1).
+    ``flop_configs`` (same names) are counted instead of ``configs``, e.g. eager-attention twins of
+    models whose fused SDPA kernel FlopCounterMode cannot see.
     """
     if baseline not in configs:
         raise ValueError(f"latency_table needs the baseline {baseline!r} among the configs {list(configs)}")
@@ -143,8 +145,9 @@ def latency_table(configs: dict, batches: list[torch.Tensor], warmup: int = 2, r
         return one_pass
 
     passes = {name: run(model, kwargs) for name, (model, kwargs) in configs.items()}
+    counted = passes if flop_configs is None else {name: run(*flop_configs[name]) for name in configs}
     with torch.no_grad(), single_thread():
-        flops = {name: count_flops(fn) for name, fn in passes.items()}
+        flops = {name: count_flops(fn) for name, fn in counted.items()}
         timings = time_side_by_side(passes, warmup=warmup, repeats=repeats)
     rows = []
     base_ms, base_flops = timings[baseline].median_ms, flops[baseline]

@@ -44,6 +44,10 @@ class BudgetedStudy:
     def model_config(self, gates: str | None = None) -> EncoderConfig:
         raise NotImplementedError
 
+    def build_model(self, model_config) -> torch.nn.Module:
+        """A fresh (untrained or pretrained) model of ``model_config``."""
+        return EncoderClassifier(model_config)
+
     def selection(self, train_config: TrainConfig):
         """``select(model) -> float`` on validation data, or None to keep the last epoch."""
         return None
@@ -64,7 +68,7 @@ class BudgetedStudy:
             "parent": parent,
         }
         seed_everything(train_config.seed)
-        model = EncoderClassifier(model_config)
+        model = self.build_model(model_config)
         train_set = self.splits(data_seed)["train"]
 
         def fit(model):
