@@ -160,7 +160,7 @@ structural_acc = {b: study.evaluate_plain(m)["accuracy"] for b, m in pruned.item
 print("kept heads at 0.50:")
 display(kept_heads_table(pruned[0.5]).T)
 compute = pruning_compute_table(dense.hf, pruned[0.5], seq_len=P.timing_len)
-display(compute.style.format("{:,.1f}"))"""),
+display(compute.round(1))"""),
     code("""# NBVAL_CHECK_OUTPUT
 print(f"structurally pruned model gives the masked model's logits: {equal_logits}")
 print(f"no layer emptied: {all(n >= 1 for n in kept_heads_table(pruned[0.5])['heads kept'])}")
