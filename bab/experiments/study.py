@@ -142,8 +142,12 @@ class BudgetedStudy:
 
 
 def hard_topk_is_exact(sweep: pd.DataFrame, total_heads: int) -> bool:
-    """Hard sweep rows keep exactly ceil(b * L * H) heads at every budget."""
-    return all(abs(row.cost * total_heads - num_heads_to_keep(row.budget, total_heads)) < 1e-6
+    """Hard sweep rows keep exactly ceil(b * L * H) heads at every budget.
+
+    The cost is a float32 mean of the 0/1 mask, so it carries rounding error of order 1e-7 * L * H;
+    one head is 1 / (L * H), far above that.
+    """
+    return all(abs(row.cost * total_heads - num_heads_to_keep(row.budget, total_heads)) < 1e-3
                for row in sweep.itertuples())
 
 
