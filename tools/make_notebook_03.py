@@ -68,16 +68,11 @@ pd.set_option("display.precision", 3)
 
 P = get_profile("bert_ag_news", profile)
 study = BertStudy(P, experiment="bert_ag_news", seed=seed, model=model, progress=False)
-data = study.build()
 splits = study.splits()
 test = splits["test"]
 cfg = study.model_config()
 L, H = cfg.num_layers, cfg.num_heads
-print(f"model actually used: {study.source}")
-print(f"  {cfg.model_type}, {L} layers x {H} heads = {L * H} heads, attention: {cfg.attn_implementation}")
-print(f"profile {P.name}, seed {study.profile.seed}: data from {data.info['source']}")
-print(f"{len(splits['train'])} train / {len(splits['val'])} validation / {len(test)} test, length {P.max_len} "
-      f"(mean {data.info['splits']['train']['mean_tokens']} word pieces); latency at length {P.timing_len}")"""),
+print(study.describe())"""),
     md("""## 1 · Dense fine-tune
 
 The reference, and the warm start of every gated model. The paper: BERT-Mini 87.2%, BERT-Tiny 85.7%."""),
@@ -147,15 +142,7 @@ mask. Below: which heads survive, and what the cut removes at length 128 — fro
 `FlopCounterMode` (eager attention, one sequence) and from the analytic formula, side by side.
 The paper, BERT-Mini at 0.50: 4.7% of parameters, 50% of head-specific attention parameters and
 attention MACs, 19.2% of transformer-layer MACs."""),
-    code("""pruned = {}
-equal_logits = True
-batch = test.tensors[0][:16]
-for b in P.prune_budgets:
-    pruned[b], mask = study.structural(hard, b)
-    with torch.no_grad():
-        masked_logits = hard(batch, mode="hard", head_mask=mask).logits
-        pruned_logits = pruned[b](input_ids=batch, attention_mask=batch.ne(cfg.pad_id).long()).logits
-    equal_logits &= torch.allclose(masked_logits, pruned_logits, atol=1e-4)
+    code("""pruned, equal_logits = study.prune_and_check(hard, P.prune_budgets)
 structural_acc = {b: study.evaluate_plain(m)["accuracy"] for b, m in pruned.items()}
 print("kept heads at 0.50:")
 display(kept_heads_table(pruned[0.5]).T)

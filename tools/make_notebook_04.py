@@ -52,19 +52,13 @@ pd.set_option("display.precision", 3)
 
 P = get_profile("bert_dbpedia14", profile)
 study = BertStudy(P, experiment="bert_dbpedia14", seed=seed, model=model, progress=False)
-data = study.build()
 splits = study.splits()
 test = splits["test"]
 cfg = study.model_config()
 L, H = cfg.num_layers, cfg.num_heads
-print(f"model actually used: {study.source}")
-print(f"  {cfg.model_type}, {L} layers x {H} heads = {L * H} heads, attention: {cfg.attn_implementation}")
-print(f"profile {P.name}, seed {study.profile.seed}: data from {data.info['source']}")
-print(f"{len(splits['train'])} train / {len(splits['val'])} validation / {len(test)} test, "
-      f"{data.info['num_classes']} classes, length {P.max_len} (mean {data.info['splits']['train']['mean_tokens']} "
-      f"word pieces, {100 * data.info['splits']['train']['fills_max_len']:.0f}% truncated)")"""),
+print(study.describe())"""),
     code("""# NBVAL_CHECK_OUTPUT
-print(f"classes: {data.info['num_classes']}; classifier outputs: {cfg.num_classes}")"""),
+print(f"classes: {study.build().info['num_classes']}; classifier outputs: {cfg.num_classes}")"""),
     md("""## Dense, warm-start budgeted, hard-adapted
 
 The paper (BERT-Mini): dense 96.6%; budgeted hard-adapted 97.4% at 0.50 and 97.5% at 0.75."""),
@@ -102,14 +96,7 @@ print(f"hard top-k keeps exactly ceil(b*L*H) heads at every budget: {hard_topk_i
 
 As in notebook 03: the adapted checkpoint's top-k with a per-layer floor is cut into the weights;
 dense and pruned models are saved, reloaded and timed side by side on one thread at length 128."""),
-    code("""pruned, equal_logits = {}, True
-batch = test.tensors[0][:16]
-for b in P.prune_budgets:
-    pruned[b], mask = study.structural(hard, b)
-    with torch.no_grad():
-        masked_logits = hard(batch, mode="hard", head_mask=mask).logits
-        pruned_logits = pruned[b](input_ids=batch, attention_mask=batch.ne(cfg.pad_id).long()).logits
-    equal_logits &= torch.allclose(masked_logits, pruned_logits, atol=1e-4)
+    code("""pruned, equal_logits = study.prune_and_check(hard, P.prune_budgets)
 structural_acc = {b: study.evaluate_plain(m)["accuracy"] for b, m in pruned.items()}
 latency = study.latency({"dense": dense.hf, **{f"budgeted structural @{b:.2f}": m for b, m in pruned.items()}})
 display(latency.round(3))

@@ -85,6 +85,35 @@ class BertStudy(TextStudy):
         prune_heads(pruned, mask)
         return pruned.eval(), mask
 
+    def prune_and_check(self, model: GatedHFClassifier, budgets, check_examples: int = 16):
+        """Structurally pruned models at ``budgets`` ({budget: model}), and whether every one gives the
+        hard-masked gated model's logits on the first test examples."""
+        ids = self.splits()[self.eval_split].tensors[0][:check_examples]
+        pad = self.model_config().pad_id
+        pruned, equal = {}, True
+        for b in budgets:
+            pruned[b], mask = self.structural(model, b)
+            with torch.no_grad():
+                masked = model(ids, mode="hard", head_mask=mask).logits
+                cut = pruned[b](input_ids=ids, attention_mask=ids.ne(pad).long()).logits
+            equal &= torch.allclose(masked, cut, atol=1e-4)
+        return pruned, bool(equal)
+
+    def describe(self) -> str:
+        """Which model and data this study uses, for the top of a notebook."""
+        p, info, cfg = self.profile, self.build().info, self.model_config()
+        sizes = {name: len(split) for name, split in self.splits().items()}
+        train = info["splits"]["train"]
+        return "\n".join([
+            f"model actually used: {self.source}",
+            f"  {cfg.model_type}, {cfg.num_layers} layers x {cfg.num_heads} heads = {cfg.num_layers * cfg.num_heads} "
+            f"heads, attention: {cfg.attn_implementation}",
+            f"profile {p.name}, seed {p.seed}: data from {info['source']}",
+            f"{sizes['train']} train / {sizes['val']} validation / {sizes['test']} test, "
+            f"{info['num_classes']} classes, length {p.max_len} (mean {train['mean_tokens']} word pieces, "
+            f"{100 * train['fills_max_len']:.0f}% truncated); latency at length {p.timing_len}",
+        ])
+
     def evaluate_plain(self, hf_model, split: str | None = None) -> dict:
         """Accuracy of a plain (possibly pruned) HF classifier on ``split`` (default: the reporting split)."""
         wrapped = GatedHFClassifier(hf_model, replace(self.model_config(), gates=None))

@@ -33,10 +33,11 @@ from torch import nn
 from bab.gates import (
     BudgetGates,
     StaticGates,
-    estimated_cost,
+    attention_cost,
     hard_topk_mask,
     hard_topk_mask_with_floor,
-    straight_through,
+    head_weights,
+    soft_gates_of,
     validate_budget,
 )
 from bab.models.encoder import EncoderOutput
@@ -355,43 +356,19 @@ class GatedHFClassifier(nn.Module):
         finally:
             for block in self.blocks:
                 block.out.head_weights = None
-        if weights is None:
-            cost = torch.ones((), device=logits.device)
-        elif mode == "soft":
-            cost = estimated_cost(weights)
-        else:  # the binary mask's kept fraction (rounded: straight-through adds g - g, which is not exactly 0)
-            cost = weights.detach().round().mean()
+        cost = attention_cost(weights, mode, logits.device)
         return EncoderOutput(logits=logits, gates=gates, head_mask=weights, cost=cost)
 
     def _soft_gates(self, budget: float) -> torch.Tensor:
-        if self.gates is None:
-            raise ValueError("this model has no gates (HFEncoderConfig.gates=None); build it with gates='budget' "
-                             "or 'static', or pass an explicit head_mask")
-        return self.gates(budget)
+        return soft_gates_of(self.gates, budget)
 
     def _head_weights(self, budget, mode, head_mask):
         """(weights that multiply the heads [L, H] or None, soft gates [L, H] or None)."""
         if mode not in MODES:
             hint = "; real head skipping is structural pruning (bab.models.hf_pruning)" if mode == "skip" else ""
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}{hint}")
-        if mode == "dense":
-            return None, None
-        if head_mask is not None:
-            if mode == "soft":
-                raise ValueError("head_mask is a hard mask: use mode='hard' with it")
-            expected = (self.config.num_layers, self.config.num_heads)
-            if tuple(head_mask.shape) != expected:
-                raise ValueError(f"head_mask must have shape {expected}, got {tuple(head_mask.shape)}")
-            if not torch.all((head_mask == 0) | (head_mask == 1)):
-                raise ValueError("head_mask must be binary (0 or 1 per head)")
-            return head_mask.to(self.hf.dtype), None
-        if budget is None:
-            raise ValueError(f"mode={mode!r} needs a budget in (0, 1] (or an explicit head_mask)")
-        budget = validate_budget(budget)
-        gates = self._soft_gates(budget)
-        if mode == "soft":
-            return gates, gates
-        return straight_through(hard_topk_mask(gates, budget), gates), gates
+        shape = (self.config.num_layers, self.config.num_heads)
+        return head_weights(self.gates, budget, mode, head_mask, shape, self.hf.dtype)
 
 
 def _pad_id(hf_config) -> int:
