@@ -7,7 +7,8 @@ embeddings, each ``ViTLayer``'s layer norms, q/k/v/o projections and MLP, and sw
 attention core (softmax(QK^T/sqrt(d)) V) for one of
 
 - ``dense``: ``F.scaled_dot_product_attention`` (what HF's SDPA path runs; equal to HF when nothing is on);
-- ``sparse``: Sparsifiner, the k = ceil(keep_rate * n) predicted keys per query gathered (less work);
+- ``sparse``: Sparsifiner over the k = ceil(keep_rate * n) predicted keys per query only (CSR kernel at
+  inference, a gather when training; ``bab.models.sparsifiner.sparse_attention``);
 - ``masked``: Sparsifiner's reference, dense scores masked to the same connections;
 - ``linformer``: low-rank attention over ``linformer_len`` projected keys/values.
 
@@ -32,12 +33,12 @@ from bab.models.linformer import LinformerProjection, linformer_macs
 from bab.models.sparsifiner import (
     ConnectivityPredictor,
     dense_attention_macs,
-    gathered_sparse_attention,
     index_to_mask,
     masked_dense_attention,
     num_connections,
     predictor_macs,
     scatter_probs,
+    sparse_attention,
     sparse_attention_macs,
     validate_keep_rate,
 )
@@ -238,9 +239,9 @@ class ViTClassifier(nn.Module):
             up = self.predictors[i].up_projection_macs(predicted["coefficients"], positions)
             info["macs"] = sparse_attention_macs(n, kk, D) + predictor_macs(n, self.config.n_down, D, up)
             if path == "sparse":
-                out, sparse_probs = gathered_sparse_attention(q, k, v, predicted["index"])
+                out, sparse_probs, index = sparse_attention(q, k, v, predicted["index"])
                 if need_probs:
-                    info["probs"] = scatter_probs(sparse_probs, predicted["index"], n)
+                    info["probs"] = scatter_probs(sparse_probs, index, n)
             else:
                 out, info["probs"] = masked_dense_attention(q, k, v, index_to_mask(predicted["index"], n))
         if "probs" in info:
