@@ -198,10 +198,17 @@ def csr_sparse_attention(q, k, v, index: torch.Tensor) -> tuple[torch.Tensor, to
     return out.view(B, H, n, d), probs.view(B, H, n, kk), index
 
 
-def sparse_attention(q, k, v, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Attention over the indexed keys only: the CSR kernel when no gradient is needed (inference), the
-    gather otherwise. Returns (out [B, H, n, d], probabilities [B, H, n, k], the index they refer to)."""
-    if not torch.is_grad_enabled() or not (q.requires_grad or k.requires_grad or v.requires_grad):
+SPARSE_KERNELS = ("auto", "csr", "gather")
+
+
+def sparse_attention(q, k, v, index: torch.Tensor, kernel: str = "auto"):
+    """Attention over the indexed keys only. ``kernel="auto"``: the CSR kernel when no gradient is needed
+    (inference), the gather otherwise; "gather" also lets FlopCounterMode see the arithmetic (it cannot
+    see sparse kernels). Returns (out [B, H, n, d], probabilities [B, H, n, k], the index they refer to)."""
+    if kernel not in SPARSE_KERNELS:
+        raise ValueError(f"kernel must be one of {SPARSE_KERNELS}, got {kernel!r}")
+    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    if kernel == "csr" or (kernel == "auto" and not needs_grad):
         return csr_sparse_attention(q, k, v, index)
     out, probs = gathered_sparse_attention(q, k, v, index)
     return out, probs, index

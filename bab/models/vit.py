@@ -147,13 +147,14 @@ class ViTClassifier(nn.Module):
     def forward(self, pixel_values: torch.Tensor, attention: str = "dense", keep_rate: float = 1.0,
                 budget: float | None = None, head_mode: str = "soft", token_keep: float | None = None,
                 prune_layers: tuple[int, ...] = (), return_internals: bool = False,
-                with_predictor: bool = False) -> ViTOutput:
+                with_predictor: bool = False, sparse_kernel: str = "auto") -> ViTOutput:
         """pixel_values [B, C, H, W] -> ViTOutput.
 
         attention: one of ATTENTION_PATHS; keep_rate: Sparsifiner's fraction of connections per query
         (sparse / masked); budget + head_mode: head gates (soft gate mass or hard top-k heads);
         token_keep + prune_layers: EViT pruning after the attention of those layers (0-based);
-        with_predictor: also compute the predictor's scores on a dense pass (Sparsifiner phase 1).
+        with_predictor: also compute the predictor's scores on a dense pass (Sparsifiner phase 1);
+        sparse_kernel: "auto", "csr" or "gather" (see ``bab.models.sparsifiner.sparse_attention``).
         """
         c = self.config
         if attention not in ATTENTION_PATHS:
@@ -182,7 +183,7 @@ class ViTClassifier(nn.Module):
             prune_here = token_keep is not None and i in prune_layers
             out, info = self._attention_core(i, layer.attention, h, attention, keep_rate, positions,
                                              need_probs=return_internals or prune_here,
-                                             with_predictor=with_predictor)
+                                             with_predictor=with_predictor, sparse_kernel=sparse_kernel)
             if head_weights is not None:
                 out = out * head_weights[i].view(1, -1, 1, 1)
                 if head_mode == "hard":  # skipped heads cost nothing
@@ -212,7 +213,7 @@ class ViTClassifier(nn.Module):
             return soft
         return straight_through(hard_topk_mask(soft, budget), soft)
 
-    def _attention_core(self, i, attn, h, path, keep_rate, positions, need_probs, with_predictor):
+    def _attention_core(self, i, attn, h, path, keep_rate, positions, need_probs, with_predictor, sparse_kernel):
         """h [B, n, D] -> (per-head outputs [B, H, n, d], info dict with macs and, if asked, probabilities)."""
         B, n, D = h.shape
         H = self.config.num_heads
@@ -239,7 +240,7 @@ class ViTClassifier(nn.Module):
             up = self.predictors[i].up_projection_macs(predicted["coefficients"], positions)
             info["macs"] = sparse_attention_macs(n, kk, D) + predictor_macs(n, self.config.n_down, D, up)
             if path == "sparse":
-                out, sparse_probs, index = sparse_attention(q, k, v, predicted["index"])
+                out, sparse_probs, index = sparse_attention(q, k, v, predicted["index"], sparse_kernel)
                 if need_probs:
                     info["probs"] = scatter_probs(sparse_probs, index, n)
             else:
