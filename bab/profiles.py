@@ -184,6 +184,10 @@ class ViTProfile:
     combo_keep_rate: float = 0.25  # Sparsifiner keep rate combined with token pruning (Table 1)
     head_budgets: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25)
     flop_examples: int = 16  # examples FlopCounterMode runs on
+    # the attention-core speed benchmark (bab.bench_sparse) the notebook runs; the CLI runs the full grid
+    bench_tokens: tuple[int, ...] = (197, 577, 1025)
+    bench_keep_rates: tuple[float, ...] = (0.5, 0.25, 0.1)
+    bench_repeats: int = 10
 
 
 # A DeiT-tiny-like shape sized for 2 CPU cores: 28x28 images in 4x4 patches = 49 patches + CLS = 50 tokens,
@@ -207,6 +211,7 @@ VIT = {
         name="smoke", num_train=3000, num_val=200, num_test=500, model=_VIT_MODEL,
         dense=replace(_VIT_DENSE, epochs=8), phase1=replace(_VIT_PHASE1, epochs=1),
         phase2=replace(_VIT_PHASE2, epochs=1), heads=replace(_VIT_HEADS, epochs=2),
+        bench_tokens=(197, 577), bench_keep_rates=(0.1,), bench_repeats=3,
     ),
     "quick": ViTProfile(
         name="quick", num_train=10000, num_val=1000, num_test=5000, model=_VIT_MODEL,

@@ -14,6 +14,9 @@ One loop on ``accelerate.Accelerator`` (as ``bab.train``), specialised by the ob
   alone shrink it.
 - ``linformer``: the same recipe as ``joint`` with Linformer attention (Table 4: identical settings).
 - ``budgeted``: budgeted head gates on the same ViT, Eq. 5 with b ~ U[budget_min, 1] (``bab.losses``).
+- ``heads_hard``: hard top-k heads with a straight-through gradient to the soft gates (Eq. 4 and 6),
+  b ~ U[budget_min, 1], CE + lambda_kl * KL to the dense teacher: the adaptation that makes hard head
+  skipping work (notebook 02 shows why it is needed).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from bab.losses import attention_distillation_loss, budget_loss, kl_distillation
 from bab.models.sparsifiner import validate_keep_rate
 from bab.train import seed_everything
 
-VIT_OBJECTIVES = ("dense", "predictor", "joint", "linformer", "budgeted")
+VIT_OBJECTIVES = ("dense", "predictor", "joint", "linformer", "budgeted", "heads_hard")
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,7 @@ def trainable_parameters(model, config: ViTTrainConfig) -> list[dict]:
         return [{"params": [p for n, p in named if n.startswith("predictors.")]}]
     if config.objective in ("joint", "linformer"):
         return [{"params": [p for n, p in named if not n.startswith(("predictors.", "gates."))]}]
-    if config.objective == "budgeted":
+    if config.objective in ("budgeted", "heads_hard"):
         return [{"params": [p for n, p in named if not n.startswith("gates.")]},
                 {"params": [p for n, p in named if n.startswith("gates.")], "lr": config.gate_lr,
                  "weight_decay": 0.0}]
@@ -95,7 +98,7 @@ def trainable_parameters(model, config: ViTTrainConfig) -> list[dict]:
 
 def train_vit(model, train_data: Dataset, config: ViTTrainConfig, teacher=None, progress: bool = True) -> TrainResult:
     """Train ``model`` (a ``ViTClassifier``) in place; ``teacher`` (the dense ViT) for joint and linformer."""
-    if config.objective in ("joint", "linformer") and teacher is None:
+    if config.objective in ("joint", "linformer", "heads_hard") and teacher is None:
         raise ValueError(f"objective {config.objective!r} needs teacher=<the dense ViT>")
     if config.objective in ("predictor", "joint") and model.predictors is None:
         raise ValueError(f"objective {config.objective!r} needs a model with connectivity predictors")
@@ -165,9 +168,13 @@ def _step(model, teacher, pixels, labels, config: ViTTrainConfig, rng: random.Ra
         out = model(pixels, budget=budget, head_mode="soft")
         cost = model.gates(budget).mean()
         return out, budget_loss(out.logits, labels, cost, budget, config.lambda_cost, config.lambda_viol)
-    # joint / linformer: CE + token MSE + KL to the dense teacher
     with torch.no_grad():
         target = teacher(pixels)
+    if config.objective == "heads_hard":
+        out = model(pixels, budget=rng.uniform(config.budget_min, 1.0), head_mode="hard")
+        return out, F.cross_entropy(out.logits, labels) + config.lambda_kl * kl_distillation_loss(out.logits,
+                                                                                                  target.logits)
+    # joint / linformer: CE + token MSE + KL to the dense teacher
     if config.objective == "joint":
         # the masked path is numerically equal to the gathered one and faster for short training sequences
         out = model(pixels, attention="masked", keep_rate=rng.choice(config.keep_rates))

@@ -201,3 +201,13 @@ def test_evaluation_and_flop_tables():
     assert table.connections.tolist() == [num_connections(0.5, n), num_connections(0.1, n)]
     assert table["counted fraction"].iloc[1] < table["counted fraction"].iloc[0]
     assert D == 16
+
+
+def test_hard_head_adaptation_trains_gates_through_the_straight_through_estimator():
+    teacher = tiny()
+    model = tiny(gates="budget")
+    model.load_state_dict(teacher.state_dict(), strict=False)
+    theta = model.gates.theta.detach().clone()
+    config = ViTTrainConfig(objective="heads_hard", epochs=1, batch_size=16, gate_lr=1e-1)
+    train_vit(model, toy_data(), config, teacher=teacher, progress=False)
+    assert not torch.equal(model.gates.theta, theta)  # hard masks in the forward, gradients reach the soft gates

@@ -5,7 +5,7 @@ and the run it started from), so the notebook re-runs in seconds once its models
 
     dense teacher -> Sparsifiner phase 1 (predictor) -> phase 2 (joint)
                   -> Linformer at the same budget (warm start, same recipe as phase 2)
-                  -> budgeted head gates (warm start, Eq. 5)
+                  -> budgeted head gates (warm start, Eq. 5) -> hard top-k heads (straight-through)
 """
 
 from __future__ import annotations
@@ -149,6 +149,14 @@ class ViTStudy:
         return self._train_cached("heads", self.model_config(gates="budget"), config, parent=dense_lineage,
                                   init=dense)
 
+    def budgeted_heads_hard(self):
+        """The soft budgeted-head checkpoint adapted to hard top-k heads (straight-through, KL to the teacher)."""
+        dense, _, _ = self.dense()
+        soft, _, soft_lineage = self.budgeted_heads()
+        config = replace(self.profile.heads, objective="heads_hard", seed=self.profile.seed)
+        return self._train_cached("heads-hard", self.model_config(gates="budget"), config, parent=soft_lineage,
+                                  init=soft, teacher=dense)
+
     # -- evaluation -------------------------------------------------------------------------
 
     def keep_rate_sweep(self, model, keep_rates, split: str = "test", attention: str = "masked") -> pd.DataFrame:
@@ -162,7 +170,8 @@ class ViTStudy:
 
     def result_row(self, method: str, budget: float, stats: dict, speedup: float | None = None, note: str = ""):
         row = {"experiment": self.experiment, "method": method, "budget": round(float(budget), 4),
-               "cost": float(stats["cost"]), "accuracy": float(stats["accuracy"]),
+               "cost": None if stats.get("cost") is None else float(stats["cost"]),
+               "accuracy": None if stats.get("accuracy") is None else float(stats["accuracy"]),
                "speedup": None if speedup is None else float(speedup)}
         if note:
             row["note"] = note
@@ -217,3 +226,26 @@ def mhsa_cost_table(model, keep_rates, pixels: torch.Tensor) -> pd.DataFrame:
                      "counted fraction": flops["attention_flops"] / dense_flops["attention_flops"]})
     return pd.DataFrame(rows)
 
+
+
+@torch.no_grad()
+def attention_maps(model, image: torch.Tensor, query: int, keep_rate: float, layers, heads) -> dict:
+    """For one image [1, C, H, W] and query token: {(layer, head): [n]} rows of the connectivity mask, the
+    sparse attention (Sparsifiner path at ``keep_rate``) and the full attention (the same model, dense path),
+    plus the sparse coefficients [n, n_down] and basis [n_down, n] of every layer (head ``heads[0]``)."""
+    model.eval()
+    sparse = model(image, attention="sparse", keep_rate=keep_rate, return_internals=True)
+    full = model(image, attention="dense", return_internals=True)
+    out = {"mask": {}, "sparse": {}, "full": {}, "coefficients": {}, "basis": {}}
+    n = model.config.num_tokens
+    for layer in layers:
+        info = sparse.layers[layer]
+        for head in heads:
+            mask = torch.zeros(n, dtype=torch.bool)
+            mask[info["index"][0, head, query]] = True
+            out["mask"][(layer, head)] = mask.float().numpy()
+            out["sparse"][(layer, head)] = info["probs"][0, head, query].numpy()
+            out["full"][(layer, head)] = full.layers[layer]["probs"][0, head, query].numpy()
+        out["coefficients"][f"layer {layer}, head {heads[0]}"] = info["coefficients"][0, heads[0]].numpy()
+        out["basis"][layer] = model.predictors[layer].sparse_basis(n)[heads[0]].numpy()
+    return out
