@@ -121,3 +121,19 @@ def keep_rate_plot(sweep: pd.DataFrame, dense_accuracy: float, title: str = "One
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def show(fig, dpi: int = 80) -> None:
+    """Display ``fig`` as a PNG in the notebook whatever the matplotlib backend, then close it.
+
+    The report runs kernels with MPLBACKEND=Agg, under which ``plt.show()`` displays nothing and a bare
+    Figure has no PNG formatter; an explicit PNG keeps the figures in the stored notebook and the HTML.
+    """
+    import io
+
+    from IPython.display import Image, display
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    display(Image(buffer.getvalue()))

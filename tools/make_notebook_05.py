@@ -54,6 +54,8 @@ notebook_start = time.perf_counter()
 torch.set_num_threads(1)  # one thread: reproducible training, and the timings below are single-thread by design
 pd.set_option("display.precision", 3)
 
+show = plots_vit.show  # PNG output whatever the matplotlib backend (the report runs kernels with MPLBACKEND=Agg)
+
 P = get_profile("vit_sparsifiner", profile)
 study = ViTStudy(P, progress=False)
 splits = study.splits()
@@ -100,7 +102,7 @@ sweep = study.keep_rate_sweep(sparsifiner, P.sweep_keep_rates)
 sweep["vs dense (points)"] = sweep.accuracy - dense_test["accuracy"]
 display(sweep[["keep_rate", "connections", "accuracy", "vs dense (points)", "cost"]])
 fig = plots_vit.keep_rate_plot(sweep, dense_test["accuracy"], title=f"Sparsifiner keep-rate sweep, profile {P.name}")
-plt.show()
+show(fig)
 by_rate = sweep.set_index("keep_rate")
 for rate in P.report_keep_rates:
     print(f"keep rate {rate}: {by_rate.accuracy[rate]:.2f}% ({by_rate.accuracy[rate] - dense_test['accuracy']:+.2f} "
@@ -191,7 +193,7 @@ display(head_table)"""),
     + [{"method": "budgeted heads (hard top-k)", "cost": r["hard cost"], "accuracy": r["hard accuracy"]}
        for r in head_rows])
 fig = plots_vit.accuracy_cost_plot(points, title=f"Fashion-MNIST ViT, profile {P.name}")
-plt.show()"""),
+show(fig)"""),
     md("""## What the predictor sees (the paper's Fig. 3, 6, 7)
 
 A query patch (yellow) on a test image; per layer and head its predicted connectivity mask (white:
@@ -205,11 +207,11 @@ maps = attention_maps(sparsifiner, image, query, 0.25, layers, show_heads)
 shown = image[0, 0].numpy()
 fig = plots_vit.connectivity_figure(shown, query, layers, show_heads, maps["mask"], maps["sparse"], maps["full"],
                                     title="query patch; per head: connectivity mask | sparse | full attention (keep 0.25)")
-plt.show()
+show(fig)
 fig = plots_vit.basis_figure(maps["basis"], title="Sparse up-projection basis W~_up (head 0), rows on the patch grid")
-plt.show()
+show(fig)
 fig = plots_vit.coefficients_figure(maps["coefficients"])
-plt.show()"""),
+show(fig)"""),
     md("""## Real speed: dense SDPA vs the sparse path, one thread
 
 The attention core of one MHSA layer in DeiT-S's shape (6 heads × 64) at n = 197, 577, 1025 tokens,
