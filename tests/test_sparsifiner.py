@@ -179,3 +179,22 @@ def test_bench_reports_ratios_for_every_length_and_keep_rate(capsys):
     assert "measured speed-up" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         bench_main(["--tokens", "16", "--keep-rates", "1.5", "--repeats", "1"])
+
+
+def test_a_query_with_all_coefficients_below_tau_ranks_by_the_unthresholded_scores():
+    torch.manual_seed(0)
+    q, k, _ = qkv(B=1, H=1, n=12)
+    predictor = ConnectivityPredictor(1, 12, n_down=4, tau=0.99).eval()  # every coefficient falls below tau
+    out = predictor(q, k, 0.25, with_scores=True)
+    assert torch.all(out["coefficients"] == 0) and torch.all(out["scores"] == 0)
+    fallback = predictor.low_rank_attention(q, k) @ predictor.sparse_basis(12)
+    expected = torch.topk(fallback, 3, dim=-1).indices.sort(-1).values
+    assert torch.equal(out["index"].sort(-1).values, expected)  # not simply the first k tokens
+    assert not torch.equal(expected, torch.arange(3).expand_as(expected))
+
+
+def test_nonzero_scores_still_decide_the_ranking():
+    predictor = ConnectivityPredictor(1, 6, n_down=2, tau=0.0).eval()
+    q, k, _ = qkv(B=1, H=1, n=6, d=4)
+    out = predictor(q, k, 0.5, with_scores=True)
+    assert torch.equal(out["index"].sort(-1).values, torch.topk(out["scores"], 3, dim=-1).indices.sort(-1).values)

@@ -19,8 +19,9 @@ Two implementations of the last line, which must agree numerically:
   k scores per query, so its work really is proportional to n * k (plus the gather).
 
 Deviation from the paper, by design: the paper "discards zero values" of S before binarising, so a
-query can keep fewer than k connections; we keep exactly k (ties broken by index), which gives every
-query the same number of keys and lets the gather run as one dense [n, k] layout.
+query can keep fewer than k connections (none, when all its coefficients fall below tau); we keep
+exactly k, ranking ties of S (zeros included) by the unthresholded low-rank scores A_down W~_up. Every
+query then has the same number of keys, which lets the sparse kernels use one [n, k] layout.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ def num_connections(keep_rate, num_tokens: int) -> int:
     return max(1, min(num_tokens, math.ceil(round(keep_rate * num_tokens, 9))))
 
 
+# Weight of the unthresholded low-rank scores in the top-k ranking key: small enough to only break ties of S.
+TIE_BREAK = 1e-3
+
+
 class ConnectivityPredictor(nn.Module):
     """The low-rank connectivity predictor of one layer: one W_down and one W_up per head.
 
@@ -93,12 +98,16 @@ class ConnectivityPredictor(nn.Module):
             return pruned + (w - w.detach()) * (w.abs() < self.up_prune)
         return pruned
 
-    def coefficients(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """A~_down [B, H, n, n_down] (Eq. 1-2) from q, k [B, H, n, d]."""
+    def low_rank_attention(self, q, k, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """A_down [B, H, n, n_down] (Eq. 1) from q, k [B, H, n, d], before the threshold."""
         n, d = k.shape[-2], k.shape[-1]
         w_down = self._columns(self.w_down, n, positions)
         k_down = torch.einsum("...mn,bhnd->bhmd", w_down, k)  # [B, H, n_down, d]
-        a_down = torch.softmax(q @ k_down.transpose(-1, -2) / math.sqrt(d), dim=-1)
+        return torch.softmax(q @ k_down.transpose(-1, -2) / math.sqrt(d), dim=-1)
+
+    def coefficients(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """A~_down [B, H, n, n_down] (Eq. 1-2): coefficients at or below tau set to zero."""
+        a_down = self.low_rank_attention(q, k, positions)
         return a_down * (a_down > self.tau)
 
     def scores(self, q, k, positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,13 +125,24 @@ class ConnectivityPredictor(nn.Module):
         per_query = ((coeff != 0).to(coeff.dtype) * nnz_per_basis_row.unsqueeze(-2)).sum(-1)  # [B, H, n]
         return float(per_query.sum(dim=(-1, -2)).mean())
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, keep_rate: float,
-                positions: torch.Tensor | None = None) -> dict:
-        """Top-k connections per query: {"index": [B, H, n, k] long, "scores": S, "coefficients": A~_down}."""
-        scores, coeff = self.scores(q, k, positions)
-        kk = num_connections(keep_rate, k.shape[-2])
-        index = topk_connections(scores, kk)
-        return {"index": index, "scores": scores, "coefficients": coeff}
+    def forward(self, q: torch.Tensor, k: torch.Tensor, keep_rate: float, positions: torch.Tensor | None = None,
+                with_scores: bool = False) -> dict:
+        """Top-k connections per query: {"index": [B, H, n, k] long, "coefficients": A~_down} (+ "scores": S).
+
+        The top-k ranks S = A~_down W~_up; ties, in particular a query whose coefficients all fall below tau
+        (S all zero), are broken by the unthresholded A_down W~_up, added with weight TIE_BREAK, instead of by
+        token index. The ranking key is one matmul: (A~_down + TIE_BREAK * A_down) W~_up.
+        """
+        a_down = self.low_rank_attention(q, k, positions)
+        coeff = a_down * (a_down > self.tau)
+        basis = self.sparse_basis(k.shape[-2], positions)
+        with torch.no_grad():
+            key = (coeff + TIE_BREAK * a_down) @ basis
+        index = topk_connections(key, num_connections(keep_rate, k.shape[-2]))
+        out = {"index": index, "coefficients": coeff}
+        if with_scores:
+            out["scores"] = coeff @ basis
+        return out
 
 
 def topk_connections(scores: torch.Tensor, k: int) -> torch.Tensor:

@@ -221,9 +221,8 @@ class ViTClassifier(nn.Module):
         info = {"n": n, "positions": positions}
         predicted = None
         if self.predictors is not None and (path in ("sparse", "masked") or with_predictor):
-            predicted = self.predictors[i](q, k, keep_rate, positions)
-            info.update(index=predicted["index"], scores=predicted["scores"],
-                        coefficients=predicted["coefficients"])
+            predicted = self.predictors[i](q, k, keep_rate, positions, with_scores=with_predictor)
+            info.update(predicted)
         if path == "dense":
             if need_probs or with_predictor:
                 probs = torch.softmax((q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1]), dim=-1)
