@@ -40,6 +40,7 @@ from bab.models.sparsifiner import (
     num_connections,
     predictor_macs,
     sparse_attention_macs,
+    topk_connections,
     validate_keep_rate,
 )
 
@@ -97,6 +98,36 @@ def _bench_length(q, k, v, predictor, keep_rates, warmup: int, repeats: int) -> 
     return rows
 
 
+def predictor_breakdown(tokens=TOKENS, keep_rate: float = 0.1, num_heads: int = 6, head_dim: int = 64,
+                        n_down: int = 32, warmup: int = 3, repeats: int = 15, seed: int = 0) -> pd.DataFrame:
+    """Where the predictor's time goes, per n: low-rank attention A_down (down-projection, QK_down^T,
+    softmax), the ranking key (threshold and the n x n_down x n up-projection), the top-k, and the sparse
+    attention over the kept connections; dense SDPA beside them. Same protocol as the main benchmark."""
+    keep_rate = validate_keep_rate(keep_rate)
+    rows = []
+    with torch.no_grad(), single_thread():
+        for n in tokens:
+            torch.manual_seed(seed)
+            q, k, v = (torch.randn(1, num_heads, n, head_dim) for _ in range(3))
+            predictor = ConnectivityPredictor(num_heads, n, n_down=n_down).eval()
+            a_down = predictor.low_rank_attention(q, k)
+            basis = predictor.sparse_basis(n)
+            key = (a_down * (a_down > predictor.tau)) @ basis
+            kk = num_connections(keep_rate, n)
+            index = topk_connections(key, kk)
+            fns = {
+                "dense SDPA": lambda q=q, k=k, v=v: torch.nn.functional.scaled_dot_product_attention(q, k, v),
+                "A_down": lambda q=q, k=k, p=predictor: p.low_rank_attention(q, k),
+                "up-projection": lambda a=a_down, b=basis, p=predictor: (a * (a > p.tau)) @ b,
+                "top-k": lambda key=key, kk=kk: topk_connections(key, kk),
+                "sparse attention": lambda q=q, k=k, v=v, i=index: csr_sparse_attention(q, k, v, i),
+            }
+            timings = time_side_by_side(fns, warmup=warmup, repeats=repeats)
+            times = {f"{name} ms": t.median_ms for name, t in timings.items()}
+            rows.append({"tokens": n, "keep_rate": keep_rate, **times})
+    return pd.DataFrame(rows)
+
+
 def crossover(table: pd.DataFrame) -> str:
     """Where the full sparse path starts to beat dense SDPA, in words (from the measured rows)."""
     lines = []
@@ -119,6 +150,8 @@ def main(argv=None) -> int:
     parser.add_argument("--n-down", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also time the predictor's parts (A_down, up-projection, top-k) at the smallest keep rate")
     args = parser.parse_args(argv)
     try:
         table = bench_sparse_attention(args.tokens, args.keep_rates, args.num_heads, args.head_dim, args.batch_size,
@@ -132,6 +165,12 @@ def main(argv=None) -> int:
     print("speed-up = dense SDPA time / time; FLOP ratio = dense FLOPs / FLOPs (FlopCounterMode, matmuls only);")
     print("analytic ratio = the paper's count (sparse-sparse up-projection; top-k and gather cost nothing)")
     print("crossover: " + crossover(table))
+    if args.breakdown:
+        parts = predictor_breakdown(args.tokens, min(args.keep_rates), args.num_heads, args.head_dim, args.n_down,
+                                    warmup=args.warmup, repeats=args.repeats)
+        print("\nwhere the sparse path's time goes (ms, same protocol):")
+        with pd.option_context("display.width", 200, "display.max_columns", 20, "display.precision", 2):
+            print(parts.to_string(index=False))
     return 0
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bab.bench_sparse import bench_sparse_attention, crossover
+from bab.bench_sparse import bench_sparse_attention, crossover, predictor_breakdown
 from bab.bench_sparse import main as bench_main
 from bab.models.sparsifiner import (
     ConnectivityPredictor,
@@ -198,3 +198,10 @@ def test_nonzero_scores_still_decide_the_ranking():
     q, k, _ = qkv(B=1, H=1, n=6, d=4)
     out = predictor(q, k, 0.5, with_scores=True)
     assert torch.equal(out["index"].sort(-1).values, torch.topk(out["scores"], 3, dim=-1).indices.sort(-1).values)
+
+
+def test_predictor_breakdown_times_every_part():
+    parts = predictor_breakdown(tokens=(16,), keep_rate=0.25, num_heads=2, head_dim=8, n_down=4, warmup=0, repeats=1)
+    assert list(parts.columns) == ["tokens", "keep_rate", "dense SDPA ms", "A_down ms", "up-projection ms", "top-k ms",
+                                   "sparse attention ms"]
+    assert (parts.iloc[0, 2:] > 0).all()
