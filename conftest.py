@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 # notebook file name -> data sets it reads
-NOTEBOOK_DATA = {"02_ag_news_custom.ipynb": ("ag_news",), "05_vit_sparsifiner.ipynb": ("fashion_mnist",)}
+NOTEBOOK_DATA = {
+    "02_ag_news_custom.ipynb": ("ag_news",),
+    "03_bert_ag_news.ipynb": ("ag_news",),
+    "04_dbpedia_bert.ipynb": ("dbpedia_14", "ag_news"),  # the gate-ranking analysis uses both
+    "05_vit_sparsifiner.ipynb": ("fashion_mnist",),
+}
 
 
 def _resolve(name: str):

@@ -236,8 +236,8 @@ class EncoderClassifier(nn.Module):
             cost = torch.ones((), device=logits.device)
         elif mode == "soft":
             cost = estimated_cost(weights)
-        else:
-            cost = weights.detach().mean()
+        else:  # the binary mask's kept fraction (rounded: straight-through adds g - g, which is not exactly 0)
+            cost = weights.detach().round().mean()
         return EncoderOutput(logits=logits, gates=gates, head_mask=weights, cost=cost)
 
     def _soft_gates(self, budget: float) -> torch.Tensor:
