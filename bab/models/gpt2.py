@@ -245,6 +245,9 @@ class GPT2LM(nn.Module):
 
     def new_cache(self, batch: int, capacity: int, prune: bool) -> KVCache:
         c = self.config
+        if prune and self.prunes and not c.pruning.irreversible:
+            raise ValueError("a KV cache can only forget tokens for good when dropping is irreversible; this model "
+                             "was built with PruningConfig(irreversible=False): generate with prune=False")
         int_dim = c.pruning.r if (prune and self.prunes) else None
         p = next(self.parameters())
         return KVCache([LayerKV(batch, c.n_head, c.n_embd // c.n_head, int_dim, capacity, p.dtype, p.device)
