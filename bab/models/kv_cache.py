@@ -93,26 +93,24 @@ class LayerKV:
             return
         counts = keep.sum(dim=1)  # [B]
         new_len = int(counts.max())
-        # stable sort puts each row's kept slots first, in their original order
-        order = torch.argsort((~keep).to(torch.uint8), dim=1, stable=True)[:, :new_len]  # [B, new_len]
+        capacity = new_len + self.headroom
+        # stable sort puts each row's kept slots first, in their original order; the slots past new_len
+        # (headroom) gather arbitrary old entries that are marked invalid below and overwritten by appends
+        order = torch.argsort((~keep).to(torch.uint8), dim=1, stable=True)
+        if capacity > n:
+            order = torch.cat([order, order[:, :1].expand(-1, capacity - n)], dim=1)
+        order = order[:, :capacity]  # [B, capacity]
         B, H, _, Dh = self.keys.shape
-        index = order[:, None, :, None].expand(B, H, new_len, Dh)
-        keys = self.keys[:, :, :n].gather(2, index)
-        values = self.values[:, :, :n].gather(2, index)
-        int_keys = None
+        # one gather per buffer straight into new, smaller tensors: the old buffers (and the dropped
+        # tokens in them) are released when these replace them
+        index = order[:, None, :, None].expand(B, H, capacity, Dh)
+        self.keys = self.keys[:, :, :n].gather(2, index)
+        self.values = self.values[:, :, :n].gather(2, index)
         if self.int_keys is not None:
-            int_keys = self.int_keys[:, :n].gather(1, order[:, :, None].expand(B, new_len, self.int_keys.shape[2]))
-        positions = self.positions[:, :n].gather(1, order)
-        valid = torch.arange(new_len, device=keep.device)[None, :] < counts[:, None]
-        int_dim = None if int_keys is None else int_keys.shape[2]
-        # new, smaller buffers: the old ones (and the dropped tokens in them) are released here
-        self._allocate(B, H, Dh, int_dim, new_len + self.headroom, self.keys.dtype, self.keys.device)
-        self.keys[:, :, :new_len] = keys
-        self.values[:, :, :new_len] = values
-        if int_keys is not None:
-            self.int_keys[:, :new_len] = int_keys
-        self.positions[:, :new_len] = torch.where(valid, positions, torch.full_like(positions, -1))
-        self.valid[:, :new_len] = valid
+            r = self.int_keys.shape[2]
+            self.int_keys = self.int_keys[:, :n].gather(1, order[:, :, None].expand(B, capacity, r))
+        self.valid = torch.arange(capacity, device=keep.device)[None, :] < counts[:, None]
+        self.positions = self.positions[:, :n].gather(1, order).masked_fill(~self.valid, -1)
         self.length = new_len
 
     def _resize(self, capacity: int) -> None:

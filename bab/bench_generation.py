@@ -1,0 +1,110 @@
+"""Generation throughput and KV-cache memory: context-pruned GPT-2 against dense, in the same process.
+
+Protocol (as bab.bench): one intra-op and one inter-op thread, ``eval()``, ``no_grad()``, the
+same prompt batch [B, T] for every model, warm-up runs, then the repeats interleaved across the
+models (drift hits all alike) and the median reported. One run = a fresh cache, the prompt
+(prefill, timed separately) and ``new_tokens`` greedy decoding steps (timed): throughput is
+B * new_tokens / decode seconds. The dense model runs the same code with pruning off and a
+cache preallocated to its final length (appends only, no copies: the fastest dense cache);
+the pruned models compact their caches whenever a token is dropped.
+
+Memory: the bytes held by the cache buffers (keys, values and, for pruning, the interaction
+keys and slot indices) at the end of generation and at their peak over the decoding steps.
+
+    python -m bab.bench_generation --profile quick        # the notebook-06 checkpoints (trained if not cached)
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import pandas as pd
+import torch
+
+from bab.bench import single_thread
+
+
+@torch.no_grad()
+def generate_once(model, prompt: torch.Tensor, new_tokens: int, prune: bool = True, budget: float | None = None):
+    """Greedy generation with a KV cache. Returns (prefill s, decode s, peak cache bytes, cache, tokens)."""
+    B, T = prompt.shape
+    model.check_length(T + new_tokens)
+    capacity = T + new_tokens if not (prune and model.prunes) else T
+    start = time.perf_counter()
+    cache = model.new_cache(B, capacity, prune=prune)
+    logits = model.prefill(prompt, cache, budget=budget, prune=prune)
+    prefill_s = time.perf_counter() - start
+    peak = cache.nbytes()
+    tokens = []
+    start = time.perf_counter()
+    for _ in range(new_tokens):
+        nxt = logits.argmax(-1, keepdim=True)
+        tokens.append(nxt)
+        logits = model.decode_step(nxt, cache, budget=budget, prune=prune)
+        peak = max(peak, cache.nbytes())
+    decode_s = time.perf_counter() - start
+    return prefill_s, decode_s, peak, cache, torch.cat(tokens, dim=1)
+
+
+def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmup: int = 1, repeats: int = 3,
+                     baseline: str = "dense") -> pd.DataFrame:
+    """Throughput and cache memory of each named (model, {"prune": bool, "budget": float|None}).
+
+    Columns: tokens_per_s (median), throughput_ratio (over the baseline), decode_ms, prefill_ms,
+    cache_mb_end, cache_mb_peak, memory_ratio (baseline end bytes / end bytes), live_fraction
+    (live tokens at the end / sequence length, mean over layers and rows).
+    """
+    if baseline not in configs:
+        raise ValueError(f"generation_table needs the baseline {baseline!r} among the configs {list(configs)}")
+    B, T = prompt.shape
+    runs = {name: [] for name in configs}
+    with single_thread():
+        for _ in range(warmup):
+            for model, kwargs in configs.values():
+                generate_once(model, prompt, new_tokens, **kwargs)
+        for _ in range(repeats):
+            for name, (model, kwargs) in configs.items():
+                runs[name].append(generate_once(model, prompt, new_tokens, **kwargs))
+    rows = []
+    for name, results in runs.items():
+        decode_s = statistics.median(r[1] for r in results)
+        _, _, peak, cache, _ = results[-1]
+        rows.append({"config": name, "tokens_per_s": B * new_tokens / decode_s, "decode_ms": 1e3 * decode_s,
+                     "prefill_ms": 1e3 * statistics.median(r[0] for r in results),
+                     "cache_mb_end": cache.nbytes() / 2**20, "cache_mb_peak": peak / 2**20,
+                     "live_fraction": cache.live_tokens().float().mean().item() / (T + new_tokens)})
+    table = pd.DataFrame(rows).set_index("config")
+    table.insert(1, "throughput_ratio", table.tokens_per_s / table.loc[baseline, "tokens_per_s"])
+    table["memory_ratio"] = table.loc[baseline, "cache_mb_end"] / table.cache_mb_end
+    table.attrs.update(batch=B, prompt=T, new_tokens=new_tokens, repeats=repeats, warmup=warmup)
+    return table
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bab.bench_generation", description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="quick", help="whose checkpoints (smoke, quick, paper)")
+    parser.add_argument("--prompt", type=int, default=None, help="prompt length (default: the profile's long context)")
+    parser.add_argument("--new-tokens", type=int, default=None)
+    parser.add_argument("--batch", type=int, default=None)
+    parser.add_argument("--repeats", type=int, default=None)
+    args = parser.parse_args(argv)
+    from bab.experiments.context_pruning import ContextPruningStudy
+    from bab.profiles import get_profile
+
+    try:
+        study = ContextPruningStudy(get_profile("gpt2_context_pruning", args.profile), progress=True)
+        table = study.throughput(prompt_len=args.prompt, new_tokens=args.new_tokens, batch=args.batch,
+                                 repeats=args.repeats)
+    except (ValueError, FileNotFoundError) as exc:
+        parser.error(str(exc))
+    a = table.attrs
+    print(f"batch {a['batch']}, prompt {a['prompt']} tokens, {a['new_tokens']} new tokens; 1 thread, "
+          f"median of {a['repeats']} interleaved repeats after {a['warmup']} warm-up")
+    print(table.round(3).to_string())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
