@@ -8,17 +8,39 @@ from pathlib import Path
 
 import pytest
 
-# notebook file name -> data sets it reads (resolved as bab.data.text.resolve_dataset_dir does)
-NOTEBOOK_DATA = {"02_ag_news_custom.ipynb": ("ag_news",)}
+
+def _csv_dataset(name: str) -> str | None:
+    """A classification CSV data set (bab.data.text.resolve_dataset_dir)."""
+    from bab.data.text import resolve_dataset_dir
+
+    if resolve_dataset_dir(name) is None:
+        return f"set BAB_DATA_DIR to a folder with {name}/train.csv"
+    return None
+
+
+def _lm_text(file_name: str) -> str | None:
+    """A language-model text file under lm/ (bab.data.lm.lm_data_available)."""
+    from bab.data.lm import lm_data_available
+
+    if not lm_data_available(None, (file_name,)):
+        return f"set BAB_DATA_DIR to a folder with lm/{file_name}"
+    return None
+
+
+DATA_CHECKS = {"csv": _csv_dataset, "lm": _lm_text}
+# notebook file name -> the data it reads, as (kind, name) pairs checked by DATA_CHECKS[kind](name)
+NOTEBOOK_DATA = {
+    "02_ag_news_custom.ipynb": (("csv", "ag_news"),),
+    "06_gpt2_context_pruning.ipynb": (("lm", "austen.txt"),),
+}
 
 
 def _missing_data(notebook: str) -> str | None:
-    from bab.data.text import resolve_dataset_dir
-
-    for name in NOTEBOOK_DATA.get(notebook, ()):
-        if resolve_dataset_dir(name) is None:
+    for kind, name in NOTEBOOK_DATA.get(notebook, ()):
+        how = DATA_CHECKS[kind](name)
+        if how:
             where = os.environ.get("BAB_DATA_DIR", "<unset>")
-            return f"{name} not found (BAB_DATA_DIR={where}); set BAB_DATA_DIR to a folder with {name}/train.csv"
+            return f"{name} not found (BAB_DATA_DIR={where}); {how}"
     return None
 
 
