@@ -48,6 +48,49 @@ def generate_once(model, prompt: torch.Tensor, new_tokens: int, prune: bool = Tr
     return prefill_s, decode_s, peak, cache, torch.cat(tokens, dim=1)
 
 
+@torch.no_grad()
+def cache_verdicts(model, prompt: torch.Tensor, new_tokens: int, budget: float | None = None,
+                   atol: float = 1e-4) -> dict:
+    """Structural checks of pruned generation on ``prompt`` [B, T] (greedy, ``new_tokens`` steps).
+
+    - ``equals_full_forward``: the cached step logits equal the full-sequence forward pass (alpha = inf)
+      of the generated sequence at every generated position;
+    - ``never_reappear``: at every step the live positions of every layer and row are a subset of the
+      previous step's plus the new token;
+    - ``cache_shrinks``: at the end every layer's key/value buffers hold fewer slots than the sequence;
+    - ``live_fraction``: live tokens at the end / sequence length (mean over layers and rows).
+    """
+    B, T = prompt.shape
+    model.check_length(T + new_tokens)
+    cache = model.new_cache(B, T, prune=True)
+    logits = [model.prefill(prompt, cache, budget=budget)]
+    seq = prompt
+    previous = _live_sets(cache)
+    never_reappear = True
+    for _ in range(new_tokens):
+        nxt = logits[-1].argmax(-1, keepdim=True)
+        seq = torch.cat([seq, nxt], dim=1)
+        logits.append(model.decode_step(nxt, cache, budget=budget))
+        current = _live_sets(cache)
+        new_position = cache.next_position - 1
+        never_reappear &= all(now <= before | {new_position} for layer_now, layer_before in zip(current, previous,
+                                                                                                 strict=True)
+                              for now, before in zip(layer_now, layer_before, strict=True))
+        previous = current
+    full = model(seq[:, :-1], budget=budget).logits[:, T - 1:]  # logits that predicted tokens T .. T + new - 1
+    stepped = torch.stack(logits[:-1], dim=1)
+    return {"equals_full_forward": bool(torch.allclose(stepped, full, atol=atol)),
+            "max_abs_diff": (stepped - full).abs().max().item(),
+            "never_reappear": bool(never_reappear),
+            "cache_shrinks": all(layer.keys.shape[2] < seq.shape[1] for layer in cache.layers),
+            "live_fraction": cache.live_tokens().float().mean().item() / seq.shape[1]}
+
+
+def _live_sets(cache) -> list[list[set]]:
+    return [[set(layer.positions[b, : layer.length][layer.valid[b, : layer.length]].tolist())
+             for b in range(layer.keys.shape[0])] for layer in cache.layers]
+
+
 def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmup: int = 1, repeats: int = 3,
                      baseline: str = "dense") -> pd.DataFrame:
     """Throughput and cache memory of each named (model, {"prune": bool, "budget": float|None}).
