@@ -218,7 +218,7 @@ GPT2_CONTEXT_PRUNING = {
         name="quick",
         data=LMDataConfig(files=("austen.txt",), vocab_size=4096),
         model=_GPT2_MODEL,
-        dense=replace(_LM_DENSE, steps=1000),
+        dense=replace(_LM_DENSE, steps=600),
         finetune=replace(_LM_PRUNE, steps=100),
         budgeted=replace(_LM_BUDGET, steps=200),
         gammas=(0.003, 0.01, 0.03, 0.1),

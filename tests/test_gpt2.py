@@ -154,3 +154,22 @@ def test_reversible_ablation_cannot_drop_from_the_cache():
     with pytest.raises(ValueError, match="irreversible"):
         model.new_cache(1, 8, prune=True)
     model.new_cache(1, 8, prune=False)  # the dense cache still works
+
+
+def test_run_cache_round_trip_and_untied_head_refused(tmp_path):
+    from bab.runs import RunCache
+
+    model = dropping_model(bias=1.0)
+    cache = RunCache(tmp_path)
+    cache.save("gpt2", {"k": 1}, model, {"ok": True})
+    fresh = GPT2LM(model.config).eval()
+    assert cache.load("gpt2", {"k": 1}, fresh) == {"ok": True}
+    ids = torch.randint(0, 101, (2, 20))
+    with torch.no_grad():
+        assert torch.equal(fresh(ids).logits, model(ids).logits)
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(GPT2Config(**SMALL).to_hf())
+    state = dict(hf.state_dict())
+    state["lm_head.weight"] = torch.randn_like(state["lm_head.weight"])
+    with pytest.raises(ValueError, match="tied"):
+        load_hf_state_dict(GPT2LM(GPT2Config(**SMALL)), state)

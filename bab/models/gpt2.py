@@ -188,12 +188,13 @@ class GPT2LM(nn.Module):
         super().__init__()
         self.config = config
         self.transformer = Transformer(config)
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        # The output projection is the token embedding (GPT-2 ties them). We use wte.weight directly
+        # instead of a second module sharing it, so the state dict holds each tensor once
+        # (safetensors, used by the run cache, refuses shared tensors).
         self.apply(self._init_weights)
         for name, p in self.named_parameters():  # GPT-2's scaled init of the residual projections
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, std=config.initializer_range / math.sqrt(2 * config.n_layer))
-        self.lm_head.weight = self.transformer.wte.weight  # tied, as in GPT-2
 
     def _init_weights(self, module):
         if isinstance(module, ContextInteraction):
@@ -203,6 +204,10 @@ class GPT2LM(nn.Module):
             nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, std=self.config.initializer_range)
+
+    def lm_head(self, h: torch.Tensor) -> torch.Tensor:
+        """h [..., d] -> logits [..., V] with the tied token embedding."""
+        return F.linear(h, self.transformer.wte.weight)
 
     @property
     def prunes(self) -> bool:
@@ -301,8 +306,10 @@ _HF_BUFFERS = (".attn.bias", ".attn.masked_bias")
 def load_hf_state_dict(model: GPT2LM, state_dict: dict) -> GPT2LM:
     """Load a transformers GPT2LMHeadModel state dict; the interaction parameters keep their init."""
     state = {k: v for k, v in state_dict.items() if not k.endswith(_HF_BUFFERS)}
-    if "lm_head.weight" not in state:
-        state["lm_head.weight"] = state["transformer.wte.weight"]
+    head = state.pop("lm_head.weight", None)
+    if head is not None and not torch.equal(head, state["transformer.wte.weight"]):
+        raise ValueError("lm_head.weight differs from transformer.wte.weight: only GPT-2 with tied input and "
+                         "output embeddings (tie_word_embeddings=True, GPT-2's default) is supported")
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if ".interaction." not in k]
     if missing or unexpected:
