@@ -6,7 +6,7 @@ models (drift hits all alike) and the median reported. One run = a fresh cache, 
 (prefill, timed separately) and ``new_tokens`` greedy decoding steps (timed): throughput is
 B * new_tokens / decode seconds. The dense model runs the same code with pruning off and a
 cache preallocated to its final length (appends only, no copies: the fastest dense cache);
-the pruned models compact their caches whenever a token is dropped.
+the pruned models remove dropped tokens from their caches (at once, or batched with ``compact_every``).
 
 Memory: the bytes held by the cache buffers (keys, values and, for pruning, the interaction
 keys and slot indices) at the end of generation and at their peak over the decoding steps.
@@ -27,13 +27,17 @@ from bab.bench import single_thread
 
 
 @torch.no_grad()
-def generate_once(model, prompt: torch.Tensor, new_tokens: int, prune: bool = True, budget: float | None = None):
-    """Greedy generation with a KV cache. Returns (prefill s, decode s, peak cache bytes, cache, tokens)."""
+def generate_once(model, prompt: torch.Tensor, new_tokens: int, prune: bool = True, budget: float | None = None,
+                  compact_every: float = 0.0):
+    """Greedy generation with a KV cache. Returns (prefill s, decode s, peak cache bytes, cache, tokens).
+
+    ``compact_every``: see bab.models.kv_cache.LayerKV (0: copy the live tokens at every drop).
+    """
     B, T = prompt.shape
     model.check_length(T + new_tokens)
     capacity = T + new_tokens if not (prune and model.prunes) else T
     start = time.perf_counter()
-    cache = model.new_cache(B, capacity, prune=prune)
+    cache = model.new_cache(B, capacity, prune=prune, compact_every=compact_every)
     logits = model.prefill(prompt, cache, budget=budget, prune=prune)
     prefill_s = time.perf_counter() - start
     peak = cache.nbytes()
@@ -50,19 +54,20 @@ def generate_once(model, prompt: torch.Tensor, new_tokens: int, prune: bool = Tr
 
 @torch.no_grad()
 def cache_verdicts(model, prompt: torch.Tensor, new_tokens: int, budget: float | None = None,
-                   atol: float = 1e-4) -> dict:
+                   atol: float = 1e-4, compact_every: float = 0.0) -> dict:
     """Structural checks of pruned generation on ``prompt`` [B, T] (greedy, ``new_tokens`` steps).
 
     - ``equals_full_forward``: the cached step logits equal the full-sequence forward pass (alpha = inf)
       of the generated sequence at every generated position;
     - ``never_reappear``: at every step the live positions of every layer and row are a subset of the
       previous step's plus the new token;
-    - ``cache_shrinks``: at the end every layer's key/value buffers hold fewer slots than the sequence;
+    - ``cache_shrinks``: at the end every layer's key/value buffers hold fewer slots than the sequence
+      (and fewer than a dense cache: capacity, not a mask);
     - ``live_fraction``: live tokens at the end / sequence length (mean over layers and rows).
     """
     B, T = prompt.shape
     model.check_length(T + new_tokens)
-    cache = model.new_cache(B, T, prune=True)
+    cache = model.new_cache(B, T, prune=True, compact_every=compact_every)
     logits = [model.prefill(prompt, cache, budget=budget)]
     seq = prompt
     previous = _live_sets(cache)
@@ -93,7 +98,7 @@ def _live_sets(cache) -> list[list[set]]:
 
 def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmup: int = 1, repeats: int = 3,
                      baseline: str = "dense") -> pd.DataFrame:
-    """Throughput and cache memory of each named (model, {"prune": bool, "budget": float|None}).
+    """Throughput and cache memory of each named (model, {"prune": bool, "budget": ..., "compact_every": ...}).
 
     Columns: tokens_per_s (median), throughput_ratio (over the baseline), decode_ms, prefill_ms,
     cache_mb_end, cache_mb_peak, memory_ratio (baseline end bytes / end bytes), live_fraction

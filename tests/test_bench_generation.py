@@ -41,3 +41,15 @@ def test_generation_table_reports_ratios_against_dense():
 def test_generation_longer_than_the_context_raises():
     with pytest.raises(ValueError, match="longer than the model's maximum context"):
         generate_once(model_with(1.0), torch.zeros(1, 90, dtype=torch.long), new_tokens=10)
+
+
+def test_batched_compaction_is_equivalent_and_bounded():
+    model = model_with(1.0)
+    prompt = torch.randint(0, 64, (3, 40))
+    verdicts = cache_verdicts(model, prompt, new_tokens=12, compact_every=0.5)
+    assert verdicts["equals_full_forward"] and verdicts["never_reappear"]
+    _, _, _, cache, _ = generate_once(model, prompt, 12, compact_every=0.5)
+    for layer in cache.layers:  # slots beyond the longest row's live tokens stay under half the used ones
+        assert layer.length - int(layer.live_tokens().max()) <= 0.5 * layer.length + 1
+    with pytest.raises(ValueError, match="compact_every"):
+        model.new_cache(1, 4, prune=True, compact_every=1.0)

@@ -141,7 +141,10 @@ class ContextPruningStudy:
 
     def throughput(self, models: dict | None = None, prompt_len: int | None = None, new_tokens: int | None = None,
                    batch: int | None = None, repeats: int | None = None) -> pd.DataFrame:
-        """Generation throughput and KV-cache memory of dense and the pruned models at one prompt length."""
+        """Generation throughput and KV-cache memory of dense and the pruned models at one prompt length.
+
+        ``models``: name -> model, or name -> (model, budget, compact_every); default: every specialist.
+        """
         P = self.profile
         prompt_len = prompt_len or P.bench_prompts[-1]
         new_tokens = new_tokens or P.bench_new_tokens
@@ -151,8 +154,8 @@ class ContextPruningStudy:
             models = {f"gamma={g:g}": self.pruned(g)[0] for g in P.gammas}
         configs = {"dense": (dense, {"prune": False})}
         for name, spec in models.items():
-            model, budget = spec if isinstance(spec, tuple) else (spec, None)
-            configs[name] = (model, {"prune": True, "budget": budget})
+            model, budget, compact_every = spec if isinstance(spec, tuple) else (spec, None, P.bench_compact_every)
+            configs[name] = (model, {"prune": True, "budget": budget, "compact_every": compact_every})
         table = generation_table(configs, self.long_prompt(prompt_len, batch), new_tokens,
                                  warmup=P.bench_warmup, repeats=repeats or P.bench_repeats)
         return table

@@ -248,15 +248,16 @@ class GPT2LM(nn.Module):
 
     # ------------------------------------------------------------------ generation with a KV cache
 
-    def new_cache(self, batch: int, capacity: int, prune: bool) -> KVCache:
+    def new_cache(self, batch: int, capacity: int, prune: bool, compact_every: float = 0.0) -> KVCache:
+        """An empty cache; ``compact_every`` (see bab.models.kv_cache.LayerKV) batches the compaction copies."""
         c = self.config
         if prune and self.prunes and not c.pruning.irreversible:
             raise ValueError("a KV cache can only forget tokens for good when dropping is irreversible; this model "
                              "was built with PruningConfig(irreversible=False): generate with prune=False")
         int_dim = c.pruning.r if (prune and self.prunes) else None
         p = next(self.parameters())
-        return KVCache([LayerKV(batch, c.n_head, c.n_embd // c.n_head, int_dim, capacity, p.dtype, p.device)
-                        for _ in range(c.n_layer)])
+        return KVCache([LayerKV(batch, c.n_head, c.n_embd // c.n_head, int_dim, capacity, p.dtype, p.device,
+                                compact_every=compact_every) for _ in range(c.n_layer)])
 
     @torch.no_grad()
     def prefill(self, input_ids: torch.Tensor, cache: KVCache, budget: float | None = None,
