@@ -148,7 +148,7 @@ def train_lm(model, train_ids: torch.Tensor, config: LMTrainConfig, progress: bo
         if (step + 1) % log_every == 0 or step + 1 == config.steps:
             n = sums["n"]
             row = {"step": step + 1, "loss": sums["loss"] / n, "train_ce": sums["ce"] / n,
-                   "keep_mass": sums["keep"] / n, "alpha": alpha}
+                   "keep_mass": sums["keep"] / n, "alpha": None if config.objective == "lm" else alpha}
             result.history.append(row)
             bar.set_postfix(ce=f"{row['train_ce']:.3f}", keep=f"{row['keep_mass']:.2f}")
             sums = {"loss": 0.0, "ce": 0.0, "keep": 0.0, "n": 0}
