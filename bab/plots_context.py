@@ -45,8 +45,7 @@ def dropped_token_view(tokens: list[str], drop_times: torch.Tensor, title: str =
     L, T = times.shape
     lifetime = np.where(times >= 0, times - np.arange(T)[None, :], np.nan)
     fig, ax = plt.subplots(figsize=(max(8, 0.22 * T), 0.5 * L + 1.8))
-    cmap = plt.get_cmap("magma_r").copy()
-    cmap.set_bad("white")
+    cmap = plt.get_cmap("magma_r").with_extremes(bad="white")
     image = ax.imshow(np.ma.masked_invalid(lifetime), aspect="auto", cmap=cmap, interpolation="nearest")
     ax.set_xticks(range(T))
     ax.set_xticklabels([t.replace("\n", "⏎") for t in tokens], rotation=90, fontsize=7)
