@@ -102,7 +102,8 @@ def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmu
 
     Columns: tokens_per_s (median), throughput_ratio (over the baseline), decode_ms, prefill_ms,
     cache_mb_end, cache_mb_peak, memory_ratio (baseline end bytes / end bytes), live_fraction
-    (live tokens at the end / sequence length, mean over layers and rows).
+    (live tokens at the end / sequence length, mean over layers and rows); ``table.attrs["live_by_layer"]``
+    has that fraction per layer for every config.
     """
     if baseline not in configs:
         raise ValueError(f"generation_table needs the baseline {baseline!r} among the configs {list(configs)}")
@@ -115,7 +116,7 @@ def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmu
         for _ in range(repeats):
             for name, (model, kwargs) in configs.items():
                 runs[name].append(generate_once(model, prompt, new_tokens, **kwargs))
-    rows = []
+    rows, live_by_layer = [], {}
     for name, results in runs.items():
         decode_s = statistics.median(r[1] for r in results)
         _, _, peak, cache, _ = results[-1]
@@ -123,10 +124,12 @@ def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmu
                      "prefill_ms": 1e3 * statistics.median(r[0] for r in results),
                      "cache_mb_end": cache.nbytes() / 2**20, "cache_mb_peak": peak / 2**20,
                      "live_fraction": cache.live_tokens().float().mean().item() / (T + new_tokens)})
+        live_by_layer[name] = (cache.live_tokens().float().mean(dim=1) / (T + new_tokens)).tolist()
     table = pd.DataFrame(rows).set_index("config")
     table.insert(1, "throughput_ratio", table.tokens_per_s / table.loc[baseline, "tokens_per_s"])
     table["memory_ratio"] = table.loc[baseline, "cache_mb_end"] / table.cache_mb_end
-    table.attrs.update(batch=B, prompt=T, new_tokens=new_tokens, repeats=repeats, warmup=warmup)
+    table.attrs.update(batch=B, prompt=T, new_tokens=new_tokens, repeats=repeats, warmup=warmup,
+                       live_by_layer=live_by_layer)
     return table
 
 

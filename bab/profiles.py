@@ -199,6 +199,7 @@ _LM_DENSE = LMTrainConfig(objective="lm", batch_size=16, context=128, lr=3e-3)
 _LM_PRUNE = LMTrainConfig(objective="context_pruning", batch_size=16, context=128, lr=1e-3, pruning_lr=1e-2)
 # Budget-conditioned: Eq. 5 of the head-gates paper with the keep mass as the cost and no
 # lambda_cost, so only a keep mass above the requested budget is penalised and CE pulls it up to b.
+# It gets as many steps as one specialist, so the comparison asks what conditioning costs per checkpoint.
 _LM_BUDGET = LMTrainConfig(objective="budget_context", batch_size=16, context=128, lr=1e-3, pruning_lr=1e-2,
                            budget_min=0.05, budget_max=0.8, lambda_cost=0.0, lambda_viol=50.0)
 
@@ -209,7 +210,7 @@ GPT2_CONTEXT_PRUNING = {
         model=_GPT2_MODEL,
         dense=replace(_LM_DENSE, steps=150),
         finetune=replace(_LM_PRUNE, steps=30),
-        budgeted=replace(_LM_BUDGET, steps=40),
+        budgeted=replace(_LM_BUDGET, steps=30),
         gammas=(0.01, 0.1),
         budgets=(0.1, 0.3, 0.6),
         eval_windows=16,
@@ -224,7 +225,7 @@ GPT2_CONTEXT_PRUNING = {
         model=_GPT2_MODEL,
         dense=replace(_LM_DENSE, steps=600),
         finetune=replace(_LM_PRUNE, steps=100),
-        budgeted=replace(_LM_BUDGET, steps=200),
+        budgeted=replace(_LM_BUDGET, steps=100),
         gammas=(0.003, 0.03, 0.1, 0.3),
     ),
     "paper": ContextPruningProfile(
@@ -233,7 +234,7 @@ GPT2_CONTEXT_PRUNING = {
         model=_GPT2_MODEL,
         dense=replace(_LM_DENSE, steps=4000),
         finetune=replace(_LM_PRUNE, steps=400),
-        budgeted=replace(_LM_BUDGET, steps=800),
+        budgeted=replace(_LM_BUDGET, steps=400),
         gammas=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3),
         r_ablation=(32, 64, 128),
         irreversibility_ablation=True,

@@ -34,6 +34,9 @@ def test_generation_table_reports_ratios_against_dense():
     assert table.loc["pruned", "cache_mb_end"] < table.loc["dense", "cache_mb_end"]
     assert table.loc["pruned", "live_fraction"] < 1.0 == table.loc["dense", "live_fraction"]
     assert (table.tokens_per_s > 0).all()
+    per_layer = table.attrs["live_by_layer"]
+    assert per_layer["dense"] == [1.0, 1.0] and len(per_layer["pruned"]) == 2
+    assert abs(sum(per_layer["pruned"]) / 2 - table.loc["pruned", "live_fraction"]) < 1e-6
     with pytest.raises(ValueError, match="baseline"):
         generation_table({"pruned": (model, {"prune": True})}, prompt, 2)
 

@@ -142,7 +142,9 @@ for prompt_len in P.bench_prompts:
 long_context = max(P.bench_prompts)
 long80 = throughput[long_context].loc[f"gamma={gamma80:g}"]
 print(f"gamma={gamma80:g} at the long context ({long_context} tokens): {long80.throughput_ratio:.2f}x dense "
-      f"throughput, KV cache {long80.memory_ratio:.1f}x smaller, {long80.live_fraction:.1%} of tokens live at the end")"""),
+      f"throughput, KV cache {long80.memory_ratio:.1f}x smaller, {long80.live_fraction:.1%} of tokens live at the end")
+live = throughput[long_context].attrs["live_by_layer"][f"gamma={gamma80:g}"]
+print("live tokens at the end, per layer: " + ", ".join(f"layer {i} {f:.1%}" for i, f in enumerate(live)))"""),
     code("""# NBVAL_CHECK_OUTPUT
 print(f"throughput table configurations: {list(throughput[long_context].index)}")
 print(f"long prompt >= 512 tokens: {long_context >= 512}")
@@ -174,8 +176,9 @@ The interaction bias takes the requested keep budget $b$ through a learned non-n
 $\\beta_\\ell(b) = \\beta_\\ell + \\text{softplus}(\\rho_\\ell)\\,\\text{logit}(b)$, as the budgeted head
 gates do. One fine-tune samples $b \\sim U[0.05, 0.8]$ per batch and minimises
 $\\text{CE} + \\lambda\\max(0, \\overline{I} - b)^2$ (Eq. 5 of the head-gates paper with the keep mass as
-the cost). We then evaluate the single checkpoint at several budgets and compare with the per-γ
-specialists at the same fraction pruned (their curve interpolated)."""),
+the cost), for as many steps as one specialist. We then evaluate the single checkpoint at several
+budgets and compare with the per-γ specialists at the same fraction pruned (their curve
+interpolated; NaN where the checkpoint lands outside the specialists' range)."""),
     code("""budget_model, budget_metrics = study.budget_conditioned()
 budget_rows = []
 for b in P.budgets:
