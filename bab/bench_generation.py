@@ -100,7 +100,8 @@ def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmu
                      baseline: str = "dense") -> pd.DataFrame:
     """Throughput and cache memory of each named (model, {"prune": bool, "budget": ..., "compact_every": ...}).
 
-    Columns: tokens_per_s (median), throughput_ratio (over the baseline), decode_ms, prefill_ms,
+    Columns: tokens_per_s (median), throughput_ratio (over the baseline), end_to_end_ratio (baseline
+    prefill + decode time over ours: the prompt pass included), decode_ms, prefill_ms,
     cache_mb_end, cache_mb_peak, memory_ratio (baseline end bytes / end bytes), live_fraction
     (live tokens at the end / sequence length, mean over layers and rows); ``table.attrs["live_by_layer"]``
     has that fraction per layer for every config.
@@ -127,6 +128,8 @@ def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmu
         live_by_layer[name] = (cache.live_tokens().float().mean(dim=1) / (T + new_tokens)).tolist()
     table = pd.DataFrame(rows).set_index("config")
     table.insert(1, "throughput_ratio", table.tokens_per_s / table.loc[baseline, "tokens_per_s"])
+    total_ms = table.prefill_ms + table.decode_ms  # the prompt pass included
+    table.insert(2, "end_to_end_ratio", total_ms.loc[baseline] / total_ms)
     table["memory_ratio"] = table.loc[baseline, "cache_mb_end"] / table.cache_mb_end
     table.attrs.update(batch=B, prompt=T, new_tokens=new_tokens, repeats=repeats, warmup=warmup,
                        live_by_layer=live_by_layer)

@@ -31,6 +31,9 @@ def test_generation_table_reports_ratios_against_dense():
                              new_tokens=8, warmup=0, repeats=2)
     assert list(table.index) == ["dense", "pruned"]
     assert table.loc["dense", "throughput_ratio"] == 1.0 and table.loc["dense", "memory_ratio"] == 1.0
+    assert table.loc["dense", "end_to_end_ratio"] == 1.0
+    total = table.prefill_ms + table.decode_ms
+    assert table.loc["pruned", "end_to_end_ratio"] == total["dense"] / total["pruned"]
     assert table.loc["pruned", "cache_mb_end"] < table.loc["dense", "cache_mb_end"]
     assert table.loc["pruned", "live_fraction"] < 1.0 == table.loc["dense", "live_fraction"]
     assert (table.tokens_per_s > 0).all()
