@@ -159,15 +159,25 @@ class ContextInteraction(nn.Module):
         return self.bias + self.sensitivity * budget_logit(budget)
 
     def scores(self, q_int: torch.Tensor, k_int: torch.Tensor, budget: float | None) -> torch.Tensor:
-        """s [B, Tq, Tk] from q_int [B, Tq, r] and k_int [B, Tk, r]."""
-        return q_int @ k_int.transpose(1, 2) / math.sqrt(self.r) + self.bias_for(budget)
+        """s [B, Tq, Tk] from q_int [B, Tq, r] and k_int [B, Tk, r] (the 1/sqrt(r) applied to the small q_int)."""
+        return (q_int / math.sqrt(self.r)) @ k_int.transpose(1, 2) + self.bias_for(budget)
 
     def log_keep(self, x: torch.Tensor, alpha: float, budget: float | None) -> tuple[torch.Tensor, torch.Tensor]:
         """log I [B, T, T] (query k, key j; 0 on and above the diagonal) and k_int [B, T, r] for x [B, T, d]."""
         q_int, k_int = self.query(x), self.key(x)
-        log_p = log_alpha_sigmoid(self.scores(q_int, k_int, budget), alpha)  # [B, n, j]
+        scores = self.scores(q_int, k_int, budget)  # [B, n, j]
         T = x.shape[1]
         below = torch.ones(T, T, dtype=torch.bool, device=x.device).tril(-1)  # n > j: n may drop j
+        if math.isinf(validate_alpha(alpha)):
+            # Hard decisions without float logs or a cumulative sum: j is dead for every k at or after the
+            # first n > j that drops it (the cumulative product of 0/1 decisions).
+            dropped = (scores <= 0) & below
+            if self.config.irreversible:
+                first = dropped.to(torch.uint8).argmax(dim=1)  # [B, j]: first n that drops j (0 if none)
+                first = torch.where(dropped.any(dim=1), first, torch.full_like(first, T))
+                dropped = torch.arange(T, device=x.device)[None, :, None] >= first[:, None, :]
+            return torch.zeros_like(scores).masked_fill_(dropped, -math.inf), k_int
+        log_p = log_alpha_sigmoid(scores, alpha)
         log_p = torch.where(below, log_p, torch.zeros((), dtype=log_p.dtype, device=log_p.device))
         if self.config.irreversible:
             return torch.cumsum(log_p, dim=1), k_int  # sum over n = j+1..k of log p_nj
