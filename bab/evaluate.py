@@ -79,3 +79,16 @@ def topk_nested(model, budgets=SWEEP_BUDGETS) -> bool:
     """
     masks = [model.head_mask_for(b).bool() for b in sorted(budgets)]
     return all(bool(torch.all(~low | high)) for low, high in zip(masks, masks[1:], strict=False))
+
+
+@torch.no_grad()
+def gate_ranking(model, low: float = 0.25, high: float = 0.75) -> dict:
+    """How stable the head ranking is across budgets (the paper's gate-ranking analysis).
+
+    Spearman correlation of the soft gates at ``low`` and ``high``, and whether every head in the
+    hard top-k at ``low`` is also in the top-k at ``high``.
+    """
+    low_mask, high_mask = model.head_mask_for(low).bool(), model.head_mask_for(high).bool()
+    return {"spearman": spearman(model.gates(low).detach(), model.gates(high).detach()),
+            "low_topk_kept_at_high": bool(torch.all(~low_mask | high_mask)),
+            "heads_low": int(low_mask.sum()), "heads_high": int(high_mask.sum())}

@@ -109,6 +109,17 @@ def estimated_cost(gates: torch.Tensor) -> torch.Tensor:
     return gates.mean()
 
 
+def attention_cost(weights: torch.Tensor | None, mode: str, device=None) -> torch.Tensor:
+    """Estimated attention cost of a forward pass: 1 when dense, the mean gate mass (Eq. 3) when soft,
+    the kept fraction k / (L*H) of a binary mask otherwise (rounded first: straight-through adds
+    g - g, which is not exactly 0 in floating point)."""
+    if weights is None:
+        return torch.ones((), device=device)
+    if mode == "soft":
+        return estimated_cost(weights)
+    return weights.detach().round().mean()
+
+
 def num_heads_to_keep(budget: float, total_heads: int) -> int:
     """k = ceil(b * L * H) (Eq. 4). Rounded first so 0.3 * 10 keeps 3 heads, not 4."""
     budget = validate_budget(budget)
@@ -143,6 +154,45 @@ def hard_topk_mask_with_floor(gates: torch.Tensor, budget: float, min_per_layer:
         rest = scores.masked_fill(mask.bool(), float("-inf")).flatten()
         mask.view(-1)[torch.topk(rest, remaining).indices] = 1.0
     return mask
+
+
+def soft_gates_of(gates: nn.Module | None, budget: float) -> torch.Tensor:
+    """``gates(budget)`` [L, H], or a clear error for a model built without gates."""
+    if gates is None:
+        raise ValueError("this model has no gates (its config has gates=None); build it with gates='budget' "
+                         "or 'static', or pass an explicit head_mask")
+    return gates(budget)
+
+
+def head_weights(gates: nn.Module | None, budget, mode: str, head_mask: torch.Tensor | None,
+                 shape: tuple[int, int], dtype: torch.dtype):
+    """What multiplies each head in ``mode``: (weights [L, H] or None, soft gates [L, H] or None).
+
+    ``dense``: nothing. ``soft``: the gates g(b) (Eq. 2). ``hard``: the global top-k mask with a
+    straight-through gradient to the gates (Eq. 4). ``skip``: the same mask, detached (inference).
+    An explicit binary ``head_mask`` [L, H] replaces the top-k in hard and skip mode. The caller
+    checks that ``mode`` is one it supports.
+    """
+    if mode == "dense":
+        return None, None
+    if head_mask is not None:
+        if mode == "soft":
+            raise ValueError("head_mask is a hard mask: use it with mode='hard' (or 'skip')")
+        if tuple(head_mask.shape) != tuple(shape):
+            raise ValueError(f"head_mask must have shape {tuple(shape)}, got {tuple(head_mask.shape)}")
+        if not torch.all((head_mask == 0) | (head_mask == 1)):
+            raise ValueError("head_mask must be binary (0 or 1 per head)")
+        return head_mask.to(dtype), None
+    if budget is None:
+        raise ValueError(f"mode={mode!r} needs a budget in (0, 1] (or an explicit head_mask)")
+    budget = validate_budget(budget)
+    soft = soft_gates_of(gates, budget)
+    if mode == "soft":
+        return soft, soft
+    hard = hard_topk_mask(soft, budget)
+    if mode == "skip":
+        return hard, soft.detach()
+    return straight_through(hard, soft), soft  # "hard": forward is binary, gradient is soft
 
 
 def straight_through(hard: torch.Tensor, soft: torch.Tensor) -> torch.Tensor:

@@ -52,3 +52,28 @@ def context_pruning_loss(logits: torch.Tensor, targets: torch.Tensor, keep_mass:
         raise ValueError(f"gamma must be >= 0, got {gamma}")
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
     return ce + gamma * keep_mass
+
+
+# -- Sparsifiner (METHOD_NOTES.md section 3; sparsifiner.txt Eq. 8-10) ------------------------------------
+
+
+def token_distillation_loss(tokens: torch.Tensor, teacher_tokens: torch.Tensor) -> torch.Tensor:
+    """Eq. 8: MSE between the student's and the teacher's tokens after the last block ([B, n, D] each)."""
+    if tokens.shape != teacher_tokens.shape:
+        raise ValueError(f"token distillation needs equal shapes, got {tuple(tokens.shape)} and "
+                         f"{tuple(teacher_tokens.shape)}; token pruning changes n, so use it at evaluation only")
+    return F.mse_loss(tokens, teacher_tokens.detach())
+
+
+def kl_distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
+    """Eq. 9: KL divergence between the teacher's and the student's class distributions (batch mean)."""
+    return F.kl_div(F.log_softmax(student_logits, dim=-1), F.log_softmax(teacher_logits.detach(), dim=-1),
+                    reduction="batchmean", log_target=True)
+
+
+def attention_distillation_loss(scores: list[torch.Tensor], teacher_attention: list[torch.Tensor]) -> torch.Tensor:
+    """Eq. 10: MSE between each layer's connectivity scores A~_down W~_up and the teacher's attention
+    probabilities ([B, H, n, n] each), averaged over layers."""
+    if len(scores) != len(teacher_attention) or not scores:
+        raise ValueError(f"need one teacher attention map per layer, got {len(scores)} and {len(teacher_attention)}")
+    return torch.stack([F.mse_loss(s, t.detach()) for s, t in zip(scores, teacher_attention, strict=True)]).mean()

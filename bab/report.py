@@ -34,7 +34,9 @@ from pathlib import Path
 from bab.profiles import PROFILE_NAMES as PROFILES
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
-KERNEL_ENV = {"BAB_HEADLESS": "1", "MPLBACKEND": "Agg"}
+# the inline backend renders figures as PNG outputs without a display; plain Agg would drop them
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+KERNEL_ENV = {"BAB_HEADLESS": "1", "MPLBACKEND": INLINE_BACKEND}
 
 # one result row: required keys and their types (float columns may be None)
 ROW_STR_KEYS = ("experiment", "method")
@@ -164,7 +166,7 @@ def check_profile(profile):
 
 @contextlib.contextmanager
 def kernel_env():
-    """Set BAB_HEADLESS=1 and MPLBACKEND=Agg for the kernels started inside; restore after."""
+    """Set BAB_HEADLESS=1 and the inline matplotlib backend for the kernels started inside; restore after."""
     saved = {k: os.environ.get(k) for k in KERNEL_ENV}
     os.environ.update(KERNEL_ENV)
     try:

@@ -8,7 +8,11 @@ Objectives (METHOD_NOTES.md, section 1):
 - ``static``: Eq. 5 at one fixed budget with budget-free gates (one specialist per budget).
 - ``hard_adapt``: Eq. 6; b sampled per batch (or fixed, for a static specialist), the forward
   pass uses the hard top-k mask with a straight-through gradient to the soft gates, distilled
-  from a frozen soft-gated teacher at the same budget.
+  from a frozen soft-gated teacher at the same budget. With ``freeze_gates`` the controller is
+  frozen, so the top-k mask of each budget is fixed and only the weights adapt (the paper's
+  pretrained structural adaptation).
+- ``recovery``: fine-tune a (structurally pruned) model with distillation from the dense
+  teacher (the recovered post-hoc baseline).
 
 On CPU the Accelerator is a thin wrapper; the same code runs under ``accelerate launch``.
 """
@@ -30,7 +34,7 @@ from tqdm.auto import tqdm
 from bab.gates import validate_budget
 from bab.losses import budget_loss, distillation_loss
 
-OBJECTIVES = ("dense", "budgeted", "static", "hard_adapt")
+OBJECTIVES = ("dense", "budgeted", "static", "hard_adapt", "recovery")
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class TrainConfig:
     lambda_viol: float = 0.0
     kd_beta: float = 0.5  # hard_adapt: weight of the distillation term
     kd_temperature: float = 2.0
+    freeze_gates: bool = False  # hard_adapt: keep the controller (and so each budget's top-k mask) fixed
 
     def __post_init__(self):
         if self.objective not in OBJECTIVES:
@@ -128,6 +133,10 @@ def train(
         raise ValueError("objective 'static' needs a model built with gates='static'")
     if config.objective == "hard_adapt" and teacher is None:
         raise ValueError("objective 'hard_adapt' needs teacher=<the frozen soft-gated checkpoint>")
+    if config.objective == "recovery" and teacher is None:
+        raise ValueError("objective 'recovery' needs teacher=<the dense model>")
+    if config.freeze_gates and getattr(model, "gates", None) is not None:
+        model.gates.requires_grad_(False)
 
     seed_everything(config.seed)
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
@@ -216,6 +225,11 @@ def _objective_step(model, teacher, input_ids, labels, budget, config: TrainConf
     if config.objective in ("budgeted", "static"):
         out = model(input_ids, budget=budget, mode="soft")
         return out, budget_loss(out.logits, labels, out.cost, budget, config.lambda_cost, config.lambda_viol)
+    if config.objective == "recovery":
+        with torch.no_grad():
+            teacher_logits = teacher(input_ids, mode="dense").logits
+        out = model(input_ids, mode="dense")
+        return out, distillation_loss(out.logits, teacher_logits, labels, config.kd_beta, config.kd_temperature)
     # hard_adapt (Eq. 6)
     with torch.no_grad():
         teacher_logits = teacher(input_ids, budget=budget, mode="soft").logits

@@ -62,3 +62,25 @@ def test_latency_table_times_an_emptied_layer_and_reports_the_realised_share():
     assert table.loc["skip", "realised"] == pytest.approx(expected)
     with pytest.raises(ValueError, match="baseline"):
         latency_table({"skip": (model, {"mode": "dense"})}, batches)
+
+
+def test_structural_bench_times_saved_and_reloaded_models_with_an_eager_flop_limit(capsys):
+    assert main(["bert", "--budget", "0.5", "--examples", "2", "--batch-size", "2", "--seq-len", "16",
+                 "--warmup", "0", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "36/72 heads kept" in out and "structural @0.50" in out and "analytic_limit" in out
+    with pytest.raises(SystemExit):
+        main(["bert", "--budget", "0"])
+    assert "budget must lie in (0, 1]" in capsys.readouterr().err
+
+
+def test_flop_configs_replace_what_is_counted_not_what_is_timed():
+    import torch
+
+    from bab.bench import latency_table
+
+    small, big = torch.nn.Linear(8, 8), torch.nn.Linear(8, 64)
+    batches = [torch.ones(2, 8)]
+    table = latency_table({"dense": (small, {}), "other": (small, {})}, batches, warmup=0, repeats=1,
+                          flop_configs={"dense": (big, {}), "other": (small, {})})
+    assert table.loc["other", "analytic_limit"] == pytest.approx(8.0)

@@ -53,3 +53,20 @@ def test_unknown_profile_or_experiment_raise_clear_errors():
         get_profile("synthetic", "fast")
     with pytest.raises(ValueError, match="unknown experiment"):
         get_profile("imagenet", "quick")
+
+
+def test_our_bert_rows_sit_beside_the_papers_bert_mini_rows():
+    ours = [{"experiment": "bert_ag_news", "method": "dense", "budget": 1.0, "cost": 1.0, "accuracy": 85.0,
+             "speedup": None, "note": "model: MiniLM"}]
+    table = comparison_table(ours)
+    row = table[(table.experiment == "bert_mini_ag_news") & (table.method == "dense")].iloc[0]
+    assert row["accuracy (paper)"] == 87.2 and row["accuracy (ours)"] == 85.0
+    assert row["note (ours)"] == "model: MiniLM"
+
+
+def test_bert_profiles_follow_the_papers_protocol_at_paper():
+    for experiment in ("bert_ag_news", "bert_dbpedia14"):
+        paper = get_profile(experiment, "paper")
+        assert (paper.num_train, paper.num_val, paper.num_test, paper.max_len) == (2000, 1000, 1000, 128)
+        assert paper.hard_adapt.freeze_gates and paper.recovery.kd_temperature == 2.0
+        assert paper.timing_len == 128

@@ -71,3 +71,18 @@ def test_posthoc_mask_keeps_the_most_important_heads_under_the_floor(budget):
     assert mask[1, 1] == 1  # the best head of the weak layer is always kept
     assert int(mask.sum()) == max(int(np.ceil(budget * 8 - 1e-9)), 2)
     assert isinstance(pd.DataFrame(mask.numpy()), pd.DataFrame)
+
+
+def test_gate_ranking_reports_correlation_and_nesting():
+    from bab.evaluate import gate_ranking
+
+    model, _ = model_and_data("budget")
+    with torch.no_grad():
+        model.gates.theta.copy_(torch.arange(8.0).view(2, 4))  # one fixed ranking at every budget
+    ranking = gate_ranking(model, 0.25, 0.75)
+    assert ranking["spearman"] == pytest.approx(1.0)
+    assert ranking["low_topk_kept_at_high"] and (ranking["heads_low"], ranking["heads_high"]) == (2, 6)
+    with torch.no_grad():  # head 0 wins at low budgets (theta high, no sensitivity), loses at high ones
+        model.gates.theta.copy_(torch.tensor([[3.0, 0, 0, 0], [0, 0, 0, 0]]))
+        model.gates.raw_sensitivity.copy_(torch.tensor([[-20.0, 5, 5, 5], [5, 5, 5, 5]]))
+    assert not gate_ranking(model, 0.25, 0.75)["low_topk_kept_at_high"]

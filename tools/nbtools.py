@@ -42,7 +42,7 @@ def write_notebook(cells, name: str, execute: bool) -> Path:
         import papermill
 
         with tempfile.TemporaryDirectory() as cache:
-            os.environ.update(BAB_CACHE_DIR=cache, BAB_HEADLESS="1", MPLBACKEND="Agg")
+            os.environ.update(BAB_CACHE_DIR=cache, BAB_HEADLESS="1", MPLBACKEND="module://matplotlib_inline.backend_inline")
             papermill.execute_notebook(str(path), str(path), kernel_name="python3", cwd=str(path.parent))
         nbf.write(strip_volatile_metadata(nbf.read(path, as_version=4)), path)
     return path

@@ -490,6 +490,7 @@ class WordTokenizer:
     """
 
     pad_id, cls_id, unk_id = PAD, CLS, UNK
+    specials_per_sequence = 1  # [CLS]
 
     def __init__(self, words: Sequence[str]):
         words = list(words)
@@ -552,6 +553,38 @@ class WordTokenizer:
         return cls(data["words"])
 
 
+class PretrainedTokenizer:
+    """A Hugging Face tokenizer (e.g. BERT's WordPiece) behind the WordTokenizer interface.
+
+    ``encode`` gives [CLS] ... [SEP] ids, truncated and right-padded to ``max_len`` as the paper's
+    BERT protocol does (padding="max_length"). Nothing is fitted: the vocabulary is the model's.
+    """
+
+    def __init__(self, hf_tokenizer, name: str = ""):
+        if hf_tokenizer.pad_token_id is None:
+            raise ValueError(f"tokenizer {name or hf_tokenizer.name_or_path!r} has no padding token; set one first")
+        self.hf = hf_tokenizer
+        self.name = name or hf_tokenizer.name_or_path
+        self.pad_id = hf_tokenizer.pad_token_id
+        self.unk_id = hf_tokenizer.unk_token_id
+        self.specials_per_sequence = hf_tokenizer.num_special_tokens_to_add()
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.hf)
+
+    def encode(self, texts: str | Sequence[str], max_len: int) -> torch.Tensor:
+        if max_len < self.specials_per_sequence + 1:
+            raise ValueError(f"max_len must leave room for a word after the special tokens, got {max_len}")
+        texts = [texts] if isinstance(texts, str) else [clean_text(t) for t in texts]
+        return self.hf(list(texts), padding="max_length", truncation=True, max_length=max_len,
+                       return_tensors="pt")["input_ids"]
+
+    def decode(self, ids) -> str:
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
+        return self.hf.decode(ids, skip_special_tokens=True)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Everything at once
 
@@ -567,8 +600,11 @@ class TextClassificationData(NamedTuple):
 def build_text_classification(name: str, num_train: int = PAPER_SPLIT_SIZES[0], num_val: int = PAPER_SPLIT_SIZES[1],
                               num_test: int = PAPER_SPLIT_SIZES[2], max_len: int = 128, seed: int = 0,
                               max_vocab: int = 20_000, min_freq: int = 2, path=None, allow_hub: bool = True,
-                              skip_malformed: bool = False) -> TextClassificationData:
+                              skip_malformed: bool = False, tokenizer=None) -> TextClassificationData:
     """Stratified splits of ``name``, a word tokenizer fitted on the training split, and token-id tensors.
+
+    ``tokenizer`` (e.g. a ``PretrainedTokenizer``) replaces the fitted word tokenizer; ``max_vocab``
+    and ``min_freq`` then do not apply.
 
     Returns ``(train, val, test, tokenizer, info)``; ``info`` is JSON-serialisable: where the data came
     from, class names, file row counts and per-split sizes, class counts, [UNK] rate and how many
@@ -579,18 +615,21 @@ def build_text_classification(name: str, num_train: int = PAPER_SPLIT_SIZES[0], 
     data = load_text_dataset(name, path=path, allow_hub=allow_hub, skip_malformed=skip_malformed)
     splits = make_splits(data.train.texts, data.train.labels, data.test.texts, data.test.labels,
                          num_train, num_val, num_test, seed)
-    tokenizer = WordTokenizer.fit(splits["train"].texts, max_vocab=max_vocab, min_freq=min_freq)
+    if tokenizer is None:
+        tokenizer = WordTokenizer.fit(splits["train"].texts, max_vocab=max_vocab, min_freq=min_freq)
+    pad, unk = tokenizer.pad_id, tokenizer.unk_id
     tensors, split_info = {}, {}
     for split_name, split in splits.items():
         ids = tokenizer.encode(split.texts, max_len)
         labels = torch.tensor(split.labels, dtype=torch.long)
         tensors[split_name] = TensorDataset(ids, labels)
-        words = ids.ne(PAD).sum().item() - len(ids)  # [CLS] is not a word
+        words = ids.ne(pad).sum().item() - tokenizer.specials_per_sequence * len(ids)  # [CLS]/[SEP] are not words
         split_info[split_name] = {
             "size": len(split.labels),
             "class_counts": torch.bincount(labels, minlength=data.num_classes).tolist(),
-            "unk_rate": round(ids.eq(UNK).sum().item() / max(words, 1), 4),
-            "fills_max_len": round(ids[:, -1].ne(PAD).float().mean().item(), 4) if len(ids) else 0.0,
+            "unk_rate": round(ids.eq(unk).sum().item() / max(words, 1), 4),
+            "fills_max_len": round(ids[:, -1].ne(pad).float().mean().item(), 4) if len(ids) else 0.0,
+            "mean_tokens": round(ids.ne(pad).sum(1).float().mean().item(), 1) if len(ids) else 0.0,
         }
     info = {
         "name": name, "source": data.source, "class_names": data.class_names, "num_classes": data.num_classes,

@@ -44,6 +44,10 @@ class BudgetedStudy:
     def model_config(self, gates: str | None = None) -> EncoderConfig:
         raise NotImplementedError
 
+    def build_model(self, model_config) -> torch.nn.Module:
+        """A fresh (untrained or pretrained) model of ``model_config``."""
+        return EncoderClassifier(model_config)
+
     def selection(self, train_config: TrainConfig):
         """``select(model) -> float`` on validation data, or None to keep the last epoch."""
         return None
@@ -64,7 +68,7 @@ class BudgetedStudy:
             "parent": parent,
         }
         seed_everything(train_config.seed)
-        model = EncoderClassifier(model_config)
+        model = self.build_model(model_config)
         train_set = self.splits(data_seed)["train"]
 
         def fit(model):
@@ -138,8 +142,12 @@ class BudgetedStudy:
 
 
 def hard_topk_is_exact(sweep: pd.DataFrame, total_heads: int) -> bool:
-    """Hard sweep rows keep exactly ceil(b * L * H) heads at every budget."""
-    return all(abs(row.cost * total_heads - num_heads_to_keep(row.budget, total_heads)) < 1e-6
+    """Hard sweep rows keep exactly ceil(b * L * H) heads at every budget.
+
+    The cost is a float32 mean of the 0/1 mask, so it carries rounding error of order 1e-7 * L * H;
+    one head is 1 / (L * H), far above that.
+    """
+    return all(abs(row.cost * total_heads - num_heads_to_keep(row.budget, total_heads)) < 1e-3
                for row in sweep.itertuples())
 
 

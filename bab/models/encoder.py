@@ -24,11 +24,11 @@ from torch import nn
 from bab.gates import (
     BudgetGates,
     StaticGates,
-    estimated_cost,
+    attention_cost,
     hard_topk_mask,
     hard_topk_mask_with_floor,
-    straight_through,
-    validate_budget,
+    head_weights,
+    soft_gates_of,
 )
 
 MODES = ("dense", "soft", "hard", "skip")
@@ -232,44 +232,15 @@ class EncoderClassifier(nn.Module):
             layer_weights = None if weights is None else weights[layer_idx]
             x = layer(x, key_padding_mask, layer_weights, skip=(mode == "skip"))
         logits = self.head(self.ln_f(x[:, 0]))
-        if weights is None:
-            cost = torch.ones((), device=logits.device)
-        elif mode == "soft":
-            cost = estimated_cost(weights)
-        else:
-            cost = weights.detach().mean()
+        cost = attention_cost(weights, mode, logits.device)
         return EncoderOutput(logits=logits, gates=gates, head_mask=weights, cost=cost)
 
     def _soft_gates(self, budget: float) -> torch.Tensor:
-        if self.gates is None:
-            raise ValueError(
-                "this model has no gates (EncoderConfig.gates=None); build it with gates='budget' "
-                "or 'static', or pass an explicit head_mask"
-            )
-        return self.gates(budget)
+        return soft_gates_of(self.gates, budget)
 
     def _head_weights(self, budget, mode, head_mask):
         """Returns (weights that multiply the heads [L, H] or None, soft gates [L, H] or None)."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if mode == "dense":
-            return None, None
-        if head_mask is not None:
-            if mode == "soft":
-                raise ValueError("head_mask is a hard mask: use mode='hard' or mode='skip' with it")
-            expected = (self.config.num_layers, self.config.num_heads)
-            if tuple(head_mask.shape) != expected:
-                raise ValueError(f"head_mask must have shape {expected}, got {tuple(head_mask.shape)}")
-            if not torch.all((head_mask == 0) | (head_mask == 1)):
-                raise ValueError("head_mask must be binary (0 or 1 per head)")
-            return head_mask.to(self.head.weight.dtype), None
-        if budget is None:
-            raise ValueError(f"mode={mode!r} needs a budget in (0, 1] (or an explicit head_mask)")
-        budget = validate_budget(budget)
-        gates = self._soft_gates(budget)
-        if mode == "soft":
-            return gates, gates
-        hard = hard_topk_mask(gates, budget)
-        if mode == "skip":
-            return hard, gates.detach()
-        return straight_through(hard, gates), gates  # "hard": forward is binary, gradient is soft
+        shape = (self.config.num_layers, self.config.num_heads)
+        return head_weights(self.gates, budget, mode, head_mask, shape, self.head.weight.dtype)

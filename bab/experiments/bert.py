@@ -1,0 +1,224 @@
+"""Budgeted heads on a pretrained Hugging Face encoder (paper section 6.5, Tables 5-10).
+
+The same steps as the custom AG News study (dense fine-tune, warm-start budgeted gates, static
+specialists, hard adaptation, sweeps) on a BERT-family encoder, plus what only a pretrained
+encoder needs: structural pruning into a smaller model (saved, reloaded and timed against the
+unpruned model in the same process), the compute analysis, and the validation-ranked dense
+post-hoc structural baseline with and without one recovery epoch.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+from dataclasses import replace
+from functools import cache
+
+import pandas as pd
+import torch
+
+from bab.bench import latency_table
+from bab.data.text import PretrainedTokenizer, build_text_classification
+from bab.evaluate import evaluate
+from bab.experiments.text import TextStudy
+from bab.models.hf_encoder import GatedHFClassifier, HFEncoderConfig, load_classifier, load_tokenizer
+from bab.models.hf_pruning import kept_heads, load_pruned, prune_heads, save_pruned
+from bab.prune import head_importance, posthoc_mask
+from bab.runs import RunCache
+from bab.train import seed_everything, train
+
+
+class BertStudy(TextStudy):
+    def __init__(self, profile, experiment: str, cache: RunCache | None = None, progress: bool = True,
+                 seed: int | None = None, data_path=None, model: str | None = None):
+        if model is not None:
+            profile = replace(profile, model=model)
+        super().__init__(profile, experiment, cache=cache, progress=progress, seed=seed, data_path=data_path)
+
+    # -- data: the model's own tokenizer, evaluation splits sorted by length -------------------
+
+    def build(self, max_len: int | None = None):
+        p = self.profile
+        return _cached_build(p.dataset, p.num_train, p.num_val, p.num_test, max_len or p.max_len, p.seed, p.model,
+                             None if self.data_path is None else str(self.data_path))
+
+    def splits(self, data_seed=None) -> dict:
+        built, pad = self.build(), self.model_config().pad_id
+        return {"train": built.train, "val": _by_length(built.val, pad), "test": _by_length(built.test, pad)}
+
+    def data_lineage(self, data_seed=None) -> dict:
+        p = self.profile
+        return {"dataset": p.dataset, "num_train": p.num_train, "num_val": p.num_val, "num_test": p.num_test,
+                "max_len": p.max_len, "seed": p.seed, "tokenizer": p.model}
+
+    # -- models ---------------------------------------------------------------------------------
+
+    def model_config(self, gates: str | None = None) -> HFEncoderConfig:
+        hf_config = _cached_hf_config(self.profile.model, self.build().info["num_classes"])
+        return replace(hf_config, gates=gates)
+
+    def build_model(self, model_config: HFEncoderConfig) -> GatedHFClassifier:
+        hf, _ = load_classifier(model_config.model, num_labels=model_config.num_classes,
+                                attn_implementation=model_config.attn_implementation)
+        return GatedHFClassifier(hf, model_config)
+
+    def selection(self, train_config):
+        """Validation accuracy per epoch when there is more than one epoch to choose from."""
+        if train_config.epochs == 1:
+            return None  # one epoch: nothing to select, and a validation pass per budget saved
+        if train_config.objective == "recovery":
+            val = self.splits()["val"]
+            return lambda model: evaluate(model, val)["accuracy"]
+        return super().selection(train_config)
+
+    @property
+    def source(self) -> str:
+        """The encoder that was actually used, for the report."""
+        return _cached_source(self.profile.model)
+
+    # -- structural pruning, timing, post-hoc baseline -----------------------------------------
+
+    def structural(self, model: GatedHFClassifier, budget: float):
+        """The plain HF model with only the top-k heads at ``budget`` (per-layer floor), and its mask."""
+        mask = model.head_mask_for(budget, min_per_layer=1)
+        pruned = copy.deepcopy(model.hf)
+        prune_heads(pruned, mask)
+        return pruned.eval(), mask
+
+    def prune_and_check(self, model: GatedHFClassifier, budgets, check_examples: int = 16):
+        """Structurally pruned models at ``budgets`` ({budget: model}), and whether every one gives the
+        hard-masked gated model's logits on the first test examples."""
+        ids = self.splits()[self.eval_split].tensors[0][:check_examples]
+        pad = self.model_config().pad_id
+        pruned, equal = {}, True
+        for b in budgets:
+            pruned[b], mask = self.structural(model, b)
+            with torch.no_grad():
+                masked = model(ids, mode="hard", head_mask=mask).logits
+                cut = pruned[b](input_ids=ids, attention_mask=ids.ne(pad).long()).logits
+            equal &= torch.allclose(masked, cut, atol=1e-4)
+        return pruned, bool(equal)
+
+    def describe(self) -> str:
+        """Which model and data this study uses, for the top of a notebook."""
+        p, info, cfg = self.profile, self.build().info, self.model_config()
+        sizes = {name: len(split) for name, split in self.splits().items()}
+        train = info["splits"]["train"]
+        return "\n".join([
+            f"model actually used: {self.source}",
+            f"  {cfg.model_type}, {cfg.num_layers} layers x {cfg.num_heads} heads = {cfg.num_layers * cfg.num_heads} "
+            f"heads, attention: {cfg.attn_implementation}",
+            f"profile {p.name}, seed {p.seed}: data from {info['source']}",
+            f"{sizes['train']} train / {sizes['val']} validation / {sizes['test']} test, "
+            f"{info['num_classes']} classes, length {p.max_len} (mean {train['mean_tokens']} word pieces, "
+            f"{100 * train['fills_max_len']:.0f}% truncated); latency at length {p.timing_len}",
+        ])
+
+    def evaluate_plain(self, hf_model, split: str | None = None) -> dict:
+        """Accuracy of a plain (possibly pruned) HF classifier on ``split`` (default: the reporting split)."""
+        wrapped = GatedHFClassifier(hf_model, replace(self.model_config(), gates=None))
+        return evaluate(wrapped, self.splits()[split or self.eval_split])
+
+    def timing_batches(self) -> list[torch.Tensor]:
+        """Test examples tokenized at the timing length (the paper: 128), in batches."""
+        p = self.profile
+        ids = self.build(max_len=p.timing_len).test.tensors[0][: p.timing_examples]
+        return list(ids.split(p.timing_batch_size))
+
+    def latency(self, models: dict, baseline: str = "dense") -> pd.DataFrame:
+        """Single-thread latency of plain HF models, each saved and reloaded first, timed side by side.
+
+        The analytic limit is the FLOP ratio of eager-attention twins (FlopCounterMode cannot see
+        inside the fused SDPA kernel the timed models use).
+        """
+        pad = self.model_config().pad_id
+        reloaded, twins = {}, {}
+        with tempfile.TemporaryDirectory() as folder:
+            for name, model in models.items():
+                path = save_pruned(model, f"{folder}/{name}")
+                reloaded[name] = (PaddedForward(load_pruned(path, "sdpa"), pad), {})
+                twins[name] = (PaddedForward(load_pruned(path, "eager"), pad), {})
+        p = self.profile
+        return latency_table(reloaded, self.timing_batches(), warmup=p.timing_warmup, repeats=p.timing_repeats,
+                             baseline=baseline, flop_configs=twins)
+
+    def head_importance(self, dense: GatedHFClassifier) -> torch.Tensor:
+        """[L, H] validation-loss increase when each head alone is masked, on the first validation examples."""
+        val = self.splits()["val"]
+        subset = torch.utils.data.Subset(val, range(min(self.profile.importance_examples, len(val))))
+        return head_importance(dense, subset, batch_size=64)
+
+    def posthoc_structural(self, dense: GatedHFClassifier, importance: torch.Tensor, budget: float):
+        """Dense post-hoc structural pruning at ``budget``: (zero-shot pruned, recovered pruned, mask)."""
+        mask = posthoc_mask(importance, budget, min_per_layer=1)
+        zero_shot = copy.deepcopy(dense.hf)
+        prune_heads(zero_shot, mask)
+        recovered = self._recovered(dense, mask, budget)
+        return zero_shot.eval(), recovered.hf.eval(), mask
+
+    def _recovered(self, dense: GatedHFClassifier, mask: torch.Tensor, budget: float) -> GatedHFClassifier:
+        """One recovery epoch of the pruned model with dense-teacher distillation, through the run cache."""
+        _, _, dense_lineage = self.dense()
+        config = replace(self.profile.recovery, seed=self.default_seed)
+        lineage = {"experiment": self.experiment, "data": self.data_lineage(), "train": config.to_dict(),
+                   "parent": dense_lineage, "kept_heads": [row.nonzero().flatten().tolist() for row in mask],
+                   "budget": budget}
+        seed_everything(config.seed)
+        pruned = copy.deepcopy(dense.hf)
+        prune_heads(pruned, mask)
+        student = GatedHFClassifier(pruned, replace(dense.config, gates=None))
+        train_set = self.splits()["train"]
+
+        def fit(model):
+            result = train(model, train_set, config, teacher=dense, progress=self.progress,
+                           select=self.selection(config))
+            return {"history": result.history, "train_seconds": result.seconds,
+                    "selected_epoch": result.selected_epoch}
+
+        self.cache.get_or_train(f"{self.experiment}-recovered", lineage, student, fit)
+        return student.eval()
+
+
+class PaddedForward(torch.nn.Module):
+    """``hf(input_ids, attention_mask)`` as a one-argument module, for the latency protocol."""
+
+    def __init__(self, hf_model, pad_id: int):
+        super().__init__()
+        self.hf, self.pad_id = hf_model, pad_id
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.hf(input_ids=input_ids, attention_mask=input_ids.ne(self.pad_id).long()).logits
+
+
+def kept_heads_table(model) -> pd.DataFrame:
+    """Per layer: how many heads are kept and which (original indices)."""
+    heads = kept_heads(model)
+    return pd.DataFrame({"heads kept": [len(h) for h in heads], "which": [", ".join(map(str, h)) for h in heads]},
+                        index=pd.Index(range(len(heads)), name="layer"))
+
+
+def _by_length(dataset, pad_id: int):
+    """The same examples, longest first: evaluation batches then trim to similar lengths (results unchanged)."""
+    ids, labels = dataset.tensors
+    order = torch.argsort(ids.ne(pad_id).sum(1), descending=True, stable=True)
+    return torch.utils.data.TensorDataset(ids[order], labels[order])
+
+
+@cache
+def _cached_build(dataset, num_train, num_val, num_test, max_len, seed, model, path):
+    tokenizer = PretrainedTokenizer(load_tokenizer(model), name=model)
+    return build_text_classification(dataset, num_train=num_train, num_val=num_val, num_test=num_test,
+                                     max_len=max_len, seed=seed, path=path, tokenizer=tokenizer)
+
+
+@cache
+def _cached_hf_config(model: str, num_classes: int) -> HFEncoderConfig:
+    hf, _ = load_classifier(model, num_labels=num_classes)
+    return GatedHFClassifier.from_hf(hf, model).config
+
+
+@cache
+def _cached_source(model: str) -> str:
+    from bab.models.hf_encoder import resolve_encoder_source
+
+    return resolve_encoder_source(model).describe()

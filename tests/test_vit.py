@@ -1,0 +1,213 @@
+"""The ViT classifier on transformers' ViT, its attention paths, and the notebook-05 training steps."""
+
+import math
+
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+from bab.experiments.vit import attention_core_flops, evaluate_vit, mhsa_cost_table, topk_exact
+from bab.losses import attention_distillation_loss, kl_distillation_loss, token_distillation_loss
+from bab.models.sparsifiner import num_connections
+from bab.models.token_pruning import prune_tokens
+from bab.models.vit import ViTClassifier, ViTClassifierConfig
+from bab.train_vit import ViTTrainConfig, train_vit
+
+TINY = dict(image_size=8, patch_size=2, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32)
+
+
+def tiny(**extra):
+    torch.manual_seed(0)
+    return ViTClassifier(ViTClassifierConfig(**TINY, **extra)).eval()
+
+
+def pixels(n=3, seed=1):
+    return torch.randn(n, 1, 8, 8, generator=torch.Generator().manual_seed(seed))
+
+
+def test_equals_transformers_vit_when_sparsity_is_off():
+    model = tiny(predictor=True, linformer_len=4, gates="budget")
+    x = pixels()
+    with torch.no_grad():
+        reference = model.hf(x).logits
+        ours = model(x)
+        explicit = model(x, return_internals=True)  # the explicit softmax path instead of SDPA
+    torch.testing.assert_close(ours.logits, reference, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(explicit.logits, reference, atol=1e-5, rtol=1e-5)
+    assert ours.cost == 1.0
+
+
+def test_transformers_vit_with_eager_attention_agrees_too():
+    model = tiny()
+    model.hf.config._attn_implementation = "eager"
+    x = pixels()
+    with torch.no_grad():
+        torch.testing.assert_close(model(x).logits, model.hf(x).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_keep_rate_one_equals_dense_and_sparse_equals_masked():
+    model = tiny(predictor=True)
+    x = pixels()
+    with torch.no_grad():
+        dense = model(x).logits
+        torch.testing.assert_close(model(x, attention="sparse", keep_rate=1.0).logits, dense, atol=1e-5, rtol=1e-5)
+        for rate in (0.5, 0.25, 0.1):
+            sparse = model(x, attention="sparse", keep_rate=rate).logits
+            masked = model(x, attention="masked", keep_rate=rate).logits
+            torch.testing.assert_close(sparse, masked, atol=1e-5, rtol=1e-5)
+    assert topk_exact(model, x, 0.25)
+
+
+def test_cost_falls_with_the_keep_rate():
+    model = tiny(predictor=True)
+    x = pixels()
+    with torch.no_grad():
+        costs = [model(x, attention="sparse", keep_rate=r).mhsa_macs for r in (1.0, 0.5, 0.25, 0.1)]
+    assert costs == sorted(costs, reverse=True) and len(set(costs)) == 4
+    n, D = model.config.num_tokens, model.config.hidden_size
+    assert model.dense_mhsa_macs() == 2 * 2 * n * n * D  # 2 layers x (QK^T + AV)
+
+
+def test_bad_arguments_raise_clear_errors():
+    model = tiny()
+    x = pixels()
+    with pytest.raises(ValueError, match="needs connectivity predictors"):
+        model(x, attention="sparse", keep_rate=0.5)
+    with pytest.raises(ValueError, match="keep_rate must lie in"):
+        tiny(predictor=True)(x, attention="sparse", keep_rate=0.0)
+    with pytest.raises(ValueError, match="attention must be one of"):
+        model(x, attention="sparsest")
+    with pytest.raises(ValueError, match="needs head gates"):
+        model(x, budget=0.5)
+    with pytest.raises(ValueError, match="linformer_len"):
+        model(x, attention="linformer")
+    with pytest.raises(ValueError, match="multiple of patch_size"):
+        ViTClassifierConfig(image_size=9, patch_size=2)
+    with pytest.raises(ValueError, match="token_keep"):
+        model(x, token_keep=0.0, prune_layers=(0,))
+
+
+def test_hard_head_gates_keep_ceil_b_heads_and_cost_follows():
+    model = tiny(gates="budget")
+    x = pixels()
+    total = model.config.num_layers * model.config.num_heads
+    for budget in (1.0, 0.75, 0.5, 0.25):
+        mask = model.head_mask_for(budget)
+        assert int(mask.sum()) == math.ceil(budget * total)
+        with torch.no_grad():
+            out = model(x, budget=budget, head_mode="hard")
+        assert out.cost == pytest.approx(float(mask.mean()))
+
+
+def test_token_pruning_keeps_cls_and_the_most_attended_patches():
+    x = torch.arange(5 * 2, dtype=torch.float).view(1, 5, 2)
+    cls_attention = torch.tensor([[[0.1, 0.5, 0.05, 0.3, 0.05]]])  # [B=1, H=1, n=5]
+    pruned, kept = prune_tokens(x, cls_attention, 0.5)
+    assert kept.tolist() == [[1, 3]]
+    torch.testing.assert_close(pruned, x[:, [0, 1, 3]])
+
+
+def test_token_pruning_in_the_model_shrinks_the_sequence_and_the_cost():
+    model = tiny(predictor=True, n_down=2)  # a predictor small enough to pay for itself on 17 tokens
+    x = pixels()
+    with torch.no_grad():
+        out = model(x, token_keep=0.5, prune_layers=(0,))
+        combined = model(x, attention="sparse", keep_rate=0.1, token_keep=0.5, prune_layers=(0,))
+    assert out.tokens.shape[1] == 1 + math.ceil(0.5 * 16)
+    assert combined.tokens.shape == out.tokens.shape
+    assert combined.cost < out.cost < 1.0
+
+
+def test_linformer_path_runs_at_its_cost():
+    model = tiny(linformer_len=4)
+    with torch.no_grad():
+        out = model(pixels(), attention="linformer")
+    n, D = model.config.num_tokens, model.config.hidden_size
+    assert out.mhsa_macs == 2 * 4 * n * 4 * D
+    assert torch.isfinite(out.logits).all()
+
+
+def test_distillation_losses_are_zero_at_the_teacher_and_positive_elsewhere():
+    a = torch.randn(2, 3, 4)
+    assert token_distillation_loss(a, a) == 0 and token_distillation_loss(a + 1, a) > 0
+    logits = torch.randn(4, 10)
+    assert kl_distillation_loss(logits, logits).abs() < 1e-6 and kl_distillation_loss(-logits, logits) > 0
+    probs = torch.softmax(torch.randn(2, 2, 5, 5), -1)
+    assert attention_distillation_loss([probs], [probs]) == 0
+    with pytest.raises(ValueError, match="one teacher attention map per layer"):
+        attention_distillation_loss([probs], [])
+    with pytest.raises(ValueError, match="equal shapes"):
+        token_distillation_loss(torch.zeros(1, 3, 2), torch.zeros(1, 5, 2))
+
+
+def toy_data(n=48):
+    g = torch.Generator().manual_seed(0)
+    return TensorDataset(torch.randn(n, 1, 8, 8, generator=g), torch.randint(0, 10, (n,), generator=g))
+
+
+def test_phase_one_trains_only_the_predictor_and_lowers_the_attention_loss():
+    dense = tiny()
+    model = tiny(predictor=True, tau=0.05)
+    model.load_state_dict(dense.state_dict(), strict=False)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    data = toy_data()
+
+    def attention_loss():
+        with torch.no_grad():
+            out = model(data.tensors[0], with_predictor=True)
+        return float(attention_distillation_loss([m["scores"] for m in out.layers], [m["probs"] for m in out.layers]))
+
+    start = attention_loss()
+    train_vit(model, data, ViTTrainConfig(objective="predictor", epochs=3, batch_size=16, lr=1e-2), progress=False)
+    assert attention_loss() < start
+    for name, p in model.named_parameters():
+        changed = not torch.equal(p, before[name])
+        assert changed == name.startswith("predictors."), name
+
+
+def test_phase_two_trains_the_backbone_and_freezes_the_predictor():
+    teacher = tiny()
+    model = tiny(predictor=True)
+    model.load_state_dict(teacher.state_dict(), strict=False)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    config = ViTTrainConfig(objective="joint", epochs=1, batch_size=16, keep_rates=(0.25, 0.5))
+    result = train_vit(model, toy_data(), config, teacher=teacher, progress=False)
+    assert len(result.history) == 1 and math.isfinite(result.history[0]["loss"])
+    for name, p in model.named_parameters():
+        changed = not torch.equal(p, before[name])
+        assert changed != name.startswith("predictors."), name
+    with pytest.raises(ValueError, match="needs teacher"):
+        train_vit(model, toy_data(), config, progress=False)
+
+
+def test_train_config_rejects_bad_keep_rates_and_objectives():
+    with pytest.raises(ValueError, match="keep_rate must lie in"):
+        ViTTrainConfig(objective="joint", keep_rates=(0.5, 2.0))
+    with pytest.raises(ValueError, match="objective must be one of"):
+        ViTTrainConfig(objective="sparse")
+
+
+def test_evaluation_and_flop_tables():
+    model = tiny(predictor=True)
+    data = toy_data(20)
+    dense = evaluate_vit(model, data)
+    sparse = evaluate_vit(model, data, attention="sparse", keep_rate=0.25)
+    assert dense["cost"] == 1.0 and 0.0 < sparse["cost"]
+    flops = attention_core_flops(model, data.tensors[0][:4])
+    n, D = model.config.num_tokens, model.config.hidden_size
+    assert flops["attention_flops"] == pytest.approx(2 * model.dense_mhsa_macs())  # FlopCounterMode: 2 per MAC
+    table = mhsa_cost_table(model, (0.5, 0.1), data.tensors[0][:4])
+    assert table.shape == (2, 6)
+    assert table.connections.tolist() == [num_connections(0.5, n), num_connections(0.1, n)]
+    assert table["counted fraction"].iloc[1] < table["counted fraction"].iloc[0]
+    assert D == 16
+
+
+def test_hard_head_adaptation_trains_gates_through_the_straight_through_estimator():
+    teacher = tiny()
+    model = tiny(gates="budget")
+    model.load_state_dict(teacher.state_dict(), strict=False)
+    theta = model.gates.theta.detach().clone()
+    config = ViTTrainConfig(objective="heads_hard", epochs=1, batch_size=16, gate_lr=1e-1)
+    train_vit(model, toy_data(), config, teacher=teacher, progress=False)
+    assert not torch.equal(model.gates.theta, theta)  # hard masks in the forward, gradients reach the soft gates
