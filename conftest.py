@@ -8,33 +8,51 @@ from pathlib import Path
 
 import pytest
 
-# notebook file name -> data sets it reads
+
+def _csv_dataset(name: str) -> str | None:
+    """A classification CSV data set (bab.data.text.resolve_dataset_dir, without the online hub)."""
+    from bab.data.text import resolve_dataset_dir
+
+    if resolve_dataset_dir(name) is None:
+        return f"set BAB_DATA_DIR to a folder with {name}/train.csv"
+    return None
+
+
+def _image_dataset(name: str) -> str | None:
+    """Fashion-MNIST IDX files (bab.data.images.resolve_image_dir)."""
+    from bab.data.images import resolve_image_dir
+
+    if resolve_image_dir()[0] is None:
+        return f"set BAB_DATA_DIR to a folder with {name}/ with the four IDX files"
+    return None
+
+
+def _lm_text(file_name: str) -> str | None:
+    """A language-model text file under lm/ (bab.data.lm.lm_data_available)."""
+    from bab.data.lm import lm_data_available
+
+    if not lm_data_available(None, (file_name,)):
+        return f"set BAB_DATA_DIR to a folder with lm/{file_name}"
+    return None
+
+
+DATA_CHECKS = {"csv": _csv_dataset, "images": _image_dataset, "lm": _lm_text}
+# notebook file name -> the data it reads, as (kind, name) pairs checked by DATA_CHECKS[kind](name)
 NOTEBOOK_DATA = {
-    "02_ag_news_custom.ipynb": ("ag_news",),
-    "03_bert_ag_news.ipynb": ("ag_news",),
-    "04_dbpedia_bert.ipynb": ("dbpedia_14", "ag_news"),  # the gate-ranking analysis uses both
-    "05_vit_sparsifiner.ipynb": ("fashion_mnist",),
+    "02_ag_news_custom.ipynb": (("csv", "ag_news"),),
+    "03_bert_ag_news.ipynb": (("csv", "ag_news"),),
+    "04_dbpedia_bert.ipynb": (("csv", "dbpedia_14"), ("csv", "ag_news")),  # the gate-ranking analysis uses both
+    "05_vit_sparsifiner.ipynb": (("images", "fashion_mnist"),),
+    "06_gpt2_context_pruning.ipynb": (("lm", "austen.txt"),),
 }
 
 
-def _resolve(name: str):
-    """The local folder of a data set, or None (as the loaders resolve it, without the online hub)."""
-    if name == "fashion_mnist":
-        from bab.data.images import resolve_image_dir
-
-        return resolve_image_dir()[0]
-    from bab.data.text import resolve_dataset_dir
-
-    return resolve_dataset_dir(name)
-
-
 def _missing_data(notebook: str) -> str | None:
-    what = {"fashion_mnist": "fashion_mnist/ with the four IDX files"}
-    for name in NOTEBOOK_DATA.get(notebook, ()):
-        if _resolve(name) is None:
+    for kind, name in NOTEBOOK_DATA.get(notebook, ()):
+        how = DATA_CHECKS[kind](name)
+        if how:
             where = os.environ.get("BAB_DATA_DIR", "<unset>")
-            files = what.get(name, f"{name}/train.csv")
-            return f"{name} not found (BAB_DATA_DIR={where}); set BAB_DATA_DIR to a folder with {files}"
+            return f"{name} not found (BAB_DATA_DIR={where}); {how}"
     return None
 
 

@@ -42,6 +42,18 @@ def distillation_loss(
     return (1.0 - beta) * ce + beta * temperature**2 * kl
 
 
+def context_pruning_loss(logits: torch.Tensor, targets: torch.Tensor, keep_mass: torch.Tensor,
+                         gamma: float) -> torch.Tensor:
+    """Dynamic Context Pruning: next-token CE + gamma * mean keep mass (METHOD_NOTES.md, section 2).
+
+    logits [B, T, V], targets [B, T]; keep_mass: the mean of I over layers and pairs k > j.
+    """
+    if gamma < 0:
+        raise ValueError(f"gamma must be >= 0, got {gamma}")
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    return ce + gamma * keep_mass
+
+
 # -- Sparsifiner (METHOD_NOTES.md section 3; sparsifiner.txt Eq. 8-10) ------------------------------------
 
 

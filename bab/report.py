@@ -42,6 +42,9 @@ KERNEL_ENV = {"BAB_HEADLESS": "1", "MPLBACKEND": INLINE_BACKEND}
 ROW_STR_KEYS = ("experiment", "method")
 ROW_FLOAT_KEYS = ("budget", "cost", "accuracy", "speedup")
 ROW_OPTIONAL_KEYS = ("note",)
+# optional float columns (None or absent when they do not apply): language-model perplexity and the
+# KV-cache memory ratio (dense bytes / ours) of context pruning
+ROW_OPTIONAL_FLOAT_KEYS = ("perplexity", "memory_ratio")
 
 # -----------------------------------------------------------------------------
 # the results contract: what a notebook writes
@@ -54,7 +57,7 @@ def validate_rows(rows):
     """
     if isinstance(rows, dict) or not hasattr(rows, "__iter__"):
         raise ValueError(f"rows must be a list of dicts, got {type(rows).__name__}")
-    allowed = set(ROW_STR_KEYS + ROW_FLOAT_KEYS + ROW_OPTIONAL_KEYS)
+    allowed = set(ROW_STR_KEYS + ROW_FLOAT_KEYS + ROW_OPTIONAL_KEYS + ROW_OPTIONAL_FLOAT_KEYS)
     clean = []
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
@@ -70,7 +73,7 @@ def validate_rows(rows):
             if not isinstance(row[key], str) or not row[key]:
                 raise ValueError(f"row {i}: key {key!r} must be a non-empty str, got {row[key]!r}")
             out[key] = row[key]
-        for key in ROW_FLOAT_KEYS:
+        for key in ROW_FLOAT_KEYS + tuple(k for k in ROW_OPTIONAL_FLOAT_KEYS if k in row):
             value = row[key]
             if value is None:
                 out[key] = None

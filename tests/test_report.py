@@ -130,7 +130,8 @@ def test_run_records_and_results(first_run):
     assert ok["status"] == "ok" and ok["error"] is None and ok["seconds"] > 0 and ok["finished_at"]
     saved = json.loads((out / "results" / "01_ok.json").read_text())
     assert saved["notebook"] == "01_ok"
-    assert saved["rows"][0]["note"] == "profile=smoke headless=1 mpl=module://matplotlib_inline.backend_inline"  # parameters and env reached the kernel
+    # parameters and env reached the kernel
+    assert saved["rows"][0]["note"] == "profile=smoke headless=1 mpl=module://matplotlib_inline.backend_inline"
     merged = json.loads((out / "results.json").read_text())
     assert merged["notebooks"] == {"01_ok": "ok", "02_fail": "failed"}
     assert [r["notebook"] for r in merged["rows"]] == ["01_ok"]

@@ -1,0 +1,198 @@
+"""Notebook 06's steps: a small GPT-2 on LM text, context-pruning fine-tunes, evaluation, throughput.
+
+Every trained model goes through the run cache, keyed by its whole lineage (data, model shape,
+training config, and for fine-tunes the dense run it started from).
+
+- ``dense()``: offline, a GPT-2-shaped model trained from scratch on ``$BAB_DATA_DIR/lm`` with a
+  BPE tokenizer fitted on the training split; ``base="gpt2"`` (online) loads pretrained GPT-2 and
+  its tokenizer instead.
+- ``pruned(gamma, r, irreversible)``: the dense weights plus fresh interaction modules, fine-tuned
+  with CE + gamma * keep mass, alpha 1 -> 8 (the paper's recipe).
+- ``budget_conditioned()``: one fine-tune whose interaction bias takes the requested keep budget.
+- ``evaluate(model)``: validation perplexity and fraction of context pruned (hard decisions).
+- ``throughput(...)``: generation tokens/s and KV-cache memory against dense (bab.bench_generation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bab.bench_generation import generation_table
+from bab.data.lm import LMData, LMDataConfig, load_lm_data
+from bab.models.context_pruning import PruningConfig
+from bab.models.gpt2 import GPT2LM, GPT2Config, load_pretrained
+from bab.runs import RunCache
+from bab.token_kinds import token_kind_breakdown
+from bab.train import seed_everything
+from bab.train_lm import LMTrainConfig, evaluate_lm, train_lm
+
+EXPERIMENT = "gpt2_context_pruning"
+
+
+class ContextPruningStudy:
+    def __init__(self, profile, cache: RunCache | None = None, progress: bool = True, base: str = "scratch"):
+        if base not in ("scratch", "gpt2"):
+            raise ValueError(f"base must be 'scratch' (train a small GPT-2 offline) or 'gpt2' (pretrained, online), "
+                             f"got {base!r}")
+        self.profile = profile
+        self.cache = cache if cache is not None else RunCache()
+        self.progress = progress
+        self.base = base
+        self._data = None
+        self._dense = None
+
+    # ------------------------------------------------------------------ data and shapes
+
+    @property
+    def data_config(self) -> LMDataConfig:
+        config = self.profile.data
+        return replace(config, tokenizer="gpt2") if self.base == "gpt2" else config
+
+    def build(self) -> LMData:
+        if self._data is None:
+            self._data = load_lm_data(self.data_config)
+        return self._data
+
+    def model_config(self, pruning: PruningConfig | None = None) -> GPT2Config:
+        return GPT2Config(vocab_size=self.build().tokenizer.vocab_size, **self.profile.model, pruning=pruning)
+
+    def pruning_config(self, r: int | None = None, irreversible: bool = True,
+                       budget_conditioned: bool = False) -> PruningConfig:
+        return PruningConfig(r=r or self.profile.r, irreversible=irreversible, init_bias=self.profile.init_bias,
+                             budget_conditioned=budget_conditioned)
+
+    def _lineage(self, name: str, model_config: GPT2Config, train_config: LMTrainConfig | None, parent=None) -> dict:
+        return {"experiment": EXPERIMENT, "name": name, "base": self.base, "data": self.data_config.to_dict(),
+                "model": model_config.to_dict(), "train": None if train_config is None else train_config.to_dict(),
+                "parent": parent}
+
+    # ------------------------------------------------------------------ training through the cache
+
+    def dense(self) -> tuple[GPT2LM, dict]:
+        """The dense model: pretrained GPT-2 (base='gpt2') or trained from scratch here, through the cache."""
+        if self._dense is not None:
+            return self._dense
+        if self.base == "gpt2":
+            model = load_pretrained("gpt2").eval()
+            self._dense = (model, {"history": [], "seconds": 0.0, "cached": True, "source": "pretrained gpt2"})
+            return self._dense
+        config = self.model_config()
+        lineage = self._lineage("dense", config, self.profile.dense)
+        seed_everything(self.profile.dense.seed)
+        model = GPT2LM(config)
+
+        def train_fn(m):
+            result = train_lm(m, self.build().train_ids, self.profile.dense, progress=self.progress)
+            return {"history": result.history, "seconds": result.seconds}
+
+        metrics = self.cache.get_or_train("gpt2-dense", lineage, model, train_fn)
+        self._dense = (model.eval(), metrics)
+        return self._dense
+
+    def _dense_lineage(self) -> dict:
+        dense_config = self.model_config()
+        return self._lineage("dense", dense_config, None if self.base == "gpt2" else self.profile.dense)
+
+    def _fine_tune(self, run_name: str, pruning: PruningConfig, train_config: LMTrainConfig):
+        dense, _ = self.dense()
+        config = replace(dense.config, pruning=pruning)
+        lineage = self._lineage(run_name, config, train_config, parent=self._dense_lineage())
+        seed_everything(train_config.seed)
+        model = GPT2LM(config)
+        missing, unexpected = model.load_state_dict(dense.state_dict(), strict=False)
+        assert not unexpected and all(".interaction." in k for k in missing), (missing, unexpected)
+
+        def train_fn(m):
+            result = train_lm(m, self.build().train_ids, train_config, progress=self.progress)
+            return {"history": result.history, "seconds": result.seconds}
+
+        metrics = self.cache.get_or_train(f"gpt2-{run_name}", lineage, model, train_fn)
+        return model.eval(), metrics
+
+    def pruned(self, gamma: float, r: int | None = None, irreversible: bool = True):
+        """A per-gamma specialist: dense weights + interactions, fine-tuned with CE + gamma * keep mass."""
+        train_config = replace(self.profile.finetune, gamma=float(gamma))
+        name = f"prune-g{gamma:g}-r{r or self.profile.r}" + ("" if irreversible else "-reversible")
+        return self._fine_tune(name, self.pruning_config(r, irreversible), train_config)
+
+    def budget_conditioned(self):
+        """One checkpoint for several keep budgets (beyond the paper)."""
+        return self._fine_tune("prune-budget", self.pruning_config(budget_conditioned=True), self.profile.budgeted)
+
+    # ------------------------------------------------------------------ measurements
+
+    def evaluate(self, model: GPT2LM, budget: float | None = None, prune: bool = True) -> dict:
+        """Validation perplexity and fraction of context pruned at the training context (hard decisions)."""
+        seed_everything(0)
+        return evaluate_lm(model, self.build().val_ids, self.profile.dense.context, budget=budget, prune=prune,
+                           max_windows=self.profile.eval_windows)
+
+    def long_prompt(self, length: int, batch: int) -> torch.Tensor:
+        """``batch`` validation passages of ``length`` tokens (consecutive, non-overlapping windows)."""
+        ids = self.build().val_ids
+        needed = batch * length
+        if len(ids) < needed:
+            raise ValueError(f"validation stream of {len(ids)} tokens is too short for {batch} prompts of {length}")
+        return ids[:needed].view(batch, length)
+
+    def throughput(self, models: dict | None = None, prompt_len: int | None = None, new_tokens: int | None = None,
+                   batch: int | None = None, repeats: int | None = None) -> pd.DataFrame:
+        """Generation throughput and KV-cache memory of dense and the pruned models at one prompt length.
+
+        ``models``: name -> model, or name -> (model, budget, compact_every); default: every specialist.
+        """
+        P = self.profile
+        prompt_len = prompt_len or P.bench_prompts[-1]
+        new_tokens = new_tokens or P.bench_new_tokens
+        batch = batch or P.bench_batch
+        dense, _ = self.dense()
+        if models is None:
+            models = {f"gamma={g:g}": self.pruned(g)[0] for g in P.gammas}
+        configs = {"dense": (dense, {"prune": False})}
+        for name, spec in models.items():
+            model, budget, compact_every = spec if isinstance(spec, tuple) else (spec, None, P.bench_compact_every)
+            configs[name] = (model, {"prune": True, "budget": budget, "compact_every": compact_every})
+        table = generation_table(configs, self.long_prompt(prompt_len, batch), new_tokens,
+                                 warmup=P.bench_warmup, repeats=repeats or P.bench_repeats)
+        return table
+
+    def passage(self, length: int | None = None, offset: int = 0) -> torch.Tensor:
+        """One validation passage [1, length] for the dropped-token view."""
+        length = length or self.profile.view_tokens
+        return self.build().val_ids[offset: offset + length][None]
+
+    def token_kinds(self, model: GPT2LM, budget: float | None = None) -> pd.DataFrame:
+        """Which kinds of tokens are dropped (punctuation, stop words, others), over the evaluation windows."""
+        context = self.profile.dense.context
+        ids = self.build().val_ids[: context * min(self.profile.eval_windows, 16)].view(-1, context)
+        return token_kind_breakdown(model, ids, self.build().tokenizer, budget=budget)
+
+    # ------------------------------------------------------------------ rows for the report
+
+    @staticmethod
+    def result_row(method: str, metrics: dict, budget: float | None = None, speedup: float | None = None,
+                   memory_ratio: float | None = None, note: str = "") -> dict:
+        row = {"experiment": EXPERIMENT, "method": method, "budget": budget,
+               "cost": 1.0 - metrics["fraction_pruned"], "accuracy": None, "speedup": speedup,
+               "perplexity": metrics["perplexity"], "memory_ratio": memory_ratio}
+        if note:
+            row["note"] = note
+        return row
+
+
+def closest_to(points: pd.DataFrame, column: str, target: float):
+    """The row of ``points`` whose ``column`` is closest to ``target``."""
+    return points.loc[(points[column] - target).abs().idxmin()]
+
+
+def interpolate_specialists(specialists: pd.DataFrame, fraction_pruned: float) -> float:
+    """Perplexity of the per-gamma specialists' curve at ``fraction_pruned`` (linear; NaN outside their range)."""
+    s = specialists.sort_values("fraction_pruned")
+    x, y = s.fraction_pruned.to_numpy(), s.perplexity.to_numpy()
+    if len(x) < 2 or not x[0] <= fraction_pruned <= x[-1]:
+        return float("nan")
+    return float(np.interp(fraction_pruned, x, y))

@@ -1,0 +1,338 @@
+"""GPT-2 (the Hugging Face ``GPT2LMHeadModel`` layout) with optional dynamic context pruning.
+
+Parameter names follow transformers' GPT-2 exactly (``transformer.h.0.attn.c_attn.weight`` ...,
+Conv1D weights stored [in, out]), so a Hugging Face state dict loads as is and, with pruning
+off, the logits equal transformers' (tests/test_gpt2.py). With pruning on, every attention layer
+owns a ``ContextInteraction`` (bab.models.context_pruning) whose log I is added to the causal
+attention logits.
+
+Three ways to run it:
+
+- ``forward(ids, alpha)``: the full sequence at once (training, perplexity); alpha = inf gives
+  the hard decisions of inference.
+- ``prefill(ids, cache)`` + ``decode_step(ids, cache)``: autoregressive generation with a
+  ``KVCache`` from which dropped tokens are physically removed (bab.models.kv_cache).
+
+Shapes: B batch, T sequence, d = n_embd, H heads, Dh = d / H, r interaction width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bab.models.context_pruning import HARD, ContextInteraction, PruningConfig, drop_times, keep_mass
+from bab.models.kv_cache import KVCache, LayerKV
+
+ACTIVATIONS = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}
+
+
+@dataclass(frozen=True)
+class GPT2Config:
+    """The GPT-2 fields we use (names as in transformers.GPT2Config), plus the pruning settings."""
+
+    vocab_size: int = 50257
+    n_positions: int = 1024
+    n_embd: int = 768
+    n_layer: int = 12
+    n_head: int = 12
+    n_inner: int | None = None  # None: 4 * n_embd
+    activation_function: str = "gelu_new"
+    resid_pdrop: float = 0.1
+    embd_pdrop: float = 0.1
+    attn_pdrop: float = 0.1
+    layer_norm_epsilon: float = 1e-5
+    initializer_range: float = 0.02
+    pruning: PruningConfig | None = None  # None: plain GPT-2
+
+    def __post_init__(self):
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if self.activation_function not in ACTIVATIONS:
+            raise ValueError(f"activation_function {self.activation_function!r} not supported; "
+                             f"choose one of {sorted(ACTIVATIONS)}")
+        if min(self.vocab_size, self.n_positions, self.n_layer) < 1:
+            raise ValueError("vocab_size, n_positions and n_layer must be >= 1")
+
+    @classmethod
+    def from_hf(cls, hf_config, pruning: PruningConfig | None = None) -> GPT2Config:
+        """From a transformers.GPT2Config; refuses the options whose behaviour we do not implement."""
+        for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
+            if getattr(hf_config, flag, False):
+                raise ValueError(f"GPT-2 option {flag}=True is not supported")
+        if not getattr(hf_config, "scale_attn_weights", True):
+            raise ValueError("GPT-2 option scale_attn_weights=False is not supported")
+        names = [f for f in cls.__dataclass_fields__ if f != "pruning"]
+        return cls(**{name: getattr(hf_config, name) for name in names}, pruning=pruning)
+
+    def to_hf(self):
+        from transformers import GPT2Config as HFConfig
+
+        fields = {k: v for k, v in asdict(self).items() if k != "pruning"}
+        return HFConfig(**fields, bos_token_id=self.vocab_size - 1, eos_token_id=self.vocab_size - 1)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class LMOutput:
+    logits: torch.Tensor  # [B, T, V]
+    keep_mass: torch.Tensor | None = None  # mean over layers of the mean I over pairs k > j (pruning only)
+    log_keep: list[torch.Tensor] = field(default_factory=list)  # per layer [B, T, T], when asked for
+
+
+class Conv1D(nn.Module):
+    """transformers' Conv1D: y = x @ W + b with W stored [in, out]."""
+
+    def __init__(self, n_in: int, n_out: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n_in, n_out))
+        self.bias = nn.Parameter(torch.zeros(n_out))
+
+    def forward(self, x):
+        return torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight).view(*x.shape[:-1], -1)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: GPT2Config):
+        super().__init__()
+        self.n_head, self.head_dim = config.n_head, config.n_embd // config.n_head
+        self.c_attn = Conv1D(config.n_embd, 3 * config.n_embd)
+        self.c_proj = Conv1D(config.n_embd, config.n_embd)
+        self.attn_dropout = config.attn_pdrop
+        self.resid_dropout = nn.Dropout(config.resid_pdrop)
+        self.interaction = None if config.pruning is None else ContextInteraction(config.n_embd, config.pruning)
+
+    def qkv(self, x):
+        """x [B, T, d] -> q, k, v [B, H, T, Dh]."""
+        B, T, _ = x.shape
+        q, k, v = self.c_attn(x).split(self.n_head * self.head_dim, dim=2)
+        return [t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v)]
+
+    def merge(self, y):
+        """y [B, H, T, Dh] -> [B, T, d], output projection."""
+        B, _, T, _ = y.shape
+        return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(B, T, -1)))
+
+    def forward(self, x, alpha: float, budget: float | None, prune: bool):
+        """Full sequence. Returns (output [B, T, d], log I [B, T, T] or None, k, v, k_int)."""
+        q, k, v = self.qkv(x)
+        T = x.shape[1]
+        causal = torch.full((T, T), -math.inf, device=x.device, dtype=x.dtype).triu(1)
+        log_keep = k_int = None
+        if prune and self.interaction is not None:
+            log_keep, k_int = self.interaction.log_keep(x, alpha, budget)
+            mask = (causal + log_keep)[:, None]  # [B, 1, T, T], broadcast over heads
+            dropout = self.attn_dropout if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                               dropout_p=self.attn_dropout if self.training else 0.0)
+        return self.merge(y), log_keep, k, v, k_int
+
+    def step(self, x, layer_cache: LayerKV, position: int, budget: float | None, prune: bool):
+        """One new token x [B, 1, d] against the cache: drop, append, attend. Returns [B, 1, d]."""
+        q, k, v = self.qkv(x)
+        k_int = None
+        if prune and self.interaction is not None:
+            q_int, k_int = self.interaction.query(x), self.interaction.key(x)
+            if layer_cache.length:
+                _, _, cached_int, _ = layer_cache.view()
+                # the new token decides which earlier tokens it drops; the drop is for good
+                layer_cache.compact(self.interaction.step_keep(q_int, cached_int, budget))
+        layer_cache.append(k, v, k_int, position)
+        keys, values, _, valid = layer_cache.view()
+        mask = None if layer_cache.all_valid() else valid[:, None, None, :]  # [B, 1, 1, S]
+        return self.merge(F.scaled_dot_product_attention(q, keys, values, attn_mask=mask))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPT2Config):
+        super().__init__()
+        inner = config.n_inner or 4 * config.n_embd
+        self.c_fc = Conv1D(config.n_embd, inner)
+        self.c_proj = Conv1D(inner, config.n_embd)
+        self.approximate = ACTIVATIONS[config.activation_function]
+        self.dropout = nn.Dropout(config.resid_pdrop)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate)))
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPT2Config):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.attn = Attention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+        self.mlp = MLP(config)
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: GPT2Config):
+        super().__init__()
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.n_positions, config.n_embd)
+        self.drop = nn.Dropout(config.embd_pdrop)
+        self.h = nn.ModuleList(Block(config) for _ in range(config.n_layer))
+        self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
+
+
+class GPT2LM(nn.Module):
+    def __init__(self, config: GPT2Config):
+        super().__init__()
+        self.config = config
+        self.transformer = Transformer(config)
+        # The output projection is the token embedding (GPT-2 ties them). We use wte.weight directly
+        # instead of a second module sharing it, so the state dict holds each tensor once
+        # (safetensors, used by the run cache, refuses shared tensors).
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2's scaled init of the residual projections
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, std=config.initializer_range / math.sqrt(2 * config.n_layer))
+
+    def _init_weights(self, module):
+        if isinstance(module, ContextInteraction):
+            return  # initialised by itself
+        if isinstance(module, Conv1D):
+            nn.init.normal_(module.weight, std=self.config.initializer_range)
+            nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, std=self.config.initializer_range)
+
+    def lm_head(self, h: torch.Tensor) -> torch.Tensor:
+        """h [..., d] -> logits [..., V] with the tied token embedding."""
+        return F.linear(h, self.transformer.wte.weight)
+
+    @property
+    def prunes(self) -> bool:
+        return self.config.pruning is not None
+
+    def pruning_parameters(self):
+        """(name, parameter) of the interaction query/key/bias/sensitivity of every layer."""
+        return [(n, p) for n, p in self.named_parameters() if ".interaction." in n]
+
+    def check_length(self, length: int) -> None:
+        if length > self.config.n_positions:
+            raise ValueError(f"sequence of {length} tokens is longer than the model's maximum context "
+                             f"n_positions={self.config.n_positions}; shorten the input or the generation")
+
+    def embed(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
+        positions = torch.arange(start, start + ids.shape[1], device=ids.device)
+        return self.transformer.drop(self.transformer.wte(ids) + self.transformer.wpe(positions))
+
+    def forward(self, input_ids: torch.Tensor, alpha: float = HARD, budget: float | None = None, prune: bool = True,
+                return_log_keep: bool = False) -> LMOutput:
+        """input_ids [B, T] -> logits [B, T, V]. ``prune=False`` runs plain GPT-2 (the interactions unused)."""
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be [batch, time], got shape {tuple(input_ids.shape)}")
+        self.check_length(input_ids.shape[1])
+        x = self.embed(input_ids)
+        masses, log_keeps = [], []
+        for block in self.transformer.h:
+            a, log_keep, _, _, _ = block.attn(block.ln_1(x), alpha, budget, prune)
+            x = x + a
+            x = x + block.mlp(block.ln_2(x))
+            if log_keep is not None:
+                masses.append(keep_mass(log_keep))
+                if return_log_keep:
+                    log_keeps.append(log_keep.detach())
+        logits = self.lm_head(self.transformer.ln_f(x))
+        mass = torch.stack(masses).mean() if masses else None
+        return LMOutput(logits=logits, keep_mass=mass, log_keep=log_keeps)
+
+    # ------------------------------------------------------------------ generation with a KV cache
+
+    def new_cache(self, batch: int, capacity: int, prune: bool, compact_every: float = 0.0) -> KVCache:
+        """An empty cache; ``compact_every`` (see bab.models.kv_cache.LayerKV) batches the compaction copies."""
+        c = self.config
+        if prune and self.prunes and not c.pruning.irreversible:
+            raise ValueError("a KV cache can only forget tokens for good when dropping is irreversible; this model "
+                             "was built with PruningConfig(irreversible=False): generate with prune=False")
+        int_dim = c.pruning.r if (prune and self.prunes) else None
+        p = next(self.parameters())
+        return KVCache([LayerKV(batch, c.n_head, c.n_embd // c.n_head, int_dim, capacity, p.dtype, p.device,
+                                compact_every=compact_every) for _ in range(c.n_layer)])
+
+    @torch.no_grad()
+    def prefill(self, input_ids: torch.Tensor, cache: KVCache, budget: float | None = None,
+                prune: bool = True) -> torch.Tensor:
+        """Run the prompt [B, T] with hard decisions; fill the cache with the tokens still alive. -> logits [B, V]."""
+        self.check_length(input_ids.shape[1])
+        prune = prune and self.prunes
+        x = self.embed(input_ids)
+        for block, layer_cache in zip(self.transformer.h, cache.layers, strict=True):
+            a, log_keep, k, v, k_int = block.attn(block.ln_1(x), HARD, budget, prune)
+            alive = None if log_keep is None else log_keep[:, -1] > -math.inf  # what the last token still sees
+            layer_cache.fill(k, v, k_int, alive)
+            x = x + a
+            x = x + block.mlp(block.ln_2(x))
+        cache.next_position = input_ids.shape[1]
+        return self.lm_head(self.transformer.ln_f(x[:, -1]))
+
+    @torch.no_grad()
+    def decode_step(self, input_ids: torch.Tensor, cache: KVCache, budget: float | None = None,
+                    prune: bool = True) -> torch.Tensor:
+        """One new token per row, input_ids [B, 1] -> logits [B, V]; updates (and shrinks) the cache."""
+        position = cache.next_position
+        self.check_length(position + 1)
+        prune = prune and self.prunes
+        x = self.embed(input_ids, start=position)
+        for block, layer_cache in zip(self.transformer.h, cache.layers, strict=True):
+            x = x + block.attn.step(block.ln_1(x), layer_cache, position, budget, prune)
+            x = x + block.mlp(block.ln_2(x))
+        cache.next_position = position + 1
+        return self.lm_head(self.transformer.ln_f(x[:, -1]))
+
+    @torch.no_grad()
+    def token_drop_times(self, input_ids: torch.Tensor, budget: float | None = None) -> torch.Tensor:
+        """[L, B, T]: the position whose arrival dropped each token in each layer (hard decisions), -1: never."""
+        if not (self.prunes and self.config.pruning.irreversible):
+            raise ValueError("drop times are defined for a model with irreversible context pruning")
+        out = self.forward(input_ids, alpha=HARD, budget=budget, return_log_keep=True)
+        return torch.stack([drop_times(lk) for lk in out.log_keep])
+
+
+# ---------------------------------------------------------------------- Hugging Face interoperability
+
+# buffers that some transformers versions keep in GPT-2's state dict (causal mask constants)
+_HF_BUFFERS = (".attn.bias", ".attn.masked_bias")
+
+
+def load_hf_state_dict(model: GPT2LM, state_dict: dict) -> GPT2LM:
+    """Load a transformers GPT2LMHeadModel state dict; the interaction parameters keep their init."""
+    state = {k: v for k, v in state_dict.items() if not k.endswith(_HF_BUFFERS)}
+    head = state.pop("lm_head.weight", None)
+    if head is not None and not torch.equal(head, state["transformer.wte.weight"]):
+        raise ValueError("lm_head.weight differs from transformer.wte.weight: only GPT-2 with tied input and "
+                         "output embeddings (tie_word_embeddings=True, GPT-2's default) is supported")
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if ".interaction." not in k]
+    if missing or unexpected:
+        raise ValueError(f"state dict does not fit this GPT-2: missing {missing}, unexpected {unexpected}")
+    return model
+
+
+def from_hf_model(hf_model, pruning: PruningConfig | None = None) -> GPT2LM:
+    """Our GPT2LM with the weights of a transformers GPT2LMHeadModel."""
+    config = GPT2Config.from_hf(hf_model.config, pruning=pruning)
+    return load_hf_state_dict(GPT2LM(config), hf_model.state_dict())
+
+
+def load_pretrained(name: str = "gpt2", pruning: PruningConfig | None = None) -> GPT2LM:
+    """Pretrained GPT-2 from the Hugging Face hub (needs network access or a local HF cache)."""
+    from transformers import GPT2LMHeadModel
+
+    try:
+        hf_model = GPT2LMHeadModel.from_pretrained(name)
+    except OSError as exc:
+        raise FileNotFoundError(
+            f"could not load pretrained {name!r} from the Hugging Face hub or its local cache ({exc}); "
+            "offline, train a small GPT-2 from scratch (bab.experiments.context_pruning does)"
+        ) from exc
+    return from_hf_model(hf_model, pruning)

@@ -1,0 +1,182 @@
+"""Language-model training on ``accelerate.Accelerator``: dense pretraining and context-pruning fine-tuning.
+
+Objectives (METHOD_NOTES.md, section 2):
+
+- ``lm``: next-token cross-entropy, plain GPT-2 (the interactions, if any, are not used).
+- ``context_pruning``: CE + gamma * mean keep mass, alpha on a cosine schedule 1 -> 8 over the
+  steps, the whole model fine-tuned (the interaction parameters at a larger learning rate).
+- ``budget_context`` (beyond the paper): a budget-conditioned model; per step a keep budget
+  b ~ U[budget_min, budget_max] and Eq. 5 of the head-gates paper with the keep mass as the
+  cost: CE + lambda_cost * keep + lambda_viol * max(0, keep - b)^2.
+
+Batches are random windows of ``context + 1`` tokens from the training stream (nanoGPT style),
+drawn from a seeded generator, so a run is reproducible with one thread.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from accelerate import Accelerator
+from tqdm.auto import tqdm
+
+from bab.gates import validate_budget
+from bab.losses import budget_loss, context_pruning_loss
+from bab.models.context_pruning import HARD, cosine_alpha
+from bab.train import seed_everything
+
+LM_OBJECTIVES = ("lm", "context_pruning", "budget_context")
+
+
+@dataclass(frozen=True)
+class LMTrainConfig:
+    objective: str = "lm"
+    steps: int = 200
+    batch_size: int = 16
+    context: int = 128
+    lr: float = 1e-3
+    pruning_lr: float = 1e-2  # interaction query/key/bias: a fresh module, bigger steps than the pretrained weights
+    weight_decay: float = 0.01
+    warmup_fraction: float = 0.05
+    grad_clip: float = 1.0
+    seed: int = 0
+    gamma: float = 0.0  # context_pruning: weight of the keep mass
+    alpha_start: float = 1.0
+    alpha_end: float = 8.0
+    budget_min: float = 0.1  # budget_context: b ~ U[budget_min, budget_max]
+    budget_max: float = 0.9
+    lambda_cost: float = 0.0
+    lambda_viol: float = 50.0
+
+    def __post_init__(self):
+        if self.objective not in LM_OBJECTIVES:
+            raise ValueError(f"LMTrainConfig.objective must be one of {LM_OBJECTIVES}, got {self.objective!r}")
+        if min(self.steps, self.batch_size, self.context) < 1:
+            raise ValueError("steps, batch_size and context must be >= 1")
+        if self.lr <= 0 or self.pruning_lr <= 0:
+            raise ValueError("lr and pruning_lr must be > 0")
+        if self.gamma < 0 or self.lambda_cost < 0 or self.lambda_viol < 0:
+            raise ValueError("gamma, lambda_cost and lambda_viol must be >= 0")
+        if not 1.0 <= self.alpha_start <= self.alpha_end < math.inf:
+            raise ValueError(f"need 1 <= alpha_start <= alpha_end < inf, got {self.alpha_start}, {self.alpha_end}")
+        validate_budget(self.budget_min)
+        validate_budget(self.budget_max)
+        if self.budget_min > self.budget_max:
+            raise ValueError("budget_min must be <= budget_max")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class LMTrainResult:
+    history: list[dict] = field(default_factory=list)  # every ``log_every`` steps
+    seconds: float = 0.0
+
+
+def random_batch(ids: torch.Tensor, batch_size: int, context: int, generator: torch.Generator):
+    """Random windows of the stream ids [N]: (inputs [B, context], targets [B, context])."""
+    if len(ids) <= context + 1:
+        raise ValueError(f"a stream of {len(ids)} tokens is too short for windows of {context} + 1 tokens")
+    starts = torch.randint(0, len(ids) - context - 1, (batch_size,), generator=generator)
+    window = starts[:, None] + torch.arange(context + 1)
+    chunk = ids[window]
+    return chunk[:, :-1], chunk[:, 1:]
+
+
+def train_lm(model, train_ids: torch.Tensor, config: LMTrainConfig, progress: bool = True,
+             log_every: int = 25) -> LMTrainResult:
+    """Train ``model`` (a bab.models.gpt2.GPT2LM) in place on the token stream ``train_ids``."""
+    if config.objective != "lm" and not model.prunes:
+        raise ValueError(f"objective {config.objective!r} needs a model with context pruning (GPT2Config.pruning)")
+    if config.objective == "budget_context" and not model.config.pruning.budget_conditioned:
+        raise ValueError("objective 'budget_context' needs PruningConfig(budget_conditioned=True)")
+    model.check_length(config.context)
+    seed_everything(config.seed)
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    generator = torch.Generator().manual_seed(config.seed)
+    budget_rng = random.Random(config.seed)
+    pruning = {id(p) for _, p in model.pruning_parameters()}
+    base = [p for p in model.parameters() if id(p) not in pruning and p.requires_grad]
+    groups = [{"params": base}]
+    if config.objective != "lm" and pruning:
+        groups.append({"params": [p for _, p in model.pruning_parameters()], "lr": config.pruning_lr,
+                       "weight_decay": 0.0})
+    optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
+    warmup = max(1, int(config.warmup_fraction * config.steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up, cosine decay to 10%
+        optimizer, lambda s: min((s + 1) / warmup, 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * s / config.steps))))
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    result = LMTrainResult()
+    sums = {"loss": 0.0, "ce": 0.0, "keep": 0.0, "n": 0}
+    start = time.perf_counter()
+    model.train()
+    bar = tqdm(range(config.steps), desc=config.objective, disable=not progress, leave=False)
+    for step in bar:
+        x, y = random_batch(train_ids, config.batch_size, config.context, generator)
+        x, y = x.to(accelerator.device), y.to(accelerator.device)
+        alpha = cosine_alpha(step, config.steps, config.alpha_start, config.alpha_end)
+        if config.objective == "lm":
+            out = model(x, prune=False)
+            ce = F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1))
+            loss = ce
+        elif config.objective == "context_pruning":
+            out = model(x, alpha=alpha)
+            loss = context_pruning_loss(out.logits, y, out.keep_mass, config.gamma)
+        else:
+            budget = budget_rng.uniform(config.budget_min, config.budget_max)
+            out = model(x, alpha=alpha, budget=budget)
+            loss = budget_loss(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1), out.keep_mass,
+                               budget, config.lambda_cost, config.lambda_viol)
+        optimizer.zero_grad(set_to_none=True)
+        accelerator.backward(loss)
+        if config.grad_clip:
+            accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        scheduler.step()
+        if config.objective != "lm":
+            ce = F.cross_entropy(out.logits.detach().reshape(-1, out.logits.shape[-1]), y.reshape(-1))
+        sums["loss"] += loss.item()
+        sums["ce"] += ce.item()
+        sums["keep"] += out.keep_mass.item() if out.keep_mass is not None else 1.0
+        sums["n"] += 1
+        if (step + 1) % log_every == 0 or step + 1 == config.steps:
+            n = sums["n"]
+            row = {"step": step + 1, "loss": sums["loss"] / n, "train_ce": sums["ce"] / n,
+                   "keep_mass": sums["keep"] / n, "alpha": None if config.objective == "lm" else alpha}
+            result.history.append(row)
+            bar.set_postfix(ce=f"{row['train_ce']:.3f}", keep=f"{row['keep_mass']:.2f}")
+            sums = {"loss": 0.0, "ce": 0.0, "keep": 0.0, "n": 0}
+    result.seconds = time.perf_counter() - start
+    accelerator.unwrap_model(model).eval()
+    return result
+
+
+@torch.no_grad()
+def evaluate_lm(model, ids: torch.Tensor, context: int, budget: float | None = None, prune: bool = True,
+                max_windows: int | None = None, batch_size: int = 16) -> dict:
+    """Perplexity and fraction of context pruned (hard decisions, alpha = inf) on non-overlapping windows.
+
+    fraction_pruned = 1 - mean over layers, windows and pairs k > j of I_kj: the share of
+    (query, earlier token) pairs whose key/value the model no longer keeps.
+    """
+    from bab.data.lm import lm_windows
+
+    model.eval()
+    x, y = lm_windows(ids, context, max_windows)
+    nll, count, keep_sum = 0.0, 0, 0.0
+    for i in range(0, len(x), batch_size):
+        out = model(x[i: i + batch_size], alpha=HARD, budget=budget, prune=prune)
+        logits = out.logits
+        nll += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[i: i + batch_size].reshape(-1),
+                               reduction="sum").item()
+        count += y[i: i + batch_size].numel()
+        keep_sum += (out.keep_mass.item() if out.keep_mass is not None else 1.0) * len(logits)
+    keep = keep_sum / len(x)
+    return {"perplexity": math.exp(nll / count), "val_ce": nll / count, "fraction_pruned": 1.0 - keep,
+            "windows": len(x), "context": context}

@@ -1,0 +1,76 @@
+"""Notebook 06's orchestration on a tiny text and model: every step runs, and the run cache is reused."""
+
+from dataclasses import replace
+
+import pytest
+
+from bab.data.lm import LMDataConfig
+from bab.experiments.context_pruning import ContextPruningStudy, closest_to, interpolate_specialists
+from bab.profiles import ContextPruningProfile, get_profile
+from bab.runs import RunCache
+from bab.train_lm import LMTrainConfig
+
+TEXT = [f"On day {i}, Elizabeth walked to Netherfield, and Mr. Darcy said nothing of the weather." for i in range(300)]
+
+
+@pytest.fixture
+def tiny_study(tmp_path, monkeypatch):
+    folder = tmp_path / "lm"
+    folder.mkdir()
+    (folder / "austen.txt").write_text("\n".join(TEXT) + "\n")
+    monkeypatch.setenv("BAB_DATA_DIR", str(tmp_path))
+    train = LMTrainConfig(steps=4, batch_size=4, context=32)
+    profile = ContextPruningProfile(
+        name="tiny", data=LMDataConfig(files=("austen.txt",), vocab_size=300, block_lines=20),
+        model=dict(n_positions=96, n_embd=16, n_layer=2, n_head=2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+        dense=train, finetune=replace(train, objective="context_pruning"),
+        budgeted=replace(train, objective="budget_context"), gammas=(0.1, 1.0), r=8, budgets=(0.2, 0.6),
+        eval_windows=4, bench_batch=2, bench_prompts=(64,), bench_new_tokens=4, bench_repeats=1, bench_warmup=0,
+        view_tokens=16)
+    return lambda: ContextPruningStudy(profile, cache=RunCache(tmp_path / "runs"), progress=False)
+
+
+def test_every_step_runs_and_the_cache_is_reused(tiny_study):
+    study = tiny_study()
+    dense, metrics = study.dense()
+    assert metrics["cached"] is False and study.evaluate(dense, prune=False)["fraction_pruned"] == 0.0
+    model, _ = study.pruned(1.0)
+    result = study.evaluate(model)
+    assert 0.0 <= result["fraction_pruned"] <= 1.0 and result["perplexity"] > 1.0
+    budget_model, _ = study.budget_conditioned()
+    assert study.evaluate(budget_model, budget=0.2)["windows"] == 4
+    for ablation in (study.pruned(1.0, r=4)[0], study.pruned(1.0, irreversible=False)[0]):
+        assert study.evaluate(ablation)["perplexity"] > 1.0
+    table = study.throughput({"g1": model, "budget 0.2": (budget_model, 0.2, 0.0)}, prompt_len=64)
+    assert list(table.index) == ["dense", "g1", "budget 0.2"]
+    kinds = study.token_kinds(model)
+    assert set(kinds.index) == {"punctuation", "stop word", "other"}
+    assert model.token_drop_times(study.passage()).shape == (2, 1, 16)
+    # a second study with the same profile trains nothing
+    again = tiny_study()
+    assert again.dense()[1]["cached"] and again.pruned(1.0)[1]["cached"] and again.budget_conditioned()[1]["cached"]
+
+
+def test_bad_base_and_prompt_raise(tiny_study):
+    study = tiny_study()
+    with pytest.raises(ValueError, match="base must be"):
+        ContextPruningStudy(study.profile, base="llama")
+    with pytest.raises(ValueError, match="too short"):
+        study.long_prompt(10_000, 2)
+
+
+def test_selection_helpers():
+    import pandas as pd
+
+    pareto = pd.DataFrame({"gamma": [0.01, 0.1, 1.0], "fraction_pruned": [0.5, 0.78, 0.95],
+                           "perplexity": [100.0, 110.0, 130.0]})
+    assert closest_to(pareto, "fraction_pruned", 0.8).gamma == 0.1
+    assert interpolate_specialists(pareto, 0.865) == pytest.approx(120.0)
+    assert interpolate_specialists(pareto, 0.2) != interpolate_specialists(pareto, 0.2)  # NaN outside the range
+
+
+def test_notebook_profiles_are_registered():
+    quick = get_profile("gpt2_context_pruning", "quick")
+    paper = get_profile("gpt2_context_pruning", "paper")
+    assert max(quick.bench_prompts) >= 512 and quick.r == 64
+    assert paper.r_ablation == (32, 64, 128) and paper.irreversibility_ablation
