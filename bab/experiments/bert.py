@@ -21,7 +21,7 @@ from bab.bench import latency_table
 from bab.data.text import PretrainedTokenizer, build_text_classification
 from bab.evaluate import evaluate
 from bab.experiments.text import TextStudy
-from bab.models.hf_encoder import GatedHFClassifier, HFEncoderConfig, load_classifier, load_tokenizer
+from bab.models.hf_encoder import GatedHFClassifier, HFEncoderConfig, PaddedForward, load_classifier, load_tokenizer
 from bab.models.hf_pruning import kept_heads, load_pruned, prune_heads, save_pruned
 from bab.prune import head_importance, posthoc_mask
 from bab.runs import RunCache
@@ -177,17 +177,6 @@ class BertStudy(TextStudy):
 
         self.cache.get_or_train(f"{self.experiment}-recovered", lineage, student, fit)
         return student.eval()
-
-
-class PaddedForward(torch.nn.Module):
-    """``hf(input_ids, attention_mask)`` as a one-argument module, for the latency protocol."""
-
-    def __init__(self, hf_model, pad_id: int):
-        super().__init__()
-        self.hf, self.pad_id = hf_model, pad_id
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.hf(input_ids=input_ids, attention_mask=input_ids.ne(self.pad_id).long()).logits
 
 
 def kept_heads_table(model) -> pd.DataFrame:

