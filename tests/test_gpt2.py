@@ -6,8 +6,8 @@ import pytest
 import torch
 from transformers import GPT2LMHeadModel
 
-from bab.models.context_pruning import PruningConfig
-from bab.models.gpt2 import GPT2LM, GPT2Config, from_hf_model, load_hf_state_dict
+from bab.context.gpt2 import GPT2LM, GPT2Config, from_hf_model, load_hf_state_dict
+from bab.context.interaction import PruningConfig
 
 SMALL = dict(vocab_size=101, n_positions=64, n_embd=32, n_layer=2, n_head=4)
 
@@ -157,7 +157,7 @@ def test_reversible_ablation_cannot_drop_from_the_cache():
 
 
 def test_run_cache_round_trip_and_untied_head_refused(tmp_path):
-    from bab.runs import RunCache
+    from bab.core.runs import RunCache
 
     model = dropping_model(bias=1.0)
     cache = RunCache(tmp_path)

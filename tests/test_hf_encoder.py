@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import BertConfig, DistilBertConfig
 
-from bab.compute import analytic_compute, counted_compute, pruning_compute_table
-from bab.models.hf_encoder import (
+from bab.heads.compute import analytic_compute, counted_compute, pruning_compute_table
+from bab.heads.hf_encoder import (
     DEFAULT_MODEL,
     GatedHFClassifier,
     ModelUnavailableError,
@@ -18,7 +18,7 @@ from bab.models.hf_encoder import (
     load_classifier,
     resolve_encoder_source,
 )
-from bab.models.hf_pruning import KEPT_HEADS_KEY, kept_heads, load_pruned, prune_heads, save_pruned
+from bab.heads.hf_pruning import KEPT_HEADS_KEY, kept_heads, load_pruned, prune_heads, save_pruned
 
 VOCAB = 97
 

@@ -9,8 +9,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import TensorDataset  # noqa: E402
 
-from bab.interactive import budget_explorer, budget_view, want_widgets  # noqa: E402
-from bab.models.encoder import EncoderClassifier, EncoderConfig  # noqa: E402
+from bab.heads.encoder import EncoderClassifier, EncoderConfig  # noqa: E402
+from bab.heads.interactive import budget_explorer, budget_view, want_widgets  # noqa: E402
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def test_widget_path_builds_a_slider_that_redraws(model_and_data, monkeypatch):
 
     model, data = model_and_data
     shown = []
-    monkeypatch.setattr("bab.interactive.display", shown.append)
+    monkeypatch.setattr("bab.heads.interactive.display", shown.append)
     budget_explorer(model, data, interactive=True)
     box = shown[0]
     slider = box.children[0].children[0]

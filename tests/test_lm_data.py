@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from bab.context.evaluate import evaluate_lm
+from bab.context.train import LMTrainConfig, random_batch, train_lm
 from bab.data.lm import LMDataConfig, build_tokenizer, lm_windows, load_lm_data, resolve_lm_files, split_blocks
-from bab.train_lm import LMTrainConfig, evaluate_lm, random_batch, train_lm
 
 LINES = [f"Paragraph {i} tells of Mr. Darcy, Elizabeth and the weather on day {i}." for i in range(200)]
 
@@ -67,8 +68,8 @@ def test_unknown_tokenizer_and_bad_windows_raise():
 
 
 def test_training_lowers_validation_perplexity_and_pruning_prunes(text_dir):
-    from bab.models.context_pruning import PruningConfig
-    from bab.models.gpt2 import GPT2LM, GPT2Config
+    from bab.context.gpt2 import GPT2LM, GPT2Config
+    from bab.context.interaction import PruningConfig
 
     data = load_lm_data(LMDataConfig(files=("novel.txt",), vocab_size=300, block_lines=10), path=text_dir)
     torch.manual_seed(0)

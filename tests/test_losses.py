@@ -2,7 +2,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bab.losses import budget_loss, distillation_loss
+from bab.core.losses import budget_loss, distillation_loss
 
 
 def test_budget_loss_matches_eq5():

@@ -2,9 +2,9 @@ import math
 
 import pytest
 
-from bab.paper import PAPER_RESULTS, comparison_table
-from bab.profiles import PROFILE_NAMES, PROFILES, get_profile
-from bab.report import validate_rows
+from bab.experiments.profiles import PROFILE_NAMES, PROFILES, get_profile
+from bab.report.paper import PAPER_RESULTS, comparison_table
+from bab.report.results import validate_rows
 
 
 def test_paper_rows_are_valid_result_rows_and_unique():

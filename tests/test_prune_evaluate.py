@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from bab.evaluate import SWEEP_BUDGETS, budget_sweep, evaluate, gates_are_monotone, is_monotone, spearman
-from bab.models.encoder import EncoderClassifier, EncoderConfig
-from bab.prune import head_importance, posthoc_mask
+from bab.heads.encoder import EncoderClassifier, EncoderConfig
+from bab.heads.evaluate import SWEEP_BUDGETS, budget_sweep, evaluate, gates_are_monotone, is_monotone, spearman
+from bab.heads.posthoc import head_importance, posthoc_mask
 
 
 def model_and_data(gates=None):
@@ -74,7 +74,7 @@ def test_posthoc_mask_keeps_the_most_important_heads_under_the_floor(budget):
 
 
 def test_gate_ranking_reports_correlation_and_nesting():
-    from bab.evaluate import gate_ranking
+    from bab.heads.evaluate import gate_ranking
 
     model, _ = model_and_data("budget")
     with torch.no_grad():

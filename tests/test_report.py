@@ -13,14 +13,15 @@ import nbformat
 import pandas as pd
 import pytest
 
-import bab.report as report
+import bab.report.build as report
 from bab.__main__ import main as bab_main
+from bab.report.results import save_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
 OK_CODE = """\
 import os
-from bab.report import save_results
+from bab.report.results import save_results
 note = f"profile={profile} headless={os.environ.get('BAB_HEADLESS')} mpl={os.environ.get('MPLBACKEND')}"
 save_results([{"experiment": "synthetic", "method": "dense", "budget": None, "cost": 1.0,
                "accuracy": 99.5, "speedup": 1.0, "note": note}], results_path)
@@ -39,7 +40,7 @@ def write_notebook(path, code):
 
 
 def fake_paper(rows_seen=None, fail=False):
-    """Stand-in for bab.paper with a comparison_table that echoes our rows next to a 'paper' column."""
+    """Stand-in for bab.report.paper with a comparison_table that echoes our rows next to a 'paper' column."""
 
     def comparison_table(rows):
         if fail:
@@ -50,7 +51,7 @@ def fake_paper(rows_seen=None, fail=False):
         df.insert(4, "paper accuracy", 98.0)
         return df.rename(columns={"accuracy": "our accuracy", "cost": "our cost"})
 
-    module = types.ModuleType("bab.paper")
+    module = types.ModuleType("bab.report.paper")
     module.comparison_table = comparison_table
     return module
 
@@ -76,7 +77,7 @@ def first_run(tmp_path_factory):
     seen, out = [], io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", str(ROOT))
-        mp.setitem(sys.modules, "bab.paper", fake_paper(seen))
+        mp.setitem(sys.modules, "bab.report.paper", fake_paper(seen))
         with contextlib.redirect_stdout(out):
             code = report.build_report("smoke", nb_dir, tmp / "reports")
     return types.SimpleNamespace(code=code, nb_dir=nb_dir, reports=tmp / "reports", stdout=out.getvalue(), seen=seen)
@@ -141,7 +142,7 @@ def test_run_records_and_results(first_run):
 def test_only_reruns_selected_and_keeps_the_others(first_run, tmp_path, monkeypatch):
     reports = copy_reports(first_run, tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    monkeypatch.setitem(sys.modules, "bab.paper", fake_paper())
+    monkeypatch.setitem(sys.modules, "bab.report.paper", fake_paper())
     old_record = json.loads((reports / "smoke" / "runs" / "01_ok.json").read_text())
     code = report.build_report("smoke", first_run.nb_dir, reports, only="01")
     assert code == 0  # only the selected notebook counts
@@ -192,7 +193,7 @@ def test_cli_reports_interrupt_and_keeps_report(first_run, tmp_path, monkeypatch
 def test_new_report_without_previous_and_broken_comparison_table(notebooks, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(report, "execute_notebook", fake_execute)
     monkeypatch.setattr(report, "convert_to_html", lambda ipynb, out: Path(out).write_text("<html></html>"))
-    monkeypatch.setitem(sys.modules, "bab.paper", fake_paper(fail=True))
+    monkeypatch.setitem(sys.modules, "bab.report.paper", fake_paper(fail=True))
     code = report.build_report("quick", notebooks, tmp_path / "reports", only="01")
     assert code == 1  # notebook fine, but the comparison table could not be built
     index = (tmp_path / "reports" / "quick" / "index.html").read_text()
@@ -206,7 +207,7 @@ def test_index_escapes_error_text(notebooks, tmp_path, monkeypatch):
         raise ValueError("<script>alert(1)</script>")
 
     monkeypatch.setattr(report, "execute_notebook", execute)
-    monkeypatch.setitem(sys.modules, "bab.paper", fake_paper())
+    monkeypatch.setitem(sys.modules, "bab.report.paper", fake_paper())
     assert report.build_report("smoke", notebooks, tmp_path / "reports") == 1
     index = (tmp_path / "reports" / "smoke" / "index.html").read_text()
     assert "<script>alert" not in index and "&lt;script&gt;alert(1)" in index
@@ -251,12 +252,12 @@ GOOD = {
 
 def test_save_results_writes_atomically_and_creates_dirs(tmp_path):
     path = tmp_path / "deep" / "results" / "03_bert.json"
-    assert report.save_results([GOOD, {**GOOD, "budget": 1, "note": "ints are fine"}], path) == path
+    assert save_results([GOOD, {**GOOD, "budget": 1, "note": "ints are fine"}], path) == path
     data = json.loads(path.read_text())
     assert data["notebook"] == "03_bert"
     assert data["rows"][0] == GOOD and data["rows"][1]["budget"] == 1.0
     assert [p.name for p in path.parent.iterdir()] == ["03_bert.json"]  # no temp files left
-    assert report.save_results([GOOD], None) is None
+    assert save_results([GOOD], None) is None
 
 
 @pytest.mark.parametrize(
@@ -275,10 +276,10 @@ def test_save_results_writes_atomically_and_creates_dirs(tmp_path):
 def test_save_results_rejects_bad_rows(tmp_path, row, message):
     path = tmp_path / "r.json"
     with pytest.raises(ValueError, match=message):
-        report.save_results([GOOD, row], path)
+        save_results([GOOD, row], path)
     assert not path.exists()
 
 
 def test_save_results_rejects_a_single_dict(tmp_path):
     with pytest.raises(ValueError, match="list of dicts"):
-        report.save_results(GOOD, tmp_path / "r.json")
+        save_results(GOOD, tmp_path / "r.json")

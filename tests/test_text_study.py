@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
+from bab.core.runs import RunCache
+from bab.experiments.profiles import get_profile
 from bab.experiments.text import TextStudy
-from bab.profiles import get_profile
-from bab.runs import RunCache
 
 TOPICS = [["goal", "match", "team"], ["market", "stock", "bank"], ["war", "minister", "vote"],
           ["chip", "software", "web"]]

@@ -7,10 +7,10 @@ matplotlib.use("Agg")
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
-from bab import plots_context  # noqa: E402
-from bab.models.context_pruning import PruningConfig  # noqa: E402
-from bab.models.gpt2 import GPT2LM, GPT2Config  # noqa: E402
-from bab.token_kinds import token_kind, token_kind_breakdown  # noqa: E402
+from bab.context import plots as plots_context  # noqa: E402
+from bab.context.gpt2 import GPT2LM, GPT2Config  # noqa: E402
+from bab.context.interaction import PruningConfig  # noqa: E402
+from bab.context.token_kinds import token_kind, token_kind_breakdown  # noqa: E402
 
 
 class CharTokenizer:

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from bab.models.encoder import EncoderClassifier, EncoderConfig
-from bab.train import TrainConfig, parameter_groups, train, warm_start
+from bab.heads.encoder import EncoderClassifier, EncoderConfig
+from bab.heads.train import TrainConfig, parameter_groups, train, warm_start
 
 
 def tiny(gates=None, seed=0):

@@ -6,12 +6,12 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
-from bab.experiments.vit import attention_core_flops, evaluate_vit, mhsa_cost_table, topk_exact
-from bab.losses import attention_distillation_loss, kl_distillation_loss, token_distillation_loss
-from bab.models.sparsifiner import num_connections
-from bab.models.token_pruning import prune_tokens
-from bab.models.vit import ViTClassifier, ViTClassifierConfig
-from bab.train_vit import ViTTrainConfig, train_vit
+from bab.core.losses import attention_distillation_loss, kl_distillation_loss, token_distillation_loss
+from bab.sparsifiner.evaluate import attention_core_flops, evaluate_vit, mhsa_cost_table, topk_exact
+from bab.sparsifiner.predictor import num_connections
+from bab.sparsifiner.token_pruning import prune_tokens
+from bab.sparsifiner.train import ViTTrainConfig, train_vit
+from bab.sparsifiner.vit import ViTClassifier, ViTClassifierConfig
 
 TINY = dict(image_size=8, patch_size=2, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32)
 

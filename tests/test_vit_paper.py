@@ -3,12 +3,12 @@
 import pytest
 
 import conftest
-from bab import paper
 from bab.data import images
-from bab.models.sparsifiner import num_connections
-from bab.models.vit import ViTClassifierConfig
-from bab.profiles import get_profile
-from bab.report import validate_rows
+from bab.experiments.profiles import get_profile
+from bab.report import paper
+from bab.report.results import validate_rows
+from bab.sparsifiner.predictor import num_connections
+from bab.sparsifiner.vit import ViTClassifierConfig
 
 
 def test_sparsifiner_rows_are_valid_and_reach_the_comparison_table():

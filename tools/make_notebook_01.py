@@ -46,13 +46,14 @@ import pandas as pd
 import torch
 from IPython.display import display
 
-from bab import paper, plots
-from bab.evaluate import evaluate, gates_are_monotone, gates_by_budget, spearman, topk_nested
+from bab.report import paper
+from bab.heads import plots
+from bab.heads.evaluate import evaluate, gates_are_monotone, gates_by_budget, spearman, topk_nested
 from bab.experiments.study import deployment_accounting, hard_topk_is_exact, monotone_verdict
 from bab.experiments.synthetic import SyntheticExperiment
-from bab.interactive import budget_explorer
-from bab.profiles import get_profile
-from bab.report import save_results
+from bab.heads.interactive import budget_explorer
+from bab.experiments.profiles import get_profile
+from bab.report.results import save_results
 
 notebook_start = time.perf_counter()
 torch.set_num_threads(min(2, os.cpu_count()))  # a fixed thread count keeps runs reproducible
@@ -213,7 +214,7 @@ static row of budgets instead."""),
     code("""budget_explorer(warm, val_set, interactive=interactive)"""),
     md("""## Our numbers beside the paper's
 
-Joined on (experiment, method, budget); paper numbers come from `bab.paper` (METHOD_NOTES.md).
+Joined on (experiment, method, budget); paper numbers come from `bab.report.paper` (METHOD_NOTES.md).
 Differences are expected: a smaller CPU model, our filler background, and at profiles other than
 `paper` fewer examples, epochs and seeds."""),
     code("""comparison = paper.comparison_table(rows)

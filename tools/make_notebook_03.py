@@ -18,7 +18,7 @@ columns of the output projection are cut out, giving a smaller ordinary model th
 reload and time on one CPU thread against the unpruned model in the same process.
 
 transformers 5 has neither `head_mask` nor `prune_heads`, so `bab` owns both
-(`bab.models.hf_encoder`, `bab.models.hf_pruning`).
+(`bab.heads.hf_encoder`, `bab.heads.hf_pruning`).
 
 Steps, all on the held-out **test** split (checkpoints selected on validation):
 
@@ -52,15 +52,16 @@ import pandas as pd
 import torch
 from IPython.display import display
 
-from bab import paper, plots
-from bab.compute import pruning_compute_table
-from bab.evaluate import evaluate, gate_ranking, gates_by_budget, is_monotone
+from bab.report import paper
+from bab.heads import plots
+from bab.heads.compute import pruning_compute_table
+from bab.heads.evaluate import evaluate, gate_ranking, gates_by_budget, is_monotone
 from bab.experiments.bert import BertStudy, kept_heads_table
 from bab.experiments.study import hard_topk_is_exact, monotone_verdict
-from bab.interactive import budget_explorer
-from bab.models.hf_encoder import ModelUnavailableError
-from bab.profiles import get_profile
-from bab.report import save_results
+from bab.heads.interactive import budget_explorer
+from bab.heads.hf_encoder import ModelUnavailableError
+from bab.experiments.profiles import get_profile
+from bab.report.results import save_results
 
 notebook_start = time.perf_counter()
 torch.set_num_threads(min(2, os.cpu_count()))  # a fixed thread count keeps training reproducible

@@ -38,13 +38,14 @@ import pandas as pd
 import torch
 from IPython.display import display
 
-from bab import paper, plots
-from bab.evaluate import evaluate, gate_ranking, gates_by_budget
+from bab.report import paper
+from bab.heads import plots
+from bab.heads.evaluate import evaluate, gate_ranking, gates_by_budget
 from bab.experiments.bert import BertStudy, kept_heads_table
 from bab.experiments.study import hard_topk_is_exact, monotone_verdict
-from bab.interactive import budget_explorer
-from bab.profiles import get_profile
-from bab.report import save_results
+from bab.heads.interactive import budget_explorer
+from bab.experiments.profiles import get_profile
+from bab.report.results import save_results
 
 notebook_start = time.perf_counter()
 torch.set_num_threads(min(2, os.cpu_count()))  # a fixed thread count keeps training reproducible

@@ -42,13 +42,15 @@ import pandas as pd
 import torch
 from IPython.display import display
 
-from bab import paper, plots_vit
-from bab.bench_sparse import bench_sparse_attention, crossover
-from bab.evaluate import is_monotone
-from bab.experiments.vit import (ViTStudy, attention_maps, basis_sparsity, coefficient_sparsity, evaluate_vit,
-                                 mhsa_cost_table, topk_exact)
-from bab.profiles import get_profile
-from bab.report import save_results
+from bab.report import paper
+from bab.sparsifiner import plots as plots_vit
+from bab.sparsifiner.bench import bench_sparse_attention, crossover
+from bab.heads.evaluate import is_monotone
+from bab.experiments.vit import ViTStudy
+from bab.sparsifiner.evaluate import (attention_maps, basis_sparsity, coefficient_sparsity, evaluate_vit,
+                                     mhsa_cost_table, topk_exact)
+from bab.experiments.profiles import get_profile
+from bab.report.results import save_results
 
 notebook_start = time.perf_counter()
 torch.set_num_threads(1)  # one thread: reproducible training, and the timings below are single-thread by design
@@ -215,8 +217,8 @@ show(fig)"""),
     md("""## Real speed: dense SDPA vs the sparse path, one thread
 
 The attention core of one MHSA layer in DeiT-S's shape (6 heads × 64) at n = 197, 577, 1025 tokens,
-timed in this process: one thread, warm-up, median of interleaved repeats (`bab.bench_sparse`; the CLI
-`python -m bab.bench_sparse` runs the full grid). `sparse` is the whole Sparsifiner path (predictor,
+timed in this process: one thread, warm-up, median of interleaved repeats (`bab.sparsifiner.bench`; the CLI
+`python -m bab.sparsifiner.bench` runs the full grid). `sparse` is the whole Sparsifiner path (predictor,
 top-k, then SDDMM + softmax + SpMM over the kept connections); `attention only` excludes the
 predictor. Beside each measured ratio: the FLOP ratio counted by FlopCounterMode and the paper's
 analytic ratio. Timings on a shared machine are noisy; ratios measured in one process are what count."""),

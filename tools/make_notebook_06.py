@@ -51,11 +51,12 @@ import pandas as pd
 import torch
 from IPython.display import display
 
-from bab import paper, plots_context
-from bab.bench_generation import cache_verdicts
+from bab.report import paper
+from bab.context import plots as plots_context
+from bab.context.bench import cache_verdicts
 from bab.experiments.context_pruning import ContextPruningStudy, closest_to, interpolate_specialists
-from bab.profiles import get_profile
-from bab.report import save_results
+from bab.experiments.profiles import get_profile
+from bab.report.results import save_results
 
 notebook_start = time.perf_counter()
 torch.set_num_threads(1)  # one thread: reproducible training, and the timing protocol is single-threaded anyway
@@ -126,7 +127,7 @@ print(f"cache shrinks: {verdicts['cache_shrinks']}")"""),
     md("""## Throughput and KV-cache memory, measured against dense
 
 Same process, one thread, the same validation prompts for every model, warm-up, then the repeats
-interleaved across models and the median reported (`bab.bench_generation`). Throughput counts the
+interleaved across models and the median reported (`bab.context.bench`). Throughput counts the
 greedy decoding steps after the prompt (batch × new tokens / decode time); the prompt's own time is
 in `prefill_ms`, and `end_to_end_ratio` compares prompt + generation. Our pruned prompt pass is slower
 than dense: it scores every (token, earlier token) pair with the interaction query/key and builds the

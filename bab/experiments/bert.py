@@ -17,15 +17,16 @@ from functools import cache
 import pandas as pd
 import torch
 
-from bab.bench import latency_table
+from bab.core.runs import RunCache
+from bab.core.training import seed_everything
 from bab.data.text import PretrainedTokenizer, build_text_classification
-from bab.evaluate import evaluate
 from bab.experiments.text import TextStudy
-from bab.models.hf_encoder import GatedHFClassifier, HFEncoderConfig, PaddedForward, load_classifier, load_tokenizer
-from bab.models.hf_pruning import kept_heads, load_pruned, prune_heads, save_pruned
-from bab.prune import head_importance, posthoc_mask
-from bab.runs import RunCache
-from bab.train import seed_everything, train
+from bab.heads.bench import latency_table
+from bab.heads.evaluate import evaluate
+from bab.heads.hf_encoder import GatedHFClassifier, HFEncoderConfig, PaddedForward, load_classifier, load_tokenizer
+from bab.heads.hf_pruning import kept_heads, load_pruned, prune_heads, save_pruned
+from bab.heads.posthoc import head_importance, posthoc_mask
+from bab.heads.train import train
 
 
 class BertStudy(TextStudy):
@@ -208,6 +209,6 @@ def _cached_hf_config(model: str, num_classes: int) -> HFEncoderConfig:
 
 @cache
 def _cached_source(model: str) -> str:
-    from bab.models.hf_encoder import resolve_encoder_source
+    from bab.heads.hf_encoder import resolve_encoder_source
 
     return resolve_encoder_source(model).describe()

@@ -10,7 +10,7 @@ training config, and for fine-tunes the dense run it started from).
   with CE + gamma * keep mass, alpha 1 -> 8 (the paper's recipe).
 - ``budget_conditioned()``: one fine-tune whose interaction bias takes the requested keep budget.
 - ``evaluate(model)``: validation perplexity and fraction of context pruned (hard decisions).
-- ``throughput(...)``: generation tokens/s and KV-cache memory against dense (bab.bench_generation).
+- ``throughput(...)``: generation tokens/s and KV-cache memory against dense (bab.context.bench).
 """
 
 from __future__ import annotations
@@ -21,14 +21,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from bab.bench_generation import generation_table
+from bab.context.bench import generation_table
+from bab.context.evaluate import evaluate_lm
+from bab.context.gpt2 import GPT2LM, GPT2Config, load_pretrained
+from bab.context.interaction import PruningConfig
+from bab.context.token_kinds import token_kind_breakdown
+from bab.context.train import LMTrainConfig, train_lm
+from bab.core.runs import RunCache
+from bab.core.training import seed_everything
 from bab.data.lm import LMData, LMDataConfig, load_lm_data
-from bab.models.context_pruning import PruningConfig
-from bab.models.gpt2 import GPT2LM, GPT2Config, load_pretrained
-from bab.runs import RunCache
-from bab.token_kinds import token_kind_breakdown
-from bab.train import seed_everything
-from bab.train_lm import LMTrainConfig, evaluate_lm, train_lm
 
 EXPERIMENT = "gpt2_context_pruning"
 

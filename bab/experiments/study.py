@@ -14,12 +14,13 @@ from dataclasses import replace
 import pandas as pd
 import torch
 
-from bab.evaluate import budget_sweep, evaluate, is_monotone
-from bab.gates import num_heads_to_keep
-from bab.models.encoder import EncoderClassifier, EncoderConfig
-from bab.prune import head_importance, posthoc_mask
-from bab.runs import RunCache
-from bab.train import TrainConfig, seed_everything, train, warm_start
+from bab.core.budget import num_heads_to_keep
+from bab.core.runs import RunCache
+from bab.core.training import seed_everything
+from bab.heads.encoder import EncoderClassifier, EncoderConfig
+from bab.heads.evaluate import budget_sweep, evaluate, is_monotone
+from bab.heads.posthoc import head_importance, posthoc_mask
+from bab.heads.train import TrainConfig, train, warm_start
 
 
 class BudgetedStudy:

@@ -12,9 +12,9 @@ from functools import cache
 import pandas as pd
 
 from bab.data.synthetic import SyntheticConfig, build_synthetic
-from bab.evaluate import evaluate
 from bab.experiments.study import BudgetedStudy
-from bab.models.encoder import EncoderConfig
+from bab.heads.encoder import EncoderConfig
+from bab.heads.evaluate import evaluate
 
 EXPERIMENT = "synthetic"
 

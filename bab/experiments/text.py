@@ -12,13 +12,13 @@ from functools import cache
 
 import torch
 
+from bab.core.runs import RunCache
 from bab.data.text import build_text_classification
-from bab.evaluate import evaluate
+from bab.experiments.profiles import TextProfile
 from bab.experiments.study import BudgetedStudy
-from bab.models.encoder import EncoderConfig
-from bab.profiles import TextProfile
-from bab.runs import RunCache
-from bab.train import TrainConfig
+from bab.heads.encoder import EncoderConfig
+from bab.heads.evaluate import evaluate
+from bab.heads.train import TrainConfig
 
 
 class TextStudy(BudgetedStudy):
@@ -73,3 +73,11 @@ class TextStudy(BudgetedStudy):
 def _cached_build(dataset, num_train, num_val, num_test, max_len, seed, max_vocab, path):
     return build_text_classification(dataset, num_train=num_train, num_val=num_val, num_test=num_test,
                                      max_len=max_len, seed=seed, max_vocab=max_vocab, path=path)
+
+
+def real_text_batches(dataset: str = "ag_news", profile: str = "quick") -> tuple[list[torch.Tensor], dict]:
+    """Pre-tokenized test batches of a text data set, and the encoder shape of that profile."""
+    from bab.experiments.profiles import get_profile
+
+    study = TextStudy(get_profile(f"{dataset}_custom", profile), experiment=f"{dataset}_custom")
+    return study.timing_batches(), dict(study.profile.model)

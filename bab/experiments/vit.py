@@ -14,58 +14,19 @@ from dataclasses import replace
 from functools import cache
 
 import pandas as pd
-import torch
-import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset
-from torch.utils.flop_counter import FlopCounterMode
 
+from bab.core.runs import RunCache
+from bab.core.training import seed_everything
 from bab.data.images import image_splits, load_fashion_mnist
-from bab.models.sparsifiner import num_connections
-from bab.models.vit import ViTClassifier, ViTClassifierConfig
-from bab.runs import RunCache
-from bab.train import seed_everything
-from bab.train_vit import train_vit
+from bab.sparsifiner.evaluate import evaluate_vit
+from bab.sparsifiner.predictor import num_connections
+from bab.sparsifiner.train import train_vit
+from bab.sparsifiner.vit import ViTClassifier, ViTClassifierConfig
 
 
 @cache
 def _cached_splits(num_train: int, num_val: int, num_test: int, seed: int, path: str | None):
     return image_splits(load_fashion_mnist(path), num_train, num_val, num_test, seed)
-
-
-@torch.no_grad()
-def evaluate_vit(model, data: Dataset, batch_size: int = 500, **forward) -> dict:
-    """Accuracy (%), mean loss and MHSA cost (multiply-adds per example and fraction of dense) on ``data``."""
-    model.eval()
-    correct, loss_sum, seen, macs = 0, 0.0, 0, 0.0
-    for pixels, labels in DataLoader(data, batch_size=batch_size):
-        out = model(pixels, **forward)
-        loss_sum += F.cross_entropy(out.logits, labels, reduction="sum").item()
-        correct += (out.logits.argmax(-1) == labels).sum().item()
-        seen += labels.numel()
-        macs += out.mhsa_macs * labels.numel()
-    macs /= seen
-    return {"accuracy": 100.0 * correct / seen, "loss": loss_sum / seen, "mhsa_macs": macs,
-            "cost": macs / model.dense_mhsa_macs()}
-
-
-@torch.no_grad()
-def attention_core_flops(model, pixels: torch.Tensor, **forward) -> dict:
-    """FlopCounterMode on one forward: total FLOPs, and the attention-core FLOPs (everything but the
-    q/k/v/o projections, MLPs, patch embedding and classifier) per example. FlopCounterMode counts
-    matrix products only (2 FLOPs per multiply-add) and sees the dense up-projection and the full
-    masked scores as they are computed, unlike the analytic count."""
-    model.eval()
-    with FlopCounterMode(display=False) as counter:  # return_internals: explicit matmuls, which it can count
-        model(pixels, return_internals=True, **forward)
-    total = counter.get_total_flops()
-    counts = counter.get_flop_counts()
-    outside = 0
-    for name, per_op in counts.items():
-        # module-level entries: projections, MLP, patch embedding and classifier are not attention-core work
-        leaf = name.rsplit(".", 1)[-1]
-        if leaf in ("q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2", "projection", "classifier"):
-            outside += sum(per_op.values())
-    return {"total_flops": total / len(pixels), "attention_flops": (total - outside) / len(pixels)}
 
 
 class ViTStudy:
@@ -176,76 +137,3 @@ class ViTStudy:
         if note:
             row["note"] = note
         return row
-
-
-def basis_sparsity(model) -> float:
-    """Fraction of W_up entries pruned to zero (the paper: about 90% after phase 1)."""
-    total = pruned = 0
-    for predictor in model.predictors:
-        basis = predictor.sparse_basis(model.config.num_tokens)
-        total += basis.numel()
-        pruned += int((basis == 0).sum())
-    return pruned / total
-
-
-@torch.no_grad()
-def coefficient_sparsity(model, pixels: torch.Tensor) -> float:
-    """Fraction of the low-rank coefficients A_down at or below tau (the paper: 87% with n_down 32, tau 0.05)."""
-    out = model(pixels, attention="dense", with_predictor=True)
-    coeff = torch.cat([layer["coefficients"].flatten() for layer in out.layers])
-    return float((coeff == 0).float().mean())
-
-
-def topk_exact(model, pixels: torch.Tensor, keep_rate: float) -> bool:
-    """Every query of every layer and head keeps exactly ceil(keep_rate * n) distinct keys."""
-    with torch.no_grad():
-        out = model(pixels, attention="sparse", keep_rate=keep_rate, return_internals=True)
-    k = num_connections(keep_rate, model.config.num_tokens)
-    for layer in out.layers:
-        index = layer["index"]
-        distinct = torch.sort(index, dim=-1).values.diff(dim=-1).ne(0).all()
-        if index.shape[-1] != k or not bool(distinct):
-            return False
-    return True
-
-
-def mhsa_cost_table(model, keep_rates, pixels: torch.Tensor) -> pd.DataFrame:
-    """Per keep rate: analytic MHSA multiply-adds (paper convention), FlopCounterMode FLOPs of the attention
-    core per example (sparse path run with the gather kernel, whose bmm FlopCounterMode can count; it does
-    not see the CSR kernel), and both as fractions of dense."""
-    dense_flops = attention_core_flops(model, pixels, attention="dense")
-    dense_macs = model.dense_mhsa_macs()
-    rows = []
-    for rate in keep_rates:
-        with torch.no_grad():
-            out = model(pixels, attention="sparse", keep_rate=rate)
-        flops = attention_core_flops(model, pixels, attention="sparse", keep_rate=rate, sparse_kernel="gather")
-        rows.append({"keep_rate": rate, "connections": num_connections(rate, model.config.num_tokens),
-                     "MHSA MMACs (analytic)": out.mhsa_macs / 1e6, "analytic fraction": out.mhsa_macs / dense_macs,
-                     "attention MFLOPs (FlopCounterMode)": flops["attention_flops"] / 1e6,
-                     "counted fraction": flops["attention_flops"] / dense_flops["attention_flops"]})
-    return pd.DataFrame(rows)
-
-
-
-@torch.no_grad()
-def attention_maps(model, image: torch.Tensor, query: int, keep_rate: float, layers, heads) -> dict:
-    """For one image [1, C, H, W] and query token: {(layer, head): [n]} rows of the connectivity mask, the
-    sparse attention (Sparsifiner path at ``keep_rate``) and the full attention (the same model, dense path),
-    plus the sparse coefficients [n, n_down] and basis [n_down, n] of every layer (head ``heads[0]``)."""
-    model.eval()
-    sparse = model(image, attention="sparse", keep_rate=keep_rate, return_internals=True)
-    full = model(image, attention="dense", return_internals=True)
-    out = {"mask": {}, "sparse": {}, "full": {}, "coefficients": {}, "basis": {}}
-    n = model.config.num_tokens
-    for layer in layers:
-        info = sparse.layers[layer]
-        for head in heads:
-            mask = torch.zeros(n, dtype=torch.bool)
-            mask[info["index"][0, head, query]] = True
-            out["mask"][(layer, head)] = mask.float().numpy()
-            out["sparse"][(layer, head)] = info["probs"][0, head, query].numpy()
-            out["full"][(layer, head)] = full.layers[layer]["probs"][0, head, query].numpy()
-        out["coefficients"][f"layer {layer}, head {heads[0]}"] = info["coefficients"][0, heads[0]].numpy()
-        out["basis"][layer] = model.predictors[layer].sparse_basis(n)[heads[0]].numpy()
-    return out

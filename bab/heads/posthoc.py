@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from bab.evaluate import evaluate
-from bab.gates import hard_topk_mask_with_floor
+from bab.core.budget import hard_topk_mask_with_floor
+from bab.heads.evaluate import evaluate
 
 
 @torch.no_grad()

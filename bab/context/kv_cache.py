@@ -14,7 +14,7 @@ C is the buffer capacity; ``length`` slots are in use.
   attended again) — this amortises the copy when only a few tokens drop per step.
 
 The dense baseline preallocates its full capacity once and only appends (no copies), which is
-the fastest way to run a dense cache; the comparison in bab.bench_generation is against that.
+the fastest way to run a dense cache; the comparison in bab.context.bench is against that.
 """
 
 from __future__ import annotations

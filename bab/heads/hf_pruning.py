@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bab.models.hf_encoder import attention_blocks, classifier_from_config
+from bab.heads.hf_encoder import attention_blocks, classifier_from_config
 
 KEPT_HEADS_KEY = "bab_kept_heads"
 WEIGHTS_NAME = "model.safetensors"

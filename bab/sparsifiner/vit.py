@@ -8,11 +8,11 @@ attention core (softmax(QK^T/sqrt(d)) V) for one of
 
 - ``dense``: ``F.scaled_dot_product_attention`` (what HF's SDPA path runs; equal to HF when nothing is on);
 - ``sparse``: Sparsifiner over the k = ceil(keep_rate * n) predicted keys per query only (CSR kernel at
-  inference, a gather when training; ``bab.models.sparsifiner.sparse_attention``);
+  inference, a gather when training; ``bab.sparsifiner.predictor.sparse_attention``);
 - ``masked``: Sparsifiner's reference, dense scores masked to the same connections;
 - ``linformer``: low-rank attention over ``linformer_len`` projected keys/values.
 
-Two other knobs share the same forward: budgeted head gates (``bab.gates``; soft gate mass or hard
+Two other knobs share the same forward: budgeted head gates (``bab.core.budget``; soft gate mass or hard
 top-k heads at a requested budget) and EViT-style token pruning at fixed layers. Every forward
 also returns the attention core's multiply-adds per example (the paper's "MHSA FLOPs"), counted
 from the shapes it actually ran.
@@ -28,9 +28,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import ViTConfig, ViTForImageClassification
 
-from bab.gates import BudgetGates, hard_topk_mask, straight_through, validate_budget
-from bab.models.linformer import LinformerProjection, linformer_macs
-from bab.models.sparsifiner import (
+from bab.core.budget import BudgetGates, hard_topk_mask, straight_through, validate_budget
+from bab.sparsifiner.linformer import LinformerProjection, linformer_macs
+from bab.sparsifiner.predictor import (
     ConnectivityPredictor,
     dense_attention_macs,
     index_to_mask,
@@ -42,7 +42,7 @@ from bab.models.sparsifiner import (
     sparse_attention_macs,
     validate_keep_rate,
 )
-from bab.models.token_pruning import prune_tokens, validate_token_keep
+from bab.sparsifiner.token_pruning import prune_tokens, validate_token_keep
 
 ATTENTION_PATHS = ("dense", "sparse", "masked", "linformer")
 HEAD_MODES = ("soft", "hard")
@@ -154,7 +154,7 @@ class ViTClassifier(nn.Module):
         (sparse / masked); budget + head_mode: head gates (soft gate mass or hard top-k heads);
         token_keep + prune_layers: EViT pruning after the attention of those layers (0-based);
         with_predictor: also compute the predictor's scores on a dense pass (Sparsifiner phase 1);
-        sparse_kernel: "auto", "csr" or "gather" (see ``bab.models.sparsifiner.sparse_attention``).
+        sparse_kernel: "auto", "csr" or "gather" (see ``bab.sparsifiner.predictor.sparse_attention``).
         """
         c = self.config
         if attention not in ATTENTION_PATHS:

@@ -5,7 +5,7 @@
 Every notebook `notebooks/NN_name.ipynb` is executed with papermill, which injects three
 parameters: `profile`, `results_path` and `interactive`. A notebook hands its numbers to the
 report by calling `save_results(rows, results_path)`; the report merges them and puts them
-next to the papers' own numbers (`bab.paper.comparison_table`).
+next to the papers' own numbers (`bab.report.paper.comparison_table`).
 
 The new report is built in `reports/.staging-<profile>-<random>/` and swapped into
 `reports/<profile>/` only once it is complete, so an interrupted or crashing run never
@@ -18,8 +18,6 @@ import datetime
 import importlib
 import importlib.metadata
 import json
-import math
-import numbers
 import os
 import platform
 import re
@@ -31,101 +29,13 @@ import time
 import traceback
 from pathlib import Path
 
-from bab.profiles import PROFILE_NAMES as PROFILES
+from bab.experiments.profiles import PROFILE_NAMES as PROFILES
+from bab.report.results import current_umask, write_json_atomic
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 # the inline backend renders figures as PNG outputs without a display; plain Agg would drop them
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 KERNEL_ENV = {"BAB_HEADLESS": "1", "MPLBACKEND": INLINE_BACKEND}
-
-# one result row: required keys and their types (float columns may be None)
-ROW_STR_KEYS = ("experiment", "method")
-ROW_FLOAT_KEYS = ("budget", "cost", "accuracy", "speedup")
-ROW_OPTIONAL_KEYS = ("note",)
-# optional float columns (None or absent when they do not apply): language-model perplexity and the
-# KV-cache memory ratio (dense bytes / ours) of context pruning
-ROW_OPTIONAL_FLOAT_KEYS = ("perplexity", "memory_ratio")
-
-# -----------------------------------------------------------------------------
-# the results contract: what a notebook writes
-
-
-def validate_rows(rows):
-    """Check result rows against the contract; return clean copies (floats as float).
-
-    Raises ValueError naming the row index and the offending key.
-    """
-    if isinstance(rows, dict) or not hasattr(rows, "__iter__"):
-        raise ValueError(f"rows must be a list of dicts, got {type(rows).__name__}")
-    allowed = set(ROW_STR_KEYS + ROW_FLOAT_KEYS + ROW_OPTIONAL_KEYS + ROW_OPTIONAL_FLOAT_KEYS)
-    clean = []
-    for i, row in enumerate(rows):
-        if not isinstance(row, dict):
-            raise ValueError(f"row {i}: must be a dict, got {type(row).__name__}")
-        extra = sorted(set(row) - allowed)
-        if extra:
-            raise ValueError(f"row {i}: unknown key {extra[0]!r} (allowed: {', '.join(sorted(allowed))})")
-        out = {}
-        for key in ROW_STR_KEYS + ROW_FLOAT_KEYS:
-            if key not in row:
-                raise ValueError(f"row {i}: missing key {key!r}")
-        for key in ROW_STR_KEYS:
-            if not isinstance(row[key], str) or not row[key]:
-                raise ValueError(f"row {i}: key {key!r} must be a non-empty str, got {row[key]!r}")
-            out[key] = row[key]
-        for key in ROW_FLOAT_KEYS + tuple(k for k in ROW_OPTIONAL_FLOAT_KEYS if k in row):
-            value = row[key]
-            if value is None:
-                out[key] = None
-                continue
-            if isinstance(value, bool) or not isinstance(value, numbers.Real):
-                raise ValueError(f"row {i}: key {key!r} must be a float or None, got {value!r}")
-            if not math.isfinite(float(value)):
-                raise ValueError(f"row {i}: key {key!r} must be finite or None, got {value!r}")
-            out[key] = float(value)
-        if "note" in row:
-            if not isinstance(row["note"], str):
-                raise ValueError(f"row {i}: key 'note' must be a str, got {row['note']!r}")
-            out["note"] = row["note"]
-        clean.append(out)
-    return clean
-
-
-def write_json_atomic(path, obj):
-    """Write obj as JSON to path via a temporary file and os.replace; create parent dirs."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; give the usual permissions
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return path
-
-
-def current_umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def save_results(rows, path):
-    """Write a notebook's result rows to `path` as {"notebook": <stem>, "rows": rows}.
-
-    `path` is the `results_path` parameter papermill injects; when it is None (the notebook
-    runs interactively) nothing is written and None is returned.
-    """
-    if path is None:
-        return None
-    path = Path(path)
-    return write_json_atomic(path, {"notebook": path.stem, "rows": validate_rows(rows)})
-
 
 # -----------------------------------------------------------------------------
 # which notebooks
@@ -296,9 +206,9 @@ def collect_results(staging):
 
 
 def comparison_html(rows):
-    """The paper-vs-reproduction table as HTML via bab.paper.comparison_table; (html, error)."""
+    """The paper-vs-reproduction table as HTML via bab.report.paper.comparison_table; (html, error)."""
     try:
-        paper = importlib.import_module("bab.paper")
+        paper = importlib.import_module("bab.report.paper")
         table = paper.comparison_table(rows)
         text = table.to_html(index=False, na_rep="–", float_format=lambda x: f"{x:.4g}", border=0, classes="data")
         return text, None
@@ -516,14 +426,16 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
 # command line
 
 
-def main(argv=None):
-    """`python -m bab report ...`: parse arguments, build the report, return the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m bab report", description=__doc__.splitlines()[0])
+def add_arguments(parser):
+    """The options of `python -m bab report`."""
     parser.add_argument("--profile", default="quick", help=f"one of {', '.join(PROFILES)} (default: quick)")
     parser.add_argument("--only", default=None, help="comma-separated two-digit notebook prefixes, e.g. 01,03")
     parser.add_argument("--reports-dir", default="reports")
     parser.add_argument("--notebooks-dir", default="notebooks")
-    args = parser.parse_args(argv)
+
+
+def run(args):
+    """Build the report for parsed ``args``; return the exit code."""
     try:
         return build_report(args.profile, args.notebooks_dir, args.reports_dir, only=args.only)
     except ValueError as exc:
@@ -534,5 +446,8 @@ def main(argv=None):
         return 130
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def main(argv=None):
+    """`python -m bab report ...`: parse arguments, build the report, return the exit code."""
+    parser = argparse.ArgumentParser(prog="python -m bab report", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

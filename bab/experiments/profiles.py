@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from bab.context.train import LMTrainConfig
 from bab.data.lm import LMDataConfig
 from bab.data.synthetic import SyntheticConfig
-from bab.evaluate import SWEEP_BUDGETS
-from bab.train import TrainConfig
-from bab.train_lm import LMTrainConfig
-from bab.train_vit import ViTTrainConfig
+from bab.heads.evaluate import SWEEP_BUDGETS
+from bab.heads.train import TrainConfig
+from bab.sparsifiner.train import ViTTrainConfig
 
 PROFILE_NAMES = ("smoke", "quick", "paper")
 
@@ -258,7 +258,7 @@ class ViTProfile:
     combo_keep_rate: float = 0.25  # Sparsifiner keep rate combined with token pruning (Table 1)
     head_budgets: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25)
     flop_examples: int = 16  # examples FlopCounterMode runs on
-    # the attention-core speed benchmark (bab.bench_sparse) the notebook runs; the CLI runs the full grid
+    # the attention-core speed benchmark (bab.sparsifiner.bench) the notebook runs; the CLI runs the full grid
     bench_tokens: tuple[int, ...] = (197, 577, 1025)
     bench_keep_rates: tuple[float, ...] = (0.5, 0.25, 0.1)
     bench_repeats: int = 10

@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from bab.models.hf_encoder import attention_blocks
+from bab.heads.hf_encoder import attention_blocks
 
 
 def _shapes(model):

@@ -3,7 +3,7 @@
 Parameter names follow transformers' GPT-2 exactly (``transformer.h.0.attn.c_attn.weight`` ...,
 Conv1D weights stored [in, out]), so a Hugging Face state dict loads as is and, with pruning
 off, the logits equal transformers' (tests/test_gpt2.py). With pruning on, every attention layer
-owns a ``ContextInteraction`` (bab.models.context_pruning) whose log I is added to the causal
+owns a ``ContextInteraction`` (bab.context.interaction) whose log I is added to the causal
 attention logits.
 
 Three ways to run it:
@@ -11,7 +11,7 @@ Three ways to run it:
 - ``forward(ids, alpha)``: the full sequence at once (training, perplexity); alpha = inf gives
   the hard decisions of inference.
 - ``prefill(ids, cache)`` + ``decode_step(ids, cache)``: autoregressive generation with a
-  ``KVCache`` from which dropped tokens are physically removed (bab.models.kv_cache).
+  ``KVCache`` from which dropped tokens are physically removed (bab.context.kv_cache).
 
 Shapes: B batch, T sequence, d = n_embd, H heads, Dh = d / H, r interaction width, V vocabulary.
 """
@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bab.models.context_pruning import HARD, ContextInteraction, PruningConfig, drop_times, keep_mass
-from bab.models.kv_cache import KVCache, LayerKV
+from bab.context.interaction import HARD, ContextInteraction, PruningConfig, drop_times, keep_mass
+from bab.context.kv_cache import KVCache, LayerKV
 
 ACTIVATIONS = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}
 
@@ -249,7 +249,7 @@ class GPT2LM(nn.Module):
     # ------------------------------------------------------------------ generation with a KV cache
 
     def new_cache(self, batch: int, capacity: int, prune: bool, compact_every: float = 0.0) -> KVCache:
-        """An empty cache; ``compact_every`` (see bab.models.kv_cache.LayerKV) batches the compaction copies."""
+        """An empty cache; ``compact_every`` (see bab.context.kv_cache.LayerKV) batches the compaction copies."""
         c = self.config
         if prune and self.prunes and not c.pruning.irreversible:
             raise ValueError("a KV cache can only forget tokens for good when dropping is irreversible; this model "

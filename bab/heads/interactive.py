@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import seaborn as sns
 from IPython.display import display
 
-from bab.evaluate import evaluate
+from bab.heads.evaluate import evaluate
 
 
 def want_widgets(interactive: bool | None = None) -> bool:

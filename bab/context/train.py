@@ -25,10 +25,10 @@ import torch.nn.functional as F
 from accelerate import Accelerator
 from tqdm.auto import tqdm
 
-from bab.gates import validate_budget
-from bab.losses import budget_loss, context_pruning_loss
-from bab.models.context_pruning import HARD, cosine_alpha
-from bab.train import seed_everything
+from bab.context.interaction import cosine_alpha
+from bab.core.budget import validate_budget
+from bab.core.losses import budget_loss, context_pruning_loss
+from bab.core.training import seed_everything
 
 LM_OBJECTIVES = ("lm", "context_pruning", "budget_context")
 
@@ -91,7 +91,7 @@ def random_batch(ids: torch.Tensor, batch_size: int, context: int, generator: to
 
 def train_lm(model, train_ids: torch.Tensor, config: LMTrainConfig, progress: bool = True,
              log_every: int = 25) -> LMTrainResult:
-    """Train ``model`` (a bab.models.gpt2.GPT2LM) in place on the token stream ``train_ids``."""
+    """Train ``model`` (a bab.context.gpt2.GPT2LM) in place on the token stream ``train_ids``."""
     if config.objective != "lm" and not model.prunes:
         raise ValueError(f"objective {config.objective!r} needs a model with context pruning (GPT2Config.pruning)")
     if config.objective == "budget_context" and not model.config.pruning.budget_conditioned:
@@ -155,28 +155,3 @@ def train_lm(model, train_ids: torch.Tensor, config: LMTrainConfig, progress: bo
     result.seconds = time.perf_counter() - start
     accelerator.unwrap_model(model).eval()
     return result
-
-
-@torch.no_grad()
-def evaluate_lm(model, ids: torch.Tensor, context: int, budget: float | None = None, prune: bool = True,
-                max_windows: int | None = None, batch_size: int = 16) -> dict:
-    """Perplexity and fraction of context pruned (hard decisions, alpha = inf) on non-overlapping windows.
-
-    fraction_pruned = 1 - mean over layers, windows and pairs k > j of I_kj: the share of
-    (query, earlier token) pairs whose key/value the model no longer keeps.
-    """
-    from bab.data.lm import lm_windows
-
-    model.eval()
-    x, y = lm_windows(ids, context, max_windows)
-    nll, count, keep_sum = 0.0, 0, 0.0
-    for i in range(0, len(x), batch_size):
-        out = model(x[i: i + batch_size], alpha=HARD, budget=budget, prune=prune)
-        logits = out.logits
-        nll += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[i: i + batch_size].reshape(-1),
-                               reduction="sum").item()
-        count += y[i: i + batch_size].numel()
-        keep_sum += (out.keep_mass.item() if out.keep_mass is not None else 1.0) * len(logits)
-    keep = keep_sum / len(x)
-    return {"perplexity": math.exp(nll / count), "val_ce": nll / count, "fraction_pruned": 1.0 - keep,
-            "windows": len(x), "context": context}

@@ -1,6 +1,6 @@
 """Training the ViT of notebook 05: dense teacher, Sparsifiner's two phases, Linformer, budgeted head gates.
 
-One loop on ``accelerate.Accelerator`` (as ``bab.train``), specialised by the objective:
+One loop on ``accelerate.Accelerator`` (as ``bab.heads.train``), specialised by the objective:
 
 - ``dense``: cross-entropy, full attention (the teacher).
 - ``predictor`` (Sparsifiner phase 1): the backbone is frozen and runs dense attention; only the
@@ -13,7 +13,7 @@ One loop on ``accelerate.Accelerator`` (as ``bab.train``), specialised by the ob
   lambda_attn = 0 here, so the predictor gets no gradient; we freeze it rather than let weight decay
   alone shrink it.
 - ``linformer``: the same recipe as ``joint`` with Linformer attention (Table 4: identical settings).
-- ``budgeted``: budgeted head gates on the same ViT, Eq. 5 with b ~ U[budget_min, 1] (``bab.losses``).
+- ``budgeted``: budgeted head gates on the same ViT, Eq. 5 with b ~ U[budget_min, 1] (``bab.core.losses``).
 - ``heads_hard``: hard top-k heads with a straight-through gradient to the soft gates (Eq. 4 and 6),
   b ~ U[budget_min, 1], CE + lambda_kl * KL to the dense teacher: the adaptation that makes hard head
   skipping work (notebook 02 shows why it is needed).
@@ -32,10 +32,10 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from bab.gates import validate_budget
-from bab.losses import attention_distillation_loss, budget_loss, kl_distillation_loss, token_distillation_loss
-from bab.models.sparsifiner import validate_keep_rate
-from bab.train import seed_everything
+from bab.core.budget import validate_budget
+from bab.core.losses import attention_distillation_loss, budget_loss, kl_distillation_loss, token_distillation_loss
+from bab.core.training import seed_everything
+from bab.sparsifiner.predictor import validate_keep_rate
 
 VIT_OBJECTIVES = ("dense", "predictor", "joint", "linformer", "budgeted", "heads_hard")
 

@@ -13,7 +13,7 @@ sigmoid, alpha -> inf a step (binary decisions: what inference uses and what let
 forget a token for good).
 
 Beyond the paper, the bias can take a requested keep budget b through a learned non-negative
-sensitivity, beta(b) = beta + softplus(raw) * logit(b), as the head gates do (bab.gates), so one
+sensitivity, beta(b) = beta + softplus(raw) * logit(b), as the head gates do (bab.core.budget), so one
 checkpoint can serve several context budgets.
 """
 
@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bab.gates import budget_logit
+from bab.core.budget import budget_logit
 
 HARD = math.inf  # alpha at inference: binary keep / drop decisions
 BISECTION_STEPS = 24  # halvings of [0, 1]: float32 resolution

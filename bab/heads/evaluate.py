@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from bab.gates import validate_budget
+from bab.core.budget import validate_budget
 
 # The paper's sweep: 19 requested budgets 0.10, 0.15, ..., 1.00.
 SWEEP_BUDGETS = tuple(round(0.10 + 0.05 * i, 2) for i in range(19))

@@ -1,10 +1,10 @@
 """Does Sparsifiner's attention run faster than dense attention, or only count fewer FLOPs?
 
-    python -m bab.bench_sparse                       # n = 197, 577, 1025; keep rates 0.5, 0.25, 0.1
-    python -m bab.bench_sparse --tokens 577 --keep-rates 0.1 --repeats 30
+    python -m bab bench sparse                       # n = 197, 577, 1025; keep rates 0.5, 0.25, 0.1
+    python -m bab bench sparse --tokens 577 --keep-rates 0.1 --repeats 30
 
 Times the attention core of one MHSA layer (DeiT-S shape: 6 heads of width 64, batch 1; the q/k/v/o
-projections are excluded, as in the paper's "MHSA FLOPs"), with the ``bab.bench`` protocol: one
+projections are excluded, as in the paper's "MHSA FLOPs"), with the ``bab.core.timing`` protocol: one
 intra-op and one inter-op thread, ``no_grad``, warm-up, then the median of repeats with every variant
 interleaved round by round, all in one process. Variants:
 
@@ -25,14 +25,13 @@ the analytic ratio in the paper's convention (sparse-sparse up-projection, no to
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import pandas as pd
 import torch
 
-from bab.bench import count_flops, single_thread, time_side_by_side
-from bab.models.sparsifiner import (
+from bab.core.timing import count_flops, single_thread, time_side_by_side
+from bab.sparsifiner.predictor import (
     ConnectivityPredictor,
     csr_sparse_attention,
     dense_attention_macs,
@@ -138,41 +137,3 @@ def crossover(table: pd.DataFrame) -> str:
         else:
             lines.append(f"n={n}: sparse faster than dense for keep rate <= {faster.keep_rate.max():g}")
     return "; ".join(lines)
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bab.bench_sparse", description=__doc__.splitlines()[0])
-    parser.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
-    parser.add_argument("--keep-rates", type=float, nargs="+", default=list(KEEP_RATES))
-    parser.add_argument("--num-heads", type=int, default=6)
-    parser.add_argument("--head-dim", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=1)
-    parser.add_argument("--n-down", type=int, default=32)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--breakdown", action="store_true",
-                        help="also time the predictor's parts (A_down, up-projection, top-k) at the smallest keep rate")
-    args = parser.parse_args(argv)
-    try:
-        table = bench_sparse_attention(args.tokens, args.keep_rates, args.num_heads, args.head_dim, args.batch_size,
-                                       args.n_down, warmup=args.warmup, repeats=args.repeats)
-    except (ValueError, TypeError) as exc:
-        parser.error(str(exc))
-    print(f"MHSA attention core, {args.num_heads} heads x {args.head_dim}, batch {args.batch_size}, n_down "
-          f"{args.n_down}; 1 thread, median of {args.repeats} interleaved repeats after {args.warmup} warm-up")
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.precision", 2):
-        print(table.to_string(index=False))
-    print("speed-up = dense SDPA time / time; FLOP ratio = dense FLOPs / FLOPs (FlopCounterMode, matmuls only);")
-    print("analytic ratio = the paper's count (sparse-sparse up-projection; top-k and gather cost nothing)")
-    print("crossover: " + crossover(table))
-    if args.breakdown:
-        parts = predictor_breakdown(args.tokens, min(args.keep_rates), args.num_heads, args.head_dim, args.n_down,
-                                    warmup=args.warmup, repeats=args.repeats)
-        print("\nwhere the sparse path's time goes (ms, same protocol):")
-        with pd.option_context("display.width", 200, "display.max_columns", 20, "display.precision", 2):
-            print(parts.to_string(index=False))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -24,15 +24,15 @@ import random
 import time
 from dataclasses import asdict, dataclass, field
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from bab.gates import validate_budget
-from bab.losses import budget_loss, distillation_loss
+from bab.core.budget import validate_budget
+from bab.core.losses import budget_loss, distillation_loss
+from bab.core.training import seed_everything
 
 OBJECTIVES = ("dense", "budgeted", "static", "hard_adapt", "recovery")
 
@@ -84,12 +84,6 @@ class TrainResult:
     history: list[dict] = field(default_factory=list)  # one row per epoch
     seconds: float = 0.0
     selected_epoch: int | None = None  # the epoch whose weights were kept (None: the last)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def warm_start(gated_model: torch.nn.Module, dense_model: torch.nn.Module) -> torch.nn.Module:

@@ -1,6 +1,6 @@
 """Generation throughput and KV-cache memory: context-pruned GPT-2 against dense, in the same process.
 
-Protocol (as bab.bench): one intra-op and one inter-op thread, ``eval()``, ``no_grad()``, the
+Protocol (bab.core.timing): one intra-op and one inter-op thread, ``eval()``, ``no_grad()``, the
 same prompt batch [B, T] for every model, warm-up runs, then the repeats interleaved across the
 models (drift hits all alike) and the median reported. One run = a fresh cache, the prompt
 (prefill, timed separately) and ``new_tokens`` greedy decoding steps (timed): throughput is
@@ -11,19 +11,18 @@ the pruned models remove dropped tokens from their caches (at once, or batched w
 Memory: the bytes held by the cache buffers (keys, values and, for pruning, the interaction
 keys and slot indices) at the end of generation and at their peak over the decoding steps.
 
-    python -m bab.bench_generation --profile quick        # the notebook-06 checkpoints (trained if not cached)
+    python -m bab bench generation --profile quick     # the notebook-06 checkpoints (trained if not cached)
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 import pandas as pd
 import torch
 
-from bab.bench import single_thread
+from bab.core.timing import single_thread
 
 
 @torch.no_grad()
@@ -31,7 +30,7 @@ def generate_once(model, prompt: torch.Tensor, new_tokens: int, prune: bool = Tr
                   compact_every: float = 0.0):
     """Greedy generation with a KV cache. Returns (prefill s, decode s, peak cache bytes, cache, tokens).
 
-    ``compact_every``: see bab.models.kv_cache.LayerKV (0: copy the live tokens at every drop).
+    ``compact_every``: see bab.context.kv_cache.LayerKV (0: copy the live tokens at every drop).
     """
     B, T = prompt.shape
     model.check_length(T + new_tokens)
@@ -134,31 +133,3 @@ def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmu
     table.attrs.update(batch=B, prompt=T, new_tokens=new_tokens, repeats=repeats, warmup=warmup,
                        live_by_layer=live_by_layer)
     return table
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bab.bench_generation", description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", default="quick", help="whose checkpoints (smoke, quick, paper)")
-    parser.add_argument("--prompt", type=int, default=None, help="prompt length (default: the profile's long context)")
-    parser.add_argument("--new-tokens", type=int, default=None)
-    parser.add_argument("--batch", type=int, default=None)
-    parser.add_argument("--repeats", type=int, default=None)
-    args = parser.parse_args(argv)
-    from bab.experiments.context_pruning import ContextPruningStudy
-    from bab.profiles import get_profile
-
-    try:
-        study = ContextPruningStudy(get_profile("gpt2_context_pruning", args.profile), progress=True)
-        table = study.throughput(prompt_len=args.prompt, new_tokens=args.new_tokens, batch=args.batch,
-                                 repeats=args.repeats)
-    except (ValueError, FileNotFoundError) as exc:
-        parser.error(str(exc))
-    a = table.attrs
-    print(f"batch {a['batch']}, prompt {a['prompt']} tokens, {a['new_tokens']} new tokens; 1 thread, "
-          f"median of {a['repeats']} interleaved repeats after {a['warmup']} warm-up")
-    print(table.round(3).to_string())
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

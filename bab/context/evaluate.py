@@ -1,0 +1,34 @@
+"""Perplexity and fraction of context pruned, with hard keep decisions (alpha = inf)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from bab.context.interaction import HARD
+from bab.data.lm import lm_windows
+
+
+@torch.no_grad()
+def evaluate_lm(model, ids: torch.Tensor, context: int, budget: float | None = None, prune: bool = True,
+                max_windows: int | None = None, batch_size: int = 16) -> dict:
+    """Perplexity and fraction of context pruned (hard decisions, alpha = inf) on non-overlapping windows.
+
+    fraction_pruned = 1 - mean over layers, windows and pairs k > j of I_kj: the share of
+    (query, earlier token) pairs whose key/value the model no longer keeps.
+    """
+    model.eval()
+    x, y = lm_windows(ids, context, max_windows)
+    nll, count, keep_sum = 0.0, 0, 0.0
+    for i in range(0, len(x), batch_size):
+        out = model(x[i: i + batch_size], alpha=HARD, budget=budget, prune=prune)
+        logits = out.logits
+        nll += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[i: i + batch_size].reshape(-1),
+                               reduction="sum").item()
+        count += y[i: i + batch_size].numel()
+        keep_sum += (out.keep_mass.item() if out.keep_mass is not None else 1.0) * len(logits)
+    keep = keep_sum / len(x)
+    return {"perplexity": math.exp(nll / count), "val_ce": nll / count, "fraction_pruned": 1.0 - keep,
+            "windows": len(x), "context": context}
