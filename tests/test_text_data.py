@@ -252,7 +252,7 @@ def test_resolve_order_and_error_listing_what_was_tried(tmp_path, monkeypatch):
     def offline(name, source):
         raise ConnectionError("no network")
 
-    monkeypatch.setattr(text, "_load_from_hub", offline)
+    monkeypatch.setattr(text.datasets, "_load_from_hub", offline)
     with pytest.raises(FileNotFoundError, match="BAB_DATA_DIR: not set.*'ag_news': ConnectionError: no network"):
         load_text_dataset("ag_news")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

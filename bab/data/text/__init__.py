@@ -1,0 +1,25 @@
+"""Text classification data: AG News and DBpedia14 (budgeted-attention paper, section 6.2)."""
+
+from bab.data.text.datasets import (  # noqa: F401
+    CLS,
+    PAD,
+    PAPER_SPLIT_SIZES,
+    SOURCES,
+    SPECIAL_TOKENS,
+    UNK,
+    LabeledTexts,
+    PretrainedTokenizer,
+    Split,
+    TextClassificationData,
+    TextData,
+    TextSource,
+    WordTokenizer,
+    build_text_classification,
+    clean_text,
+    load_text_dataset,
+    make_splits,
+    read_classification_csv,
+    read_labeled_csv,
+    read_original_csv,
+    resolve_dataset_dir,
+)
