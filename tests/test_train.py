@@ -1,6 +1,7 @@
 """The training loop and its objectives, on tiny models (a few seconds in all)."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -148,3 +149,18 @@ def test_recovery_distils_from_the_dense_teacher():
                    teacher=teacher, progress=False)
     assert result.history[-1]["loss"] < result.history[0]["loss"]
     assert any(not torch.equal(student.state_dict()[k], before[k]) for k in before)
+
+
+def test_warmup_schedules_follow_their_formulas():
+    from bab.core.training import warmup_cosine, warmup_linear_decay
+
+    def multipliers(make, total, warmup):
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+        scheduler = make(optimizer, total, warmup)
+        return [scheduler.lr_lambdas[0](s) for s in range(total)]
+
+    linear = multipliers(warmup_linear_decay, 10, 2)
+    assert linear[:3] == [0.5, 1.0, 8 / 9] and linear[-1] == 1 / 9  # warm up to the peak, then decay linearly
+    cosine = multipliers(warmup_cosine, 10, 2)
+    assert cosine == [min((s + 1) / 2, 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * s / 10))) for s in range(10)]
+    assert cosine[0] == 0.5 and cosine[1] > cosine[5] > cosine[9] > 0.1  # cosine decay towards 10%

@@ -1,16 +1,17 @@
-"""Language-model training on ``accelerate.Accelerator``: dense pretraining and context-pruning fine-tuning.
+"""The language-model training loop: dense pretraining and context-pruning fine-tuning (docs/context-pruning.md).
 
-Objectives (METHOD_NOTES.md, section 2):
+Objectives:
 
 - ``lm``: next-token cross-entropy, plain GPT-2 (the interactions, if any, are not used).
 - ``context_pruning``: CE + gamma * mean keep mass, alpha on a cosine schedule 1 -> 8 over the
   steps, the whole model fine-tuned (the interaction parameters at a larger learning rate).
 - ``budget_context`` (beyond the paper): a budget-conditioned model; per step a keep budget
-  b ~ U[budget_min, budget_max] and Eq. 5 of the head-gates paper with the keep mass as the
-  cost: CE + lambda_cost * keep + lambda_viol * max(0, keep - b)^2.
+  b ~ U[budget_min, budget_max] and Eq. 5 of the budgeted-attention paper with the keep mass as
+  the cost: CE + lambda_cost * keep + lambda_viol * max(0, keep - b)^2.
 
 Batches are random windows of ``context + 1`` tokens from the training stream (nanoGPT style),
-drawn from a seeded generator, so a run is reproducible with one thread.
+drawn from a seeded generator, so a run is reproducible with one thread. The schedule is linear
+warm-up then cosine decay to 10%; the skeleton is ``bab.core.training``'s.
 """
 
 from __future__ import annotations
@@ -18,17 +19,23 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
-from accelerate import Accelerator
-from tqdm.auto import tqdm
 
 from bab.context.interaction import cosine_alpha
 from bab.core.budget import validate_budget
 from bab.core.losses import budget_loss, context_pruning_loss
-from bab.core.training import seed_everything
+from bab.core.training import (
+    TrainResult,
+    make_accelerator,
+    optimizer_step,
+    progress_bar,
+    seed_everything,
+    warmup_cosine,
+    warmup_steps,
+)
 
 LM_OBJECTIVES = ("lm", "context_pruning", "budget_context")
 
@@ -73,12 +80,6 @@ class LMTrainConfig:
         return asdict(self)
 
 
-@dataclass
-class LMTrainResult:
-    history: list[dict] = field(default_factory=list)  # every ``log_every`` steps
-    seconds: float = 0.0
-
-
 def random_batch(ids: torch.Tensor, batch_size: int, context: int, generator: torch.Generator):
     """Random windows of the stream ids [N]: (inputs [B, context], targets [B, context])."""
     if len(ids) <= context + 1:
@@ -90,57 +91,37 @@ def random_batch(ids: torch.Tensor, batch_size: int, context: int, generator: to
 
 
 def train_lm(model, train_ids: torch.Tensor, config: LMTrainConfig, progress: bool = True,
-             log_every: int = 25) -> LMTrainResult:
-    """Train ``model`` (a bab.context.gpt2.GPT2LM) in place on the token stream ``train_ids``."""
+             log_every: int = 25) -> TrainResult:
+    """Train ``model`` (a bab.context.gpt2.GPT2LM) in place on the token stream ``train_ids``.
+
+    ``history`` gets one row every ``log_every`` steps (and at the last), with means over those steps.
+    """
     if config.objective != "lm" and not model.prunes:
         raise ValueError(f"objective {config.objective!r} needs a model with context pruning (GPT2Config.pruning)")
     if config.objective == "budget_context" and not model.config.pruning.budget_conditioned:
         raise ValueError("objective 'budget_context' needs PruningConfig(budget_conditioned=True)")
     model.check_length(config.context)
+
     seed_everything(config.seed)
-    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    accelerator = make_accelerator()
     generator = torch.Generator().manual_seed(config.seed)
     budget_rng = random.Random(config.seed)
-    pruning = {id(p) for _, p in model.pruning_parameters()}
-    base = [p for p in model.parameters() if id(p) not in pruning and p.requires_grad]
-    groups = [{"params": base}]
-    if config.objective != "lm" and pruning:
-        groups.append({"params": [p for _, p in model.pruning_parameters()], "lr": config.pruning_lr,
-                       "weight_decay": 0.0})
-    optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
-    warmup = max(1, int(config.warmup_fraction * config.steps))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up, cosine decay to 10%
-        optimizer, lambda s: min((s + 1) / warmup, 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * s / config.steps))))
+    optimizer = torch.optim.AdamW(parameter_groups(model, config), lr=config.lr, weight_decay=config.weight_decay)
+    scheduler = warmup_cosine(optimizer, config.steps, warmup_steps(config.warmup_fraction, config.steps))
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-    result = LMTrainResult()
+
+    result, start = TrainResult(), time.perf_counter()
     sums = {"loss": 0.0, "ce": 0.0, "keep": 0.0, "n": 0}
-    start = time.perf_counter()
     model.train()
-    bar = tqdm(range(config.steps), desc=config.objective, disable=not progress, leave=False)
+    bar = progress_bar(range(config.steps), config.objective, progress)
     for step in bar:
         x, y = random_batch(train_ids, config.batch_size, config.context, generator)
         x, y = x.to(accelerator.device), y.to(accelerator.device)
         alpha = cosine_alpha(step, config.steps, config.alpha_start, config.alpha_end)
-        if config.objective == "lm":
-            out = model(x, prune=False)
-            ce = F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1))
-            loss = ce
-        elif config.objective == "context_pruning":
-            out = model(x, alpha=alpha)
-            loss = context_pruning_loss(out.logits, y, out.keep_mass, config.gamma)
-        else:
-            budget = budget_rng.uniform(config.budget_min, config.budget_max)
-            out = model(x, alpha=alpha, budget=budget)
-            loss = budget_loss(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1), out.keep_mass,
-                               budget, config.lambda_cost, config.lambda_viol)
-        optimizer.zero_grad(set_to_none=True)
-        accelerator.backward(loss)
-        if config.grad_clip:
-            accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
-        optimizer.step()
-        scheduler.step()
-        if config.objective != "lm":
-            ce = F.cross_entropy(out.logits.detach().reshape(-1, out.logits.shape[-1]), y.reshape(-1))
+        out, loss = _objective_step(model, x, y, alpha, config, budget_rng)
+        optimizer_step(accelerator, loss, optimizer, scheduler, model.parameters(), config.grad_clip)
+        logits = out.logits.detach()  # the CE part of the loss, for the log (the loss itself under "lm")
+        ce = loss if config.objective == "lm" else F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         sums["loss"] += loss.item()
         sums["ce"] += ce.item()
         sums["keep"] += out.keep_mass.item() if out.keep_mass is not None else 1.0
@@ -150,8 +131,33 @@ def train_lm(model, train_ids: torch.Tensor, config: LMTrainConfig, progress: bo
             row = {"step": step + 1, "loss": sums["loss"] / n, "train_ce": sums["ce"] / n,
                    "keep_mass": sums["keep"] / n, "alpha": None if config.objective == "lm" else alpha}
             result.history.append(row)
-            bar.set_postfix(ce=f"{row['train_ce']:.3f}", keep=f"{row['keep_mass']:.2f}")
+            bar.set_postfix(loss=f"{row['loss']:.3f}", ce=f"{row['train_ce']:.3f}", keep=f"{row['keep_mass']:.2f}")
             sums = {"loss": 0.0, "ce": 0.0, "keep": 0.0, "n": 0}
     result.seconds = time.perf_counter() - start
     accelerator.unwrap_model(model).eval()
     return result
+
+
+def parameter_groups(model, config: LMTrainConfig) -> list[dict]:
+    """The pretrained weights at ``lr``; the interaction parameters (fresh modules) at ``pruning_lr`` without
+    decay when the objective prunes, else they are left out (the ``lm`` objective never uses them)."""
+    pruning = [p for _, p in model.pruning_parameters()]
+    pruning_ids = {id(p) for p in pruning}
+    groups = [{"params": [p for p in model.parameters() if id(p) not in pruning_ids and p.requires_grad]}]
+    if config.objective != "lm" and pruning:
+        groups.append({"params": pruning, "lr": config.pruning_lr, "weight_decay": 0.0})
+    return groups
+
+
+def _objective_step(model, x, y, alpha: float, config: LMTrainConfig, budget_rng: random.Random):
+    """The forward pass and loss of one batch: ``(output, loss)``."""
+    if config.objective == "lm":
+        out = model(x, prune=False)
+        return out, F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1))
+    if config.objective == "context_pruning":
+        out = model(x, alpha=alpha)
+        return out, context_pruning_loss(out.logits, y, out.keep_mass, config.gamma)
+    budget = budget_rng.uniform(config.budget_min, config.budget_max)  # budget_context
+    out = model(x, alpha=alpha, budget=budget)
+    return out, budget_loss(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1), out.keep_mass,
+                            budget, config.lambda_cost, config.lambda_viol)

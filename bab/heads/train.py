@@ -1,9 +1,10 @@
-"""One training loop on ``accelerate.Accelerator``, specialised by the objective.
+"""The budgeted-heads training loop, specialised by the objective (docs/budgeted-heads.md).
 
-Objectives (METHOD_NOTES.md, section 1):
+Objectives (equation numbers are those of the budgeted-attention paper):
 
 - ``dense``: cross-entropy, every head.
-- ``budgeted``: Eq. 5 with b ~ U[budget_min, 1] sampled per batch, soft gates.
+- ``budgeted``: Eq. 5 (CE + lambda_cost * cost + lambda_viol * max(0, cost - b)^2) with
+  b ~ U[budget_min, 1] sampled per batch, soft gates.
   From scratch or from a dense warm start (copy the dense weights into a gated model first).
 - ``static``: Eq. 5 at one fixed budget with budget-free gates (one specialist per budget).
 - ``hard_adapt``: Eq. 6; b sampled per batch (or fixed, for a static specialist), the forward
@@ -14,7 +15,8 @@ Objectives (METHOD_NOTES.md, section 1):
 - ``recovery``: fine-tune a (structurally pruned) model with distillation from the dense
   teacher (the recovered post-hoc baseline).
 
-On CPU the Accelerator is a thin wrapper; the same code runs under ``accelerate launch``.
+The skeleton (seeding, Accelerator, AdamW, warm-up then linear decay, the optimizer step) is
+``bab.core.training``'s; the objectives are below the loop.
 """
 
 from __future__ import annotations
@@ -22,17 +24,25 @@ from __future__ import annotations
 import copy
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
-from accelerate import Accelerator
 from torch.utils.data import DataLoader, Dataset
-from tqdm.auto import tqdm
 
 from bab.core.budget import validate_budget
 from bab.core.losses import budget_loss, distillation_loss
-from bab.core.training import seed_everything
+from bab.core.training import (
+    TrainResult,
+    frozen_copy,
+    log_row,
+    make_accelerator,
+    optimizer_step,
+    progress_bar,
+    seed_everything,
+    warmup_linear_decay,
+    warmup_steps,
+)
 
 OBJECTIVES = ("dense", "budgeted", "static", "hard_adapt", "recovery")
 
@@ -79,13 +89,6 @@ class TrainConfig:
         return asdict(self)
 
 
-@dataclass
-class TrainResult:
-    history: list[dict] = field(default_factory=list)  # one row per epoch
-    seconds: float = 0.0
-    selected_epoch: int | None = None  # the epoch whose weights were kept (None: the last)
-
-
 def warm_start(gated_model: torch.nn.Module, dense_model: torch.nn.Module) -> torch.nn.Module:
     """Copy every weight of ``dense_model`` into a gated model of the same shape.
 
@@ -121,6 +124,53 @@ def train(
     epoch's history row. ``select(model) -> float`` (optional, higher is better, computed on
     validation data) picks the checkpoint: the best epoch's weights are restored at the end.
     """
+    _check_objective(model, config, teacher)
+    if config.freeze_gates and getattr(model, "gates", None) is not None:
+        model.gates.requires_grad_(False)
+
+    seed_everything(config.seed)
+    accelerator = make_accelerator()
+    loader = DataLoader(train_data, batch_size=config.batch_size, shuffle=True,
+                        generator=torch.Generator().manual_seed(config.seed))
+    optimizer = torch.optim.AdamW(parameter_groups(model, config), lr=config.lr, weight_decay=config.weight_decay)
+    total = config.epochs * len(loader)
+    scheduler = warmup_linear_decay(optimizer, total, warmup_steps(config.warmup_fraction, total))
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    teacher = frozen_copy(teacher, accelerator.device)
+    budget_rng = random.Random(config.seed)
+
+    result, best, start = TrainResult(), None, time.perf_counter()
+    for epoch in range(config.epochs):
+        model.train()
+        sums = {"loss": 0.0, "correct": 0, "seen": 0, "cost": 0.0}
+        bar = progress_bar(loader, f"{config.objective} epoch {epoch + 1}/{config.epochs}", progress)
+        for input_ids, labels in bar:
+            budget = _step_budget(config, budget_rng)
+            out, loss = _objective_step(model, teacher, input_ids, labels, budget, config)
+            optimizer_step(accelerator, loss, optimizer, scheduler, model.parameters(), config.grad_clip)
+            _accumulate(sums, out, loss, labels)
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+        row = {"epoch": epoch + 1, "loss": sums["loss"] / sums["seen"],
+               "train_accuracy": 100.0 * sums["correct"] / sums["seen"], "cost": sums["cost"] / sums["seen"]}
+        unwrapped = accelerator.unwrap_model(model)
+        if on_epoch_end is not None:
+            row.update(on_epoch_end(unwrapped))
+        if select is not None:
+            row["selection"] = float(select(unwrapped))
+            best = _best_of(best, row["selection"], epoch + 1, unwrapped)
+        result.history.append(row)
+        log_row(row, progress)
+    result.seconds = time.perf_counter() - start
+
+    model = accelerator.unwrap_model(model)
+    if best is not None:
+        model.load_state_dict(best[2])
+        result.selected_epoch = best[1]
+    model.eval()
+    return result
+
+
+def _check_objective(model, config: TrainConfig, teacher) -> None:
     if config.objective in ("budgeted", "static", "hard_adapt") and getattr(model, "gates", None) is None:
         raise ValueError(f"objective {config.objective!r} needs a model with gates (EncoderConfig.gates)")
     if config.objective == "static" and model.config.gates != "static":
@@ -129,67 +179,22 @@ def train(
         raise ValueError("objective 'hard_adapt' needs teacher=<the frozen soft-gated checkpoint>")
     if config.objective == "recovery" and teacher is None:
         raise ValueError("objective 'recovery' needs teacher=<the dense model>")
-    if config.freeze_gates and getattr(model, "gates", None) is not None:
-        model.gates.requires_grad_(False)
 
-    seed_everything(config.seed)
-    accelerator = Accelerator(cpu=not torch.cuda.is_available())
-    generator = torch.Generator().manual_seed(config.seed)
-    loader = DataLoader(train_data, batch_size=config.batch_size, shuffle=True, generator=generator)
-    optimizer = torch.optim.AdamW(parameter_groups(model, config), lr=config.lr, weight_decay=config.weight_decay)
-    total_steps = config.epochs * len(loader)
-    warmup = max(1, int(config.warmup_fraction * total_steps))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min((step + 1) / warmup, max(0.0, (total_steps - step) / (total_steps - warmup + 1)))
-    )
-    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
-    if teacher is not None:
-        teacher = copy.deepcopy(teacher).to(accelerator.device).eval().requires_grad_(False)
-    budget_rng = random.Random(config.seed)
 
-    result = TrainResult()
-    best = None  # (selection score, epoch, state dict)
-    start = time.perf_counter()
-    for epoch in range(config.epochs):
-        model.train()
-        sums = {"loss": 0.0, "correct": 0, "seen": 0, "cost": 0.0}
-        desc = f"{config.objective} epoch {epoch + 1}/{config.epochs}"
-        bar = tqdm(loader, desc=desc, disable=not progress, leave=False)
-        for input_ids, labels in bar:
-            budget = _step_budget(config, budget_rng)
-            out, loss = _objective_step(model, teacher, input_ids, labels, budget, config)
-            optimizer.zero_grad(set_to_none=True)
-            accelerator.backward(loss)
-            if config.grad_clip:
-                accelerator.clip_grad_norm_(model.parameters(), config.grad_clip)
-            optimizer.step()
-            scheduler.step()
-            n = labels.numel()
-            sums["loss"] += loss.item() * n
-            sums["correct"] += (out.logits.argmax(-1) == labels).sum().item()
-            sums["cost"] += out.cost.item() * n
-            sums["seen"] += n
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-        seen = sums["seen"]
-        row = {"epoch": epoch + 1, "loss": sums["loss"] / seen, "train_accuracy": 100.0 * sums["correct"] / seen,
-               "cost": sums["cost"] / seen}
-        unwrapped = accelerator.unwrap_model(model)
-        if on_epoch_end is not None:
-            row.update(on_epoch_end(unwrapped))
-        if select is not None:
-            row["selection"] = float(select(unwrapped))
-            if best is None or row["selection"] > best[0]:
-                best = (row["selection"], epoch + 1, copy.deepcopy(unwrapped.state_dict()))
-        model.train()
-        result.history.append(row)
-        if progress:
-            tqdm.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
-    result.seconds = time.perf_counter() - start
-    if best is not None:
-        accelerator.unwrap_model(model).load_state_dict(best[2])
-        result.selected_epoch = best[1]
-    accelerator.unwrap_model(model).eval()
-    return result
+def _accumulate(sums: dict, out, loss: torch.Tensor, labels: torch.Tensor) -> None:
+    """Add one batch to the epoch's example-weighted sums."""
+    n = labels.numel()
+    sums["loss"] += loss.item() * n
+    sums["correct"] += (out.logits.argmax(-1) == labels).sum().item()
+    sums["cost"] += out.cost.item() * n
+    sums["seen"] += n
+
+
+def _best_of(best, score: float, epoch: int, model) -> tuple:
+    """(score, epoch, weights) of the best epoch so far; the earlier epoch wins a tie."""
+    if best is None or score > best[0]:
+        return score, epoch, copy.deepcopy(model.state_dict())
+    return best
 
 
 def parameter_groups(model: torch.nn.Module, config: TrainConfig) -> list[dict]:

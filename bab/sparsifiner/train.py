@@ -1,6 +1,7 @@
 """Training the ViT of notebook 05: dense teacher, Sparsifiner's two phases, Linformer, budgeted head gates.
 
-One loop on ``accelerate.Accelerator`` (as ``bab.heads.train``), specialised by the objective:
+One loop (docs/sparsifiner.md; the skeleton is ``bab.core.training``'s), specialised by the objective.
+Eq. 8-10 are the Sparsifiner paper's; Eq. 4-6 the budgeted-attention paper's:
 
 - ``dense``: cross-entropy, full attention (the teacher).
 - ``predictor`` (Sparsifiner phase 1): the backbone is frozen and runs dense attention; only the
@@ -21,20 +22,27 @@ One loop on ``accelerate.Accelerator`` (as ``bab.heads.train``), specialised by 
 
 from __future__ import annotations
 
-import copy
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
-from accelerate import Accelerator
 from torch.utils.data import DataLoader, Dataset
-from tqdm.auto import tqdm
 
 from bab.core.budget import validate_budget
 from bab.core.losses import attention_distillation_loss, budget_loss, kl_distillation_loss, token_distillation_loss
-from bab.core.training import seed_everything
+from bab.core.training import (
+    TrainResult,
+    frozen_copy,
+    log_row,
+    make_accelerator,
+    optimizer_step,
+    progress_bar,
+    seed_everything,
+    warmup_linear_decay,
+    warmup_steps,
+)
 from bab.sparsifiner.predictor import validate_keep_rate
 
 VIT_OBJECTIVES = ("dense", "predictor", "joint", "linformer", "budgeted", "heads_hard")
@@ -76,12 +84,6 @@ class ViTTrainConfig:
         return asdict(self)
 
 
-@dataclass
-class TrainResult:
-    history: list[dict] = field(default_factory=list)
-    seconds: float = 0.0
-
-
 def trainable_parameters(model, config: ViTTrainConfig) -> list[dict]:
     """Which weights learn, per objective (and the gates at their own learning rate)."""
     named = list(model.named_parameters())
@@ -102,52 +104,45 @@ def train_vit(model, train_data: Dataset, config: ViTTrainConfig, teacher=None, 
         raise ValueError(f"objective {config.objective!r} needs teacher=<the dense ViT>")
     if config.objective in ("predictor", "joint") and model.predictors is None:
         raise ValueError(f"objective {config.objective!r} needs a model with connectivity predictors")
+
     seed_everything(config.seed)
-    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    accelerator = make_accelerator()
     loader = DataLoader(train_data, batch_size=config.batch_size, shuffle=True,
                         generator=torch.Generator().manual_seed(config.seed))
     groups = trainable_parameters(model, config)
-    learning = {id(p) for g in groups for p in g["params"]}
+    learning = [p for g in groups for p in g["params"]]  # only these get gradients, and only these are clipped
+    learning_ids = {id(p) for p in learning}
     for p in model.parameters():
-        p.requires_grad_(id(p) in learning)
+        p.requires_grad_(id(p) in learning_ids)
     optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
     total = config.epochs * len(loader)
-    warmup = max(1, int(config.warmup_fraction * total))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (total - s) / (total - warmup + 1))))
+    scheduler = warmup_linear_decay(optimizer, total, warmup_steps(config.warmup_fraction, total))
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
-    if teacher is not None:
-        teacher = copy.deepcopy(teacher).to(accelerator.device).eval().requires_grad_(False)
+    teacher = frozen_copy(teacher, accelerator.device)
     rng = random.Random(config.seed)
+
     result, start = TrainResult(), time.perf_counter()
     for epoch in range(config.epochs):
-        model.train()
-        if config.objective == "predictor":
-            model.eval()  # frozen backbone: no dropout; the predictor has none either
+        # phase 1 freezes the backbone, so it runs without dropout (the predictor has none either)
+        model.train(config.objective != "predictor")
         sums = {"loss": 0.0, "correct": 0, "seen": 0}
-        bar = tqdm(loader, desc=f"{config.objective} epoch {epoch + 1}/{config.epochs}", disable=not progress,
-                   leave=False)
+        bar = progress_bar(loader, f"{config.objective} epoch {epoch + 1}/{config.epochs}", progress)
         for pixels, labels in bar:
             out, loss = _step(model, teacher, pixels, labels, config, rng)
-            optimizer.zero_grad(set_to_none=True)
-            accelerator.backward(loss)
-            if config.grad_clip:
-                accelerator.clip_grad_norm_([p for g in groups for p in g["params"]], config.grad_clip)
-            optimizer.step()
-            scheduler.step()
+            optimizer_step(accelerator, loss, optimizer, scheduler, learning, config.grad_clip)
             n = labels.numel()
             sums["loss"] += loss.item() * n
             sums["correct"] += (out.logits.argmax(-1) == labels).sum().item()
             sums["seen"] += n
+            bar.set_postfix(loss=f"{loss.item():.3f}")
         row = {"epoch": epoch + 1, "loss": sums["loss"] / sums["seen"],
                "train_accuracy": 100.0 * sums["correct"] / sums["seen"]}
         result.history.append(row)
-        if progress:
-            tqdm.write(" ".join(f"{k}={v:.4g}" for k, v in row.items()))
+        log_row(row, progress)
     result.seconds = time.perf_counter() - start
+
     model = accelerator.unwrap_model(model)
-    for p in model.parameters():
-        p.requires_grad_(True)
+    model.requires_grad_(True)
     model.eval()
     return result
 
