@@ -14,7 +14,6 @@ from bab.data.text.datasets import SOURCES, TextData, TextSource, load_text_data
 from bab.data.text.readers import (
     LabeledTexts,
     clean_text,
-    join_text,
     read_classification_csv,
     read_labeled_csv,
     read_original_csv,
@@ -25,6 +24,6 @@ from bab.data.text.tokenizers import CLS, PAD, SPECIAL_TOKENS, UNK, PretrainedTo
 __all__ = [
     "CLS", "PAD", "PAPER_SPLIT_SIZES", "SOURCES", "SPECIAL_TOKENS", "UNK", "LabeledTexts", "PretrainedTokenizer",
     "Split", "TextClassificationData", "TextData", "TextSource", "WordTokenizer", "build_text_classification",
-    "clean_text", "join_text", "load_text_dataset", "make_splits", "read_classification_csv", "read_labeled_csv",
+    "clean_text", "load_text_dataset", "make_splits", "read_classification_csv", "read_labeled_csv",
     "read_original_csv", "resolve_dataset_dir",
 ]
