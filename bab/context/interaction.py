@@ -1,4 +1,4 @@
-"""Dynamic Context Pruning (METHOD_NOTES.md, section 2; arXiv 2305.15805): which earlier tokens stay visible.
+"""Dynamic Context Pruning (arXiv 2305.15805; docs/context-pruning.md): which earlier tokens stay visible.
 
 Per layer, an interaction query/key pair of width r (shared by the layer's heads) scores every
 earlier token j from the point of view of a later token n:

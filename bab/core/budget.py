@@ -1,4 +1,4 @@
-"""Head gates for Budgeted Attention Allocation (METHOD_NOTES.md, section 1, Eq. 1-4).
+"""Head gates for Budgeted Attention Allocation (Eq. 1-4 of the budgeted-attention paper; docs/budgeted-heads.md).
 
 Pure torch; knows nothing about any model. A gate module maps a requested budget b in (0, 1]
 to a tensor of gate values of shape [num_layers, num_heads]. Everything that turns gates into
@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 # Budgets are clipped to [eps, 1 - eps] before the logit so b = 1.0 stays finite. The paper does
-# not publish eps; METHOD_NOTES suggests 1e-3.
+# not publish eps; 1e-3 keeps logit(b) within about +-6.9.
 DEFAULT_EPS = 1e-3
 
 

@@ -1,4 +1,4 @@
-"""Training objectives of Budgeted Attention Allocation (METHOD_NOTES.md, section 1, Eq. 5-6)."""
+"""Training objectives of Budgeted Attention Allocation (Eq. 5-6 of its paper; docs/budgeted-heads.md)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def distillation_loss(
 
 def context_pruning_loss(logits: torch.Tensor, targets: torch.Tensor, keep_mass: torch.Tensor,
                          gamma: float) -> torch.Tensor:
-    """Dynamic Context Pruning: next-token CE + gamma * mean keep mass (METHOD_NOTES.md, section 2).
+    """Dynamic Context Pruning: next-token CE + gamma * mean keep mass (arXiv 2305.15805; docs/context-pruning.md).
 
     logits [B, T, V], targets [B, T]; keep_mass: the mean of I over layers and pairs k > j.
     """
@@ -54,7 +54,7 @@ def context_pruning_loss(logits: torch.Tensor, targets: torch.Tensor, keep_mass:
     return ce + gamma * keep_mass
 
 
-# -- Sparsifiner (METHOD_NOTES.md section 3; sparsifiner.txt Eq. 8-10) ------------------------------------
+# -- Sparsifiner (Eq. 8-10 of the Sparsifiner paper; docs/sparsifiner.md) ----------------------------------
 
 
 def token_distillation_loss(tokens: torch.Tensor, teacher_tokens: torch.Tensor) -> torch.Tensor:

@@ -45,7 +45,7 @@ class SyntheticProfile:
 
 
 # Model: 2 layers x 8 heads = 16 heads, so budget 0.10 keeps ceil(1.6) = 2 heads (cost 0.125),
-# matching the worked example in METHOD_NOTES. Relative position bias lets a head lock onto
+# as in the paper's 16-head BERT-Mini hard sweep. Relative position bias lets a head lock onto
 # "the token after the marker", which the task needs (see EncoderConfig.positions).
 _SYNTHETIC_MODEL = dict(d_model=64, num_heads=8, num_layers=2, d_ff=128, positions="relative")
 
@@ -272,7 +272,7 @@ _VIT_MODEL = dict(image_size=28, patch_size=4, num_channels=1, hidden_size=64, n
 # Dense: AdamW with weight decay 0.05 (DeiT's); lr 3e-3 because a tiny ViT from scratch on few examples is slow.
 _VIT_DENSE = ViTTrainConfig(objective="dense", lr=3e-3, batch_size=128)
 # Phase 1: lambda_attn = 1 and lambda_token = lambda_kl = 0 (the paper); the L2 on W_up is AdamW's weight decay
-# 0.05, as METHOD_NOTES reads the paper (lambda_spa = 0: no second L2 term).
+# 0.05, as the paper does instead of adding lambda_spa (its Eq. 12; lambda_spa = 0: no second L2 term).
 _VIT_PHASE1 = ViTTrainConfig(objective="predictor", lr=3e-3, batch_size=128, weight_decay=0.05)
 # Phase 2: lambda_token = lambda_kl = 0.5 (the paper); a lower lr because the backbone is already trained.
 # The keep rate is drawn per batch so one checkpoint serves the whole sweep (our choice; see the README).
@@ -304,7 +304,7 @@ VIT = {
 
 @dataclass(frozen=True)
 class ContextPruningProfile:
-    """Dynamic Context Pruning (METHOD_NOTES.md, section 2) at CPU scale: notebook 06."""
+    """Dynamic Context Pruning (arXiv 2305.15805; docs/context-pruning.md) at CPU scale: notebook 06."""
 
     name: str
     data: LMDataConfig

@@ -1,6 +1,6 @@
 """A budgeted-attention study on a text-classification data set (paper sections 6.3-6.4).
 
-The data are the original CSV files (AG News, DBpedia14) resolved as in DESIGN.md; train and
+The data are the original CSV files (AG News, DBpedia14) resolved as in docs/data-and-models.md; train and
 validation come from the training file, the held-out test split from the test file. Checkpoints
 are selected on validation; results are reported on test.
 """

@@ -1,4 +1,4 @@
-"""The papers' reported numbers, as data (from ../shared/papers/METHOD_NOTES.md).
+"""The papers' reported numbers, as data, taken from their tables and text (each paper is cited in docs/).
 
 Every comparison table in the notebooks and the report joins our measured rows to these on
 (experiment, method, budget). Nothing else in the package types a paper number.
@@ -97,7 +97,7 @@ SPARSIFINER = [
          note="Table 4; keep rate not stated; Sparsifiner-S there: 224.04 MFLOPs, 79.79"),
 ]
 
-# Dynamic Context Pruning (METHOD_NOTES.md, section 2; dynamic-context-pruning.txt). The text we have
+# Dynamic Context Pruning (arXiv 2305.15805; docs/context-pruning.md). The text we have
 # states the headline claims only, without a perplexity table: GPT-2 fine-tuned with up to 80% of the
 # context pruned "without significant performance degradation", and "up to 2x" inference throughput
 # from removing dropped tokens from the KV cache. Cost = fraction of context kept; budget = the keep

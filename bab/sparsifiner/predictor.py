@@ -1,4 +1,4 @@
-"""Sparsifiner (METHOD_NOTES.md section 3; sparsifiner.txt Eq. 1-6): learned sparse connectivity for MHSA.
+"""Sparsifiner (CVPR 2023, Eq. 1-6; docs/sparsifiner.md): learned sparse connectivity for MHSA.
 
 Per layer and head a low-rank connectivity predictor proposes, for every query, which keys it may
 attend to; attention is then computed over those keys only.
