@@ -91,3 +91,65 @@ def test_unserialisable_config_raises_clear_error(tmp_path, bad):
 def test_bad_run_names_raise(tmp_path):
     with pytest.raises(ValueError, match="plain file name"):
         RunCache(tmp_path).path("../escape", {})
+
+
+def counting_fit(calls):
+    def fit(model):
+        calls.append(1)
+        with torch.no_grad():
+            model.weight.add_(1.0)
+        return {"accuracy": 1.0}
+    return fit
+
+
+def test_train_cached_keys_on_the_code_version(tmp_path):
+    from bab.core.runs import train_cached
+
+    cache, calls = RunCache(tmp_path), []
+    lineage = {"train": {"lr": 0.1}}
+    model, metrics, stored = train_cached(cache, "dense", lineage, lambda: tiny_model(0), counting_fit(calls),
+                                          seed=3, method="heads", version=1)
+    assert metrics["cached"] is False and not model.training
+    assert stored == {"train": {"lr": 0.1}, "code": {"method": "heads", "version": 1}} and "code" not in lineage
+    again, metrics, _ = train_cached(cache, "dense", lineage, lambda: tiny_model(0), counting_fit(calls),
+                                     seed=3, method="heads", version=1)
+    assert metrics["cached"] is True and len(calls) == 1
+    torch.testing.assert_close(again.weight, model.weight)
+    _, metrics, _ = train_cached(cache, "dense", lineage, lambda: tiny_model(0), counting_fit(calls),
+                                 seed=3, method="heads", version=2)
+    assert metrics["cached"] is False and len(calls) == 2  # a bumped version never gets the old checkpoint
+
+
+def test_train_cached_seeds_before_building_the_model(tmp_path):
+    from bab.core.runs import train_cached
+
+    def build():
+        return torch.nn.Linear(3, 2)  # initialised from the global RNG
+
+    first, _, _ = train_cached(RunCache(enabled=False), "a", {}, build, lambda m: {}, seed=5, method="x", version=1)
+    torch.manual_seed(123)
+    second, _, _ = train_cached(RunCache(enabled=False), "a", {}, build, lambda m: {}, seed=5, method="x", version=1)
+    torch.testing.assert_close(first.weight, second.weight)
+    with pytest.raises(TypeError, match="TRAINING_VERSION"):
+        train_cached(RunCache(tmp_path), "a", {}, build, lambda m: {}, seed=5, method="x", version="1")
+
+
+def test_bumping_a_methods_training_version_retrains_the_studys_runs(tmp_path, monkeypatch):
+    import bab.heads
+    from bab.data.synthetic import SyntheticConfig
+    from bab.experiments.profiles import SyntheticProfile
+    from bab.experiments.synthetic import SyntheticExperiment
+    from bab.heads.train import TrainConfig
+
+    step = TrainConfig(objective="dense", epochs=1, batch_size=16)
+    profile = SyntheticProfile(name="tiny", data=SyntheticConfig(seq_len=8, num_train=32, num_val=16),
+                               model=dict(d_model=16, num_heads=2, num_layers=1, d_ff=16), dense=step,
+                               scratch=step, warm=step, static=step, hard_adapt=step)
+    study = SyntheticExperiment(profile, cache=RunCache(tmp_path), progress=False)
+    _, first, lineage = study.dense()
+    _, same, _ = study.dense()
+    assert (first["cached"], same["cached"]) == (False, True)
+    assert lineage["code"] == {"method": "heads", "version": bab.heads.TRAINING_VERSION}
+    monkeypatch.setattr(bab.heads, "TRAINING_VERSION", bab.heads.TRAINING_VERSION + 1)
+    _, bumped, lineage = study.dense()
+    assert bumped["cached"] is False and lineage["code"]["version"] == bab.heads.TRAINING_VERSION

@@ -7,6 +7,9 @@ never hand back a checkpoint trained for something else. Runs are written into a
 folder and renamed into place, so a crash never leaves half a run behind.
 
 The root is ``$BAB_CACHE_DIR`` or ``.bab_cache/runs`` in the working directory's repository.
+
+``train_cached`` is how the studies train: it adds the method's code version to the key (each method
+package's ``TRAINING_VERSION``), seeds, builds the model and trains it on a miss.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
+
+from bab.core.training import seed_everything
 
 # Bump when a change to the code makes old checkpoints mean something different.
 CACHE_SCHEMA = 1
@@ -101,3 +106,24 @@ class RunCache:
         metrics = train_fn(model)
         self.save(name, config, model, metrics)
         return {**metrics, "cached": False}
+
+
+def train_cached(cache: RunCache, name: str, lineage: dict, build, fit, *, seed: int, method: str,
+                 version: int) -> tuple[torch.nn.Module, dict, dict]:
+    """Train one model through the run cache, or load it: ``(model in eval mode, metrics, lineage)``.
+
+    ``lineage``: everything that determines the run (data, model, training, the run it started from).
+    ``{"code": {"method": method, "version": version}}`` is added to it, so bumping a method's
+    ``TRAINING_VERSION`` retrains instead of serving a checkpoint of the old training code; the returned
+    lineage has it too, for the runs that start from this one.
+    ``build() -> model`` is called after seeding with ``seed``, so the initialisation is reproducible
+    (an already built model is used as it is). ``fit(model) -> metrics`` trains in place; it runs only on
+    a cache miss.
+    """
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise TypeError(f"version must be the method's TRAINING_VERSION integer, got {version!r}")
+    lineage = {**lineage, "code": {"method": method, "version": version}}
+    seed_everything(seed)
+    model = build if isinstance(build, torch.nn.Module) else build()
+    metrics = cache.get_or_train(name, lineage, model, fit)
+    return model.eval(), metrics, lineage

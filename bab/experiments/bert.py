@@ -17,8 +17,8 @@ from functools import cache
 import pandas as pd
 import torch
 
-from bab.core.runs import RunCache
-from bab.core.training import seed_everything
+import bab.heads
+from bab.core.runs import RunCache, train_cached
 from bab.data.text import PretrainedTokenizer, build_text_classification
 from bab.experiments.text import TextStudy
 from bab.heads.bench import latency_table
@@ -164,20 +164,21 @@ class BertStudy(TextStudy):
         lineage = {"experiment": self.experiment, "data": self.data_lineage(), "train": config.to_dict(),
                    "parent": dense_lineage, "kept_heads": [row.nonzero().flatten().tolist() for row in mask],
                    "budget": budget}
-        seed_everything(config.seed)
-        pruned = copy.deepcopy(dense.hf)
-        prune_heads(pruned, mask)
-        student = GatedHFClassifier(pruned, replace(dense.config, gates=None))
-        train_set = self.splits()["train"]
+
+        def pruned_student():
+            pruned = copy.deepcopy(dense.hf)
+            prune_heads(pruned, mask)
+            return GatedHFClassifier(pruned, replace(dense.config, gates=None))
 
         def fit(model):
-            result = train(model, train_set, config, teacher=dense, progress=self.progress,
+            result = train(model, self.splits()["train"], config, teacher=dense, progress=self.progress,
                            select=self.selection(config))
             return {"history": result.history, "train_seconds": result.seconds,
                     "selected_epoch": result.selected_epoch}
 
-        self.cache.get_or_train(f"{self.experiment}-recovered", lineage, student, fit)
-        return student.eval()
+        student, _, _ = train_cached(self.cache, f"{self.experiment}-recovered", lineage, pruned_student, fit,
+                                     seed=config.seed, method="heads", version=bab.heads.TRAINING_VERSION)
+        return student
 
 
 def kept_heads_table(model) -> pd.DataFrame:

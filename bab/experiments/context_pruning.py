@@ -21,13 +21,14 @@ import numpy as np
 import pandas as pd
 import torch
 
+import bab.context
 from bab.context.bench import generation_table
 from bab.context.evaluate import evaluate_lm
 from bab.context.gpt2 import GPT2LM, GPT2Config, load_pretrained
 from bab.context.interaction import PruningConfig
 from bab.context.token_kinds import token_kind_breakdown
 from bab.context.train import LMTrainConfig, train_lm
-from bab.core.runs import RunCache
+from bab.core.runs import RunCache, train_cached
 from bab.core.training import seed_everything
 from bab.data.lm import LMData, LMDataConfig, load_lm_data
 
@@ -82,16 +83,8 @@ class ContextPruningStudy:
             self._dense = (model, {"history": [], "seconds": 0.0, "cached": True, "source": "pretrained gpt2"})
             return self._dense
         config = self.model_config()
-        lineage = self._lineage("dense", config, self.profile.dense)
-        seed_everything(self.profile.dense.seed)
-        model = GPT2LM(config)
-
-        def train_fn(m):
-            result = train_lm(m, self.build().train_ids, self.profile.dense, progress=self.progress)
-            return {"history": result.history, "seconds": result.seconds}
-
-        metrics = self.cache.get_or_train("gpt2-dense", lineage, model, train_fn)
-        self._dense = (model.eval(), metrics)
+        model, metrics, _ = self._train_cached("dense", lambda: GPT2LM(config), config, self.profile.dense)
+        self._dense = (model, metrics)
         return self._dense
 
     def _dense_lineage(self) -> dict:
@@ -101,18 +94,27 @@ class ContextPruningStudy:
     def _fine_tune(self, run_name: str, pruning: PruningConfig, train_config: LMTrainConfig):
         dense, _ = self.dense()
         config = replace(dense.config, pruning=pruning)
-        lineage = self._lineage(run_name, config, train_config, parent=self._dense_lineage())
-        seed_everything(train_config.seed)
-        model = GPT2LM(config)
-        missing, unexpected = model.load_state_dict(dense.state_dict(), strict=False)
-        assert not unexpected and all(".interaction." in k for k in missing), (missing, unexpected)
 
-        def train_fn(m):
-            result = train_lm(m, self.build().train_ids, train_config, progress=self.progress)
+        def dense_plus_interactions():
+            model = GPT2LM(config)
+            missing, unexpected = model.load_state_dict(dense.state_dict(), strict=False)
+            assert not unexpected and all(".interaction." in k for k in missing), (missing, unexpected)
+            return model
+
+        model, metrics, _ = self._train_cached(run_name, dense_plus_interactions, config, train_config,
+                                               parent=self._dense_lineage())
+        return model, metrics
+
+    def _train_cached(self, run_name: str, build, model_config: GPT2Config, train_config: LMTrainConfig, parent=None):
+        """Build (seeded) and train one GPT-2 on the training stream, or load it from the run cache."""
+        lineage = self._lineage(run_name, model_config, train_config, parent)
+
+        def fit(model):
+            result = train_lm(model, self.build().train_ids, train_config, progress=self.progress)
             return {"history": result.history, "seconds": result.seconds}
 
-        metrics = self.cache.get_or_train(f"gpt2-{run_name}", lineage, model, train_fn)
-        return model.eval(), metrics
+        return train_cached(self.cache, f"gpt2-{run_name}", lineage, build, fit, seed=train_config.seed,
+                            method="context", version=bab.context.TRAINING_VERSION)
 
     def pruned(self, gamma: float, r: int | None = None, irreversible: bool = True):
         """A per-gamma specialist: dense weights + interactions, fine-tuned with CE + gamma * keep mass."""

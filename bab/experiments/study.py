@@ -14,9 +14,9 @@ from dataclasses import replace
 import pandas as pd
 import torch
 
+import bab.heads
 from bab.core.budget import num_heads_to_keep
-from bab.core.runs import RunCache
-from bab.core.training import seed_everything
+from bab.core.runs import RunCache, train_cached
 from bab.heads.encoder import EncoderClassifier, EncoderConfig
 from bab.heads.evaluate import budget_sweep, evaluate, is_monotone
 from bab.heads.posthoc import head_importance, posthoc_mask
@@ -61,18 +61,11 @@ class BudgetedStudy:
 
     def _train_cached(self, name, model_config, train_config, data_seed=None, parent=None, init=None, teacher=None):
         """Build, (warm-)initialise and train one model, or load it from the run cache."""
-        lineage = {
-            "experiment": self.experiment,
-            "data": self.data_lineage(data_seed),
-            "model": model_config.to_dict(),
-            "train": train_config.to_dict(),
-            "parent": parent,
-        }
-        seed_everything(train_config.seed)
-        model = self.build_model(model_config)
-        train_set = self.splits(data_seed)["train"]
+        lineage = {"experiment": self.experiment, "data": self.data_lineage(data_seed), "model": model_config.to_dict(),
+                   "train": train_config.to_dict(), "parent": parent}
 
         def fit(model):
+            train_set = self.splits(data_seed)["train"]
             if init is not None:
                 warm_start(model, init)
             result = train(model, train_set, train_config, teacher=teacher, progress=self.progress,
@@ -80,9 +73,8 @@ class BudgetedStudy:
             return {"history": result.history, "train_seconds": result.seconds,
                     "selected_epoch": result.selected_epoch}
 
-        metrics = self.cache.get_or_train(f"{self.experiment}-{name}", lineage, model, fit)
-        model.eval()
-        return model, metrics, lineage
+        return train_cached(self.cache, f"{self.experiment}-{name}", lineage, lambda: self.build_model(model_config),
+                            fit, seed=train_config.seed, method="heads", version=bab.heads.TRAINING_VERSION)
 
     # -- the methods of the paper's comparison ---------------------------------------------
 

@@ -15,8 +15,8 @@ from functools import cache
 
 import pandas as pd
 
-from bab.core.runs import RunCache
-from bab.core.training import seed_everything
+import bab.sparsifiner
+from bab.core.runs import RunCache, train_cached
 from bab.data.images import image_splits, load_fashion_mnist
 from bab.sparsifiner.evaluate import evaluate_vit
 from bab.sparsifiner.predictor import num_connections
@@ -64,10 +64,9 @@ class ViTStudy:
     # -- training through the cache ---------------------------------------------------------
 
     def _train_cached(self, name, model_config, train_config, parent=None, init=None, teacher=None):
+        """Build, warm-start and train one ViT, or load it from the run cache."""
         lineage = {"experiment": self.experiment, "data": self.data_lineage(), "model": model_config.to_dict(),
                    "train": train_config.to_dict(), "parent": parent}
-        seed_everything(train_config.seed)
-        model = ViTClassifier(model_config)
 
         def fit(model):
             if init is not None:
@@ -77,9 +76,8 @@ class ViTStudy:
             result = train_vit(model, self.splits()["train"], train_config, teacher=teacher, progress=self.progress)
             return {"history": result.history, "train_seconds": result.seconds}
 
-        metrics = self.cache.get_or_train(f"{self.experiment}-{name}", lineage, model, fit)
-        model.eval()
-        return model, metrics, lineage
+        return train_cached(self.cache, f"{self.experiment}-{name}", lineage, lambda: ViTClassifier(model_config), fit,
+                            seed=train_config.seed, method="sparsifiner", version=bab.sparsifiner.TRAINING_VERSION)
 
     def dense(self):
         return self._train_cached("dense", self.model_config(), replace(self.profile.dense, seed=self.profile.seed))

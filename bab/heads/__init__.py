@@ -3,3 +3,7 @@ structural head pruning of Hugging Face encoders, the post-hoc baseline, compute
 
 See docs/budgeted-heads.md.
 """
+
+# Part of the run-cache key of every model this method trains (bab.core.runs.train_cached). Bump it whenever
+# training semantics change (a loss, a schedule, an RNG draw, a fix), so a checkpoint trained before is never served.
+TRAINING_VERSION = 1

@@ -3,3 +3,7 @@ attention kernels, a ViT that uses them, Linformer and token pruning baselines, 
 
 See docs/sparsifiner.md.
 """
+
+# Part of the run-cache key of every model this method trains (bab.core.runs.train_cached). Bump it whenever
+# training semantics change (a loss, a schedule, an RNG draw, a fix), so a checkpoint trained before is never served.
+TRAINING_VERSION = 1
