@@ -7,8 +7,13 @@ import pytest
 from bab.context.train import LMTrainConfig
 from bab.core.runs import RunCache
 from bab.data.lm import LMDataConfig
-from bab.experiments.context_pruning import ContextPruningStudy, closest_to, interpolate_specialists
-from bab.experiments.profiles import ContextPruningProfile, get_profile
+from bab.experiments.context_pruning import (
+    ContextPruningProfile,
+    ContextPruningStudy,
+    closest_to,
+    interpolate_specialists,
+)
+from bab.experiments.profiles import get_profile
 
 TEXT = [f"On day {i}, Elizabeth walked to Netherfield, and Mr. Darcy said nothing of the weather." for i in range(300)]
 

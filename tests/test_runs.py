@@ -137,8 +137,7 @@ def test_train_cached_seeds_before_building_the_model(tmp_path):
 def test_bumping_a_methods_training_version_retrains_the_studys_runs(tmp_path, monkeypatch):
     import bab.heads
     from bab.data.synthetic import SyntheticConfig
-    from bab.experiments.profiles import SyntheticProfile
-    from bab.experiments.synthetic import SyntheticExperiment
+    from bab.experiments.synthetic import SyntheticExperiment, SyntheticProfile
     from bab.heads.train import TrainConfig
 
     step = TrainConfig(objective="dense", epochs=1, batch_size=16)

@@ -15,7 +15,7 @@ training config, and for fine-tunes the dense run it started from).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -31,6 +31,100 @@ from bab.context.train import LMTrainConfig, train_lm
 from bab.core.runs import RunCache, train_cached
 from bab.core.training import seed_everything
 from bab.data.lm import LMData, LMDataConfig, load_lm_data
+
+# ----------------------------------------------------------------------------- profiles
+
+
+@dataclass(frozen=True)
+class ContextPruningProfile:
+    """Dynamic Context Pruning (arXiv 2305.15805; docs/context-pruning.md) at CPU scale: notebook 06."""
+
+    name: str
+    data: LMDataConfig
+    model: dict  # GPT2Config fields other than vocab_size / pruning
+    dense: LMTrainConfig  # pretraining from scratch (offline); its context is also the evaluation context
+    finetune: LMTrainConfig  # objective context_pruning; gamma is set per specialist
+    budgeted: LMTrainConfig  # objective budget_context (beyond the paper)
+    gammas: tuple[float, ...]
+    r: int = 64  # the paper's interaction width
+    init_bias: float = 4.0
+    target_pruned: float = 0.8  # the paper's headline: ~80% of the context pruned
+    budgets: tuple[float, ...] = (0.1, 0.2, 0.3, 0.5, 0.7)  # keep budgets of the budget-conditioned checkpoint
+    r_ablation: tuple[int, ...] = ()  # paper profile: (32, 64, 128) at the ~80% gamma
+    irreversibility_ablation: bool = False  # paper profile: the ~80% gamma without the cumulative product
+    eval_windows: int = 64  # validation windows of `dense.context` tokens
+    bench_batch: int = 16
+    bench_prompts: tuple[int, ...] = (128, 896)  # a short prompt and a long one (>= 512)
+    bench_new_tokens: int = 64
+    bench_repeats: int = 3
+    bench_warmup: int = 1
+    # Batch the cache's compaction copies until they free >= 10% of the used slots (dropped tokens are
+    # dead at once either way). Copying at every drop took ~1.9x the decode time of the quick gamma=0.1
+    # model at a 896-token prompt (its first layer keeps ~half the prompt and drops a few tokens per step).
+    bench_compact_every: float = 0.1
+    view_tokens: int = 48  # length of the passage in the dropped-token view
+
+
+# A GPT-2-shaped model small enough to pretrain on 2 CPU cores: 4 layers x 4 heads, width 128,
+# GPT-2's 1024 positions (so a long prompt fits; positions beyond the training context are never
+# trained, see the notebook). No dropout: runs are short and the data is not small for this size.
+_GPT2_MODEL = dict(n_positions=1024, n_embd=128, n_layer=4, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
+                   attn_pdrop=0.0)
+# Dense pretraining: lr 3e-3 with warm-up and cosine decay trained fastest of 1e-3 / 3e-3 in a
+# 300-step probe. The paper fine-tunes pretrained GPT-2 for a short run; we fine-tune the whole
+# model at 1e-3 and the fresh interaction modules at 1e-2 (they start from zero knowledge).
+_LM_DENSE = LMTrainConfig(objective="lm", batch_size=16, context=128, lr=3e-3)
+_LM_PRUNE = LMTrainConfig(objective="context_pruning", batch_size=16, context=128, lr=1e-3, pruning_lr=1e-2)
+# Budget-conditioned: Eq. 5 of the head-gates paper with the keep mass as the cost and no
+# lambda_cost, so only a keep mass above the requested budget is penalised and CE pulls it up to b.
+# It gets as many steps as one specialist, so the comparison asks what conditioning costs per checkpoint.
+_LM_BUDGET = LMTrainConfig(objective="budget_context", batch_size=16, context=128, lr=1e-3, pruning_lr=1e-2,
+                           budget_min=0.05, budget_max=0.8, lambda_cost=0.0, lambda_viol=50.0)
+
+GPT2_CONTEXT_PRUNING = {
+    "smoke": ContextPruningProfile(
+        name="smoke",
+        data=LMDataConfig(files=("austen.txt",), max_chars=600_000, vocab_size=2048),
+        model=_GPT2_MODEL,
+        dense=replace(_LM_DENSE, steps=150),
+        finetune=replace(_LM_PRUNE, steps=30),
+        budgeted=replace(_LM_BUDGET, steps=30),
+        gammas=(0.01, 0.1),
+        budgets=(0.1, 0.3, 0.6),
+        eval_windows=16,
+        bench_batch=8,
+        bench_prompts=(512,),
+        bench_new_tokens=16,
+        bench_repeats=2,
+    ),
+    "quick": ContextPruningProfile(
+        name="quick",
+        data=LMDataConfig(files=("austen.txt",), vocab_size=4096),
+        model=_GPT2_MODEL,
+        dense=replace(_LM_DENSE, steps=600),
+        finetune=replace(_LM_PRUNE, steps=100),
+        budgeted=replace(_LM_BUDGET, steps=100),
+        gammas=(0.003, 0.03, 0.1, 0.3),
+    ),
+    "paper": ContextPruningProfile(
+        name="paper",
+        data=LMDataConfig(files=("austen.txt",), vocab_size=4096),
+        model=_GPT2_MODEL,
+        dense=replace(_LM_DENSE, steps=4000),
+        finetune=replace(_LM_PRUNE, steps=400),
+        budgeted=replace(_LM_BUDGET, steps=400),
+        gammas=(0.001, 0.003, 0.01, 0.03, 0.1, 0.3),
+        r_ablation=(32, 64, 128),
+        irreversibility_ablation=True,
+        eval_windows=256,
+        bench_repeats=5,
+        bench_prompts=(128, 512, 896),
+    ),
+}
+
+
+# ----------------------------------------------------------------------------- the study
+
 
 EXPERIMENT = "gpt2_context_pruning"
 

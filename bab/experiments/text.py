@@ -7,18 +7,84 @@ are selected on validation; results are reported on test.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import cache
 
 import torch
 
 from bab.core.runs import RunCache
 from bab.data.text import build_text_classification
-from bab.experiments.profiles import TextProfile
 from bab.experiments.study import BudgetedStudy
 from bab.heads.encoder import EncoderConfig
-from bab.heads.evaluate import evaluate
+from bab.heads.evaluate import SWEEP_BUDGETS, evaluate
 from bab.heads.train import TrainConfig
+
+# ----------------------------------------------------------------------------- profiles
+
+
+@dataclass(frozen=True)
+class TextProfile:
+    """A budgeted-attention study on a text-classification CSV (section 6.3-6.4 for AG News)."""
+
+    name: str
+    dataset: str  # "ag_news" or "dbpedia_14"
+    num_train: int
+    num_val: int
+    num_test: int
+    max_len: int
+    model: dict  # EncoderConfig fields other than vocab_size / num_classes / max_len / gates
+    dense: TrainConfig
+    warm: TrainConfig
+    static: TrainConfig
+    hard_adapt: TrainConfig
+    scratch: TrainConfig | None = None
+    seed: int = 13  # split and optimisation seed
+    max_vocab: int = 20000
+    budgets: tuple[float, ...] = (0.25, 0.50, 0.75)  # warm-start budgeted evaluation points (one checkpoint)
+    static_budgets: tuple[float, ...] = (0.25, 0.50, 0.75)  # one specialist each
+    posthoc_budgets: tuple[float, ...] = (0.50, 0.75)
+    skip_budgets: tuple[float, ...] = (0.50, 0.75)  # hard skipping and latency
+    sweep_budgets: tuple[float, ...] = SWEEP_BUDGETS
+    heatmap_budgets: tuple[float, ...] = (0.10, 0.25, 0.50, 0.75, 1.00)
+    timing_batch_size: int = 64
+    timing_examples: int = 2000
+    timing_repeats: int = 5
+    timing_warmup: int = 2
+
+
+# 4 layers x 4 heads = 16 heads of width 16. Small enough to train on 2 CPU cores, and at length
+# 128 attention is a large share of each layer, so skipping heads can show up as wall time.
+_TEXT_MODEL = dict(d_model=64, num_heads=4, num_layers=4, d_ff=128, positions="sinusoidal", dropout=0.1)
+# Default cost pressure is weaker than the synthetic "rescue" setting, as in the paper's text.
+_TEXT_DENSE = TrainConfig(objective="dense", lr=2e-3, batch_size=64)
+_TEXT_WARM = TrainConfig(objective="budgeted", lr=1e-3, batch_size=64, lambda_cost=0.05, lambda_viol=20.0)
+_TEXT_STATIC = TrainConfig(objective="static", budget=0.5, lr=1e-3, batch_size=64, lambda_cost=0.05,
+                           lambda_viol=20.0)
+_TEXT_HARD = TrainConfig(objective="hard_adapt", lr=5e-4, batch_size=64, kd_beta=0.5, kd_temperature=2.0)
+
+AG_NEWS = {
+    "smoke": TextProfile(
+        name="smoke", dataset="ag_news", num_train=2000, num_val=200, num_test=200, max_len=128, model=_TEXT_MODEL,
+        dense=replace(_TEXT_DENSE, epochs=4), warm=replace(_TEXT_WARM, epochs=1),
+        static=replace(_TEXT_STATIC, epochs=1), hard_adapt=replace(_TEXT_HARD, epochs=1),
+        timing_examples=128, timing_repeats=3, timing_warmup=1,
+    ),
+    "quick": TextProfile(
+        name="quick", dataset="ag_news", num_train=6000, num_val=1000, num_test=2000, max_len=128, model=_TEXT_MODEL,
+        dense=replace(_TEXT_DENSE, epochs=4), warm=replace(_TEXT_WARM, epochs=2),
+        static=replace(_TEXT_STATIC, epochs=2), hard_adapt=replace(_TEXT_HARD, epochs=1),
+        timing_repeats=3,
+    ),
+    "paper": TextProfile(
+        name="paper", dataset="ag_news", num_train=10000, num_val=2000, num_test=2000, max_len=128, model=_TEXT_MODEL,
+        dense=replace(_TEXT_DENSE, epochs=6), warm=replace(_TEXT_WARM, epochs=3),
+        static=replace(_TEXT_STATIC, epochs=3), hard_adapt=replace(_TEXT_HARD, epochs=1),
+        timing_repeats=5,
+    ),
+}
+
+
+# ----------------------------------------------------------------------------- the study
 
 
 class TextStudy(BudgetedStudy):
