@@ -70,7 +70,7 @@ _VIT_DENSE = ViTTrainConfig(objective="dense", lr=3e-3, batch_size=128)
 # 0.05, as the paper does instead of adding lambda_spa (its Eq. 12; lambda_spa = 0: no second L2 term).
 _VIT_PHASE1 = ViTTrainConfig(objective="predictor", lr=3e-3, batch_size=128, weight_decay=0.05)
 # Phase 2: lambda_token = lambda_kl = 0.5 (the paper); a lower lr because the backbone is already trained.
-# The keep rate is drawn per batch so one checkpoint serves the whole sweep (our choice; see the README).
+# The keep rate is drawn per batch so one checkpoint serves the whole sweep (our choice; docs/sparsifiner.md).
 _VIT_PHASE2 = ViTTrainConfig(objective="joint", lr=3e-4, batch_size=128, keep_rates=(0.1, 0.25, 0.5, 1.0))
 # Budgeted heads on the same ViT: the AG News setting of Eq. 5 (lambda_cost 0.05, lambda_viol 20).
 _VIT_HEADS = ViTTrainConfig(objective="budgeted", lr=3e-4, batch_size=128, lambda_cost=0.05, lambda_viol=20.0)

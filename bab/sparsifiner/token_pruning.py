@@ -2,7 +2,7 @@
 
 At fixed layers, after attention, keep the CLS token and the ceil(keep * (n - 1)) patch tokens the
 CLS token attends to most (attention averaged over heads); drop the rest. EViT also fuses the dropped
-tokens into one extra token; we drop them (no fusion), the simpler variant, and say so in the README.
+tokens into one extra token; we drop them (no fusion), the simpler variant, as docs/sparsifiner.md says.
 """
 
 from __future__ import annotations
