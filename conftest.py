@@ -57,6 +57,23 @@ def _missing_data(notebook: str) -> str | None:
     return None
 
 
+class _NotebookScript(pytest.File):
+    def collect(self):
+        pytest.skip(f"{self.path.name} is a notebook's jupytext pair, not a test; nbval runs "
+                    f"{self.path.with_suffix('.ipynb').name}")
+
+
+def pytest_pycollect_makemodule(module_path, parent):
+    """notebooks/NN_name.py (jupytext pairs) are never imported as tests, even when named explicitly.
+
+    `pytest notebooks` never collects them (not test_*.py), but `pytest notebooks/0*` would import each
+    script, i.e. run the whole notebook outside nbval.
+    """
+    if module_path.parent.name == "notebooks" and module_path.with_suffix(".ipynb").exists():
+        return _NotebookScript.from_parent(parent, path=module_path)
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     reasons = {}
     for item in items:

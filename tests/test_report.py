@@ -4,6 +4,8 @@ import contextlib
 import io
 import json
 import math
+import os
+import re
 import shutil
 import sys
 import types
@@ -108,6 +110,20 @@ def test_failed_notebook_gives_exit_code_1_and_a_complete_report(first_run):
     assert "RuntimeError: boom from the notebook" in first_run.stdout
 
 
+def test_progress_names_each_notebook_and_each_code_cell_as_plain_lines(first_run):
+    lines = first_run.stdout.splitlines()
+    assert lines[0] == "running 2 notebooks at profile smoke; no earlier successful runs to estimate from"
+    assert lines[1] == "[1/2] 01_ok ... (no previous run)"
+    # the parameters cell, papermill's injected parameters, the code cell: numbered like In [n]
+    cells = [line for line in lines if line.startswith("      cell ")]
+    assert [line.split()[1] for line in cells[:3]] == ["1/3", "2/3", "3/3"]
+    assert cells[0].endswith('profile = "smoke"') and cells[1].endswith("# Parameters")
+    assert cells[2].endswith("import os")
+    assert all(re.fullmatch(r"      cell +\d+/\d+  \d+:\d\d  .*", line) for line in cells)
+    assert "\r" not in first_run.stdout  # no tqdm redraws: a log file reads like the terminal
+    assert lines.index("[2/2] 02_fail ... (no previous run)") > lines.index(cells[2])
+
+
 def test_index_names_both_notebooks_and_shows_the_error(first_run):
     index = (first_run.reports / "smoke" / "index.html").read_text()
     assert "01_ok" in index and "02_fail" in index
@@ -156,6 +172,59 @@ def test_only_reruns_selected_and_keeps_the_others(first_run, tmp_path, monkeypa
     assert len(merged["rows"]) == 1
     assert "02_fail" in (out / "index.html").read_text()
     assert not list(reports.glob(".staging-*")) and not list(reports.glob(".old-*"))
+
+
+# ----------------------------------------------------------------------------- the last run as an estimate
+
+
+def write_run(reports, profile, stem, status, seconds):
+    report.write_json_atomic(reports / profile / "runs" / f"{stem}.json",
+                             {"notebook": stem, "status": status, "seconds": seconds, "error": None})
+
+
+def test_last_run_reads_the_previous_reports_run_records(tmp_path):
+    reports = tmp_path / "reports"
+    write_run(reports, "quick", "03_bert_ag_news", "ok", 212.4)
+    write_run(reports, "quick", "04_dbpedia_bert", "failed", 12.0)
+    write_run(reports, "paper", "03_bert_ag_news", "ok", 5400.0)
+    (reports / "quick" / "runs" / "05_vit.json").write_text("{not json")
+    records = [report.last_run(reports, "quick", stem) for stem in ("03_bert_ag_news", "04_dbpedia_bert", "05_vit",
+                                                                     "06_gpt2")]
+    assert [report.last_run_note(r) for r in records] == [
+        "(last run 212 s)", "(last run failed after 12 s)", "(no previous run)", "(no previous run)"]
+    assert report.last_run_note(report.last_run(reports, "paper", "03_bert_ag_news")) == "(last run 90 min)"
+    assert report.last_run(tmp_path / "nowhere", "quick", "03_bert_ag_news") is None
+    assert report.estimate_line(records, "quick") == (
+        "running 4 notebooks at profile quick; the last report took 212 s for the 1 of them that ran ok")
+    assert report.estimate_line(records[:1], "quick") == (
+        "running 1 notebook at profile quick; the last report took 212 s for them")
+
+
+def test_a_rerun_shows_the_last_runs_time(first_run, tmp_path, monkeypatch, capsys):
+    reports = copy_reports(first_run, tmp_path)
+    monkeypatch.setattr(report, "execute_notebook", fake_execute)
+    monkeypatch.setattr(report, "convert_to_html", lambda ipynb, out: Path(out).write_text("<html></html>"))
+    monkeypatch.setitem(sys.modules, "bab.report.paper", fake_paper())
+    runs = reports / "smoke" / "runs"
+    ok, failed = (json.loads((runs / f"{stem}.json").read_text())["seconds"] for stem in ("01_ok", "02_fail"))
+    report.build_report("smoke", first_run.nb_dir, reports)
+    out = capsys.readouterr().out.splitlines()
+    estimate = f"the last report took {ok:.0f} s for the 1 of them that ran ok"
+    assert out[0] == f"running 2 notebooks at profile smoke; {estimate}"
+    assert out[1] == f"[1/2] 01_ok ... (last run {ok:.0f} s)"
+    assert f"[2/2] 02_fail ... (last run failed after {failed:.0f} s)" in out
+
+
+def test_cell_summary_and_progress_line():
+    assert report.cell_summary("\n# NBVAL_CHECK_OUTPUT\n  x = 1\ny = 2") == "x = 1"
+    assert report.cell_summary("a" * 100, width=10) == "a" * 9 + "…"
+    stream = io.StringIO()
+    progress = report.CellProgress(stream=stream)
+    cells = [nbformat.v4.new_markdown_cell("# title"), nbformat.v4.new_code_cell("a = 1"),
+             nbformat.v4.new_code_cell("")]
+    for i, cell in enumerate(cells):
+        progress(cell, i, cells)
+    assert stream.getvalue() == "      cell  1/2  0:00  a = 1\n      cell  2/2  0:00\n"
 
 
 # ----------------------------------------------------------------------------- never lose the old report
@@ -235,6 +304,104 @@ def test_select_notebooks_by_prefix(notebooks):
     assert [p.name for p in report.select_notebooks(found, "02")] == ["02_fail.ipynb"]
     assert [p.name for p in report.select_notebooks(found, ["01", "02"])] == ["01_ok.ipynb", "02_fail.ipynb"]
     assert report.select_notebooks(found, None) == found
+
+
+# ----------------------------------------------------------------------------- python -m bab notebooks refresh
+
+REFRESH_CODE = """\
+import os
+print("profile", profile, "cache empty:", os.listdir(os.environ["BAB_CACHE_DIR"]) == [])
+open(os.path.join(os.environ["BAB_CACHE_DIR"], "run"), "w").close()
+"""
+
+
+def write_pair(ipynb):
+    """The paired percent-format script, as jupytext --sync writes it."""
+    import jupytext
+
+    jupytext.write(nbformat.read(ipynb, as_version=4), paired_script(ipynb), fmt="py:percent")
+
+
+def paired_script(ipynb):
+    return Path(ipynb).with_suffix(".py")
+
+
+@pytest.fixture
+def refresh_dir(tmp_path):
+    shutil.copy(ROOT / "jupytext.toml", tmp_path)  # pairs NN_*.ipynb with NN_*.py below, as in the repository
+    nb_dir = tmp_path / "notebooks"
+    nb_dir.mkdir()
+    write_notebook(nb_dir / "01_ok.ipynb", REFRESH_CODE)
+    write_notebook(nb_dir / "02_fail.ipynb", FAIL_CODE)
+    write_notebook(nb_dir / "03_ok.ipynb", REFRESH_CODE)
+    for ipynb in nb_dir.glob("*.ipynb"):
+        write_pair(ipynb)
+        os.utime(paired_script(ipynb), (1e9, 1e9))  # an old .py: refresh must leave it no older than the .ipynb
+    return nb_dir
+
+
+def test_refresh_stores_outputs_keeps_pairs_and_leaves_a_failed_notebook_untouched(refresh_dir, monkeypatch, capsys):
+    from bab.report.notebooks import pair_differences
+
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("BAB_CACHE_DIR", "/nonexistent/cache")
+    failed_before = (refresh_dir / "02_fail.ipynb").read_bytes()
+    scripts_before = {p.name: p.read_bytes() for p in refresh_dir.glob("*.py")}
+    code = bab_main(["notebooks", "refresh", "--notebooks-dir", str(refresh_dir)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "[2/3] 02_fail ... FAILED (" in out and "stored notebook unchanged: RuntimeError: boom" in out
+    assert "[3/3] 03_ok ... stored (" in out and "      cell  2/2  0:" in out
+    assert "refresh FAILED for 02_fail" in out
+    assert (refresh_dir / "02_fail.ipynb").read_bytes() == failed_before
+    for stem in ("01_ok", "03_ok"):  # one empty run cache for the whole refresh, the notebooks in order
+        nb = nbformat.read(refresh_dir / f"{stem}.ipynb", as_version=4)
+        text = "".join(o.get("text", "") for o in nb.cells[1].outputs)
+        assert text == f"profile smoke cache empty: {stem == '01_ok'}\n"
+        assert "papermill" not in nb.metadata
+        assert all("papermill" not in c.metadata and "execution" not in c.metadata for c in nb.cells)
+        assert [c.metadata.get("tags") for c in nb.cells] == [["parameters"], None]  # no empty tags added
+    for ipynb in refresh_dir.glob("*.ipynb"):
+        assert pair_differences(ipynb) == []
+        assert os.stat(paired_script(ipynb)).st_mtime >= os.stat(ipynb).st_mtime or ipynb.stem == "02_fail"
+    assert {p.name: p.read_bytes() for p in refresh_dir.glob("*.py")} == scripts_before
+    assert os.environ["BAB_CACHE_DIR"] == "/nonexistent/cache"
+    assert sorted(p.name for p in refresh_dir.iterdir()) == [
+        "01_ok.ipynb", "01_ok.py", "02_fail.ipynb", "02_fail.py", "03_ok.ipynb", "03_ok.py"]  # no temp files left
+
+
+def edit_refresh_script(ipynb, newer):
+    script = paired_script(ipynb)
+    script.write_text(script.read_text().replace('"cache empty:"', '"cache is empty:"'))
+    when = os.stat(ipynb).st_mtime + (60 if newer else -60)
+    os.utime(script, (when, when))
+
+
+def test_refresh_refuses_a_pair_that_disagrees_with_the_notebook_newer(refresh_dir, monkeypatch, capsys):
+    import bab.report.notebooks as notebooks
+
+    edit_refresh_script(refresh_dir / "03_ok.ipynb", newer=False)
+    monkeypatch.setattr(notebooks, "refresh_notebook", lambda *a, **k: pytest.fail("ran a notebook"))
+    assert bab_main(["notebooks", "refresh", "--notebooks-dir", str(refresh_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "03_ok.ipynb and 03_ok.py disagree (cell 2 (code) source differs, line 2" in err
+    assert "the .ipynb is the newer file" in err and "jupytext --sync" in err
+    assert bab_main(["notebooks", "refresh", "--notebooks-dir", str(refresh_dir), "--only", "07"]) == 2
+
+
+def test_refresh_takes_the_sources_of_a_newer_edited_script_first(refresh_dir, monkeypatch, capsys):
+    import bab.report.notebooks as notebooks
+
+    ipynb = refresh_dir / "03_ok.ipynb"
+    edit_refresh_script(ipynb, newer=True)
+    ran = []
+    monkeypatch.setattr(notebooks, "refresh_notebook", lambda path, cache, on_cell: ran.append(path.name) or 1.0)
+    assert bab_main(["notebooks", "refresh", "--notebooks-dir", str(refresh_dir), "--only", "03"]) == 0
+    assert ran == ["03_ok.ipynb"]
+    assert "03_ok.ipynb: cell sources taken from the newer 03_ok.py" in capsys.readouterr().out
+    nb = nbformat.read(ipynb, as_version=4)
+    assert '"cache is empty:"' in nb.cells[1].source and nb.cells[0].metadata.tags == ["parameters"]
+    assert notebooks.pair_differences(ipynb) == []
 
 
 # ----------------------------------------------------------------------------- save_results

