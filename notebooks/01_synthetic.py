@@ -66,7 +66,8 @@ print(f"epochs: dense {P.dense.epochs}, from scratch {P.scratch.epochs}, warm st
 # Position 0 is `[CLS]`. Two `[MARK]` tokens sit at random positions; the label says whether the
 # value tokens right after them are equal. Every other position holds filler tokens (the paper
 # leaves the background unspecified; with `num_filler=0` the background is random *values*, a
-# much harder variant that our dense model did not learn within 20 epochs on CPU, see the README).
+# much harder variant that our dense model did not learn within 20 epochs on CPU, see
+# docs/budgeted-heads.md).
 # Classes are balanced.
 
 # %%
@@ -262,7 +263,7 @@ budget_explorer(warm, val_set, interactive=interactive)
 # %% [markdown]
 # ## Our numbers beside the paper's
 #
-# Joined on (experiment, method, budget); paper numbers come from `bab.report.paper` (METHOD_NOTES.md).
+# Joined on (experiment, method, budget); paper numbers come from `bab.report.paper`, typed once from the papers' tables.
 # Differences are expected: a smaller CPU model, our filler background, and at profiles other than
 # `paper` fewer examples, epochs and seeds.
 

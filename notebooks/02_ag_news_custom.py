@@ -17,7 +17,7 @@
 #   each ratio.
 #
 # Data: the original AG News CSVs, resolved from an explicit path, `$BAB_DATA_DIR/ag_news`, or the
-# Hugging Face hub (see the README). Train and validation come from the training file, test from
+# Hugging Face hub (see docs/data-and-models.md). Train and validation come from the training file, test from
 # the test file, stratified and seeded; the vocabulary is built on the training split only.
 
 # %% tags=["parameters"]

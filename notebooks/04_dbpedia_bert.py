@@ -12,7 +12,7 @@
 # structural pruning at 0.50 and 0.75 with measured single-thread latency; the ranking analysis.
 #
 # Data: the original DBpedia14 CSVs from `$BAB_DATA_DIR/dbpedia_14` (or an explicit path, or the
-# hub). The local training file has 10,000 rows (see `shared/data/README.md`), enough for the
+# hub). The local training file has 10,000 rows (see the data folder's own README.md), enough for the
 # paper's 2,000 / 1,000 split; the test split comes from the official test file.
 
 # %% tags=["parameters"]
