@@ -83,10 +83,12 @@ def check_profile(profile):
 
 
 @contextlib.contextmanager
-def kernel_env():
-    """Set BAB_HEADLESS=1 and the inline matplotlib backend for the kernels started inside; restore after."""
-    saved = {k: os.environ.get(k) for k in KERNEL_ENV}
-    os.environ.update(KERNEL_ENV)
+def kernel_env(**extra):
+    """Set BAB_HEADLESS=1, the inline matplotlib backend and ``extra`` variables for the kernels started
+    inside; restore the environment after."""
+    variables = {**KERNEL_ENV, **extra}
+    saved = {k: os.environ.get(k) for k in variables}
+    os.environ.update(variables)
     try:
         yield
     finally:

@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 
 from bab.report.build import (
-    KERNEL_ENV,
     CellProgress,
     discover_notebooks,
     error_info,
+    kernel_env,
     one_line,
     progress_engine,
     select_notebooks,
@@ -143,9 +143,7 @@ def refresh_notebook(path, cache_dir, on_cell=None) -> float:
     path = Path(path).resolve()
     script = paired_script(path)
     start = time.perf_counter()
-    saved = {k: os.environ.get(k) for k in (*KERNEL_ENV, "BAB_CACHE_DIR")}
-    os.environ.update(KERNEL_ENV, BAB_CACHE_DIR=str(cache_dir))
-    try:
+    with kernel_env(BAB_CACHE_DIR=str(cache_dir)):
         with tempfile.TemporaryDirectory(dir=path.parent, prefix=".refresh-") as tmp:
             out = Path(tmp) / path.name
             papermill.execute_notebook(str(path), str(out), kernel_name="python3", cwd=str(path.parent),
@@ -159,12 +157,6 @@ def refresh_notebook(path, cache_dir, on_cell=None) -> float:
             os.replace(out, path)
             if script.exists():
                 os.utime(script)  # same sources; not older than the new .ipynb
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return time.perf_counter() - start
 
 
