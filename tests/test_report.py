@@ -17,6 +17,7 @@ import pytest
 
 import bab.report.build as report
 from bab.__main__ import main as bab_main
+from bab.report import progress
 from bab.report.results import save_results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -188,15 +189,15 @@ def test_last_run_reads_the_previous_reports_run_records(tmp_path):
     write_run(reports, "quick", "04_dbpedia_bert", "failed", 12.0)
     write_run(reports, "paper", "03_bert_ag_news", "ok", 5400.0)
     (reports / "quick" / "runs" / "05_vit.json").write_text("{not json")
-    records = [report.last_run(reports, "quick", stem) for stem in ("03_bert_ag_news", "04_dbpedia_bert", "05_vit",
+    records = [progress.last_run(reports, "quick", stem) for stem in ("03_bert_ag_news", "04_dbpedia_bert", "05_vit",
                                                                      "06_gpt2")]
-    assert [report.last_run_note(r) for r in records] == [
+    assert [progress.last_run_note(r) for r in records] == [
         "(last run 212 s)", "(last run failed after 12 s)", "(no previous run)", "(no previous run)"]
-    assert report.last_run_note(report.last_run(reports, "paper", "03_bert_ag_news")) == "(last run 90 min)"
-    assert report.last_run(tmp_path / "nowhere", "quick", "03_bert_ag_news") is None
-    assert report.estimate_line(records, "quick") == (
+    assert progress.last_run_note(progress.last_run(reports, "paper", "03_bert_ag_news")) == "(last run 90 min)"
+    assert progress.last_run(tmp_path / "nowhere", "quick", "03_bert_ag_news") is None
+    assert progress.estimate_line(records, "quick") == (
         "running 4 notebooks at profile quick; the last report took 212 s for the 1 of them that ran ok")
-    assert report.estimate_line(records[:1], "quick") == (
+    assert progress.estimate_line(records[:1], "quick") == (
         "running 1 notebook at profile quick; the last report took 212 s for them")
 
 
@@ -216,14 +217,14 @@ def test_a_rerun_shows_the_last_runs_time(first_run, tmp_path, monkeypatch, caps
 
 
 def test_cell_summary_and_progress_line():
-    assert report.cell_summary("\n# NBVAL_CHECK_OUTPUT\n  x = 1\ny = 2") == "x = 1"
-    assert report.cell_summary("a" * 100, width=10) == "a" * 9 + "…"
+    assert progress.cell_summary("\n# NBVAL_CHECK_OUTPUT\n  x = 1\ny = 2") == "x = 1"
+    assert progress.cell_summary("a" * 100, width=10) == "a" * 9 + "…"
     stream = io.StringIO()
-    progress = report.CellProgress(stream=stream)
+    on_cell = progress.CellProgress(stream=stream)
     cells = [nbformat.v4.new_markdown_cell("# title"), nbformat.v4.new_code_cell("a = 1"),
              nbformat.v4.new_code_cell("")]
     for i, cell in enumerate(cells):
-        progress(cell, i, cells)
+        on_cell(cell, i, cells)
     assert stream.getvalue() == "      cell  1/2  0:00  a = 1\n      cell  2/2  0:00\n"
 
 

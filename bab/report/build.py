@@ -21,16 +21,9 @@ destroys the previous report.
 
 import argparse
 import contextlib
-import datetime
-import functools
-import importlib
-import importlib.metadata
-import json
 import os
-import platform
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +31,9 @@ import traceback
 from pathlib import Path
 
 from bab.experiments.profiles import PROFILE_NAMES as PROFILES
-from bab.report.results import current_umask, write_json_atomic
+from bab.report.index import write_index
+from bab.report.progress import CellProgress, estimate_line, last_run, last_run_note, progress_engine
+from bab.report.results import current_umask, now_iso, write_json_atomic
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 # the inline backend renders figures as PNG outputs without a display; plain Agg would drop them
@@ -119,104 +114,6 @@ def one_line(error, limit=200):
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-# -----------------------------------------------------------------------------
-# progress a person can follow, in a terminal and in a log file alike
-
-PROGRESS_ENGINE = "bab-cell-progress"
-
-
-@functools.cache
-def progress_engine():
-    """Register papermill's nbclient engine with a hook: ``on_cell(cell, index, cells)`` as each cell starts.
-
-    papermill's own progress bar is tqdm, which redraws one line with carriage returns: fine in a
-    terminal, unreadable in a log. The hook lets CellProgress print a plain line per code cell instead.
-    """
-    from papermill.engines import NBClientEngine, papermill_engines
-
-    class CellProgressEngine(NBClientEngine):
-        @classmethod
-        def execute_managed_notebook(cls, nb_man, kernel_name, on_cell=None, **kwargs):
-            if on_cell is not None:
-                start = nb_man.cell_start
-
-                def cell_start(cell, cell_index=None, **kw):
-                    with contextlib.suppress(Exception):  # a progress line never fails a notebook
-                        on_cell(cell, cell_index, nb_man.nb.cells)
-                    return start(cell, cell_index, **kw)
-
-                nb_man.cell_start = cell_start
-            return super().execute_managed_notebook(nb_man, kernel_name, **kwargs)
-
-    papermill_engines.register(PROGRESS_ENGINE, CellProgressEngine)
-    return PROGRESS_ENGINE
-
-
-def cell_summary(source, width=70):
-    """The first line of a cell worth showing (not blank, not an nbval marker), shortened to ``width``."""
-    for line in source.splitlines():
-        line = line.strip()
-        if line and not line.startswith("# NBVAL_"):
-            return line if len(line) <= width else line[: width - 1] + "…"
-    return ""
-
-
-class CellProgress:
-    """``on_cell`` callback: one line per code cell as it starts, numbered like the notebook's In [n].
-
-        cell  4/20  0:12  study = BertStudy(P, progress=False)
-
-    (code cell 4 of 20 starts 12 s into the notebook). Plain lines, so a log file stays readable.
-    """
-
-    def __init__(self, indent="      ", stream=None):
-        self.indent, self.stream = indent, stream
-        self.start = time.perf_counter()
-
-    def __call__(self, cell, index, cells):
-        if cell.cell_type != "code":
-            return
-        number = sum(c.cell_type == "code" for c in cells[: index + 1])
-        total = sum(c.cell_type == "code" for c in cells)
-        elapsed = int(time.perf_counter() - self.start)
-        line = f"{self.indent}cell {number:>2}/{total}  {elapsed // 60}:{elapsed % 60:02d}  {cell_summary(cell.source)}"
-        print(line.rstrip(), file=self.stream or sys.stdout, flush=True)
-
-
-def format_seconds(seconds):
-    return f"{seconds:.0f} s" if seconds < 600 else f"{seconds / 60:.0f} min"
-
-
-def last_run(reports_dir, profile, stem):
-    """The record runs/<stem>.json of the current reports/<profile>/ (the last report), or None."""
-    record = read_json(Path(reports_dir) / profile / "runs" / f"{stem}.json")
-    if isinstance(record, dict) and isinstance(record.get("seconds"), int | float):
-        return record
-    return None
-
-
-def last_run_note(record):
-    """The estimate shown for a notebook, e.g. "(last run 212 s)"; says so when that run failed or there was none."""
-    if record is None:
-        return "(no previous run)"
-    if record.get("status") == "ok":
-        return f"(last run {format_seconds(record['seconds'])})"
-    return f"(last run failed after {format_seconds(record['seconds'])})"
-
-
-def estimate_line(records, profile):
-    """One line before the run: how long the selected notebooks took in the last report."""
-    known = [r for r in records if r is not None and r.get("status") == "ok"]
-    n = len(records)
-    head = f"running {n} notebook{'s' if n != 1 else ''} at profile {profile}"
-    if not known:
-        return f"{head}; no earlier successful runs to estimate from"
-    total = format_seconds(sum(r["seconds"] for r in known))
-    if len(known) == n:
-        return f"{head}; the last report took {total} for them"
-    return f"{head}; the last report took {total} for the {len(known)} of them that ran ok"
-
-
 def execute_notebook(src, out, profile, results_path, cwd):
     """Execute src into out with papermill, injecting the report's parameters; a line per code cell on stdout."""
     import papermill
@@ -271,189 +168,6 @@ def run_notebook(src, staging, profile):
     }
     write_json_atomic(staging / "runs" / f"{stem}.json", record)
     return record
-
-
-# -----------------------------------------------------------------------------
-# the index page
-
-
-def now_iso():
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-
-
-def read_json(path):
-    with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
-        return json.loads(Path(path).read_text())
-    return None
-
-
-def collect_runs(staging, notebooks):
-    """One record per notebook (and per earlier run record without a notebook file), 'not run' if none."""
-    stems = [nb.stem for nb in notebooks]
-    stems += sorted(p.stem for p in (staging / "runs").glob("*.json") if p.stem not in stems)
-    runs = []
-    for stem in stems:
-        record = read_json(staging / "runs" / f"{stem}.json") or {
-            "notebook": stem,
-            "status": "not run",
-            "seconds": None,
-            "error": None,
-            "finished_at": None,
-        }
-        record["html"] = f"{stem}.html" if (staging / f"{stem}.html").exists() else None
-        runs.append(record)
-    return runs
-
-
-def collect_results(staging):
-    """{stem: rows} from every results/<stem>.json in the staging folder."""
-    results = {}
-    for path in sorted((staging / "results").glob("*.json")):
-        data = read_json(path)
-        if data is not None:
-            results[path.stem] = data.get("rows", [])
-    return results
-
-
-def comparison_html(rows):
-    """The paper-vs-reproduction table as HTML via bab.report.paper.comparison_table; (html, error)."""
-    try:
-        paper = importlib.import_module("bab.report.paper")
-        table = paper.comparison_table(rows)
-        text = table.to_html(index=False, na_rep="–", float_format=lambda x: f"{x:.4g}", border=0, classes="data")
-        return text, None
-    except Exception as exc:
-        return None, f"{type(exc).__name__}: {exc}"
-
-
-def dist_version(name):
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def cpu_name():
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
-def git_commit(cwd):
-    with contextlib.suppress(Exception):
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5
-        )
-        if out.returncode == 0:
-            return out.stdout.strip()
-    return "unknown"
-
-
-def environment_info(profile, repo_dir):
-    """Versions and machine facts shown at the bottom of the index page."""
-    return {
-        "profile": profile,
-        "python": platform.python_version(),
-        "torch": dist_version("torch"),
-        "transformers": dist_version("transformers"),
-        "bab": dist_version("bab"),
-        "git commit": git_commit(repo_dir),
-        "platform": platform.platform(),
-        "cpu": f"{cpu_name()} ({os.cpu_count()} logical cores)",
-        "BAB_DATA_DIR": os.environ.get("BAB_DATA_DIR", "(unset)"),
-    }
-
-
-INDEX_TEMPLATE = """<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>bab report – {{ profile }}</title>
-<style>
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; padding: 0 1em; color: #222; }
-h1 { font-size: 1.6em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
-table { border-collapse: collapse; margin: 1em 0; }
-th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; vertical-align: top; }
-th { background: #f3f3f3; }
-.ok { color: #176117; font-weight: bold; } .failed { color: #a11; font-weight: bold; }
-.not-run { color: #777; }
-pre { white-space: pre-wrap; max-height: 30em; overflow: auto; background: #fafafa;
-      margin: 0.3em 0; font-size: 0.85em; }
-.muted { color: #666; }
-</style>
-</head>
-<body>
-<h1>bab reproduction report — profile <code>{{ profile }}</code></h1>
-<p class="muted">Generated {{ generated_at }}. {{ n_ok }} ok, {{ n_failed }} failed, {{ n_not_run }} not run.
-Merged results: <a href="results.json">results.json</a>.</p>
-
-<h2>Notebooks</h2>
-<table>
-<tr><th>notebook</th><th>status</th><th>run time</th><th>finished</th><th>error</th></tr>
-{% for r in runs %}
-<tr>
-<td>{% if r.html %}<a href="{{ r.html }}">{{ r.notebook }}</a>{% else %}{{ r.notebook }}{% endif %}</td>
-<td class="{{ r.status | replace(' ', '-') }}">{{ r.status }}</td>
-<td>{% if r.seconds is not none %}{{ '%.1f' | format(r.seconds) }} s{% endif %}</td>
-<td>{{ r.finished_at or '' }}</td>
-<td>{% if r.error %}<pre>{{ r.error.ename }}: {{ r.error.evalue }}</pre>
-<details><summary>traceback</summary><pre>{{ r.error.traceback }}</pre></details>{% endif %}</td>
-</tr>
-{% endfor %}
-</table>
-
-<h2>Paper vs reproduction</h2>
-{% if table_html %}{{ table_html | safe }}{% else %}
-<p class="failed">Comparison table unavailable:</p><pre>{{ table_error }}</pre>{% endif %}
-
-<h2>Environment</h2>
-<table>
-{% for k, v in env.items() %}<tr><th>{{ k }}</th><td>{{ v }}</td></tr>
-{% endfor %}
-</table>
-</body>
-</html>
-"""
-
-
-def render_index(profile, generated_at, runs, table_html, table_error, env):
-    """The index page as a string (jinja2, autoescaped)."""
-    import jinja2
-
-    template = jinja2.Environment(autoescape=True).from_string(INDEX_TEMPLATE)
-    count = lambda status: sum(r["status"] == status for r in runs)  # noqa: E731
-    return template.render(
-        profile=profile,
-        generated_at=generated_at,
-        runs=runs,
-        table_html=table_html,
-        table_error=table_error,
-        env=env,
-        n_ok=count("ok"),
-        n_failed=count("failed"),
-        n_not_run=count("not run"),
-    )
-
-
-def write_index(staging, profile, notebooks, repo_dir):
-    """Write index.html and results.json into staging; return the comparison-table error (or None)."""
-    generated_at = now_iso()
-    runs = collect_runs(staging, notebooks)
-    results = collect_results(staging)
-    rows = [row for stem_rows in results.values() for row in stem_rows]
-    table_html, table_error = comparison_html(rows)
-    merged = {
-        "profile": profile,
-        "generated_at": generated_at,
-        "notebooks": {r["notebook"]: r["status"] for r in runs},
-        "rows": [{"notebook": stem, **row} for stem, stem_rows in results.items() for row in stem_rows],
-    }
-    write_json_atomic(staging / "results.json", merged)
-    page = render_index(profile, generated_at, runs, table_html, table_error, environment_info(profile, repo_dir))
-    (staging / "index.html").write_text(page, encoding="utf-8")
-    return table_error
 
 
 # -----------------------------------------------------------------------------

@@ -26,15 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bab.report.build import (
-    CellProgress,
-    discover_notebooks,
-    error_info,
-    kernel_env,
-    one_line,
-    progress_engine,
-    select_notebooks,
-)
+from bab.report.build import discover_notebooks, error_info, kernel_env, one_line, select_notebooks
+from bab.report.progress import CellProgress, progress_engine
 
 DEFAULT_NOTEBOOKS = Path("notebooks")
 PAIRED_FORMAT = "py:percent"

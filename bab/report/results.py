@@ -7,6 +7,7 @@ rows and puts them next to the papers' numbers (``bab.report.paper.comparison_ta
 """
 
 import contextlib
+import datetime
 import json
 import math
 import numbers
@@ -101,3 +102,13 @@ def save_results(rows, path):
         return None
     path = Path(path)
     return write_json_atomic(path, {"notebook": path.stem, "rows": validate_rows(rows)})
+
+
+def now_iso():
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def read_json(path):
+    with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+        return json.loads(Path(path).read_text())
+    return None
