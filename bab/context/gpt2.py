@@ -2,7 +2,7 @@
 
 Parameter names follow transformers' GPT-2 exactly (``transformer.h.0.attn.c_attn.weight`` ...,
 Conv1D weights stored [in, out]), so a Hugging Face state dict loads as is and, with pruning
-off, the logits equal transformers' (tests/test_gpt2.py). With pruning on, every attention layer
+off, the logits equal transformers' (tests/context/test_gpt2.py). With pruning on, every attention layer
 owns a ``ContextInteraction`` (bab.context.interaction) whose log I is added to the causal
 attention logits.
 

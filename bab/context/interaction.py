@@ -68,7 +68,7 @@ class _AlphaSigmoidInBand(torch.autograd.Function):
 
     Why not ``entmax.entmax_bisect`` directly: it bisects on the threshold tau, and at alpha = 8
     p depends on tau through a 1/7-th power, so in float32 its 30-50 iterations leave errors up to
-    0.03-0.05 in p near the band's edge (measured; tests/test_context_pruning.py compares this
+    0.03-0.05 in p near the band's edge (measured; tests/context/test_context_pruning.py compares this
     function with entmax_bisect run in float64 with 200 iterations).
     """
 

@@ -4,7 +4,7 @@
 
 Every notebooks/NN_name.ipynb is paired with a percent-format script NN_name.py (jupytext.toml):
 the .ipynb keeps the outputs nbval compares, the .py the same cell sources for diffs, review and
-ruff. ``pair_differences`` says where the two disagree (tests/test_notebook_pairing.py).
+ruff. ``pair_differences`` says where the two disagree (tests/report/test_notebook_pairing.py).
 
 Refresh runs each notebook with papermill at its default profile (smoke) against an empty run
 cache, so the stored outputs are what CI's nbval run recomputes. Timestamps papermill and the kernel

@@ -18,7 +18,7 @@ import pytest
 from bab.report.build import discover_notebooks
 from bab.report.notebooks import pair_differences, paired_script, prepare_pairs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = discover_notebooks(ROOT / "notebooks")
 EXAMPLE = ROOT / "notebooks" / "01_synthetic.ipynb"
 

@@ -20,7 +20,7 @@ from bab.__main__ import main as bab_main
 from bab.report import progress
 from bab.report.results import save_results
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 OK_CODE = """\
 import os
