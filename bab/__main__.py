@@ -217,7 +217,8 @@ def main(argv=None) -> int:
     try:
         return args.run(args)
     except args.errors as exc:  # bad input: the error's own advice, exit code 2
-        print(f"python -m bab {args.command}: error: {exc}", file=sys.stderr)
+        command = " ".join(filter(None, (args.command, getattr(args, "target", None), getattr(args, "action", None))))
+        print(f"python -m bab {command}: error: {exc}", file=sys.stderr)
         return 2
 
 
