@@ -10,7 +10,7 @@ and the run it started from), so the notebook re-runs in seconds once its models
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cache
 
 import pandas as pd
@@ -45,6 +45,9 @@ class ViTProfile:
     # levels 1/n_down and 1/n (tau = 1.6 / n_down, threshold ~ 2 / n); we keep those ratios for n_down = 8, n = 50.
     tau: float = 0.2
     up_prune: float = 0.04
+    # ConnectivityPredictor options (cls_dense, coefficients, top_m, basis_threshold_abs, predictor_scale;
+    # docs/sparsifiner.md); empty: the defaults, the paper's text
+    predictor_options: dict = field(default_factory=dict)
     sweep_keep_rates: tuple[float, ...] = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.25, 0.2, 0.1, 0.05)
     report_keep_rates: tuple[float, ...] = (0.5, 0.25, 0.1)
     linformer_keep_rate: float = 0.25  # Linformer's projection length = ceil(0.25 * n), Sparsifiner's budget there
@@ -131,7 +134,8 @@ class ViTStudy:
 
     def sparsifiner_config(self) -> ViTClassifierConfig:
         p = self.profile
-        return self.model_config(predictor=True, n_down=p.n_down, tau=p.tau, up_prune=p.up_prune)
+        return self.model_config(predictor=True, n_down=p.n_down, tau=p.tau, up_prune=p.up_prune,
+                                 **p.predictor_options)
 
     def linformer_len(self) -> int:
         """Linformer's projection length = the Sparsifiner budget k at the comparison keep rate (Table 4)."""

@@ -66,7 +66,8 @@ def coefficient_sparsity(model, pixels: torch.Tensor) -> float:
 
 
 def topk_exact(model, pixels: torch.Tensor, keep_rate: float) -> bool:
-    """Every query of every layer and head keeps exactly ceil(keep_rate * n) distinct keys."""
+    """Every predicted query (all, or all but CLS with ``cls_dense``) of every layer and head keeps exactly
+    ceil(keep_rate * n) distinct keys."""
     with torch.no_grad():
         out = model(pixels, attention="sparse", keep_rate=keep_rate, return_internals=True)
     k = num_connections(keep_rate, model.config.num_tokens)
@@ -101,7 +102,8 @@ def mhsa_cost_table(model, keep_rates, pixels: torch.Tensor) -> pd.DataFrame:
 def attention_maps(model, image: torch.Tensor, query: int, keep_rate: float, layers, heads) -> dict:
     """For one image [1, C, H, W] and query token: {(layer, head): [n]} rows of the connectivity mask, the
     sparse attention (Sparsifiner path at ``keep_rate``) and the full attention (the same model, dense path),
-    plus the sparse coefficients [n, n_down] and basis [n_down, n] of every layer (head ``heads[0]``)."""
+    plus the sparse coefficients [n_q, n_down] (the predicted queries: all, or all but CLS with ``cls_dense``)
+    and basis [n_down, n] of every layer (head ``heads[0]``)."""
     model.eval()
     sparse = model(image, attention="sparse", keep_rate=keep_rate, return_internals=True)
     full = model(image, attention="dense", return_internals=True)
@@ -109,9 +111,12 @@ def attention_maps(model, image: torch.Tensor, query: int, keep_rate: float, lay
     n = model.config.num_tokens
     for layer in layers:
         info = sparse.layers[layer]
+        first = info["first_query"]  # queries before it (CLS with cls_dense) attend to every key
         for head in heads:
-            mask = torch.zeros(n, dtype=torch.bool)
-            mask[info["index"][0, head, query]] = True
+            mask = torch.ones(n, dtype=torch.bool)
+            if query >= first:
+                mask[:] = False
+                mask[info["index"][0, head, query - first]] = True
             out["mask"][(layer, head)] = mask.float().numpy()
             out["sparse"][(layer, head)] = info["probs"][0, head, query].numpy()
             out["full"][(layer, head)] = full.layers[layer]["probs"][0, head, query].numpy()

@@ -1,27 +1,44 @@
 """Sparsifiner (CVPR 2023, Eq. 1-6; docs/sparsifiner.md): learned sparse connectivity for MHSA.
 
 Per layer and head a low-rank connectivity predictor proposes, for every query, which keys it may
-attend to; attention is then computed over those keys only.
+attend to; attention is then computed over those keys only. Per example b and head h, with q, k [n, d]:
 
-    K_down   = W_down K                              [n_down, d]     W_down: [n_down, n] (token axis)
-    A_down   = softmax(Q K_down^T / sqrt(d))         [n, n_down]     (Eq. 1)
+    K_down   = W_down[h] K                           [n_down, d]     W_down[h]: [n_down, n] (token axis)
+    A_down   = softmax(Q K_down^T * scale)           [n, n_down]     (Eq. 1; scale = 1/sqrt(d))
     A~_down  = A_down * 1[A_down > tau]              sparse coefficients (Eq. 2)
-    W~_up    = W_up * 1[|W_up| >= up_prune]          sparse basis [n_down, n]
+    W~_up    = W_up[h] * 1[|W_up[h]| >= up_prune]    sparse basis [n_down, n]
     S        = A~_down W~_up                         [n, n] connectivity scores
     M        = top-k of S per query, k = ceil(keep_rate * n)   (Eq. 3)
     out_i    = softmax_{j in M_i}(q_i k_j / sqrt(d)) V_{M_i}   (Eq. 4-6)
 
+After token pruning every example has its own surviving tokens: ``positions`` [B, n] selects example b's
+columns of W_down[h] and W_up[h]. Nothing in the predictor mixes heads or examples.
+
+Options that switch to what the official code (github.com/lim142857/Sparsifiner, ``MaskPredictor``) does
+instead; the defaults are the paper's text as we read it (docs/sparsifiner.md, "Paper text vs official code
+vs ours"):
+
+- ``cls_dense``: no prediction for the CLS query (row 0); it attends to every key. The predictor's outputs
+  then cover queries 1..n-1 only (``first_query`` = 1).
+- ``coefficients="topm"``: keep the ``top_m`` largest coefficients of each query instead of thresholding at
+  tau (the official default config: top 8).
+- ``basis_threshold_abs``: the basis is |W_up| * 1[|W_up| >= up_prune] (the official ``Threshold(abs(W))``).
+- ``predictor_scale="num_heads"``: A_down = softmax(Q K_down^T / sqrt(num_heads)) (the official
+  ``scale = num_heads ** -0.5``) instead of 1/sqrt(d).
+
 Two implementations of the last line, which must agree numerically:
 
-- ``masked_dense_attention``: the reference (and what the paper's code does): the full n x n score
+- ``masked_dense_attention``: the reference (and what the official code does): the full n x n score
   matrix, entries outside M set to -inf, softmax, times V. Saves FLOPs on paper only.
 - ``gathered_sparse_attention``: gathers the k selected keys and values of each query and computes
   k scores per query, so its work really is proportional to n * k (plus the gather).
 
-Deviation from the paper, by design: the paper "discards zero values" of S before binarising, so a
-query can keep fewer than k connections (none, when all its coefficients fall below tau); we keep
-exactly k, ranking ties of S (zeros included) by the unthresholded low-rank scores A_down W~_up. Every
-query then has the same number of keys, which lets the sparse kernels use one [n, k] layout.
+Exactly k per query: the paper's text "discards zero values" of S before binarising, so a query could keep
+fewer than k connections (none, when all its coefficients fall below tau). The official code does not: its
+``torch.topk`` keeps exactly ceil(keep_rate * n) per row, zero scores included, ties in whatever order topk
+returns. We keep exactly k as the official code does, and rank ties of S (zeros included) by the
+unthresholded low-rank scores A_down W~_up, so an all-zero row is not filled by token index. Every query then
+has the same number of keys, which lets the sparse kernels use one [n, k] layout.
 """
 
 from __future__ import annotations
@@ -62,91 +79,163 @@ def num_connections(keep_rate, num_tokens: int) -> int:
 # Weight of the unthresholded low-rank scores in the top-k ranking key: small enough to only break ties of S.
 TIE_BREAK = 1e-3
 
+COEFFICIENT_RULES = ("threshold", "topm")  # Eq. 2's tau (the paper) or the top_m largest (the official default)
+PREDICTOR_SCALES = ("head_dim", "num_heads")  # A_down's logits times 1/sqrt(d) (Eq. 1) or 1/sqrt(H) (official)
+
+
+def validate_predictor_options(n_down: int, tau: float, up_prune: float, cls_dense: bool = False,
+                               coefficients: str = "threshold", top_m: int = 8, basis_threshold_abs: bool = False,
+                               predictor_scale: str = "head_dim") -> None:
+    """Raise an error that says how to fix any bad predictor setting (shared by the predictor and the ViT config)."""
+    if isinstance(n_down, bool) or not isinstance(n_down, int) or n_down < 1:
+        raise ValueError(f"n_down (the rank of the low-rank attention) must be an integer >= 1, got {n_down!r}")
+    if not 0.0 <= tau < 1.0:
+        raise ValueError(f"tau (threshold on the softmax coefficients) must lie in [0, 1), got {tau}")
+    if up_prune < 0:
+        raise ValueError(f"up_prune must be >= 0 (0 prunes nothing), got {up_prune}")
+    for name, flag in (("cls_dense", cls_dense), ("basis_threshold_abs", basis_threshold_abs)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be True or False, got {flag!r}")
+    if coefficients not in COEFFICIENT_RULES:
+        raise ValueError(f"coefficients must be one of {COEFFICIENT_RULES}: 'threshold' zeroes A_down <= tau "
+                         f"(the paper's Eq. 2), 'topm' keeps the top_m largest per query (the official code); "
+                         f"got {coefficients!r}")
+    if coefficients == "topm" and (isinstance(top_m, bool) or not isinstance(top_m, int) or not 1 <= top_m <= n_down):
+        raise ValueError(f"top_m must be an integer in [1, n_down = {n_down}] with coefficients='topm', got "
+                         f"{top_m!r}; lower top_m or raise n_down (the official code keeps 8 of 32)")
+    if predictor_scale not in PREDICTOR_SCALES:
+        raise ValueError(f"predictor_scale must be one of {PREDICTOR_SCALES}: 'head_dim' scales A_down's logits "
+                         f"by 1/sqrt(d) (Eq. 1), 'num_heads' by 1/sqrt(num_heads) (the official code); "
+                         f"got {predictor_scale!r}")
+
 
 class ConnectivityPredictor(nn.Module):
     """The low-rank connectivity predictor of one layer: one W_down and one W_up per head.
 
     ``max_tokens`` is the token count the projections are built for (n); a shorter sequence (after
-    token pruning) uses their first n columns, as a learned projection over positions has to.
+    token pruning) uses the columns of its tokens' original positions, as a learned projection over
+    positions has to. The options (``cls_dense``, ``coefficients`` / ``top_m``, ``basis_threshold_abs``,
+    ``predictor_scale``) are described in the module docstring; the defaults follow the paper's text.
     """
 
-    def __init__(self, num_heads: int, max_tokens: int, n_down: int = 32, tau: float = 0.05, up_prune: float = 1e-2):
+    def __init__(self, num_heads: int, max_tokens: int, n_down: int = 32, tau: float = 0.05, up_prune: float = 1e-2,
+                 *, cls_dense: bool = False, coefficients: str = "threshold", top_m: int = 8,
+                 basis_threshold_abs: bool = False, predictor_scale: str = "head_dim"):
         super().__init__()
-        if n_down < 1 or max_tokens < 1:
-            raise ValueError(f"n_down and max_tokens must be >= 1, got {n_down} and {max_tokens}")
-        if not 0.0 <= tau < 1.0:
-            raise ValueError(f"tau (threshold on the softmax coefficients) must lie in [0, 1), got {tau}")
-        if up_prune < 0:
-            raise ValueError(f"up_prune must be >= 0, got {up_prune}")
+        if max_tokens < 1 or num_heads < 1:
+            raise ValueError(f"num_heads and max_tokens must be >= 1, got {num_heads} and {max_tokens}")
+        validate_predictor_options(n_down, tau, up_prune, cls_dense, coefficients, top_m, basis_threshold_abs,
+                                   predictor_scale)
         self.n_down, self.tau, self.up_prune = n_down, float(tau), float(up_prune)
+        self.cls_dense, self.coefficient_rule, self.top_m = cls_dense, coefficients, top_m
+        self.basis_threshold_abs, self.predictor_scale = basis_threshold_abs, predictor_scale
         self.w_down = nn.Parameter(torch.randn(num_heads, n_down, max_tokens) / math.sqrt(max_tokens))
         # W_up starts non-negative around the mean attention weight 1/n; attention distillation and weight decay
         # (the paper's L2 term) then decide which basis weights fall under the prune threshold.
         self.w_up = nn.Parameter(torch.rand(num_heads, n_down, max_tokens) * 2.5 / max_tokens)
 
+    @property
+    def num_heads(self) -> int:
+        return self.w_down.shape[0]
+
+    @property
+    def first_query(self) -> int:
+        """The first query row the predictor predicts: 1 when the CLS query attends densely, else 0."""
+        return 1 if self.cls_dense else 0
+
     def _columns(self, w: torch.Tensor, n: int, positions: torch.Tensor | None) -> torch.Tensor:
-        """w [H, n_down, max_tokens] -> the columns of the current tokens: [H, n_down, n] or [B, H, n_down, n]."""
+        """w [H, n_down, max_tokens] -> the columns of the current tokens: [H, n_down, n] (shared by the batch)
+        or, with ``positions`` [B, n] (each example's original token positions after pruning), [B, H, n_down, n]."""
         if positions is None:
             return w[..., :n]
-        return w[:, :, positions].permute(2, 0, 1, 3)  # positions [B, n]: original token positions (after pruning)
+        return w[:, :, positions].permute(2, 0, 1, 3)  # [H, n_down, B, n] -> [B, H, n_down, n]
+
+    def logit_scale(self, head_dim: int) -> float:
+        """The factor on Q K_down^T in Eq. 1: 1/sqrt(d) ("head_dim") or 1/sqrt(num_heads) ("num_heads")."""
+        return 1.0 / math.sqrt(head_dim if self.predictor_scale == "head_dim" else self.num_heads)
+
+    def down_projected_keys(self, k: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """K_down = W_down K per example and head: k [B, H, n, d] -> [B, H, n_down, d].
+
+        Head h uses its own W_down[h] and example b its own columns (``positions[b]``): the matmul broadcasts
+        W_down [H, n_down, n] (or [B, H, n_down, n]) against k's [B, H] batch dimensions and sums over tokens only.
+        """
+        w_down = self._columns(self.w_down, k.shape[-2], positions)  # [H, n_down, n] or [B, H, n_down, n]
+        return w_down @ k  # [B, H, n_down, d]
+
+    def low_rank_attention(self, q, k, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """A_down [B, H, n_q, n_down] (Eq. 1) from q, k [B, H, n, d], before sparsification. n_q = n - first_query:
+        with ``cls_dense`` the CLS query gets no prediction."""
+        k_down = self.down_projected_keys(k, positions)  # [B, H, n_down, d]
+        queries = q[:, :, self.first_query:]  # [B, H, n_q, d]
+        return torch.softmax(queries @ k_down.transpose(-1, -2) * self.logit_scale(k.shape[-1]), dim=-1)
+
+    def sparsify_coefficients(self, a_down: torch.Tensor) -> torch.Tensor:
+        """A~_down [..., n_q, n_down] (Eq. 2): A_down where A_down > tau ("threshold"), or at the top_m largest
+        entries of each query ("topm"); exactly zero elsewhere."""
+        if self.coefficient_rule == "topm":
+            kept = index_to_mask(torch.topk(a_down.detach(), self.top_m, dim=-1).indices, a_down.shape[-1])
+        else:
+            kept = a_down > self.tau
+        return a_down * kept
+
+    def coefficients(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """A~_down [B, H, n_q, n_down] (Eq. 1-2): the sparse coefficients."""
+        return self.sparsify_coefficients(self.low_rank_attention(q, k, positions))
 
     def sparse_basis(self, n: int, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """W~_up [H, n_down, n] (or [B, H, n_down, n]): entries with |w| < up_prune pruned to exactly zero."""
+        """W~_up [H, n_down, n] (or [B, H, n_down, n]): entries with |w| < up_prune pruned to exactly zero;
+        with ``basis_threshold_abs`` the kept entries are |w| (the official code), else w."""
         w = self._columns(self.w_up, n, positions)
+        if self.basis_threshold_abs:
+            w = w.abs()
         pruned = w * (w.abs() >= self.up_prune)
         if self.training:  # straight-through: pruned in the forward pass, but a pruned weight can grow back
             return pruned + (w - w.detach()) * (w.abs() < self.up_prune)
         return pruned
 
-    def low_rank_attention(self, q, k, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """A_down [B, H, n, n_down] (Eq. 1) from q, k [B, H, n, d], before the threshold."""
-        n, d = k.shape[-2], k.shape[-1]
-        w_down = self._columns(self.w_down, n, positions)
-        k_down = torch.einsum("...mn,bhnd->bhmd", w_down, k)  # [B, H, n_down, d]
-        return torch.softmax(q @ k_down.transpose(-1, -2) / math.sqrt(d), dim=-1)
-
-    def coefficients(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """A~_down [B, H, n, n_down] (Eq. 1-2): coefficients at or below tau set to zero."""
-        a_down = self.low_rank_attention(q, k, positions)
-        return a_down * (a_down > self.tau)
-
     def scores(self, q, k, positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """(connectivity scores S [B, H, n, n], sparse coefficients A~_down [B, H, n, n_down])."""
+        """(connectivity scores S [B, H, n_q, n], sparse coefficients A~_down [B, H, n_q, n_down])."""
         coeff = self.coefficients(q, k, positions)
         return coeff @ self.sparse_basis(k.shape[-2], positions), coeff
 
     def up_projection_macs(self, coeff: torch.Tensor, positions: torch.Tensor | None = None) -> float:
         """Multiply-adds of the sparse-sparse product A~_down W~_up, per example: each nonzero coefficient
-        (i, m) costs nnz(W~_up[m, :]). What a sparse kernel would spend; our dense matmul spends n * n_down * n."""
-        basis = self.sparse_basis(coeff.shape[-2], positions)
+        (i, m) costs nnz(W~_up[m, :]). What a sparse kernel would spend; our dense matmul spends n * n_down * n.
+        ``coeff`` [B, H, n_q, n_down] as the predictor returns it (n_q = n - first_query)."""
+        num_keys = coeff.shape[-2] + self.first_query
+        basis = self.sparse_basis(num_keys, positions)
         nnz_per_basis_row = (basis != 0).sum(-1).to(coeff.dtype)  # [(B,) H, n_down]
         if nnz_per_basis_row.dim() == 2:
             nnz_per_basis_row = nnz_per_basis_row.unsqueeze(0)
-        per_query = ((coeff != 0).to(coeff.dtype) * nnz_per_basis_row.unsqueeze(-2)).sum(-1)  # [B, H, n]
+        per_query = ((coeff != 0).to(coeff.dtype) * nnz_per_basis_row.unsqueeze(-2)).sum(-1)  # [B, H, n_q]
         return float(per_query.sum(dim=(-1, -2)).mean())
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, keep_rate: float, positions: torch.Tensor | None = None,
                 with_scores: bool = False) -> dict:
-        """Top-k connections per query: {"index": [B, H, n, k] long, "coefficients": A~_down} (+ "scores": S).
+        """Top-k connections per predicted query, from q, k [B, H, n, d]:
+
+        {"index": [B, H, n_q, k] long, "coefficients": A~_down [B, H, n_q, n_down], "first_query": int}
+        (+ "scores": S [B, H, n_q, n]), where row i is query ``first_query + i`` and k = ceil(keep_rate * n).
 
         The top-k ranks S = A~_down W~_up; ties, in particular a query whose coefficients all fall below tau
         (S all zero), are broken by the unthresholded A_down W~_up, added with weight TIE_BREAK, instead of by
         token index. The ranking key is one matmul: (A~_down + TIE_BREAK * A_down) W~_up.
         """
-        a_down = self.low_rank_attention(q, k, positions)
-        coeff = a_down * (a_down > self.tau)
-        basis = self.sparse_basis(k.shape[-2], positions)
+        a_down = self.low_rank_attention(q, k, positions)  # [B, H, n_q, n_down]
+        coeff = self.sparsify_coefficients(a_down)
+        basis = self.sparse_basis(k.shape[-2], positions)  # [(B,) H, n_down, n]
         with torch.no_grad():
-            key = (coeff + TIE_BREAK * a_down) @ basis
+            key = (coeff + TIE_BREAK * a_down) @ basis  # [B, H, n_q, n]
         index = topk_connections(key, num_connections(keep_rate, k.shape[-2]))
-        out = {"index": index, "coefficients": coeff}
+        out = {"index": index, "coefficients": coeff, "first_query": self.first_query}
         if with_scores:
             out["scores"] = coeff @ basis
         return out
 
 
 def topk_connections(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices [..., n, k] of the k largest scores of each query row (exactly k; ties by index order)."""
+    """Indices [..., n, k] of the k largest scores of each query row (exactly k; exact ties in torch.topk's order)."""
     if not 1 <= k <= scores.shape[-1]:
         raise ValueError(f"k must lie in [1, {scores.shape[-1]}], got {k}")
     return torch.topk(scores.detach(), k, dim=-1, sorted=False).indices
@@ -156,6 +245,20 @@ def index_to_mask(index: torch.Tensor, num_keys: int) -> torch.Tensor:
     """Boolean connectivity mask M [..., n, num_keys] with exactly the indexed keys set."""
     mask = torch.zeros(*index.shape[:-1], num_keys, dtype=torch.bool, device=index.device)
     return mask.scatter_(-1, index, True)
+
+
+def connectivity_mask(index: torch.Tensor, num_keys: int, first_query: int = 0) -> torch.Tensor:
+    """The whole mask M [B, H, first_query + n_q, num_keys] from the predictor's index [B, H, n_q, k]: the first
+    ``first_query`` rows (the CLS query with ``cls_dense``) keep every key, row first_query + i its indexed keys."""
+    dense_rows = torch.ones(*index.shape[:-2], first_query, num_keys, dtype=torch.bool, device=index.device)
+    return torch.cat([dense_rows, index_to_mask(index, num_keys)], dim=-2)
+
+
+def dense_attention(q, k, v) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q K^T / sqrt(d)) V as explicit matmuls: q [B, H, n_q, d], k, v [B, H, n, d] ->
+    (out [B, H, n_q, d], probabilities [B, H, n_q, n])."""
+    probs = torch.softmax((q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1]), dim=-1)
+    return probs @ v, probs
 
 
 def masked_dense_attention(q, k, v, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,15 +298,16 @@ def csr_sparse_attention(q, k, v, index: torch.Tensor) -> tuple[torch.Tensor, to
     each row, then a CSR x dense product with V (SpMM). K and V are read in place, never copied per query,
     which is why this beats the gather on CPU. No autograd (sampled_addmm has none on CSR here).
 
-    Same inputs and outputs as ``gathered_sparse_attention``; probabilities come back in sorted key order
-    with the sorted index, as [B, H, n, k] each.
+    Same inputs and outputs as ``gathered_sparse_attention`` (q [B, H, n, d] may have fewer rows than k, v
+    [B, H, n_keys, d]); probabilities come back in sorted key order with the sorted index, as [B, H, n, k] each.
     """
     B, H, n, d = q.shape
-    kk = index.shape[-1]
+    n_keys, kk = k.shape[-2], index.shape[-1]
     index = index.sort(dim=-1).values  # CSR wants sorted column indices per row
     cols = index.reshape(B * H, n * kk)
     crow = torch.arange(0, n * kk + 1, kk, device=q.device)
-    qf, kf, vf = (t.reshape(B * H, n, d) for t in (q, k, v))
+    qf = q.reshape(B * H, n, d)
+    kf, vf = (t.reshape(B * H, n_keys, d) for t in (k, v))
     out = torch.empty(B * H, n, d, dtype=q.dtype, device=q.device)
     probs = torch.empty(B * H, n, kk, dtype=q.dtype, device=q.device)
     zeros = torch.zeros(n * kk, dtype=q.dtype, device=q.device)
@@ -211,10 +315,10 @@ def csr_sparse_attention(q, k, v, index: torch.Tensor) -> tuple[torch.Tensor, to
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta" and invariant-check notes
         for i in range(B * H):  # batched CSR products are not implemented on CPU
-            pattern = torch.sparse_csr_tensor(crow, cols[i], zeros, (n, n))
+            pattern = torch.sparse_csr_tensor(crow, cols[i], zeros, (n, n_keys))
             scores = torch.sparse.sampled_addmm(pattern, qf[i], kf[i].T, beta=0.0, alpha=scale)
             probs[i] = torch.softmax(scores.values().view(n, kk), dim=-1)
-            out[i] = torch.sparse_csr_tensor(crow, cols[i], probs[i].reshape(-1), (n, n)) @ vf[i]
+            out[i] = torch.sparse_csr_tensor(crow, cols[i], probs[i].reshape(-1), (n, n_keys)) @ vf[i]
     return out.view(B, H, n, d), probs.view(B, H, n, kk), index
 
 
@@ -240,16 +344,33 @@ def scatter_probs(probs: torch.Tensor, index: torch.Tensor, num_keys: int) -> to
     return dense.scatter_(-1, index, probs)
 
 
+def attention_over_connections(q, k, v, index: torch.Tensor, first_query: int = 0, kernel: str = "auto",
+                               need_probs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The predictor's connectivity applied with a sparse kernel: q, k, v [B, H, n, d], index [B, H, n_q, k]
+    for queries first_query..n-1 (n_q = n - first_query). The first ``first_query`` queries (CLS with
+    ``cls_dense``) attend to every key, densely. Returns (out [B, H, n, d], probabilities [B, H, n, n] when
+    ``need_probs``, else None); equal to ``masked_dense_attention`` with ``connectivity_mask``."""
+    out, sparse_probs, used_index = sparse_attention(q[:, :, first_query:], k, v, index, kernel)
+    probs = scatter_probs(sparse_probs, used_index, k.shape[-2]) if need_probs else None
+    if first_query:
+        dense_out, dense_probs = dense_attention(q[:, :, :first_query], k, v)
+        out = torch.cat([dense_out, out], dim=-2)
+        probs = torch.cat([dense_probs, probs], dim=-2) if need_probs else None
+    return out, probs
+
+
 def dense_attention_macs(n: int, hidden: int) -> float:
     """Multiply-adds of QK^T and AV for one layer and example: 2 * n^2 * D (the paper's 'MHSA FLOPs')."""
     return 2.0 * n * n * hidden
 
 
-def sparse_attention_macs(n: int, k: int, hidden: int) -> float:
-    """QK^T and AV over k keys per query: 2 * n * k * D."""
-    return 2.0 * n * k * hidden
+def sparse_attention_macs(n: int, k: int, hidden: int, dense_queries: int = 0) -> float:
+    """QK^T and AV over k keys per query: 2 * n * k * D; the first ``dense_queries`` queries (CLS with
+    ``cls_dense``) attend to all n keys: 2 * ((n - dense_queries) * k + dense_queries * n) * D."""
+    return 2.0 * ((n - dense_queries) * k + dense_queries * n) * hidden
 
 
-def predictor_macs(n: int, n_down: int, hidden: int, up_projection: float) -> float:
-    """Down-projection of K (n_down * n * D), Q K_down^T (n * n_down * D), plus the up-projection's multiply-adds."""
-    return 2.0 * n * n_down * hidden + up_projection
+def predictor_macs(n: int, n_down: int, hidden: int, up_projection: float, dense_queries: int = 0) -> float:
+    """Down-projection of K (n_down * n * D), Q K_down^T for the predicted queries ((n - dense_queries) * n_down
+    * D), plus the up-projection's multiply-adds."""
+    return (2.0 * n - dense_queries) * n_down * hidden + up_projection

@@ -153,8 +153,10 @@ def _step(model, teacher, pixels, labels, config: ViTTrainConfig, rng: random.Ra
         return out, F.cross_entropy(out.logits, labels)
     if config.objective == "predictor":
         out = model(pixels, attention="dense", with_predictor=True)
+        # the teacher's rows of the predicted queries (all, or all but CLS with cls_dense, as the official code)
+        teacher_rows = [layer["probs"][:, :, layer["first_query"]:] for layer in out.layers]
         loss = config.lambda_attn * attention_distillation_loss([layer["scores"] for layer in out.layers],
-                                                                [layer["probs"] for layer in out.layers])
+                                                                teacher_rows)
         if config.lambda_spa:
             loss = loss + config.lambda_spa * torch.stack([p.w_up.pow(2).mean() for p in model.predictors]).mean()
         return out, loss

@@ -20,7 +20,6 @@ from the shapes it actually ran.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -32,15 +31,16 @@ from bab.core.budget import BudgetGates, hard_topk_mask, straight_through, valid
 from bab.sparsifiner.linformer import LinformerProjection, linformer_macs
 from bab.sparsifiner.predictor import (
     ConnectivityPredictor,
+    attention_over_connections,
+    connectivity_mask,
+    dense_attention,
     dense_attention_macs,
-    index_to_mask,
     masked_dense_attention,
     num_connections,
     predictor_macs,
-    scatter_probs,
-    sparse_attention,
     sparse_attention_macs,
     validate_keep_rate,
+    validate_predictor_options,
 )
 from bab.sparsifiner.token_pruning import prune_tokens, validate_token_keep
 
@@ -63,6 +63,13 @@ class ViTClassifierConfig:
     n_down: int = 8
     tau: float = 0.05
     up_prune: float = 1e-2
+    # the official code's choices as options (bab.sparsifiner.predictor; docs/sparsifiner.md). The defaults are
+    # the paper's text and this code's behaviour before the options existed, until training measurements decide.
+    cls_dense: bool = False  # True: no prediction for the CLS query, it attends to every key (official)
+    coefficients: str = "threshold"  # "threshold": A_down > tau (Eq. 2); "topm": the top_m largest (official)
+    top_m: int = 8  # coefficients kept per query with coefficients="topm" (official default 8)
+    basis_threshold_abs: bool = False  # True: basis |W_up| * 1[|W_up| >= up_prune] (official), else W_up * 1[...]
+    predictor_scale: str = "head_dim"  # A_down's logits times 1/sqrt(d) ("head_dim") or 1/sqrt(H) ("num_heads")
     linformer_len: int | None = None  # attach Linformer projections of this length to every layer
     gates: str | None = None  # None or "budget" (BudgetGates over layers x heads)
 
@@ -73,6 +80,12 @@ class ViTClassifierConfig:
             raise ValueError(f"hidden_size {self.hidden_size} must be divisible by num_heads {self.num_heads}")
         if self.gates not in (None, "budget"):
             raise ValueError(f"gates must be None or 'budget', got {self.gates!r}")
+        validate_predictor_options(**self.predictor_options(), tau=self.tau, up_prune=self.up_prune)
+
+    def predictor_options(self) -> dict:
+        """The ConnectivityPredictor keyword arguments besides num_heads, max_tokens, tau and up_prune."""
+        return dict(n_down=self.n_down, cls_dense=self.cls_dense, coefficients=self.coefficients, top_m=self.top_m,
+                    basis_threshold_abs=self.basis_threshold_abs, predictor_scale=self.predictor_scale)
 
     @property
     def num_tokens(self) -> int:
@@ -106,8 +119,9 @@ class ViTClassifier(nn.Module):
         self.config = config
         self.hf = hf_model if hf_model is not None else ViTForImageClassification(config.hf_config())
         n, L, H = config.num_tokens, config.num_layers, config.num_heads
-        self.predictors = (nn.ModuleList([ConnectivityPredictor(H, n, config.n_down, config.tau, config.up_prune)
-                                          for _ in range(L)]) if config.predictor else None)
+        self.predictors = (nn.ModuleList([ConnectivityPredictor(H, n, tau=config.tau, up_prune=config.up_prune,
+                                                                **config.predictor_options()) for _ in range(L)])
+                           if config.predictor else None)
         self.linformer = (nn.ModuleList([LinformerProjection(n, config.linformer_len) for _ in range(L)])
                           if config.linformer_len else None)
         # gates start nearly open (sigmoid(2) = 0.88) so a dense warm start keeps its function at first
@@ -225,9 +239,7 @@ class ViTClassifier(nn.Module):
             info.update(predicted)
         if path == "dense":
             if need_probs or with_predictor:
-                probs = torch.softmax((q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1]), dim=-1)
-                out = probs @ v
-                info["probs"] = probs
+                out, info["probs"] = dense_attention(q, k, v)
             else:
                 out = F.scaled_dot_product_attention(q, k, v)
             info["macs"] = dense_attention_macs(n, D)
@@ -235,15 +247,15 @@ class ViTClassifier(nn.Module):
             out, low_rank = self.linformer[i](q, k, v)
             info.update(macs=linformer_macs(n, self.linformer[i].proj_len, D), low_rank_probs=low_rank)
         else:
-            kk = num_connections(keep_rate, n)
+            kk, first = num_connections(keep_rate, n), predicted["first_query"]  # queries < first attend densely
             up = self.predictors[i].up_projection_macs(predicted["coefficients"], positions)
-            info["macs"] = sparse_attention_macs(n, kk, D) + predictor_macs(n, self.config.n_down, D, up)
+            info["macs"] = sparse_attention_macs(n, kk, D, first) + predictor_macs(n, self.config.n_down, D, up, first)
             if path == "sparse":
-                out, sparse_probs, index = sparse_attention(q, k, v, predicted["index"], sparse_kernel)
+                out, probs = attention_over_connections(q, k, v, predicted["index"], first, sparse_kernel, need_probs)
                 if need_probs:
-                    info["probs"] = scatter_probs(sparse_probs, index, n)
+                    info["probs"] = probs
             else:
-                out, info["probs"] = masked_dense_attention(q, k, v, index_to_mask(predicted["index"], n))
+                out, info["probs"] = masked_dense_attention(q, k, v, connectivity_mask(predicted["index"], n, first))
         if "probs" in info:
             info["cls_probs"] = info["probs"][:, :, 0]  # [B, H, n]
         elif path == "linformer" and need_probs:

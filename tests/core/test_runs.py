@@ -152,3 +152,30 @@ def test_bumping_a_methods_training_version_retrains_the_studys_runs(tmp_path, m
     monkeypatch.setattr(bab.heads, "TRAINING_VERSION", bab.heads.TRAINING_VERSION + 1)
     _, bumped, lineage = study.dense()
     assert bumped["cached"] is False and lineage["code"]["version"] == bab.heads.TRAINING_VERSION
+
+
+def test_the_vit_studys_runs_are_keyed_on_sparsifiners_training_version(tmp_path, monkeypatch):
+    """Version 2 fixed the predictor's down-projection (issue 11): no checkpoint trained before is served."""
+    import bab.sparsifiner
+    from bab.experiments.vit import ViTProfile, ViTStudy
+    from bab.sparsifiner.train import ViTTrainConfig
+
+    assert bab.sparsifiner.TRAINING_VERSION >= 2
+    step = ViTTrainConfig(objective="dense", epochs=1, batch_size=16)
+    model = dict(image_size=8, patch_size=2, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=16)
+    profile = ViTProfile(name="tiny", num_train=16, num_val=8, num_test=8, model=model, dense=step,
+                         phase1=ViTTrainConfig(objective="predictor", epochs=1, batch_size=16), phase2=step,
+                         heads=step, n_down=2)
+    study = ViTStudy(profile, cache=RunCache(tmp_path), progress=False)
+    g = torch.Generator().manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(16, 1, 8, 8, generator=g),
+                                          torch.randint(0, 10, (16,), generator=g))
+    monkeypatch.setattr(study, "splits", lambda: {"train": data})
+    _, first, lineage = study.predictor()
+    _, same, _ = study.predictor()
+    assert (first["cached"], same["cached"]) == (False, True)
+    assert lineage["code"] == {"method": "sparsifiner", "version": bab.sparsifiner.TRAINING_VERSION}
+    assert lineage["parent"]["code"] == lineage["code"]  # the dense teacher it starts from is keyed on it too
+    monkeypatch.setattr(bab.sparsifiner, "TRAINING_VERSION", bab.sparsifiner.TRAINING_VERSION + 1)
+    _, bumped, lineage = study.predictor()
+    assert bumped["cached"] is False and lineage["code"]["version"] == bab.sparsifiner.TRAINING_VERSION

@@ -9,7 +9,10 @@ import torch.nn.functional as F
 from bab.__main__ import main as bab_main
 from bab.sparsifiner.bench import bench_sparse_attention, crossover, predictor_breakdown
 from bab.sparsifiner.predictor import (
+    TIE_BREAK,
     ConnectivityPredictor,
+    attention_over_connections,
+    connectivity_mask,
     csr_sparse_attention,
     gathered_sparse_attention,
     index_to_mask,
@@ -17,6 +20,7 @@ from bab.sparsifiner.predictor import (
     num_connections,
     scatter_probs,
     sparse_attention,
+    sparse_attention_macs,
     topk_connections,
     validate_keep_rate,
 )
@@ -205,3 +209,287 @@ def test_predictor_breakdown_times_every_part():
     assert list(parts.columns) == ["tokens", "keep_rate", "dense SDPA ms", "A_down ms", "up-projection ms", "top-k ms",
                                    "sparse attention ms"]
     assert (parts.iloc[0, 2:] > 0).all()
+
+
+# ----------------------------------------------------------------------------- issue 11: per head, per example
+# An independent reference of the predictor: explicit loops over examples and heads, one plain matmul per
+# equation and head, no einsum and no broadcasting over heads or examples. The predictor must equal it.
+
+OFFICIAL = dict(cls_dense=True, coefficients="topm", top_m=2, basis_threshold_abs=True, predictor_scale="num_heads")
+
+
+def reference_predictor(predictor, q, k, keep_rate, positions=None):
+    """{"a_down", "coefficients", "scores": [B, H, n_q, .] float64, "index": per (b, h) a list of key sets}."""
+    B, H, n, d = q.shape
+    first = 1 if predictor.cls_dense else 0
+    scale = 1 / math.sqrt(d if predictor.predictor_scale == "head_dim" else H)
+    kk = num_connections(keep_rate, n)
+    a_out, c_out, s_out = (torch.zeros(B, H, n - first, width, dtype=torch.float64)
+                           for width in (predictor.n_down, predictor.n_down, n))
+    index = {}
+    for b in range(B):
+        columns = torch.arange(n) if positions is None else positions[b]  # example b's own token positions
+        for h in range(H):
+            w_down = predictor.w_down[h][:, columns].double()  # head h's own W_down: [n_down, n]
+            k_down = w_down @ k[b, h].double()  # [n_down, d]
+            a_down = torch.softmax(q[b, h, first:].double() @ k_down.T * scale, dim=-1)  # [n_q, n_down]
+            if predictor.coefficient_rule == "topm":
+                kept = torch.zeros_like(a_down, dtype=torch.bool)
+                for i in range(n - first):
+                    kept[i, torch.topk(a_down[i], predictor.top_m).indices] = True
+            else:
+                kept = a_down > predictor.tau
+            coeff = a_down * kept
+            w_up = predictor.w_up[h][:, columns].double()
+            if predictor.basis_threshold_abs:
+                w_up = w_up.abs()
+            basis = w_up * (w_up.abs() >= predictor.up_prune)
+            a_out[b, h], c_out[b, h], s_out[b, h] = a_down, coeff, coeff @ basis
+            key = (coeff + TIE_BREAK * a_down) @ basis
+            index[b, h] = [set(torch.topk(key[i], kk).indices.tolist()) for i in range(n - first)]
+    return {"a_down": a_out, "coefficients": c_out, "scores": s_out, "index": index}
+
+
+def random_predictor(H=3, n=20, n_down=5, **options):
+    """Random, signed W_up (so |W_up| and W_up differ) and no pruning of W_up below 0.05."""
+    torch.manual_seed(0)
+    predictor = ConnectivityPredictor(H, n, n_down=n_down, tau=0.1, up_prune=0.05, **options).eval()
+    with torch.no_grad():
+        predictor.w_up.copy_(torch.randn_like(predictor.w_up) * 0.2)
+    return predictor.double()
+
+
+def pruned_positions(B=4, n_max=20, n=12, seed=3):
+    """Token pruning: CLS plus a different sorted subset of n - 1 patches for each example, [B, n]."""
+    g = torch.Generator().manual_seed(seed)
+    patches = [torch.randperm(n_max - 1, generator=g)[:n - 1].sort().values + 1 for _ in range(B)]
+    return torch.stack([torch.cat([torch.zeros(1, dtype=torch.long), p]) for p in patches])
+
+
+def predictor_inputs(with_positions: bool, B=4, H=3, n_max=20, n=12, d=8):
+    q, k, _ = (t.double() for t in qkv(B=B, H=H, n=n if with_positions else n_max, d=d, seed=5))
+    return q, k, (pruned_positions(B, n_max, n) if with_positions else None)
+
+
+def index_sets(index):
+    """[B, H, n_q, k] -> {(b, h): [set of kept keys per query]}."""
+    B, H = index.shape[:2]
+    return {(b, h): [set(row) for row in index[b, h].tolist()] for b in range(B) for h in range(H)}
+
+
+@pytest.mark.parametrize("with_positions", [False, True], ids=["all tokens", "token pruning"])
+@pytest.mark.parametrize("options", [{}, OFFICIAL], ids=["defaults", "official options"])
+def test_predictor_equals_a_loop_over_examples_and_heads(with_positions, options):
+    predictor = random_predictor(**options)
+    q, k, positions = predictor_inputs(with_positions)
+    expected = reference_predictor(predictor, q, k, 0.25, positions)
+    with torch.no_grad():
+        out = predictor(q, k, 0.25, positions, with_scores=True)
+        a_down = predictor.low_rank_attention(q, k, positions)
+    for name, ours in (("a_down", a_down), ("coefficients", out["coefficients"]), ("scores", out["scores"])):
+        per_head_error = (ours - expected[name]).abs().amax(dim=(0, 2, 3))
+        assert per_head_error.max() < 1e-10, (name, per_head_error.tolist())
+    assert index_sets(out["index"]) == expected["index"]
+
+
+@pytest.mark.parametrize("with_positions", [False, True], ids=["all tokens", "token pruning"])
+@pytest.mark.parametrize("options", [{}, OFFICIAL], ids=["defaults", "official options"])
+def test_an_examples_connectivity_does_not_depend_on_its_batch(with_positions, options):
+    predictor = random_predictor(**options)
+    q, k, positions = predictor_inputs(with_positions)
+    with torch.no_grad():
+        alone = [predictor(q[b:b + 1], k[b:b + 1], 0.25, None if positions is None else positions[b:b + 1],
+                           with_scores=True) for b in range(4)]
+        for order in ([0, 1, 2, 3], [2, 0, 3, 1], [3, 3, 1, 0]):  # shuffled, and different companions
+            batch = predictor(q[order], k[order], 0.25, None if positions is None else positions[order],
+                              with_scores=True)
+            for slot, b in enumerate(order):
+                for name in ("coefficients", "scores"):
+                    torch.testing.assert_close(batch[name][slot], alone[b][name][0], rtol=0, atol=1e-12)
+                assert index_sets(batch["index"][slot:slot + 1]) == index_sets(alone[b]["index"])
+
+
+# ----------------------------------------------------------------------------- one test per equation, by hand
+# 2 heads, n = 3 tokens, n_down = 2, d = 4 (so 1/sqrt(d) = 1/2), one example. Different W_down per head, so a
+# predictor that mixed the heads' projections gets different numbers. sigmoid(x) = softmax([x, 0])[0].
+
+def sigmoid(x):
+    return 1 / (1 + math.exp(-x))
+
+
+S1, S2 = sigmoid(1), sigmoid(2)
+HAND_Q = torch.tensor([[[[2., 0, 0, 0], [1, 0, 0, 0], [0, 0, 2, 0]],  # head 0: queries 0, 1, 2
+                        [[0., 1, 0, 0], [1, 0, 1, 0], [0, 0, 0, 0]]]])  # head 1
+HAND_K = torch.tensor([[[[2., 0, 0, 0], [0, 2, 0, 0], [0, 0, 2, 0]],  # head 0: keys 0, 1, 2
+                        [[1., 0, 0, 0], [0, 4, 0, 0], [1, 0, 2, 0]]]])  # head 1
+HAND_W_DOWN = torch.tensor([[[1., 0, 0], [0, 0, 1]],  # head 0: K_down = [k0; k2]
+                            [[0., 1, 0], [1, 0, 1]]])  # head 1: K_down = [k1; k0 + k2]
+HAND_W_UP = torch.tensor([[[0.5, 0.125, -0.375], [0.25, 1.0, -0.125]],
+                          [[0.0, 0.5, 1.0], [0.75, -0.25, 0.125]]])
+
+
+def hand_predictor(tau=0.2, **options):
+    predictor = ConnectivityPredictor(2, 3, n_down=2, tau=tau, up_prune=0.25, **options).eval()
+    with torch.no_grad():
+        predictor.w_down.copy_(HAND_W_DOWN)
+        predictor.w_up.copy_(HAND_W_UP)
+    return predictor
+
+
+def test_k_down_is_each_heads_own_w_down_times_its_keys():
+    expected = torch.tensor([[[[2., 0, 0, 0], [0, 0, 2, 0]],  # head 0: [k0; k2]
+                              [[0., 4, 0, 0], [2, 0, 2, 0]]]])  # head 1: [k1; k0 + k2]
+    torch.testing.assert_close(hand_predictor().down_projected_keys(HAND_K), expected)
+
+
+def test_a_down_is_the_softmax_of_q_k_down_over_sqrt_d():
+    # logits Q K_down^T / 2: head 0 [2, 0], [1, 0], [0, 2]; head 1 [2, 0], [0, 2], [0, 0]
+    expected = torch.tensor([[[[S2, 1 - S2], [S1, 1 - S1], [1 - S2, S2]],
+                              [[S2, 1 - S2], [1 - S2, S2], [0.5, 0.5]]]])
+    torch.testing.assert_close(hand_predictor().low_rank_attention(HAND_Q, HAND_K), expected)
+
+
+def test_tau_keeps_only_coefficients_strictly_above_it():
+    # tau = 0.2 removes 1 - S2 = 0.119 and keeps 1 - S1 = 0.269 and 0.5
+    expected = torch.tensor([[[[S2, 0], [S1, 1 - S1], [0, S2]],
+                              [[S2, 0], [0, S2], [0.5, 0.5]]]])
+    torch.testing.assert_close(hand_predictor(tau=0.2).coefficients(HAND_Q, HAND_K), expected)
+    # tau = 0.5: a coefficient equal to tau is removed too (Eq. 2: kept only if A_down > tau)
+    expected = torch.tensor([[[[S2, 0], [S1, 0], [0, S2]],
+                              [[S2, 0], [0, S2], [0, 0]]]])
+    torch.testing.assert_close(hand_predictor(tau=0.5).coefficients(HAND_Q, HAND_K), expected)
+
+
+def test_w_up_entries_below_the_prune_threshold_become_zero_and_the_rest_keep_their_sign():
+    expected = torch.tensor([[[0.5, 0, -0.375], [0.25, 1.0, 0]],  # |w| >= 0.25 kept (0.25 itself too)
+                             [[0.0, 0.5, 1.0], [0.75, -0.25, 0]]])
+    torch.testing.assert_close(hand_predictor().sparse_basis(3), expected)
+
+
+def test_scores_are_the_sparse_coefficients_times_the_sparse_basis():
+    expected = torch.tensor([[[[0.5 * S2, 0, -0.375 * S2],
+                               [0.5 * S1 + 0.25 * (1 - S1), 1 - S1, -0.375 * S1],
+                               [0.25 * S2, S2, 0]],
+                              [[0, 0.5 * S2, S2],
+                               [0.75 * S2, -0.25 * S2, 0],
+                               [0.375, 0.125, 0.5]]]])
+    scores, _ = hand_predictor().scores(HAND_Q, HAND_K)
+    torch.testing.assert_close(scores, expected)
+
+
+@pytest.mark.parametrize("keep_rate, expected", [
+    (1 / 3, [[{0}, {0}, {1}], [{2}, {0}, {2}]]),  # k = 1: the largest score of each row above
+    (0.5, [[{0, 1}, {0, 1}, {0, 1}], [{1, 2}, {0, 2}, {0, 2}]]),  # k = ceil(1.5) = 2
+])
+def test_topk_keeps_the_k_largest_scores_of_each_query(keep_rate, expected):
+    index = hand_predictor()(HAND_Q, HAND_K, keep_rate)["index"]
+    assert [[set(row) for row in head] for head in index[0].tolist()] == expected
+
+
+def test_queries_with_every_coefficient_at_or_below_tau_rank_by_the_unthresholded_scores_by_hand():
+    # tau = 0.9 zeroes every coefficient (the largest is S2 = 0.881), so S = 0 and the ranking key is
+    # A_down W~_up: head 0 [.470, .119, -.330], [.433, .269, -.274], [.280, .881, -.045];
+    #               head 1 [.089, .411, .881], [.661, -.161, .119], [.375, .125, .5]
+    out = hand_predictor(tau=0.9)(HAND_Q, HAND_K, 1 / 3, with_scores=True)
+    assert torch.all(out["scores"] == 0)
+    assert [[set(row) for row in head] for head in out["index"][0].tolist()] == [[{0}, {0}, {1}], [{2}, {0}, {2}]]
+
+
+def test_attention_runs_over_the_kept_keys_only_by_hand():
+    # one head, d = 4, k = 2 keys per query; q_i . k_j / 2 = [1, 0, 2], [0, 1, 0], [0, 0, 0]
+    q = torch.tensor([[[[2., 0, 0, 0], [0, 2, 0, 0], [0, 0, 0, 0]]]])
+    k = torch.tensor([[[[1., 0, 0, 0], [0, 1, 0, 0], [2, 0, 0, 0]]]])
+    v = torch.tensor([[[[1., 0, 0, 0], [0, 0, 1, 0], [0, 1, 0, 0]]]])
+    index = torch.tensor([[[[2, 0], [1, 0], [0, 1]]]])
+    expected_probs = torch.tensor([[[[1 - S1, 0, S1],  # softmax([1, 2]) over keys 0 and 2
+                                     [1 - S1, S1, 0],  # softmax([0, 1]) over keys 0 and 1
+                                     [0.5, 0.5, 0]]]])  # equal scores over keys 0 and 1
+    expected = expected_probs @ v
+    torch.testing.assert_close(expected[0, 0, 0], torch.tensor([1 - S1, S1, 0, 0]))
+    masked, probs = masked_dense_attention(q, k, v, index_to_mask(index, 3))
+    torch.testing.assert_close(probs, expected_probs)
+    for out in (masked, gathered_sparse_attention(q, k, v, index)[0], csr_sparse_attention(q, k, v, index)[0]):
+        torch.testing.assert_close(out, expected)
+
+
+# ----------------------------------------------------------------------------- the official code's options, by hand
+
+def test_the_defaults_are_the_paper_text_not_the_official_options():
+    predictor = ConnectivityPredictor(2, 10)
+    assert (predictor.cls_dense, predictor.coefficient_rule, predictor.basis_threshold_abs,
+            predictor.predictor_scale, predictor.first_query) == (False, "threshold", False, "head_dim", 0)
+
+
+def test_cls_dense_makes_no_prediction_for_the_cls_query():
+    predictor = hand_predictor(cls_dense=True)
+    expected = torch.tensor([[[[S1, 1 - S1], [1 - S2, S2]],  # queries 1 and 2 only
+                              [[1 - S2, S2], [0.5, 0.5]]]])
+    torch.testing.assert_close(predictor.low_rank_attention(HAND_Q, HAND_K), expected)
+    out = predictor(HAND_Q, HAND_K, 0.5, with_scores=True)
+    assert out["first_query"] == 1 and out["index"].shape == (1, 2, 2, 2) and out["scores"].shape == (1, 2, 2, 3)
+    assert [[set(row) for row in head] for head in out["index"][0].tolist()] == [[{0, 1}, {0, 1}], [{0, 2}, {0, 2}]]
+
+
+def test_with_cls_dense_the_cls_query_attends_to_every_key():
+    q = torch.tensor([[[[2., 0, 0, 0], [0, 2, 0, 0], [0, 0, 0, 0]]]])  # CLS scores q0 . k_j / 2 = [1, 0, 2]
+    k = torch.tensor([[[[1., 0, 0, 0], [0, 1, 0, 0], [2, 0, 0, 0]]]])
+    v = torch.tensor([[[[1., 0, 0, 0], [0, 0, 1, 0], [0, 1, 0, 0]]]])
+    index = torch.tensor([[[[1, 0], [0, 1]]]])  # queries 1 and 2 only
+    e = math.e
+    cls_probs = [e / (1 + e + e * e), 1 / (1 + e + e * e), e * e / (1 + e + e * e)]
+    expected_probs = torch.tensor([[[cls_probs, [1 - S1, S1, 0], [0.5, 0.5, 0]]]])
+    mask = connectivity_mask(index, 3, first_query=1)
+    assert mask[0, 0].tolist() == [[True, True, True], [True, True, False], [True, True, False]]
+    masked, probs = masked_dense_attention(q, k, v, mask)
+    torch.testing.assert_close(probs, expected_probs)
+    torch.testing.assert_close(masked, expected_probs @ v)
+    for kernel in ("gather", "csr"):
+        out, sparse_probs = attention_over_connections(q, k, v, index, 1, kernel, need_probs=True)
+        torch.testing.assert_close(out, masked)
+        torch.testing.assert_close(sparse_probs, expected_probs)
+    # n = 3, k = 2, D = 4: two queries over 2 keys and CLS over all 3 (QK^T and AV)
+    assert sparse_attention_macs(3, 2, 4, dense_queries=1) == 2 * (2 * 2 + 3) * 4
+
+
+def test_topm_keeps_the_m_largest_coefficients_of_each_query_whatever_tau():
+    coeff = hand_predictor(tau=0.9, coefficients="topm", top_m=1).coefficients(HAND_Q, HAND_K)
+    expected = torch.tensor([[[S2, 0], [S1, 0], [0, S2]], [[S2, 0], [0, S2], [0, 0]]])
+    torch.testing.assert_close(coeff[0, :, :2], expected[:, :2])
+    torch.testing.assert_close(coeff[0, 0, 2], expected[0, 2])
+    assert sorted(coeff[0, 1, 2].tolist()) == [0.0, 0.5]  # a tie [0.5, 0.5]: exactly one of the two is kept
+    a_down = hand_predictor(coefficients="topm", top_m=2).low_rank_attention(HAND_Q, HAND_K)
+    torch.testing.assert_close(hand_predictor(coefficients="topm", top_m=2).coefficients(HAND_Q, HAND_K), a_down)
+
+
+def test_basis_threshold_abs_keeps_the_absolute_values():
+    predictor = hand_predictor(basis_threshold_abs=True)
+    expected = torch.tensor([[[0.5, 0, 0.375], [0.25, 1.0, 0]],
+                             [[0.0, 0.5, 1.0], [0.75, 0.25, 0]]])
+    torch.testing.assert_close(predictor.sparse_basis(3), expected)
+    predictor.train()  # straight-through: the forward is the same, every weight gets d|w|/dw = sign(w)
+    basis = predictor.sparse_basis(3)
+    torch.testing.assert_close(basis, expected)
+    basis.sum().backward()
+    torch.testing.assert_close(predictor.w_up.grad, torch.sign(HAND_W_UP))
+
+
+def test_predictor_scale_num_heads_divides_the_logits_by_sqrt_h():
+    # raw Q K_down^T: head 0 [4, 0], [2, 0], [0, 4]; head 1 [4, 0], [0, 4], [0, 0]; divided by sqrt(H = 2)
+    t1, t2 = sigmoid(2 / math.sqrt(2)), sigmoid(4 / math.sqrt(2))
+    expected = torch.tensor([[[[t2, 1 - t2], [t1, 1 - t1], [1 - t2, t2]],
+                              [[t2, 1 - t2], [1 - t2, t2], [0.5, 0.5]]]])
+    predictor = hand_predictor(predictor_scale="num_heads")
+    torch.testing.assert_close(predictor.low_rank_attention(HAND_Q, HAND_K), expected)
+
+
+@pytest.mark.parametrize("options, error, message", [
+    (dict(coefficients="top8"), ValueError, "coefficients must be one of .*'topm' keeps the top_m largest"),
+    (dict(coefficients="topm", top_m=5), ValueError, r"top_m must be an integer in \[1, n_down = 4\].*lower top_m"),
+    (dict(coefficients="topm", top_m=0), ValueError, "top_m must be an integer"),
+    (dict(predictor_scale="sqrt_d"), ValueError, "predictor_scale must be one of .*'head_dim'"),
+    (dict(cls_dense="yes"), TypeError, "cls_dense must be True or False"),
+    (dict(basis_threshold_abs=1), TypeError, "basis_threshold_abs must be True or False"),
+])
+def test_bad_predictor_options_raise_errors_that_say_how_to_fix_them(options, error, message):
+    with pytest.raises(error, match=message):
+        ConnectivityPredictor(2, 10, n_down=4, **options)

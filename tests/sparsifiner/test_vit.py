@@ -7,7 +7,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from bab.core.losses import attention_distillation_loss, kl_distillation_loss, token_distillation_loss
-from bab.sparsifiner.evaluate import attention_core_flops, evaluate_vit, mhsa_cost_table, topk_exact
+from bab.sparsifiner.evaluate import attention_core_flops, attention_maps, evaluate_vit, mhsa_cost_table, topk_exact
 from bab.sparsifiner.predictor import num_connections
 from bab.sparsifiner.token_pruning import prune_tokens
 from bab.sparsifiner.train import ViTTrainConfig, train_vit
@@ -211,3 +211,79 @@ def test_hard_head_adaptation_trains_gates_through_the_straight_through_estimato
     config = ViTTrainConfig(objective="heads_hard", epochs=1, batch_size=16, gate_lr=1e-1)
     train_vit(model, toy_data(), config, teacher=teacher, progress=False)
     assert not torch.equal(model.gates.theta, theta)  # hard masks in the forward, gradients reach the soft gates
+
+
+# ----------------------------------------------------------------------------- issue 11: batch independence, options
+
+OFFICIAL = dict(cls_dense=True, coefficients="topm", top_m=2, basis_threshold_abs=True, predictor_scale="num_heads")
+
+
+def signed_predictors(model):
+    """Random signed W_up (an untrained W_up is all positive), so every option changes the connectivity."""
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for predictor in model.predictors:
+            predictor.w_up.copy_(torch.randn(predictor.w_up.shape, generator=g) * 0.2)
+    return model
+
+
+@pytest.mark.parametrize("pruning", [{}, dict(token_keep=0.5, prune_layers=(0,))], ids=["all tokens", "pruned"])
+@pytest.mark.parametrize("attention", ["sparse", "masked"])
+@pytest.mark.parametrize("options", [{}, OFFICIAL], ids=["defaults", "official options"])
+def test_an_images_output_does_not_depend_on_the_other_images_in_its_batch(pruning, attention, options):
+    model = signed_predictors(tiny(predictor=True, n_down=4, **options)).double()
+    x = pixels(5).double()
+    forward = dict(attention=attention, keep_rate=0.25, return_internals=True, **pruning)
+    with torch.no_grad():
+        alone = [model(x[b:b + 1], **forward) for b in range(5)]
+        for order in ([0, 1, 2, 3, 4], [3, 1, 0, 4, 2], [2, 2, 0]):  # shuffled, and different companions
+            batch = model(x[order], **forward)
+            for slot, b in enumerate(order):
+                torch.testing.assert_close(batch.tokens[slot], alone[b].tokens[0], rtol=0, atol=1e-12)
+                torch.testing.assert_close(batch.logits[slot], alone[b].logits[0], rtol=0, atol=1e-12)
+                for in_batch, by_itself in zip(batch.layers, alone[b].layers, strict=True):
+                    # every layer's attention (its output is probs @ V) and its connections
+                    torch.testing.assert_close(in_batch["probs"][slot], by_itself["probs"][0], rtol=0, atol=1e-12)
+                    assert torch.equal(in_batch["index"][slot].sort(-1).values, by_itself["index"][0].sort(-1).values)
+
+
+def test_the_official_options_in_the_vit_keep_sparse_equal_to_masked_and_cls_dense():
+    model = signed_predictors(tiny(predictor=True, n_down=4, **OFFICIAL))
+    x = pixels()
+    n, D = model.config.num_tokens, model.config.hidden_size
+    with torch.no_grad():
+        for rate in (0.5, 0.25, 0.1):
+            sparse = model(x, attention="sparse", keep_rate=rate, return_internals=True)
+            masked = model(x, attention="masked", keep_rate=rate, return_internals=True)
+            torch.testing.assert_close(sparse.logits, masked.logits, atol=1e-5, rtol=1e-5)
+            k = num_connections(rate, n)
+            for predictor, layer in zip(model.predictors, sparse.layers, strict=True):
+                kept = (layer["probs"] > 0).sum(-1)  # [B, H, n]
+                assert torch.all(kept[:, :, 0] == n) and torch.all(kept[:, :, 1:] == k)  # CLS dense, others k
+                assert layer["index"].shape[-2] == n - 1
+                attention = 2 * ((n - 1) * k + n) * D  # QK^T and AV: the CLS row over n keys, the others over k
+                down = (n + (n - 1)) * 4 * D  # W_down K over n keys, Q K_down^T for the n - 1 predicted queries
+                up = predictor.up_projection_macs(layer["coefficients"])
+                assert layer["macs"] == pytest.approx(attention + down + up)
+        assert topk_exact(model, x, 0.25)
+        maps = attention_maps(model, x[:1], query=0, keep_rate=0.25, layers=[0], heads=[0])
+        assert maps["mask"][(0, 0)].sum() == n  # the CLS query's mask is every key
+
+
+def test_phase_one_with_cls_dense_distils_the_predicted_rows_only():
+    dense = tiny()
+    model = tiny(predictor=True, cls_dense=True)
+    model.load_state_dict(dense.state_dict(), strict=False)
+    result = train_vit(model, toy_data(16), ViTTrainConfig(objective="predictor", epochs=1, batch_size=16),
+                       progress=False)
+    assert math.isfinite(result.history[0]["loss"])
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(coefficients="topk"), "coefficients must be one of"),
+    (dict(n_down=4, coefficients="topm"), r"top_m must be an integer in \[1, n_down = 4\]"),  # top_m defaults to 8
+    (dict(predictor_scale="d"), "predictor_scale must be one of"),
+])
+def test_vit_config_rejects_bad_predictor_options(options, message):
+    with pytest.raises(ValueError, match=message):
+        ViTClassifierConfig(**TINY, predictor=True, **options)
