@@ -85,7 +85,7 @@ def _bench_bert(args) -> int:
 
 
 def _add_bench_sparse(sub) -> None:
-    from bab.sparsifiner.bench import KEEP_RATES, TOKENS
+    from bab.sparsifiner.bench import KEEP_RATES, PREDICTOR_STATES, TOKENS
 
     p = sub.add_parser("sparse", help="Sparsifiner attention core (predictor + top-k + sparse attention) vs dense SDPA")
     p.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
@@ -98,6 +98,9 @@ def _add_bench_sparse(sub) -> None:
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--breakdown", action="store_true",
                    help="also time the predictor's parts (A_down, up-projection, top-k) at the smallest keep rate")
+    p.add_argument("--predictor-state", choices=PREDICTOR_STATES, default=PREDICTOR_STATES[0],
+                   help="realistic: ~90%% of the basis pruned, ~87%% of the coefficients below tau (default); "
+                        "init: freshly initialised weights (all-zero basis for n >= 250, flatters the sparse path)")
     p.set_defaults(run=_bench_sparse, errors=(ValueError, TypeError))
 
 
@@ -105,17 +108,20 @@ def _bench_sparse(args) -> int:
     from bab.sparsifiner.bench import bench_sparse_attention, crossover, predictor_breakdown
 
     table = bench_sparse_attention(args.tokens, args.keep_rates, args.num_heads, args.head_dim, args.batch_size,
-                                   args.n_down, warmup=args.warmup, repeats=args.repeats)
+                                   args.n_down, warmup=args.warmup, repeats=args.repeats,
+                                   predictor_state=args.predictor_state)
     print(f"MHSA attention core, {args.num_heads} heads x {args.head_dim}, batch {args.batch_size}, n_down "
-          f"{args.n_down}; 1 thread, median of {args.repeats} interleaved repeats after {args.warmup} warm-up")
+          f"{args.n_down}; 1 thread, median of {args.repeats} interleaved repeats after {args.warmup} warm-up; "
+          f"predictor state {args.predictor_state!r}")
     with pd.option_context(*_flat(WIDE), "display.precision", 2):
         print(table.to_string(index=False))
     print("speed-up = dense SDPA time / time; FLOP ratio = dense FLOPs / FLOPs (FlopCounterMode, matmuls only);")
-    print("analytic ratio = the paper's count (sparse-sparse up-projection; top-k and gather cost nothing)")
+    print("analytic limit = dense multiply-adds / the paper's count (sparse-sparse up-projection; top-k and gather "
+          "free); attention-only limit = n / k; sparsity = fraction of zeros in W~_up and of A_down <= tau")
     print("crossover: " + crossover(table))
     if args.breakdown:
         parts = predictor_breakdown(args.tokens, min(args.keep_rates), args.num_heads, args.head_dim, args.n_down,
-                                    warmup=args.warmup, repeats=args.repeats)
+                                    warmup=args.warmup, repeats=args.repeats, predictor_state=args.predictor_state)
         print("\nwhere the sparse path's time goes (ms, same protocol):")
         with pd.option_context(*_flat(WIDE), "display.precision", 2):
             print(parts.to_string(index=False))

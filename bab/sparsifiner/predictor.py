@@ -298,12 +298,17 @@ def csr_sparse_attention(q, k, v, index: torch.Tensor) -> tuple[torch.Tensor, to
     each row, then a CSR x dense product with V (SpMM). K and V are read in place, never copied per query,
     which is why this beats the gather on CPU. No autograd (sampled_addmm has none on CSR here).
 
+    The column indices of each row stay in the order of ``index`` (top-k's order), unsorted: both CPU kernels
+    only visit a row's entries (a dot product per entry, a sum over the row), so the order does not change
+    the result (tests/sparsifiner check it against masked dense attention), and sorting the [n, k] index per
+    row cost more than the attention itself at n >= 577 (issue 11, item 5). The tensors are built without
+    ``check_invariants``, which would reject unsorted columns.
+
     Same inputs and outputs as ``gathered_sparse_attention`` (q [B, H, n, d] may have fewer rows than k, v
-    [B, H, n_keys, d]); probabilities come back in sorted key order with the sorted index, as [B, H, n, k] each.
+    [B, H, n_keys, d]); probabilities [B, H, n, k] come back in the order of ``index``, returned as it is.
     """
     B, H, n, d = q.shape
     n_keys, kk = k.shape[-2], index.shape[-1]
-    index = index.sort(dim=-1).values  # CSR wants sorted column indices per row
     cols = index.reshape(B * H, n * kk)
     crow = torch.arange(0, n * kk + 1, kk, device=q.device)
     qf = q.reshape(B * H, n, d)

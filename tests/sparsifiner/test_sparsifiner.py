@@ -7,7 +7,13 @@ import torch
 import torch.nn.functional as F
 
 from bab.__main__ import main as bab_main
-from bab.sparsifiner.bench import bench_sparse_attention, crossover, predictor_breakdown
+from bab.sparsifiner.bench import (
+    bench_sparse_attention,
+    crossover,
+    make_predictor,
+    predictor_breakdown,
+    set_realistic_state,
+)
 from bab.sparsifiner.predictor import (
     TIE_BREAK,
     ConnectivityPredictor,
@@ -493,3 +499,63 @@ def test_predictor_scale_num_heads_divides_the_logits_by_sqrt_h():
 def test_bad_predictor_options_raise_errors_that_say_how_to_fix_them(options, error, message):
     with pytest.raises(error, match=message):
         ConnectivityPredictor(2, 10, n_down=4, **options)
+
+
+# ----------------------------------------------------------------------------- issue 11, item 5: the bench's path
+@pytest.mark.parametrize("n", [7, 64, 197])
+@pytest.mark.parametrize("keep_rate", [0.5, 0.25, 0.1])
+@pytest.mark.parametrize("order", ["topk", "descending", "shuffled"])
+def test_csr_attention_with_unsorted_columns_equals_masked_dense(n, keep_rate, order):
+    """The CSR kernel takes each row's keys in any order (no sort): same output as masked dense attention,
+    probabilities in the order of the index it was given."""
+    q, k, v = qkv(B=2, H=2, n=n, d=16, seed=n)
+    kk = num_connections(keep_rate, n)
+    index = torch.topk(torch.rand(2, 2, n, n, generator=torch.Generator().manual_seed(1)), kk, dim=-1,
+                       sorted=False).indices
+    if order == "descending":
+        index = index.sort(dim=-1, descending=True).values
+    elif order == "shuffled":
+        index = index[..., torch.randperm(kk, generator=torch.Generator().manual_seed(2))]
+    ref, ref_probs = masked_dense_attention(q, k, v, index_to_mask(index, n))
+    with torch.no_grad():
+        out, probs, used = csr_sparse_attention(q, k, v, index)
+    assert torch.equal(used, index)  # returned as given, not sorted
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(probs, ref_probs.gather(-1, index), atol=1e-6, rtol=1e-5)
+
+
+def test_realistic_predictor_state_has_the_requested_sparsities():
+    q, k, _ = qkv(B=1, H=2, n=300, d=16)
+    predictor, sparsity = make_predictor(q, k, n_down=32, tau=0.05)
+    assert sparsity["basis"] == pytest.approx(0.90, abs=0.01)
+    assert sparsity["coefficients"] == pytest.approx(0.87, abs=0.01)
+    with torch.no_grad():  # what the predictor itself computes agrees with the reported numbers
+        assert float((predictor.sparse_basis(300) == 0).double().mean()) == pytest.approx(sparsity["basis"])
+        assert float((predictor.low_rank_attention(q, k) <= 0.05).double().mean()) == pytest.approx(
+            sparsity["coefficients"], abs=1e-6)
+        index = predictor(q, k, 0.1)["index"]
+    assert not torch.equal(index.sort(-1).values, torch.arange(30).expand_as(index))  # not the contiguous pattern
+    _, init = make_predictor(q, k, n_down=32, tau=0.05, predictor_state="init")
+    assert init["basis"] == 1.0  # fresh W_up < 2.5 / n < up_prune: the degenerate state the old bench timed
+
+
+def test_realistic_state_and_predictor_state_reject_bad_values():
+    q, k, _ = qkv(B=1, H=1, n=16, d=8)
+    with pytest.raises(ValueError, match="predictor_state"):
+        make_predictor(q, k, n_down=4, tau=0.05, predictor_state="trained")
+    with pytest.raises(ValueError, match="basis_sparsity"):
+        set_realistic_state(make_predictor(q, k, 4, 0.05, "init")[0], q, k, basis_sparsity=1.0)
+    with pytest.raises(ValueError, match="coefficient_sparsity"):
+        set_realistic_state(make_predictor(q, k, 4, 0.05, "init")[0], q, k, coefficient_sparsity=-0.1)
+
+
+def test_bench_prints_the_limits_and_the_predictor_state(capsys):
+    table = bench_sparse_attention(tokens=(16,), keep_rates=(0.25,), num_heads=1, head_dim=8, n_down=4, warmup=0,
+                                   repeats=1, predictor_state="init")
+    assert table["attention-only limit"].tolist() == pytest.approx([16 / 4])
+    assert {"analytic limit", "basis sparsity", "coefficient sparsity"} <= set(table.columns)
+    assert bab_main(["bench", "sparse", "--tokens", "16", "--keep-rates", "0.5", "--num-heads", "1", "--head-dim", "8",
+                     "--n-down", "4", "--warmup", "0", "--repeats", "1", "--predictor-state", "init"]) == 0
+    out = capsys.readouterr().out
+    assert "predictor state 'init'" in out and "analytic limit" in out
+    assert bab_main(["bench", "sparse", "--predictor-state", "trained"]) == 2
