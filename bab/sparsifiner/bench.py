@@ -19,13 +19,12 @@ The predictor's state. Its freshly initialised weights are degenerate for timing
 2.5 / n, under the prune threshold 0.01 for n >= 250, so the basis is all zero, every ranking key is
 zero, the top-k runs on constant rows and returns near-contiguous keys, and the CSR attention then
 reads K and V almost sequentially. That flattered the sparse path (before issue 11 item 5 the bench
-measured this state). By default (``predictor_state="realistic"``) the bench now sets a state with the
-sparsities the brief of issue 11 attributes to the paper's trained predictor: about 90% of the basis
-W_up below the prune threshold (the rest spread over [up_prune, 4 up_prune)) and about 87% of the
-coefficients A_down at or below tau (W_down scaled by bisection until 87% fall below, or as close as
-n_down and tau allow). The keys
-each query keeps are then scattered over the sequence, as a trained predictor's are. ``"init"`` keeps
-the old state for comparison.
+measured this state). By default (``predictor_state="realistic"``) the bench sets the sparsities that
+issue 11 cites for the paper's trained predictor: about 90% of the basis W_up below the prune threshold
+(the rest spread over [up_prune, 4 up_prune)) and about 87% of the coefficients A_down at or below tau
+(W_down scaled by bisection until 87% fall below, or as close as n_down and tau allow). The keys each
+query keeps are then scattered over the sequence, as a trained predictor's are. ``"init"`` keeps the
+old state for comparison.
 
 Beside each measured ratio (dense time / variant time) it prints the FLOP ratio, dense FLOPs /
 variant FLOPs, counted by ``FlopCounterMode`` (matrix products only; it cannot see sparse kernels, so
