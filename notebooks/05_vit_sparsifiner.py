@@ -263,12 +263,12 @@ show(fig)
 # `python -m bab.sparsifiner.bench` runs the full grid). `sparse` is the whole Sparsifiner path (predictor,
 # top-k, then SDDMM + softmax + SpMM over the kept connections); `attention only` excludes the
 # predictor. Beside each measured ratio: the FLOP ratio counted by FlopCounterMode and the paper's
-# analytic ratio. Timings on a shared machine are noisy; ratios measured in one process are what count.
+# analytic limit (the bench times a predictor with a trained one's sparsity, see docs/speed.md). Timings on a shared machine are noisy; ratios measured in one process are what count.
 
 # %%
 bench = bench_sparse_attention(P.bench_tokens, P.bench_keep_rates, repeats=P.bench_repeats, warmup=2)
 display(bench[["tokens", "keep_rate", "k", "dense ms", "sparse ms", "measured speed-up", "FLOP ratio",
-               "analytic ratio (paper)", "attention-only ms", "attention-only speed-up", "attention-only FLOP ratio"]])
+               "analytic limit", "attention-only ms", "attention-only speed-up", "attention-only FLOP ratio"]])
 print("crossover:", crossover(bench))
 
 # %%
