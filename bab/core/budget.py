@@ -19,24 +19,26 @@ from torch import nn
 DEFAULT_EPS = 1e-3
 
 
+def validate_fraction(value, name: str, meaning: str, advice: str) -> float:
+    """The one knob's check: ``value`` as a float in (0, 1], or an error naming ``name``, what it means and
+    how to fix it. Every mechanism's budget (heads, context tokens, key connections) goes through it."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"{name} must be a single number, got a tensor of shape {tuple(value.shape)}; "
+                             f"pass one {name} per forward call")
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a number in (0, 1], got {value!r} ({type(value).__name__})")
+    value = float(value)
+    if not (0.0 < value <= 1.0):  # also rejects NaN
+        raise ValueError(f"{name} must lie in (0, 1] ({meaning}), got {value}; {advice}")
+    return value
+
+
 def validate_budget(budget) -> float:
-    """Return ``budget`` as a float, or raise a ValueError that says how to fix it."""
-    if isinstance(budget, torch.Tensor):
-        if budget.numel() != 1:
-            raise ValueError(
-                f"budget must be a single number, got a tensor of shape {tuple(budget.shape)}; "
-                "pass one budget per forward call"
-            )
-        budget = budget.item()
-    if isinstance(budget, bool) or not isinstance(budget, Real):
-        raise TypeError(f"budget must be a number in (0, 1], got {budget!r} ({type(budget).__name__})")
-    budget = float(budget)
-    if not (0.0 < budget <= 1.0):  # also rejects NaN
-        raise ValueError(
-            f"budget must lie in (0, 1] (the fraction of attention heads to keep), got {budget}; "
-            "use 1.0 for full attention and e.g. 0.25 to keep a quarter of the heads"
-        )
-    return budget
+    """Return ``budget`` as a float, or raise an error that says how to fix it."""
+    return validate_fraction(budget, "budget", "the fraction of attention heads to keep",
+                             "use 1.0 for full attention and e.g. 0.25 to keep a quarter of the heads")
 
 
 def budget_logit(budget: float, eps: float = DEFAULT_EPS) -> float:

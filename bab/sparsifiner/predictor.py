@@ -45,27 +45,18 @@ from __future__ import annotations
 
 import math
 import warnings
-from numbers import Real
 
 import torch
 from torch import nn
 
+from bab.core.budget import validate_fraction
+
 
 def validate_keep_rate(keep_rate) -> float:
     """Return ``keep_rate`` as a float in (0, 1], or raise an error that says what was wrong and how to fix it."""
-    if isinstance(keep_rate, torch.Tensor):
-        if keep_rate.numel() != 1:
-            raise ValueError(f"keep_rate must be a single number, got a tensor of shape {tuple(keep_rate.shape)}")
-        keep_rate = keep_rate.item()
-    if isinstance(keep_rate, bool) or not isinstance(keep_rate, Real):
-        raise TypeError(f"keep_rate must be a number in (0, 1], got {keep_rate!r} ({type(keep_rate).__name__})")
-    keep_rate = float(keep_rate)
-    if not (0.0 < keep_rate <= 1.0):  # also rejects NaN
-        raise ValueError(
-            f"keep_rate must lie in (0, 1] (the fraction of key connections each query keeps), got {keep_rate}; "
-            "use 1.0 for full attention and e.g. 0.1 to keep 10% of the connections (at least one is always kept)"
-        )
-    return keep_rate
+    return validate_fraction(keep_rate, "keep_rate", "the fraction of key connections each query keeps",
+                             "use 1.0 for full attention and e.g. 0.1 to keep 10% of the connections "
+                             "(at least one is always kept)")
 
 
 def num_connections(keep_rate, num_tokens: int) -> int:

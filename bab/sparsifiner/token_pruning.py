@@ -11,12 +11,12 @@ import math
 
 import torch
 
+from bab.core.budget import validate_fraction
+
 
 def validate_token_keep(token_keep) -> float:
-    if isinstance(token_keep, bool) or not isinstance(token_keep, int | float) or not 0.0 < token_keep <= 1.0:
-        raise ValueError(f"token_keep must be a number in (0, 1] (the fraction of patch tokens kept at each pruning "
-                         f"layer), got {token_keep!r}")
-    return float(token_keep)
+    return validate_fraction(token_keep, "token_keep", "the fraction of patch tokens kept at each pruning layer",
+                             "use 1.0 to keep every token and e.g. 0.7 to keep 70% (CLS is always kept)")
 
 
 def prune_tokens(x: torch.Tensor, cls_attention: torch.Tensor, token_keep: float) -> tuple[torch.Tensor, torch.Tensor]:

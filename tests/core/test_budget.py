@@ -117,3 +117,16 @@ def test_straight_through_forward_is_hard_and_gradient_is_soft():
 def test_malformed_gate_configs_raise(kwargs):
     with pytest.raises(ValueError):
         BudgetGates(**kwargs)
+
+
+def test_validate_fraction_names_the_knob_its_meaning_and_the_fix():
+    from bab.core.budget import validate_fraction
+
+    with pytest.raises(ValueError, match=r"^token_keep must lie in \(0, 1\] \(share kept\), got 1.5; use 0.5$"):
+        validate_fraction(1.5, "token_keep", "share kept", "use 0.5")
+    with pytest.raises(ValueError, match=r"keep must be a single number, got a tensor of shape \(2,\)"):
+        validate_fraction(torch.tensor([0.1, 0.2]), "keep", "share kept", "use 0.5")
+    with pytest.raises(TypeError, match="keep must be a number in"):
+        validate_fraction(True, "keep", "share kept", "use 0.5")
+    assert validate_fraction(torch.tensor(0.25), "keep", "share kept", "use 0.5") == 0.25
+    assert validate_fraction(1, "keep", "share kept", "use 0.5") == 1.0
