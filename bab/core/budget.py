@@ -88,6 +88,83 @@ class BudgetGates(nn.Module):
         return torch.sigmoid((self.theta + self.sensitivity * z) / self.temperature)
 
 
+def nest_gates_by_importance_(gates: BudgetGates, importance: torch.Tensor, sharpness: float = 4.0) -> None:
+    """Initialise ``gates`` (in place) so the heads open one after another in order of ``importance``.
+
+    With every head's gate at g_h(b) = 1/2 and the same slope at the start, the soft cost is met by shrinking
+    all heads alike and the hard top-k then picks almost at random (issue 14's diagnosis). Here head h, of
+    importance rank r_h (0 = most important) among N = L * H heads, opens at budget b_h = (r_h + 1/2) / N:
+
+        sensitivity = sharpness * T,   theta_h = -sharpness * T * logit(b_h)
+
+    so g_h(b) = sigmoid(sharpness * (logit(b) - logit(b_h))) crosses 1/2 at b_h. At budget b about b * N gates
+    are open (the soft cost starts near b) and, since every head has the same slope, the ranking of the gates,
+    and so the hard top-k set, is the importance order at every budget: the kept sets are nested
+    (the set at 0.25 is inside the set at 0.5). Training then moves theta and the slopes from there.
+    ``importance`` [L, H]: larger = more important (e.g. ``head_ablation_importance``); ties by position.
+    """
+    if tuple(importance.shape) != tuple(gates.theta.shape):
+        raise ValueError(f"importance must have the gates' shape {tuple(gates.theta.shape)} (layers x heads), "
+                         f"got {tuple(importance.shape)}")
+    if not torch.isfinite(importance).all():
+        raise ValueError("importance has NaN or infinite entries; compute it on a batch where the loss is finite")
+    if sharpness <= 0:
+        raise ValueError(f"sharpness must be > 0 (the gates' slope in logit(b)), got {sharpness}")
+    n = importance.numel()
+    order = torch.argsort(importance.detach().flatten().double(), descending=True, stable=True)
+    rank = torch.empty(n, dtype=torch.float64)
+    rank[order] = torch.arange(n, dtype=torch.float64)
+    opens_at = (rank + 0.5) / n
+    with torch.no_grad():
+        gates.theta.copy_((-sharpness * torch.logit(opens_at) * gates.temperature).view_as(gates.theta))
+        gates.raw_sensitivity.fill_(math.log(math.expm1(sharpness * gates.temperature)))
+
+
+def head_ablation_importance(loss_with_mask, num_layers: int, num_heads: int) -> torch.Tensor:
+    """Importance of every head as the loss increase when that head alone is masked (Michel et al., 2019,
+    "Are sixteen heads really better than one?"): [L, H] = loss(all but (l, h)) - loss(all).
+
+    ``loss_with_mask``: a callable taking a binary head mask [L, H] and returning the model's mean loss (a
+    float) on a fixed batch; the caller decides model, data and loss. Costs L * H + 1 evaluations.
+    """
+    _check_shape(num_layers, num_heads)
+    full = torch.ones(num_layers, num_heads)
+    base = float(loss_with_mask(full))
+    importance = torch.empty(num_layers, num_heads)
+    for layer in range(num_layers):
+        for head in range(num_heads):
+            mask = full.clone()
+            mask[layer, head] = 0.0
+            importance[layer, head] = float(loss_with_mask(mask)) - base
+    return importance
+
+
+def head_elimination_importance(loss_with_mask, num_layers: int, num_heads: int) -> torch.Tensor:
+    """Importance of every head as the step at which greedy backward elimination removes it: starting from
+    all heads, repeatedly mask the head whose removal raises the loss least, given the heads already
+    masked. [L, H] with values 0 (removed first) ... L * H - 1 (kept longest): larger = more important.
+
+    Unlike one-at-a-time ablation (``head_ablation_importance``) each step sees the heads already gone, so
+    the order suits every budget (the heads kept at 0.25 are the best set that elimination found there,
+    not the 25% that mattered most in the full model). ``loss_with_mask`` as for
+    ``head_ablation_importance``; costs about (L * H)^2 / 2 evaluations.
+    """
+    _check_shape(num_layers, num_heads)
+    mask = torch.ones(num_layers, num_heads)
+    importance = torch.empty(num_layers, num_heads)
+    for step in range(num_layers * num_heads - 1):
+        losses = {}
+        for layer, head in mask.nonzero().tolist():
+            trial = mask.clone()
+            trial[layer, head] = 0.0
+            losses[(layer, head)] = float(loss_with_mask(trial))
+        layer, head = min(losses, key=losses.get)  # ties: the first in layer-major order
+        mask[layer, head] = 0.0
+        importance[layer, head] = step
+    importance[mask.bool()] = num_layers * num_heads - 1  # the last head standing
+    return importance
+
+
 class StaticGates(nn.Module):
     """Gates without the budget input, trained for one fixed budget (one specialist per budget)."""
 

@@ -16,14 +16,18 @@ from functools import cache
 import pandas as pd
 
 import bab.sparsifiner
+from bab.core.budget import nest_gates_by_importance_
 from bab.core.runs import RunCache, train_cached
 from bab.data.images import image_splits, load_fashion_mnist
-from bab.sparsifiner.evaluate import evaluate_vit
+from bab.sparsifiner.evaluate import evaluate_vit, vit_head_importance
 from bab.sparsifiner.predictor import num_connections
 from bab.sparsifiner.train import ViTTrainConfig, train_vit
 from bab.sparsifiner.vit import ViTClassifier, ViTClassifierConfig
 
 # ----------------------------------------------------------------------------- profiles
+
+
+HEAD_GATE_INITS = ("open", "ablation", "elimination")
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,21 @@ class ViTProfile:
     prune_layers: tuple[int, ...] = (1, 2)  # after the attention of these layers (EViT: layers 4, 7, 10 of 12)
     combo_keep_rate: float = 0.25  # Sparsifiner keep rate combined with token pruning (Table 1)
     head_budgets: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25)
+    # How the head gates start (docs/sparsifiner.md, "Head gates that commit"): "open" (every gate at
+    # sigmoid(2), the same slope: the soft cost is then met by shrinking all heads alike), or nested: heads
+    # open one after another in order of the dense model's head importance (bab.core.budget.
+    # nest_gates_by_importance_, with this slope in logit(b)), "ablation" (loss increase when one head alone
+    # is masked) or "elimination" (greedy backward elimination), measured on this many training examples.
+    head_gate_init: str = "open"
+    head_gate_sharpness: float = 4.0
+    importance_examples: int = 2000
+
+    def __post_init__(self):
+        if self.head_gate_init not in HEAD_GATE_INITS:
+            raise ValueError(f"head_gate_init must be one of {HEAD_GATE_INITS}, got {self.head_gate_init!r}")
+        if self.head_gate_sharpness <= 0 or self.importance_examples < 1:
+            raise ValueError(f"need head_gate_sharpness > 0 and importance_examples >= 1, got "
+                             f"{self.head_gate_sharpness} and {self.importance_examples}")
     flop_examples: int = 16  # examples FlopCounterMode runs on
     # the attention-core speed benchmark (bab.sparsifiner.bench) the notebook runs; the CLI runs the full grid
     bench_tokens: tuple[int, ...] = (197, 577, 1025)
@@ -154,16 +173,22 @@ class ViTStudy:
 
     # -- training through the cache ---------------------------------------------------------
 
-    def _train_cached(self, name, model_config, train_config, parent=None, init=None, teacher=None):
-        """Build, warm-start and train one ViT, or load it from the run cache."""
+    def _train_cached(self, name, model_config, train_config, parent=None, init=None, teacher=None,
+                      prepare=None, prepare_lineage=None):
+        """Build, warm-start and train one ViT, or load it from the run cache. ``prepare(model)`` runs after
+        the warm start and before training (e.g. a gate initialisation); ``prepare_lineage`` describes it."""
         lineage = {"experiment": self.experiment, "data": self.data_lineage(), "model": model_config.to_dict(),
                    "train": train_config.to_dict(), "parent": parent}
+        if prepare_lineage is not None:
+            lineage["prepare"] = prepare_lineage
 
         def fit(model):
             if init is not None:
                 missing, unexpected = model.load_state_dict(init.state_dict(), strict=False)
                 if unexpected:
                     raise ValueError(f"warm start from a model with weights this one lacks: {unexpected}")
+            if prepare is not None:
+                prepare(model)
             result = train_vit(model, self.splits()["train"], train_config, teacher=teacher, progress=self.progress)
             return {"history": result.history, "train_seconds": result.seconds}
 
@@ -194,10 +219,21 @@ class ViTStudy:
                                   parent=dense_lineage, init=dense, teacher=dense)
 
     def budgeted_heads(self):
+        """Budgeted head gates (Eq. 5) warm-started from the dense ViT, gates started as ``head_gate_init`` says."""
+        p = self.profile
         dense, _, dense_lineage = self.dense()
-        config = replace(self.profile.heads, seed=self.profile.seed)
+        config = replace(p.heads, seed=p.seed)
+        prepare = prepare_lineage = None
+        if p.head_gate_init != "open":
+            prepare_lineage = {"gate_init": p.head_gate_init, "sharpness": p.head_gate_sharpness,
+                               "importance_examples": p.importance_examples}
+
+            def prepare(model):
+                importance = vit_head_importance(dense, self.splits()["train"], p.importance_examples,
+                                                 method=p.head_gate_init)
+                nest_gates_by_importance_(model.gates, importance, p.head_gate_sharpness)
         return self._train_cached("heads", self.model_config(gates="budget"), config, parent=dense_lineage,
-                                  init=dense)
+                                  init=dense, prepare=prepare, prepare_lineage=prepare_lineage)
 
     def budgeted_heads_hard(self):
         """The soft budgeted-head checkpoint adapted to hard top-k heads (straight-through, KL to the teacher)."""

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.flop_counter import FlopCounterMode
 
+from bab.core.budget import head_ablation_importance, head_elimination_importance
 from bab.sparsifiner.predictor import num_connections
 
 
@@ -25,6 +26,28 @@ def evaluate_vit(model, data: Dataset, batch_size: int = 500, **forward) -> dict
     macs /= seen
     return {"accuracy": 100.0 * correct / seen, "loss": loss_sum / seen, "mhsa_macs": macs,
             "cost": macs / model.dense_mhsa_macs()}
+
+
+IMPORTANCE_METHODS = {"ablation": head_ablation_importance, "elimination": head_elimination_importance}
+
+
+@torch.no_grad()
+def vit_head_importance(model, data: Dataset, num_examples: int = 2000, method: str = "ablation") -> torch.Tensor:
+    """[L, H] head importance on the first ``num_examples`` of ``data`` (cross-entropy, dense attention
+    otherwise): "ablation", the loss increase when each head alone is masked, or "elimination", the step at
+    which greedy backward elimination removes it (``bab.core.budget``). Use training data: the importance
+    chooses a gate initialisation, so it must not see validation or test examples."""
+    if num_examples < 1:
+        raise ValueError(f"num_examples must be >= 1, got {num_examples}")
+    if method not in IMPORTANCE_METHODS:
+        raise ValueError(f"method must be one of {tuple(IMPORTANCE_METHODS)}, got {method!r}")
+    model.eval()
+    pixels, labels = next(iter(DataLoader(data, batch_size=min(num_examples, len(data)))))
+
+    def loss_with_mask(mask):
+        return F.cross_entropy(model(pixels, head_mode="hard", head_mask=mask).logits, labels).item()
+
+    return IMPORTANCE_METHODS[method](loss_with_mask, model.config.num_layers, model.config.num_heads)
 
 
 @torch.no_grad()

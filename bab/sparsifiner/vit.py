@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import ViTConfig, ViTForImageClassification
 
-from bab.core.budget import BudgetGates, hard_topk_mask, straight_through, validate_budget
+from bab.core.budget import BudgetGates, hard_topk_mask, head_weights
 from bab.sparsifiner.linformer import LinformerProjection, linformer_macs
 from bab.sparsifiner.predictor import (
     ConnectivityPredictor,
@@ -161,7 +161,8 @@ class ViTClassifier(nn.Module):
     def forward(self, pixel_values: torch.Tensor, attention: str = "dense", keep_rate: float = 1.0,
                 budget: float | None = None, head_mode: str = "soft", token_keep: float | None = None,
                 prune_layers: tuple[int, ...] = (), return_internals: bool = False,
-                with_predictor: bool = False, sparse_kernel: str = "auto") -> ViTOutput:
+                with_predictor: bool = False, sparse_kernel: str = "auto",
+                head_mask: torch.Tensor | None = None) -> ViTOutput:
         """pixel_values [B, C, H, W] -> ViTOutput.
 
         attention: one of ATTENTION_PATHS; keep_rate: Sparsifiner's fraction of connections per query
@@ -186,7 +187,7 @@ class ViTClassifier(nn.Module):
             bad = [i for i in prune_layers if not 0 <= i < c.num_layers]
             if bad:
                 raise ValueError(f"prune_layers {bad} outside 0..{c.num_layers - 1}")
-        head_weights = self._head_weights(budget, head_mode)  # [L, H] or None
+        weights = self._head_weights(budget, head_mode, head_mask)  # [L, H] or None
 
         x = self.hf.vit.embeddings(pixel_values)  # [B, n, D]
         B = x.shape[0]
@@ -198,10 +199,10 @@ class ViTClassifier(nn.Module):
             out, info = self._attention_core(i, layer.attention, h, attention, keep_rate, positions,
                                              need_probs=return_internals or prune_here,
                                              with_predictor=with_predictor, sparse_kernel=sparse_kernel)
-            if head_weights is not None:
-                out = out * head_weights[i].view(1, -1, 1, 1)
+            if weights is not None:
+                out = out * weights[i].view(1, -1, 1, 1)
                 if head_mode == "hard":  # skipped heads cost nothing
-                    info["macs"] *= float(head_weights[i].detach().gt(0).float().mean())
+                    info["macs"] *= float(weights[i].detach().gt(0).float().mean())
             total_macs += info["macs"]
             out = layer.attention.o_proj(out.transpose(1, 2).reshape(B, x.shape[1], -1))
             x = x + layer.dropout(out)
@@ -216,16 +217,18 @@ class ViTClassifier(nn.Module):
         logits = self.hf.classifier(tokens[:, 0])
         return ViTOutput(logits, tokens, total_macs, total_macs / self.dense_mhsa_macs(), internals)
 
-    def _head_weights(self, budget, head_mode):
-        if budget is None:
+    def _head_weights(self, budget, head_mode, head_mask):
+        """[L, H] weights on the heads' outputs, or None: the soft gates, the hard top-k mask (straight-through
+        to the gates), or an explicit binary ``head_mask`` (hard mode, no gates needed)."""
+        if budget is None and head_mask is None:
             return None
-        if self.gates is None:
+        if head_mask is None and self.gates is None:
             raise ValueError("budget= needs head gates: build the model with ViTClassifierConfig(gates='budget')")
-        budget = validate_budget(budget)
-        soft = self.gates(budget)
-        if head_mode == "soft":
-            return soft
-        return straight_through(hard_topk_mask(soft, budget), soft)
+        if head_mask is not None and head_mode != "hard":
+            raise ValueError("head_mask is a hard mask: pass head_mode='hard' with it")
+        c = self.config
+        return head_weights(self.gates, budget, head_mode, head_mask, (c.num_layers, c.num_heads),
+                            self.hf.classifier.weight.dtype)[0]
 
     def _attention_core(self, i, attn, h, path, keep_rate, positions, need_probs, with_predictor, sparse_kernel):
         """h [B, n, D] -> (per-head outputs [B, H, n, d], info dict with macs and, if asked, probabilities)."""

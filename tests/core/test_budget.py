@@ -10,6 +10,9 @@ from bab.core.budget import (
     estimated_cost,
     hard_topk_mask,
     hard_topk_mask_with_floor,
+    head_ablation_importance,
+    head_elimination_importance,
+    nest_gates_by_importance_,
     num_heads_to_keep,
     straight_through,
     validate_budget,
@@ -130,3 +133,75 @@ def test_validate_fraction_names_the_knob_its_meaning_and_the_fix():
         validate_fraction(True, "keep", "share kept", "use 0.5")
     assert validate_fraction(torch.tensor(0.25), "keep", "share kept", "use 0.5") == 0.25
     assert validate_fraction(1, "keep", "share kept", "use 0.5") == 1.0
+
+
+# ----------------------------------------------------------------------------- gates nested by importance
+
+
+def test_nested_gates_open_at_the_hand_computed_budgets():
+    # 4 heads, importance order (1, 0), (0, 1), (0, 0), (1, 1): ranks 0..3 open at b = 1/8, 3/8, 5/8, 7/8
+    gates = BudgetGates(2, 2, temperature=0.5)
+    importance = torch.tensor([[0.2, 0.9], [1.5, -0.1]])
+    nest_gates_by_importance_(gates, importance, sharpness=3.0)
+    opens_at = torch.tensor([[5 / 8, 3 / 8], [1 / 8, 7 / 8]])
+    for (layer, head), b in zip([(0, 0), (0, 1), (1, 0), (1, 1)], opens_at.flatten().tolist(), strict=True):
+        assert gates(b)[layer, head].item() == pytest.approx(0.5, abs=1e-6)
+    # the slope in logit(b) is the sharpness: g = sigmoid(3 * (logit(b) - logit(b_h)))
+    b = 0.3
+    expected = torch.sigmoid(3.0 * (math.log(b / (1 - b)) - torch.logit(opens_at.double()))).float()
+    torch.testing.assert_close(gates(b), expected, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("budget", [0.25, 0.5, 0.75])
+def test_nested_gates_keep_the_most_important_heads_and_nest_across_budgets(budget):
+    torch.manual_seed(0)
+    gates = BudgetGates(4, 4)
+    importance = torch.randn(4, 4)
+    nest_gates_by_importance_(gates, importance)
+    k = num_heads_to_keep(budget, 16)
+    most_important = torch.zeros(16)
+    most_important[torch.argsort(importance.flatten(), descending=True)[:k]] = 1
+    assert torch.equal(hard_topk_mask(gates(budget), budget).flatten(), most_important)
+    # about b * N gates are open, so the soft cost starts near the budget
+    assert abs(gates(budget).mean().item() - budget) < 0.05
+
+
+def test_nested_gates_reject_bad_input_with_advice():
+    gates = BudgetGates(2, 3)
+    with pytest.raises(ValueError, match="shape"):
+        nest_gates_by_importance_(gates, torch.zeros(3, 2))
+    with pytest.raises(ValueError, match="NaN"):
+        nest_gates_by_importance_(gates, torch.tensor([[0.0, float("nan"), 1.0], [0.0, 1.0, 2.0]]))
+    with pytest.raises(ValueError, match="sharpness"):
+        nest_gates_by_importance_(gates, torch.zeros(2, 3), sharpness=0.0)
+
+
+def test_head_ablation_importance_is_the_loss_increase_of_masking_each_head_alone():
+    # a made-up loss: each masked head adds its own cost, and heads (0, 0) and (1, 1) together add more
+    cost = torch.tensor([[1.0, 0.5, 0.0], [2.0, 0.25, 3.0]])
+    calls = []
+
+    def loss_with_mask(mask):
+        calls.append(mask.clone())
+        dropped = 1 - mask
+        return 10.0 + float((cost * dropped).sum()) + 7.0 * float(dropped[0, 0] * dropped[1, 1])
+
+    importance = head_ablation_importance(loss_with_mask, 2, 3)
+    torch.testing.assert_close(importance, cost)  # one head at a time: the interaction term never fires
+    assert len(calls) == 7 and torch.equal(calls[0], torch.ones(2, 3))
+    assert all(int((c == 0).sum()) == 1 for c in calls[1:])
+
+
+def test_head_elimination_sees_redundant_heads_that_one_at_a_time_ablation_misses():
+    # heads (0, 0) and (0, 1) are redundant copies: the loss rises by 5 only when both are gone;
+    # head (1, 0) costs 1 alone and (1, 1) costs 0.5 alone
+    def loss_with_mask(mask):
+        dropped = 1 - mask
+        return float(5.0 * dropped[0, 0] * dropped[0, 1] + 1.0 * dropped[1, 0] + 0.5 * dropped[1, 1])
+
+    ablation = head_ablation_importance(loss_with_mask, 2, 2)
+    torch.testing.assert_close(ablation, torch.tensor([[0.0, 0.0], [1.0, 0.5]]))  # the copies look useless
+    elimination = head_elimination_importance(loss_with_mask, 2, 2)
+    # by hand: step 0 removes (0, 0) (loss 0, tie with (0, 1) broken by order); step 1 removes (1, 1)
+    # (0.5 < 1 < 5); step 2 removes (1, 0) (1 < 5); (0, 1), the surviving copy, is kept longest
+    torch.testing.assert_close(elimination, torch.tensor([[0.0, 3.0], [2.0, 1.0]]))

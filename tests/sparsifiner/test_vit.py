@@ -99,6 +99,39 @@ def test_hard_head_gates_keep_ceil_b_heads_and_cost_follows():
         assert out.cost == pytest.approx(float(mask.mean()))
 
 
+def test_an_explicit_head_mask_equals_zeroing_those_heads_in_the_output_projection():
+    model, x = tiny(), pixels()
+    mask = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    reference = tiny()  # the same weights; each masked head's columns of o_proj set to zero by hand
+    d = model.config.hidden_size // model.config.num_heads
+    with torch.no_grad():
+        for layer, head in ((0, 1), (1, 0)):
+            reference.layers[layer].attention.o_proj.weight[:, head * d:(head + 1) * d] = 0.0
+        out = model(x, head_mode="hard", head_mask=mask)
+        torch.testing.assert_close(out.logits, reference(x).logits, atol=1e-5, rtol=0)
+    assert out.cost == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="head_mode='hard'"):
+        model(x, head_mask=mask)
+    with pytest.raises(ValueError, match="shape"):
+        model(x, head_mode="hard", head_mask=torch.ones(3, 2))
+
+
+def test_vit_head_importance_is_the_training_loss_increase_of_masking_one_head():
+    from bab.sparsifiner.evaluate import vit_head_importance
+
+    model = tiny()
+    data = toy_data()
+    importance = vit_head_importance(model, data, num_examples=16)
+    pixels_, labels = data[:16]
+    base = torch.nn.functional.cross_entropy(model(pixels_).logits, labels).item()
+    masked = torch.ones(2, 2)
+    masked[1, 0] = 0
+    alone = torch.nn.functional.cross_entropy(model(pixels_, head_mode="hard", head_mask=masked).logits,
+                                              labels).item()
+    assert importance.shape == (2, 2)
+    assert importance[1, 0].item() == pytest.approx(alone - base, abs=1e-6)
+
+
 def test_token_pruning_keeps_cls_and_the_most_attended_patches():
     x = torch.arange(5 * 2, dtype=torch.float).view(1, 5, 2)
     cls_attention = torch.tensor([[[0.1, 0.5, 0.05, 0.3, 0.05]]])  # [B=1, H=1, n=5]
