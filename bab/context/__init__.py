@@ -1,5 +1,7 @@
 """Dynamic Context Pruning: a learned interaction (alpha-sigmoid) that drops context tokens for good,
-a GPT-2 decoder that uses it, a KV cache that really removes dropped tokens, and the generation bench.
+GPT-2 and Llama-family decoders (SmolLM2) that use it through one shared loop (decoder.py), static
+sparse baselines, pretrained-decoder sources (``pretrained.load_decoder``), a KV cache that really
+removes dropped tokens, and the generation bench.
 
 See docs/context-pruning.md.
 """

@@ -13,20 +13,26 @@ Three ways to run it:
 - ``prefill(ids, cache)`` + ``decode_step(ids, cache)``: autoregressive generation with a
   ``KVCache`` from which dropped tokens are physically removed (bab.context.kv_cache).
 
+The layer loop, the pruned attention and the cached paths are shared with the Llama family
+(bab.context.decoder); this module holds what is GPT-2's own: Conv1D projections, learned
+positions, LayerNorm, the GELU MLP.
+
 Shapes: B batch, T sequence, d = n_embd, H heads, Dh = d / H, r interaction width, V vocabulary.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bab.context.interaction import HARD, ContextInteraction, PruningConfig, drop_times, keep_mass
-from bab.context.kv_cache import KVCache, LayerKV
+from bab.context.decoder import ContextDecoder, DecoderBlock, LMOutput, PrunedAttention, load_checked
+from bab.context.interaction import ContextInteraction, PruningConfig
+
+__all__ = ["GPT2Config", "GPT2LM", "LMOutput", "from_hf_model", "load_hf_state_dict", "load_pretrained"]
 
 ACTIVATIONS = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}
 
@@ -76,14 +82,10 @@ class GPT2Config:
         return HFConfig(**fields, bos_token_id=self.vocab_size - 1, eos_token_id=self.vocab_size - 1)
 
     def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class LMOutput:
-    logits: torch.Tensor  # [B, T, V]
-    keep_mass: torch.Tensor | None = None  # mean over layers of the mean I over pairs k > j (pruning only)
-    log_keep: list[torch.Tensor] = field(default_factory=list)  # per layer [B, T, T], when asked for
+        fields = asdict(self)
+        if self.pruning is not None:
+            fields["pruning"] = self.pruning.to_dict()  # its own dict (keeps run-cache keys stable)
+        return fields
 
 
 class Conv1D(nn.Module):
@@ -98,18 +100,19 @@ class Conv1D(nn.Module):
         return torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight).view(*x.shape[:-1], -1)
 
 
-class Attention(nn.Module):
+class Attention(PrunedAttention):
     def __init__(self, config: GPT2Config):
         super().__init__()
         self.n_head, self.head_dim = config.n_head, config.n_embd // config.n_head
+        self.n_kv_head = self.n_head
         self.c_attn = Conv1D(config.n_embd, 3 * config.n_embd)
         self.c_proj = Conv1D(config.n_embd, config.n_embd)
         self.attn_dropout = config.attn_pdrop
         self.resid_dropout = nn.Dropout(config.resid_pdrop)
         self.interaction = None if config.pruning is None else ContextInteraction(config.n_embd, config.pruning)
 
-    def qkv(self, x):
-        """x [B, T, d] -> q, k, v [B, H, T, Dh]."""
+    def qkv(self, x, start: int = 0):
+        """x [B, T, d] -> q, k, v [B, H, T, Dh] (positions are in the embedding, so ``start`` is unused)."""
         B, T, _ = x.shape
         q, k, v = self.c_attn(x).split(self.n_head * self.head_dim, dim=2)
         return [t.view(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in (q, k, v)]
@@ -118,37 +121,6 @@ class Attention(nn.Module):
         """y [B, H, T, Dh] -> [B, T, d], output projection."""
         B, _, T, _ = y.shape
         return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(B, T, -1)))
-
-    def forward(self, x, alpha: float, budget: float | None, prune: bool):
-        """Full sequence. Returns (output [B, T, d], log I [B, T, T] or None, k, v, k_int)."""
-        q, k, v = self.qkv(x)
-        T = x.shape[1]
-        causal = torch.full((T, T), -math.inf, device=x.device, dtype=x.dtype).triu(1)
-        log_keep = k_int = None
-        if prune and self.interaction is not None:
-            log_keep, k_int = self.interaction.log_keep(x, alpha, budget)
-            mask = (causal + log_keep)[:, None]  # [B, 1, T, T], broadcast over heads
-            dropout = self.attn_dropout if self.training else 0.0
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                               dropout_p=self.attn_dropout if self.training else 0.0)
-        return self.merge(y), log_keep, k, v, k_int
-
-    def step(self, x, layer_cache: LayerKV, position: int, budget: float | None, prune: bool):
-        """One new token x [B, 1, d] against the cache: drop, append, attend. Returns [B, 1, d]."""
-        q, k, v = self.qkv(x)
-        k_int = None
-        if prune and self.interaction is not None:
-            q_int, k_int = self.interaction.query(x), self.interaction.key(x)
-            if layer_cache.length:
-                _, _, cached_int, _ = layer_cache.view()
-                # the new token decides which earlier tokens it drops; the drop is for good
-                layer_cache.compact(self.interaction.step_keep(q_int, cached_int, budget))
-        layer_cache.append(k, v, k_int, position)
-        keys, values, _, valid = layer_cache.view()
-        mask = None if layer_cache.all_valid() else valid[:, None, None, :]  # [B, 1, 1, S]
-        return self.merge(F.scaled_dot_product_attention(q, keys, values, attn_mask=mask))
 
 
 class MLP(nn.Module):
@@ -164,13 +136,23 @@ class MLP(nn.Module):
         return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate)))
 
 
-class Block(nn.Module):
+class Block(DecoderBlock):
     def __init__(self, config: GPT2Config):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
         self.attn = Attention(config)
         self.ln_2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
         self.mlp = MLP(config)
+
+    @property
+    def attention(self) -> Attention:
+        return self.attn
+
+    def attn_input(self, x):
+        return self.ln_1(x)
+
+    def feed_forward(self, x):
+        return self.mlp(self.ln_2(x))
 
 
 class Transformer(nn.Module):
@@ -183,7 +165,7 @@ class Transformer(nn.Module):
         self.ln_f = nn.LayerNorm(config.n_embd, eps=config.layer_norm_epsilon)
 
 
-class GPT2LM(nn.Module):
+class GPT2LM(ContextDecoder):
     def __init__(self, config: GPT2Config):
         super().__init__()
         self.config = config
@@ -210,92 +192,23 @@ class GPT2LM(nn.Module):
         return F.linear(h, self.transformer.wte.weight)
 
     @property
-    def prunes(self) -> bool:
-        return self.config.pruning is not None
+    def blocks(self) -> nn.ModuleList:
+        return self.transformer.h
 
-    def pruning_parameters(self):
-        """(name, parameter) of the interaction query/key/bias/sensitivity of every layer."""
-        return [(n, p) for n, p in self.named_parameters() if ".interaction." in n]
+    @property
+    def max_positions(self) -> int:
+        return self.config.n_positions
 
-    def check_length(self, length: int) -> None:
-        if length > self.config.n_positions:
-            raise ValueError(f"sequence of {length} tokens is longer than the model's maximum context "
-                             f"n_positions={self.config.n_positions}; shorten the input or the generation")
+    @property
+    def kv_shape(self) -> tuple[int, int]:
+        return self.config.n_head, self.config.n_embd // self.config.n_head
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.transformer.ln_f(h))
 
     def embed(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
         positions = torch.arange(start, start + ids.shape[1], device=ids.device)
         return self.transformer.drop(self.transformer.wte(ids) + self.transformer.wpe(positions))
-
-    def forward(self, input_ids: torch.Tensor, alpha: float = HARD, budget: float | None = None, prune: bool = True,
-                return_log_keep: bool = False) -> LMOutput:
-        """input_ids [B, T] -> logits [B, T, V]. ``prune=False`` runs plain GPT-2 (the interactions unused)."""
-        if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must be [batch, time], got shape {tuple(input_ids.shape)}")
-        self.check_length(input_ids.shape[1])
-        x = self.embed(input_ids)
-        masses, log_keeps = [], []
-        for block in self.transformer.h:
-            a, log_keep, _, _, _ = block.attn(block.ln_1(x), alpha, budget, prune)
-            x = x + a
-            x = x + block.mlp(block.ln_2(x))
-            if log_keep is not None:
-                masses.append(keep_mass(log_keep))
-                if return_log_keep:
-                    log_keeps.append(log_keep.detach())
-        logits = self.lm_head(self.transformer.ln_f(x))
-        mass = torch.stack(masses).mean() if masses else None
-        return LMOutput(logits=logits, keep_mass=mass, log_keep=log_keeps)
-
-    # ------------------------------------------------------------------ generation with a KV cache
-
-    def new_cache(self, batch: int, capacity: int, prune: bool, compact_every: float = 0.0) -> KVCache:
-        """An empty cache; ``compact_every`` (see bab.context.kv_cache.LayerKV) batches the compaction copies."""
-        c = self.config
-        if prune and self.prunes and not c.pruning.irreversible:
-            raise ValueError("a KV cache can only forget tokens for good when dropping is irreversible; this model "
-                             "was built with PruningConfig(irreversible=False): generate with prune=False")
-        int_dim = c.pruning.r if (prune and self.prunes) else None
-        p = next(self.parameters())
-        return KVCache([LayerKV(batch, c.n_head, c.n_embd // c.n_head, int_dim, capacity, p.dtype, p.device,
-                                compact_every=compact_every) for _ in range(c.n_layer)])
-
-    @torch.no_grad()
-    def prefill(self, input_ids: torch.Tensor, cache: KVCache, budget: float | None = None,
-                prune: bool = True) -> torch.Tensor:
-        """Run the prompt [B, T] with hard decisions; fill the cache with the tokens still alive. -> logits [B, V]."""
-        self.check_length(input_ids.shape[1])
-        prune = prune and self.prunes
-        x = self.embed(input_ids)
-        for block, layer_cache in zip(self.transformer.h, cache.layers, strict=True):
-            a, log_keep, k, v, k_int = block.attn(block.ln_1(x), HARD, budget, prune)
-            alive = None if log_keep is None else log_keep[:, -1] > -math.inf  # what the last token still sees
-            layer_cache.fill(k, v, k_int, alive)
-            x = x + a
-            x = x + block.mlp(block.ln_2(x))
-        cache.next_position = input_ids.shape[1]
-        return self.lm_head(self.transformer.ln_f(x[:, -1]))
-
-    @torch.no_grad()
-    def decode_step(self, input_ids: torch.Tensor, cache: KVCache, budget: float | None = None,
-                    prune: bool = True) -> torch.Tensor:
-        """One new token per row, input_ids [B, 1] -> logits [B, V]; updates (and shrinks) the cache."""
-        position = cache.next_position
-        self.check_length(position + 1)
-        prune = prune and self.prunes
-        x = self.embed(input_ids, start=position)
-        for block, layer_cache in zip(self.transformer.h, cache.layers, strict=True):
-            x = x + block.attn.step(block.ln_1(x), layer_cache, position, budget, prune)
-            x = x + block.mlp(block.ln_2(x))
-        cache.next_position = position + 1
-        return self.lm_head(self.transformer.ln_f(x[:, -1]))
-
-    @torch.no_grad()
-    def token_drop_times(self, input_ids: torch.Tensor, budget: float | None = None) -> torch.Tensor:
-        """[L, B, T]: the position whose arrival dropped each token in each layer (hard decisions), -1: never."""
-        if not (self.prunes and self.config.pruning.irreversible):
-            raise ValueError("drop times are defined for a model with irreversible context pruning")
-        out = self.forward(input_ids, alpha=HARD, budget=budget, return_log_keep=True)
-        return torch.stack([drop_times(lk) for lk in out.log_keep])
 
 
 # ---------------------------------------------------------------------- Hugging Face interoperability
@@ -311,11 +224,7 @@ def load_hf_state_dict(model: GPT2LM, state_dict: dict) -> GPT2LM:
     if head is not None and not torch.equal(head, state["transformer.wte.weight"]):
         raise ValueError("lm_head.weight differs from transformer.wte.weight: only GPT-2 with tied input and "
                          "output embeddings (tie_word_embeddings=True, GPT-2's default) is supported")
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if ".interaction." not in k]
-    if missing or unexpected:
-        raise ValueError(f"state dict does not fit this GPT-2: missing {missing}, unexpected {unexpected}")
-    return model
+    return load_checked(model, state, "GPT-2")
 
 
 def from_hf_model(hf_model, pruning: PruningConfig | None = None) -> GPT2LM:

@@ -40,6 +40,9 @@ class PruningConfig:
     init_std: float = 0.02  # interaction weights start small, so s ~ beta at first (GPT-2's own init std)
     budget_conditioned: bool = False  # beta(b) = beta + softplus(raw) * logit(b)
     init_sensitivity: float = 1.0
+    # The official code's propagate_in_depth: each layer also obeys the drops of the layers below it
+    # (bab.context.decoder). Off by default: the paper's text and our GPT-2 runs have none.
+    propagate_in_depth: bool = False
 
     def __post_init__(self):
         if self.r < 1:
@@ -48,7 +51,12 @@ class PruningConfig:
             raise ValueError(f"init_sensitivity must be > 0 (softplus cannot reach 0), got {self.init_sensitivity}")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        fields = asdict(self)
+        if not self.propagate_in_depth:
+            # left out at its default so the run-cache keys of checkpoints trained before the option existed
+            # (they hash this dict) stay valid
+            del fields["propagate_in_depth"]
+        return fields
 
 
 def validate_alpha(alpha) -> float:

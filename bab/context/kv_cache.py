@@ -63,6 +63,21 @@ class LayerKV:
         int_keys = None if self.int_keys is None else self.int_keys[:, :n]
         return self.keys[:, :, :n], self.values[:, :, :n], int_keys, self.valid[:, :n]
 
+    def alive_positions(self, n_positions: int) -> torch.Tensor:
+        """[B, n_positions] bool: which sequence positions this layer still holds (live slots)."""
+        n = self.length
+        valid = self.valid[:, :n]
+        # dead slots write into a spare last column, so they never race a live slot for the same index
+        index = self.positions[:, :n].masked_fill(~valid, n_positions)
+        alive = torch.zeros(self.valid.shape[0], n_positions + 1, dtype=torch.bool, device=self.valid.device)
+        return alive.scatter_(1, index, valid)[:, :n_positions]
+
+    def holds(self, alive: torch.Tensor) -> torch.Tensor:
+        """[B, length] bool: whether each used slot's position is marked in ``alive`` [B, P] (another layer's
+        ``alive_positions``); depth propagation drops from this layer what the layer below dropped."""
+        n = self.length
+        return alive.gather(1, self.positions[:, :n].clamp_min(0)) & self.valid[:, :n]
+
     def append(self, k: torch.Tensor, v: torch.Tensor, k_int: torch.Tensor | None, position: int) -> None:
         """k, v [B, H, 1, Dh]; k_int [B, 1, r] or None; position: the token's index in the sequence."""
         if self.length == self.capacity:

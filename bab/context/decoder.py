@@ -1,0 +1,292 @@
+"""What every decoder with dynamic context pruning shares: the pruned attention, the layer loop, the cache.
+
+``bab.context.gpt2`` (GPT-2) and ``bab.context.llama`` (Llama family: RoPE, grouped-query attention,
+RMSNorm, SwiGLU) differ only in their projections, norms, position encoding and feed-forward. The
+parts that decide which tokens stay visible, fill and shrink the KV cache, and run the full-sequence
+and the cached paths live here once:
+
+- ``PrunedAttention``: the causal attention with the layer's ``ContextInteraction`` (log I added to
+  the logits), an optional static mask (bab.context.static_masks) and the one-token cached step.
+  Subclasses give ``qkv(x, start)`` and ``merge(y)``.
+- ``DecoderBlock``: a pre-norm block, ``x + attn(norm(x))`` then ``x + ffn(x)``.
+- ``ContextDecoder``: ``forward``, ``prefill``, ``decode_step``, ``new_cache``, ``token_drop_times``.
+
+Grouped-query attention (H query heads, G <= H key/value heads): the interaction is per layer over
+tokens and shared by all heads (as in the paper), so one [B, T, T] log I serves every query head, and
+a dropped token leaves the cache of all G key/value heads at once. The cache stores G heads, not H.
+
+Depth propagation (``PruningConfig.propagate_in_depth``, the official code's ``propagate_in_depth``):
+layer l adds the mask it attended with to the next layer's, so the effective
+log I_eff^l = log I^l + log I_eff^(l-1): a token dropped in one layer is dropped in every layer above.
+The sparsity regulariser (``keep_mass``) stays on each layer's own I, as the official code's loss does.
+
+Shapes: B batch, T sequence, d width, H query heads, G key/value heads, Dh head width, r interaction
+width, V vocabulary, S cached slots.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bab.context.interaction import HARD, drop_times, keep_mass
+from bab.context.kv_cache import KVCache, LayerKV
+
+
+@dataclass
+class LMOutput:
+    logits: torch.Tensor  # [B, T, V]
+    keep_mass: torch.Tensor | None = None  # mean over layers of the mean own I over pairs k > j (pruning only)
+    log_keep: list[torch.Tensor] = field(default_factory=list)  # per layer the effective log I [B, T, T], if asked
+
+
+def causal_logits_mask(T: int, device, dtype, static: torch.Tensor | None = None) -> torch.Tensor:
+    """Additive mask [T, T] (or [B, T, T] with a batched ``static``): 0 where k may attend j, -inf elsewhere.
+
+    ``static`` [T, T] or [B, T, T] bool: True where a static pattern allows k to attend j (AND-ed with causal).
+    """
+    causal = torch.full((T, T), -math.inf, device=device, dtype=dtype).triu(1)
+    if static is None:
+        return causal
+    if static.shape[-2:] != (T, T) or static.dtype != torch.bool:
+        raise ValueError(f"attn_mask must be a bool tensor [T, T] or [B, T, T] with T={T}, "
+                         f"got {static.dtype} {tuple(static.shape)}; build one with bab.context.static_masks")
+    return causal.masked_fill(~static.to(device), -math.inf)
+
+
+class PrunedAttention(nn.Module):
+    """Causal self-attention with the layer's context interaction. Subclasses set ``n_head``, ``n_kv_head``,
+    ``attn_dropout``, ``interaction`` (None: no pruning) and define ``qkv`` and ``merge``."""
+
+    n_head: int
+    n_kv_head: int
+    attn_dropout: float
+    interaction: nn.Module | None
+
+    def qkv(self, x: torch.Tensor, start: int):
+        """x [B, T, d] at positions start.. -> q [B, H, T, Dh], k, v [B, G, T, Dh] (positions encoded)."""
+        raise NotImplementedError
+
+    def merge(self, y: torch.Tensor) -> torch.Tensor:
+        """y [B, H, T, Dh] -> output projection [B, T, d]."""
+        raise NotImplementedError
+
+    def attend(self, q, k, v, mask=None, is_causal=False):
+        dropout = self.attn_dropout if self.training else 0.0
+        # grouped-query attention: SDPA shares each key/value head with H / G query heads
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout,
+                                              enable_gqa=self.n_kv_head != self.n_head)
+
+    def forward(self, x, alpha: float, budget: float | None, prune: bool, start: int = 0,
+                inherited: torch.Tensor | None = None, static: torch.Tensor | None = None):
+        """Full sequence x [B, T, d]. ``inherited``: the previous layer's effective log I (depth propagation).
+
+        Returns (output [B, T, d], own log I [B, T, T] or None, effective log I or None, k, v, k_int [B, T, r]).
+        """
+        q, k, v = self.qkv(x, start)
+        own = effective = k_int = None
+        if prune and self.interaction is not None:
+            own, k_int = self.interaction.log_keep(x, alpha, budget)
+            effective = own if inherited is None else own + inherited
+        if effective is None and static is None:
+            return self.merge(self.attend(q, k, v, is_causal=True)), None, None, k, v, None
+        mask = causal_logits_mask(x.shape[1], x.device, x.dtype, static)
+        if effective is not None:
+            mask = mask + effective
+        mask = mask[:, None] if mask.dim() == 3 else mask  # [B, 1, T, T]: one mask for every head
+        return self.merge(self.attend(q, k, v, mask)), own, effective, k, v, k_int
+
+    def step(self, x, layer_cache: LayerKV, position: int, budget: float | None, prune: bool,
+             inherited_alive: torch.Tensor | None = None) -> torch.Tensor:
+        """One new token x [B, 1, d] against the cache: drop, append, attend. Returns [B, 1, d].
+
+        ``inherited_alive`` [B, P] bool (depth propagation): which positions the layer below still holds;
+        a token it dropped leaves this layer's cache too.
+        """
+        q, k, v = self.qkv(x, position)
+        k_int = None
+        if prune and self.interaction is not None:
+            q_int, k_int = self.interaction.query(x), self.interaction.key(x)
+            if layer_cache.length:
+                _, _, cached_int, _ = layer_cache.view()
+                # the new token decides which earlier tokens it drops; the drop is for good
+                keep = self.interaction.step_keep(q_int, cached_int, budget)
+                if inherited_alive is not None:
+                    keep = keep & layer_cache.holds(inherited_alive)
+                layer_cache.compact(keep)
+        layer_cache.append(k, v, k_int, position)
+        keys, values, _, valid = layer_cache.view()
+        mask = None if layer_cache.all_valid() else valid[:, None, None, :]  # [B, 1, 1, S]
+        return self.merge(self.attend(q, keys, values, mask))
+
+
+class DecoderBlock(nn.Module):
+    """A pre-norm decoder block; subclasses expose their attention (``attention``) and define the two halves."""
+
+    @property
+    def attention(self) -> PrunedAttention:
+        raise NotImplementedError
+
+    def attn_input(self, x: torch.Tensor) -> torch.Tensor:
+        """The normed input of the attention (and of the interaction)."""
+        raise NotImplementedError
+
+    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The residual branch after attention (norm + MLP), without the residual itself."""
+        raise NotImplementedError
+
+
+class ContextDecoder(nn.Module):
+    """The layer loop of a decoder with optional dynamic context pruning.
+
+    Subclasses set ``config`` (with ``.pruning``), define ``blocks`` (the DecoderBlocks), ``max_positions``,
+    ``kv_shape`` (G, Dh), ``embed(ids, start)`` and ``head(h)`` (final norm + output projection).
+    """
+
+    config: object
+
+    @property
+    def blocks(self) -> nn.ModuleList:
+        raise NotImplementedError
+
+    @property
+    def max_positions(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def kv_shape(self) -> tuple[int, int]:
+        raise NotImplementedError
+
+    def embed(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
+        raise NotImplementedError
+
+    def head(self, h: torch.Tensor) -> torch.Tensor:
+        """h [..., d] -> logits [..., V] (final norm and output projection)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ shared
+
+    @property
+    def prunes(self) -> bool:
+        return self.config.pruning is not None
+
+    @property
+    def propagates(self) -> bool:
+        return self.prunes and self.config.pruning.propagate_in_depth
+
+    def pruning_parameters(self):
+        """(name, parameter) of the interaction query/key/bias/sensitivity of every layer."""
+        return [(n, p) for n, p in self.named_parameters() if ".interaction." in n]
+
+    def check_length(self, length: int) -> None:
+        if length > self.max_positions:
+            raise ValueError(f"sequence of {length} tokens is longer than the model's maximum context "
+                             f"{self.max_positions}; shorten the input or the generation")
+
+    def _run(self, x, alpha, budget, prune, static=None, visit=None) -> torch.Tensor:
+        """Every block on x [B, T, d] -> the last hidden states [B, T, d].
+
+        ``visit(layer, own log I, effective log I, k, v, k_int)`` sees each layer's attention by-products.
+        """
+        inherited = None
+        for i, block in enumerate(self.blocks):
+            a, own, effective, k, v, k_int = block.attention(block.attn_input(x), alpha, budget, prune, 0,
+                                                             inherited if self.propagates else None, static)
+            x = x + a
+            x = x + block.feed_forward(x)
+            inherited = effective
+            if visit is not None:
+                visit(i, own, effective, k, v, k_int)
+        return x
+
+    def forward(self, input_ids: torch.Tensor, alpha: float = HARD, budget: float | None = None, prune: bool = True,
+                return_log_keep: bool = False, attn_mask: torch.Tensor | None = None) -> LMOutput:
+        """input_ids [B, T] -> logits [B, T, V].
+
+        ``prune=False`` runs the plain decoder (the interactions unused). ``attn_mask`` [T, T] or [B, T, T] bool:
+        a static pattern (True: may attend) AND-ed with the causal mask, for the static baselines.
+        """
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be [batch, time], got shape {tuple(input_ids.shape)}")
+        self.check_length(input_ids.shape[1])
+        masses, log_keeps = [], []
+
+        def record(_, own, effective, *__):
+            if own is not None:
+                masses.append(keep_mass(own))
+                if return_log_keep:
+                    log_keeps.append(effective.detach())
+
+        h = self._run(self.embed(input_ids), alpha, budget, prune, attn_mask, record)
+        mass = torch.stack(masses).mean() if masses else None
+        return LMOutput(logits=self.head(h), keep_mass=mass, log_keep=log_keeps)
+
+    # ------------------------------------------------------------------ generation with a KV cache
+
+    def new_cache(self, batch: int, capacity: int, prune: bool, compact_every: float = 0.0) -> KVCache:
+        """An empty cache of G key/value heads per layer; ``compact_every``: see bab.context.kv_cache.LayerKV."""
+        c = self.config
+        if prune and self.prunes and not c.pruning.irreversible:
+            raise ValueError("a KV cache can only forget tokens for good when dropping is irreversible; this model "
+                             "was built with PruningConfig(irreversible=False): generate with prune=False")
+        int_dim = c.pruning.r if (prune and self.prunes) else None
+        p = next(self.parameters())
+        heads, head_dim = self.kv_shape
+        return KVCache([LayerKV(batch, heads, head_dim, int_dim, capacity, p.dtype, p.device,
+                                compact_every=compact_every) for _ in range(len(self.blocks))])
+
+    @torch.no_grad()
+    def prefill(self, input_ids: torch.Tensor, cache: KVCache, budget: float | None = None,
+                prune: bool = True) -> torch.Tensor:
+        """Run the prompt [B, T] with hard decisions; fill the cache with the tokens still alive. -> logits [B, V]."""
+        self.check_length(input_ids.shape[1])
+        prune = prune and self.prunes
+
+        def fill(i, _, effective, k, v, k_int):
+            alive = None if effective is None else effective[:, -1] > -math.inf  # what the last token still sees
+            cache.layers[i].fill(k, v, k_int, alive)
+
+        h = self._run(self.embed(input_ids), HARD, budget, prune, visit=fill)
+        cache.next_position = input_ids.shape[1]
+        return self.head(h[:, -1])
+
+    @torch.no_grad()
+    def decode_step(self, input_ids: torch.Tensor, cache: KVCache, budget: float | None = None,
+                    prune: bool = True) -> torch.Tensor:
+        """One new token per row, input_ids [B, 1] -> logits [B, V]; updates (and shrinks) the cache."""
+        position = cache.next_position
+        self.check_length(position + 1)
+        prune = prune and self.prunes
+        x = self.embed(input_ids, start=position)
+        below = None  # depth propagation: the positions the layer below still holds
+        for block, layer_cache in zip(self.blocks, cache.layers, strict=True):
+            x = x + block.attention.step(block.attn_input(x), layer_cache, position, budget, prune,
+                                         below if (prune and self.propagates) else None)
+            x = x + block.feed_forward(x)
+            below = layer_cache.alive_positions(position + 1)
+        cache.next_position = position + 1
+        return self.head(x[:, -1])
+
+    @torch.no_grad()
+    def token_drop_times(self, input_ids: torch.Tensor, budget: float | None = None) -> torch.Tensor:
+        """[L, B, T]: the position whose arrival dropped each token in each layer (hard decisions), -1: never."""
+        if not (self.prunes and self.config.pruning.irreversible):
+            raise ValueError("drop times are defined for a model with irreversible context pruning")
+        out = self.forward(input_ids, alpha=HARD, budget=budget, return_log_keep=True)
+        return torch.stack([drop_times(lk) for lk in out.log_keep])
+
+
+def load_checked(model: nn.Module, state: dict, what: str) -> nn.Module:
+    """load_state_dict that tolerates only the (fresh) interaction parameters missing; a clear error otherwise."""
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # shape mismatches
+        raise ValueError(f"state dict does not fit this {what}: {exc}") from exc
+    missing = [k for k in missing if ".interaction." not in k]
+    if missing or unexpected:
+        raise ValueError(f"state dict does not fit this {what}: missing {missing}, unexpected {unexpected}")
+    return model
