@@ -48,3 +48,49 @@ def test_nbval_skips_notebook_05_without_fashion_mnist(tmp_path, monkeypatch):
     for stem in images.FILES.values():
         (folder / (stem + ".gz")).write_bytes(b"")
     assert conftest._missing_data("05_vit_sparsifiner.ipynb") is None
+
+
+def test_vit_profile_rejects_an_unknown_gate_init_with_the_choices():
+    from dataclasses import replace
+
+    quick = get_profile("vit_sparsifiner", "quick")
+    assert quick.head_gate_init == "elimination"  # the recipe chosen on validation (docs/sparsifiner.md)
+    with pytest.raises(ValueError, match="'open', 'ablation', 'elimination'"):
+        replace(quick, head_gate_init="nested")
+    with pytest.raises(ValueError, match="head_gate_sharpness > 0"):
+        replace(quick, head_gate_sharpness=0.0)
+
+
+def test_nested_gates_reach_the_budgeted_heads_lineage_and_the_model(tmp_path):
+    """A tiny study end to end: the gate initialisation reaches the lineage (so the run cache keys it and
+    another init trains another checkpoint) and the model (nested gates are spread, open ones are not)."""
+    from dataclasses import replace
+
+    import torch
+    from torch.utils.data import TensorDataset
+
+    from bab.core.runs import RunCache
+    from bab.experiments.vit import ViTStudy
+
+    smoke = get_profile("vit_sparsifiner", "smoke")
+    model = dict(smoke.model, image_size=8, patch_size=4, hidden_size=16, num_layers=2, num_heads=2,
+                 intermediate_size=16)
+    tiny = replace(smoke, model=model, importance_examples=8, dense=replace(smoke.dense, epochs=1),
+                   heads=replace(smoke.heads, epochs=1))
+    generator = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(24, 1, 8, 8, generator=generator),
+                         torch.randint(0, 10, (24,), generator=generator))
+
+    class TinyStudy(ViTStudy):
+        def splits(self):
+            return {"train": data, "val": data, "test": data}
+
+    cache = RunCache(tmp_path)
+    study = TinyStudy(tiny, cache=cache, progress=False)
+    soft, _, lineage = study.budgeted_heads()
+    assert lineage["prepare"] == {"gate_init": "elimination", "sharpness": 4.0, "importance_examples": 8}
+    open_soft, _, open_lineage = TinyStudy(replace(tiny, head_gate_init="open"), cache=cache,
+                                           progress=False).budgeted_heads()
+    assert "prepare" not in open_lineage
+    # nested gates spread the heads apart; open gates start (and, after one epoch, stay) nearly equal
+    assert float(soft.gates(0.5).detach().std()) > 10 * float(open_soft.gates(0.5).detach().std())
