@@ -1,0 +1,214 @@
+"""Sparsifiner's whole inference path in one fused CPU kernel (issue 11, item 5): a predictor that really
+costs less than it saves.
+
+``sparsifiner_attention(predictor, q, k, v, keep_rate, kernel="fused")`` returns what the reference path
+returns (``predictor(q, k, keep_rate)["index"]`` and ``attention_over_connections``, equal to
+``masked_dense_attention`` with ``connectivity_mask``), but replaces the dense up-projection (n x n_down x n
+multiply-adds), ``torch.topk`` over all n keys of every query and the CSR attention by one C++ loop per
+(example, head) and query. The low-rank attention A_down (small matmuls and a softmax over n_down) stays in
+torch. ``kernel="torch"`` runs the reference path.
+
+Per query i, with w = A~_down[i] + TIE_BREAK * A_down[i] (the reference's ranking weights, [n_down]) and the
+pruned basis W~_up [n_down, n], the ranking key is key_j = sum_m w_m W~_up[m, j]. Split the rows m into N (the
+nonzero coefficients: a few of n_down) and Z (the rest, where w_m = TIE_BREAK * A_down[i, m] is tiny):
+
+1. P_j = sum_{m in N} w_m W~_up[m, j], accumulated over the nonzero entries of those basis rows only (CSR of
+   W~_up, built once per forward); the keys it touches are the candidates, every other key has P_j = 0.
+2. Whatever j, the Z part lies in [low, high], low = sum_{m in Z} min(w_m lo_m, w_m hi_m), high likewise with
+   max, where [lo_m, hi_m] is the range of row m of W~_up including 0. So key_j lies in [P_j + low, P_j + high];
+   let width = high - low (plus a margin for float rounding of P_j, low and high).
+3. theta = the k-th largest P_j over all n keys (exact selection on the candidates' values). If
+   theta > width, every key with P_j < theta - width, in particular every non-candidate, is beaten by the k
+   keys with P >= theta: out. Every key with P_j > theta + width beats every key with P <= theta (at least
+   n - k + 1 of them): in. Only keys with |P_j - theta| <= width are undecided; their exact key (a dot
+   product over all n_down coefficients) ranks them for the remaining slots.
+4. Otherwise (fewer than k candidates, e.g. a query whose coefficients all fall below tau, or a k-th value
+   too close to 0 for the bounds to exclude the non-candidates) the row falls back to the exact key of every
+   key and an exact selection over all n.
+
+So the selected set is the top k of the reference's ranking key, exactly in real arithmetic; step 3's
+margin keeps it exact under float rounding of our own sums. The reference computes its key with a float32
+matmul in another summation order, so two keys within a few ulp of each other at the k-th place may be
+ordered differently (the tests accept a swap only between keys equal to rounding at the boundary). Exact
+ties at the boundary are taken in index order (torch.topk's order is unspecified). The selection is the
+exact k-th value by bisection on the bits of the floats (32 vectorized counting passes), not a sort.
+
+Then per query: scores q . k_j / sqrt(d) over its k keys, softmax (a vectorizable exp), weighted sum of
+v_j; the CLS query with ``cls_dense`` attends to every key. All options are respected because the kernel
+takes the coefficients and the pruned basis from the predictor's own methods (threshold or top-m
+coefficients, ``basis_threshold_abs``, ``predictor_scale``, ``positions`` after token pruning).
+
+Inference only: float32 CPU tensors, no autograd. The kernel is compiled on first use with
+``torch.utils.cpp_extension.load_inline`` (needs a C++ compiler and ninja). Build flags: -O3 and, on x86-64,
+-march=native. torch caches the build under ``TORCH_EXTENSIONS_DIR`` (default ~/.cache/torch_extensions) by
+extension name; the name carries a fingerprint of the CPU (model and instruction-set flags), so a home
+directory shared by machines with different CPUs never loads a build for the wrong instruction set. If the
+build fails (no compiler, no ninja), ``kernel="fused"`` warns once and runs the torch path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import warnings
+
+import torch
+
+from bab.sparsifiner.predictor import (
+    TIE_BREAK,
+    ConnectivityPredictor,
+    attention_over_connections,
+    num_connections,
+)
+
+INFERENCE_KERNELS = ("fused", "torch")
+
+_state = {"module": None, "error": None, "warned": False}
+
+
+def cpu_fingerprint() -> str:
+    """8 hex digits naming this CPU (machine, model name and instruction-set flags from /proc/cpuinfo)."""
+    text = platform.machine() + platform.processor()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            lines = cpuinfo.read().split("\n\n")[0].splitlines()
+        text += "".join(line for line in lines if line.split(":")[0].strip() in ("model name", "flags", "Features"))
+    except OSError:
+        pass  # not Linux: the machine name alone (no -march=native there, see build_flags)
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def build_flags() -> list[str]:
+    """-O3 everywhere; -march=native on x86-64 Linux only, where the CPU fingerprint in the extension's name
+    keeps a build for one instruction set from being loaded on another; -fopenmp-simd for the simd pragmas;
+    -fno-trapping-math so g++ may turn float comparisons in loops into vector selects (we never read the
+    floating-point exception flags; results are unchanged)."""
+    flags = ["-O3", "-fopenmp-simd", "-fno-trapping-math"]
+    if platform.machine() in ("x86_64", "AMD64") and platform.system() == "Linux":
+        flags.append("-march=native")
+    return flags
+
+
+def _build():
+    """Compile (or load the cached build of) the extension; raises whatever the toolchain raises."""
+    from torch.utils.cpp_extension import load_inline
+
+    from bab.sparsifiner.fused_kernel import CPP_SOURCE
+
+    if shutil.which("ninja") is None:  # pip's ninja lives next to the interpreter, off PATH unless activated
+        try:
+            import ninja
+
+            os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+        except ImportError:
+            pass  # load_inline then raises, and the caller falls back
+
+    return load_inline(name=f"bab_sparsifiner_fused_{cpu_fingerprint()}", cpp_sources=[CPP_SOURCE],
+                       functions=["fused_forward"], extra_cflags=build_flags(), verbose=False)
+
+
+def load_extension():
+    """The compiled kernel module, or None when it cannot be built here (the error is kept for the warning)."""
+    if _state["module"] is None and _state["error"] is None:
+        try:
+            _state["module"] = _build()
+        except Exception as error:  # noqa: BLE001 (no compiler, no ninja, a failed build: all mean "fall back")
+            _state["error"] = error
+    return _state["module"]
+
+
+def fused_available() -> bool:
+    """True when the fused kernel is compiled (or compiles now) on this machine."""
+    return load_extension() is not None
+
+
+def _warn_fallback() -> None:
+    if not _state["warned"]:
+        _state["warned"] = True
+        warnings.warn(f"the fused Sparsifiner kernel could not be built ({type(_state['error']).__name__}: "
+                      f"{_state['error']}); running the torch path instead (same results, slower). It needs a "
+                      f"C++ compiler (g++) and ninja (pip install -r requirements.txt).", RuntimeWarning,
+                      stacklevel=3)
+
+
+def validate_inputs(predictor, q, k, v, positions=None) -> None:
+    """Raise an error that says how to fix inputs the fused kernel cannot take."""
+    if not isinstance(predictor, ConnectivityPredictor):
+        raise TypeError(f"predictor must be a ConnectivityPredictor, got {type(predictor).__name__}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor [B, H, n, d], got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have shape [B, H, n, d] (4 dimensions), got {tuple(t.shape)}")
+        if t.dtype != torch.float32:
+            raise TypeError(f"the fused kernel computes in float32; {name} is {t.dtype}: pass {name}.float(), or "
+                            f"use kernel='torch'")
+        if t.device.type != "cpu":
+            raise ValueError(f"the fused kernel runs on the CPU; {name} is on {t.device}: pass {name}.cpu(), or "
+                             f"use kernel='torch'")
+    if not q.shape == k.shape == v.shape:
+        raise ValueError(f"q, k, v must have the same shape [B, H, n, d], got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    B, H, n, _ = q.shape
+    if H != predictor.num_heads:
+        raise ValueError(f"q has {H} heads but the predictor was built for {predictor.num_heads}")
+    if n > predictor.w_up.shape[-1]:
+        raise ValueError(f"{n} tokens but the predictor covers at most {predictor.w_up.shape[-1]} (max_tokens)")
+    if n - predictor.first_query < 1:
+        raise ValueError("with cls_dense the sequence needs at least 2 tokens (CLS and one predicted query)")
+    if positions is not None and tuple(positions.shape) != (B, n):
+        raise ValueError(f"positions must have shape [B, n] = {(B, n)}, got {tuple(positions.shape)}")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise RuntimeError("the fused kernel is for inference and has no autograd: call it under "
+                           "torch.no_grad() (or torch.inference_mode()), or use kernel='torch' for training")
+
+
+def fused_sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,
+                                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused kernel (raises if it is not built): q, k, v [B, H, n, d] -> (out [B, H, n, d],
+    index [B, H, n_q, k]) as ``sparsifiner_attention`` returns them."""
+    validate_inputs(predictor, q, k, v, positions)
+    module = load_extension()
+    if module is None:
+        raise RuntimeError(f"the fused Sparsifiner kernel is not available: {_state['error']}")
+    B, H, n, d = q.shape
+    kk = num_connections(keep_rate, n)
+    with torch.no_grad():
+        a_down = predictor.low_rank_attention(q, k, positions)  # [B, H, n_q, n_down]
+        coeff = predictor.sparsify_coefficients(a_down)
+        basis = predictor.sparse_basis(n, positions).detach()  # [H, n_down, n] or [B, H, n_down, n]
+        n_down = basis.shape[-2]
+        out, index = module.fused_forward(
+            *(t.contiguous().view(B * H, -1, d) for t in (q, k, v)),
+            *(t.contiguous().view(B * H, -1, n_down) for t in (a_down, coeff)),
+            basis.float().contiguous().view(-1, n_down, n), H, kk, predictor.first_query, TIE_BREAK)
+    return out.view(B, H, n, d), index.view(B, H, n - predictor.first_query, kk)
+
+
+def torch_sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,
+                                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference path: ``predictor`` (dense up-projection, torch.topk) then ``attention_over_connections``
+    (CSR kernel without autograd). Returns (out [B, H, n, d], index [B, H, n_q, k])."""
+    pred = predictor(q, k, keep_rate, positions)
+    out, _ = attention_over_connections(q, k, v, pred["index"], pred["first_query"])
+    return out, pred["index"]
+
+
+def sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,
+                          positions: torch.Tensor | None = None, kernel: str = "fused"):
+    """Sparsifiner's whole inference path, predictor + top-k + sparse attention: q, k, v [B, H, n, d] ->
+    (out [B, H, n, d], index [B, H, n_q, k]); row i of index holds the keys of query first_query + i.
+
+    ``kernel="fused"``: the C++ kernel (module docstring); where it cannot be built, one warning and the torch
+    path. ``kernel="torch"``: the reference path. Both give the same index sets and outputs (to float rounding).
+    """
+    if kernel not in INFERENCE_KERNELS:
+        raise ValueError(f"kernel must be one of {INFERENCE_KERNELS}, got {kernel!r}")
+    if kernel == "fused":
+        validate_inputs(predictor, q, k, v, positions)
+        if load_extension() is not None:
+            return fused_sparsifiner_attention(predictor, q, k, v, keep_rate, positions)
+        _warn_fallback()
+    return torch_sparsifiner_attention(predictor, q, k, v, keep_rate, positions)
