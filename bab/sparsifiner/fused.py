@@ -176,14 +176,21 @@ def fused_sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_
     B, H, n, d = q.shape
     kk = num_connections(keep_rate, n)
     with torch.no_grad():
-        a_down = predictor.low_rank_attention(q, k, positions)  # [B, H, n_q, n_down]
-        coeff = predictor.sparsify_coefficients(a_down)
         basis = predictor.sparse_basis(n, positions).detach()  # [H, n_down, n] or [B, H, n_down, n]
         n_down = basis.shape[-2]
+        empty = q.new_empty(0, 0, 0)
+        if predictor.coefficient_rule == "threshold":  # the kernel computes A_down and A~_down from K_down
+            k_down = predictor.down_projected_keys(k, positions).contiguous().view(B * H, n_down, d)
+            a_down = coeff = empty
+        else:  # top-m: torch.topk's choice among the coefficients, computed as the reference does
+            a_down = predictor.low_rank_attention(q, k, positions)  # [B, H, n_q, n_down]
+            coeff = predictor.sparsify_coefficients(a_down)
+            a_down, coeff = (t.contiguous().view(B * H, -1, n_down) for t in (a_down, coeff))
+            k_down = empty
         out, index = module.fused_forward(
-            *(t.contiguous().view(B * H, -1, d) for t in (q, k, v)),
-            *(t.contiguous().view(B * H, -1, n_down) for t in (a_down, coeff)),
-            basis.float().contiguous().view(-1, n_down, n), H, kk, predictor.first_query, TIE_BREAK)
+            *(t.contiguous().view(B * H, n, d) for t in (q, k, v)), k_down, a_down, coeff,
+            basis.float().contiguous().view(-1, n_down, n), H, kk, predictor.first_query, TIE_BREAK,
+            predictor.logit_scale(d), predictor.tau)
     return out.view(B, H, n, d), index.view(B, H, n - predictor.first_query, kk)
 
 

@@ -122,13 +122,14 @@ constexpr int kPad = 16;  // room for one full vector store past the end of the 
 
 // Per-thread buffers, sized once per call.
 struct Scratch {
-  std::vector<float> partial, key, weight, scores, values, narrow;
+  std::vector<float> partial, key, weight, scores, values, narrow, a_row, coeff_row;
   std::vector<int32_t> ids, in, unsure, rank, nonzero, all_keys;
   std::vector<uint32_t> order;
 
   Scratch(int n, int n_down)
-      : partial(n + kPad), key(n + kPad), weight(n_down), scores(n + kPad), values(n + kPad), narrow(n + kPad), ids(n + kPad),
-        in(n + kPad), unsure(n + kPad), rank(n + kPad), nonzero(n_down), all_keys(n + kPad), order(n + kPad) {
+      : partial(n + kPad), key(n + kPad), weight(n_down), scores(n + kPad), values(n + kPad), narrow(n + kPad),
+        a_row(n_down), coeff_row(n_down), ids(n + kPad), in(n + kPad), unsure(n + kPad), rank(n + kPad),
+        nonzero(n_down), all_keys(n + kPad), order(n + kPad) {
     for (int j = 0; j < n + kPad; ++j) all_keys[j] = j;
   }
 };
@@ -394,6 +395,37 @@ inline void dot4(const float* q, const float* k0, const float* k1, const float* 
   out[3] = s3;
 }
 
+// scores[t] <- exp((scores[t] - max) * scale) for t < cnt (scale > 0): the numerators of
+// softmax(scores * scale); returns their sum.
+inline float exp_shifted(float* scores, int cnt, float scale) {
+  float top = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : top)
+  for (int t = 0; t < cnt; ++t) top = std::max(top, scores[t]);
+  float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+  for (int t = 0; t < cnt; ++t) {
+    scores[t] = exp_nonpositive((scores[t] - top) * scale);
+    total += scores[t];
+  }
+  return total;
+}
+
+// A_down for one query (Eq. 1): a = softmax(q . K_down[m] * logit_scale) over the n_down rows of K_down
+// [n_down, d], and A~_down by the threshold rule (Eq. 2): coeff = a where a > tau, else 0.
+void low_rank_row(const float* q, const float* k_down, int n_down, int d, float logit_scale, float tau, float* a,
+                  float* coeff) {
+  int m = 0;
+  for (; m + 4 <= n_down; m += 4)
+    dot4(q, k_down + m * d, k_down + (m + 1) * d, k_down + (m + 2) * d, k_down + (m + 3) * d, d, a + m);
+  for (; m < n_down; ++m) a[m] = dot(q, k_down + m * d, d);
+  const float inverse = 1.0f / exp_shifted(a, n_down, logit_scale);
+#pragma omp simd
+  for (m = 0; m < n_down; ++m) {
+    a[m] *= inverse;
+    coeff[m] = a[m] > tau ? a[m] : 0.0f;
+  }
+}
+
 inline void prefetch_row(const float* row, int d) {
   for (int e = 0; e < d; e += 16) __builtin_prefetch(row + e);
 }
@@ -411,16 +443,7 @@ void attend(const float* q, const float* K, const float* V, const Index* idx, in
     dot4(q, K + idx[t] * d, K + idx[t + 1] * d, K + idx[t + 2] * d, K + idx[t + 3] * d, d, scores + t);
   }
   for (; t < cnt; ++t) scores[t] = dot(q, K + idx[t] * d, d);
-  float top = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : top)
-  for (t = 0; t < cnt; ++t) top = std::max(top, scores[t]);
-  float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-  for (t = 0; t < cnt; ++t) {
-    scores[t] = exp_nonpositive((scores[t] - top) * scale);
-    total += scores[t];
-  }
-  const float inverse = 1.0f / total;
+  const float inverse = 1.0f / exp_shifted(scores, cnt, scale);
   int e = 0;
   for (; e + 64 <= d; e += 64) {  // 64 outputs in registers, even and odd keys apart: 8 independent FMA chains
     v16 a0 = {}, a1 = {}, a2 = {}, a3 = {}, b0 = {}, b1 = {}, b2 = {}, b3 = {};
@@ -465,22 +488,31 @@ void attend(const float* q, const float* K, const float* V, const Index* idx, in
 
 }  // namespace
 
-// q, k, v [G, n, d]; a_down, coeff [G, n_q, n_down] (n_q = n - first_query); basis [Gb, n_down, n] with
-// Gb == G (one basis per example and head) or Gb == num_heads (shared by the batch: row g uses g % num_heads).
+// q, k, v [G, n, d]; basis [Gb, n_down, n] with Gb == G (one basis per example and head) or Gb == num_heads
+// (shared by the batch: row g uses g % num_heads). The coefficients either come computed, a_down and coeff
+// [G, n_q, n_down] (n_q = n - first_query), or are computed here by the threshold rule from k_down [G, n_down, d]
+// (then a_down and coeff are empty): a = softmax(q K_down^T * logit_scale), coeff = a where a > tau.
 // Returns out [G, n, d] and index [G, n_q, kk] (int64; each row's kk keys, unsorted).
-std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor a_down, at::Tensor coeff,
-                                      at::Tensor basis, int64_t num_heads, int64_t kk, int64_t first_query,
-                                      double tie_break) {
-  for (const auto& t : {q, k, v, a_down, coeff, basis}) {
+std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor k_down, at::Tensor a_down,
+                                      at::Tensor coeff, at::Tensor basis, int64_t num_heads, int64_t kk,
+                                      int64_t first_query, double tie_break, double logit_scale, double tau) {
+  for (const auto& t : {q, k, v, k_down, a_down, coeff, basis}) {
     TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous() && t.dim() == 3,
                 "fused_forward: every tensor must be a contiguous float32 CPU tensor with 3 dimensions");
   }
-  const int64_t G = q.size(0), n = q.size(1), d = q.size(2), n_down = a_down.size(2), n_q = n - first_query;
+  const int64_t G = q.size(0), n = q.size(1), d = q.size(2), n_down = basis.size(1), n_q = n - first_query;
+  const bool given = k_down.numel() == 0;  // coefficients computed by the caller
   TORCH_CHECK(k.sizes() == q.sizes() && v.sizes() == q.sizes(), "fused_forward: q, k, v shapes differ");
-  TORCH_CHECK(first_query >= 0 && n_q >= 1 && a_down.size(0) == G && a_down.size(1) == n_q,
-              "fused_forward: a_down must be [G, n - first_query, n_down]");
-  TORCH_CHECK(coeff.sizes() == a_down.sizes(), "fused_forward: coeff and a_down shapes differ");
-  TORCH_CHECK(basis.size(1) == n_down && basis.size(2) == n && (basis.size(0) == G || basis.size(0) == num_heads),
+  TORCH_CHECK(first_query >= 0 && n_q >= 1, "fused_forward: first_query must lie in [0, n - 1]");
+  if (given) {
+    TORCH_CHECK(a_down.size(0) == G && a_down.size(1) == n_q && a_down.size(2) == n_down &&
+                coeff.sizes() == a_down.sizes(),
+                "fused_forward: a_down and coeff must be [G, n - first_query, n_down]");
+  } else {
+    TORCH_CHECK(k_down.size(0) == G && k_down.size(1) == n_down && k_down.size(2) == d,
+                "fused_forward: k_down must be [G, n_down, d]");
+  }
+  TORCH_CHECK(basis.size(2) == n && (basis.size(0) == G || basis.size(0) == num_heads),
               "fused_forward: basis must be [G or num_heads, n_down, n]");
   TORCH_CHECK(kk >= 1 && kk <= n, "fused_forward: kk must lie in [1, n]");
   auto out = at::empty({G, n, d}, q.options());
@@ -492,7 +524,7 @@ std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v, 
     for (int64_t g = begin; g < end; ++g) bases[g].build(basis_data + g * n_down * n, n_down, n);
   });
   const float *qd = q.data_ptr<float>(), *kd = k.data_ptr<float>(), *vd = v.data_ptr<float>();
-  const float *ad = a_down.data_ptr<float>(), *cd = coeff.data_ptr<float>();
+  const float *kdown = k_down.data_ptr<float>(), *ad = a_down.data_ptr<float>(), *cd = coeff.data_ptr<float>();
   float* od = out.data_ptr<float>();
   int64_t* id = index.data_ptr<int64_t>();
   const float scale = 1.0f / std::sqrt(static_cast<float>(d)), tb = static_cast<float>(tie_break);
@@ -504,9 +536,16 @@ std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v, 
       for (int64_t i = 0; i < first_query; ++i)  // the CLS query with cls_dense: every key
         attend(qd + (g * n + i) * d, K, V, s.all_keys.data(), n, d, scale, s.scores.data(), od + (g * n + i) * d);
       for (int64_t i = 0; i < n_q; ++i) {
-        int64_t* row_index = id + (g * n_q + i) * kk;
-        select_row(cd + (g * n_q + i) * n_down, ad + (g * n_q + i) * n_down, b, kk, tb, s, row_index);
         const int64_t query = first_query + i;
+        const float *a = ad + (g * n_q + i) * n_down, *c = cd + (g * n_q + i) * n_down;
+        if (!given) {
+          low_rank_row(qd + (g * n + query) * d, kdown + g * n_down * d, n_down, d, logit_scale, tau,
+                       s.a_row.data(), s.coeff_row.data());
+          a = s.a_row.data();
+          c = s.coeff_row.data();
+        }
+        int64_t* row_index = id + (g * n_q + i) * kk;
+        select_row(c, a, b, kk, tb, s, row_index);
         attend(qd + (g * n + query) * d, K, V, row_index, kk, d, scale, s.scores.data(), od + (g * n + query) * d);
       }
     }
