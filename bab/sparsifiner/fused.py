@@ -166,9 +166,11 @@ def validate_inputs(predictor, q, k, v, positions=None) -> None:
 
 
 def fused_sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,
-                                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                                positions: torch.Tensor | None = None,
+                                with_attention: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
     """The fused kernel (raises if it is not built): q, k, v [B, H, n, d] -> (out [B, H, n, d],
-    index [B, H, n_q, k]) as ``sparsifiner_attention`` returns them."""
+    index [B, H, n_q, k]) as ``sparsifiner_attention`` returns them. ``with_attention=False`` runs the
+    predictor and the selection only and returns (None, index): ``fused_selection``."""
     validate_inputs(predictor, q, k, v, positions)
     module = load_extension()
     if module is None:
@@ -190,8 +192,15 @@ def fused_sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_
         out, index = module.fused_forward(
             *(t.contiguous().view(B * H, n, d) for t in (q, k, v)), k_down, a_down, coeff,
             basis.float().contiguous().view(-1, n_down, n), H, kk, predictor.first_query, TIE_BREAK,
-            predictor.logit_scale(d), predictor.tau)
-    return out.view(B, H, n, d), index.view(B, H, n - predictor.first_query, kk)
+            predictor.logit_scale(d), predictor.tau, with_attention)
+    return (out.view(B, H, n, d) if with_attention else None), index.view(B, H, n - predictor.first_query, kk)
+
+
+def fused_selection(predictor: ConnectivityPredictor, q, k, keep_rate: float,
+                    positions: torch.Tensor | None = None) -> torch.Tensor:
+    """The predictor's top-k index [B, H, n_q, k] by the fused kernel (A_down, ranking key, selection; no
+    attention): the same sets as ``predictor(q, k, keep_rate, positions)["index"]``."""
+    return fused_sparsifiner_attention(predictor, q, k, k, keep_rate, positions, with_attention=False)[1]
 
 
 def torch_sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,

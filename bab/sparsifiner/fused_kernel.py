@@ -492,10 +492,12 @@ void attend(const float* q, const float* K, const float* V, const Index* idx, in
 // (shared by the batch: row g uses g % num_heads). The coefficients either come computed, a_down and coeff
 // [G, n_q, n_down] (n_q = n - first_query), or are computed here by the threshold rule from k_down [G, n_down, d]
 // (then a_down and coeff are empty): a = softmax(q K_down^T * logit_scale), coeff = a where a > tau.
-// Returns out [G, n, d] and index [G, n_q, kk] (int64; each row's kk keys, unsorted).
+// Returns out [G, n, d] and index [G, n_q, kk] (int64; each row's kk keys, unsorted). With with_attention false
+// only the selection runs and out is empty (to time the two apart).
 std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor k_down, at::Tensor a_down,
                                       at::Tensor coeff, at::Tensor basis, int64_t num_heads, int64_t kk,
-                                      int64_t first_query, double tie_break, double logit_scale, double tau) {
+                                      int64_t first_query, double tie_break, double logit_scale, double tau,
+                                      bool with_attention) {
   for (const auto& t : {q, k, v, k_down, a_down, coeff, basis}) {
     TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous() && t.dim() == 3,
                 "fused_forward: every tensor must be a contiguous float32 CPU tensor with 3 dimensions");
@@ -515,7 +517,7 @@ std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v, 
   TORCH_CHECK(basis.size(2) == n && (basis.size(0) == G || basis.size(0) == num_heads),
               "fused_forward: basis must be [G or num_heads, n_down, n]");
   TORCH_CHECK(kk >= 1 && kk <= n, "fused_forward: kk must lie in [1, n]");
-  auto out = at::empty({G, n, d}, q.options());
+  auto out = with_attention ? at::empty({G, n, d}, q.options()) : at::empty({0}, q.options());
   auto index = at::empty({G, n_q, kk}, q.options().dtype(at::kLong));
   const int64_t Gb = basis.size(0);
   std::vector<Basis> bases(Gb);
@@ -533,7 +535,7 @@ std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v, 
     for (int64_t g = begin; g < end; ++g) {
       const Basis& b = bases[Gb == G ? g : g % num_heads];
       const float *K = kd + g * n * d, *V = vd + g * n * d;
-      for (int64_t i = 0; i < first_query; ++i)  // the CLS query with cls_dense: every key
+      for (int64_t i = 0; i < (with_attention ? first_query : 0); ++i)  // the CLS query with cls_dense: every key
         attend(qd + (g * n + i) * d, K, V, s.all_keys.data(), n, d, scale, s.scores.data(), od + (g * n + i) * d);
       for (int64_t i = 0; i < n_q; ++i) {
         const int64_t query = first_query + i;
@@ -546,7 +548,8 @@ std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v, 
         }
         int64_t* row_index = id + (g * n_q + i) * kk;
         select_row(c, a, b, kk, tb, s, row_index);
-        attend(qd + (g * n + query) * d, K, V, row_index, kk, d, scale, s.scores.data(), od + (g * n + query) * d);
+        if (with_attention)
+          attend(qd + (g * n + query) * d, K, V, row_index, kk, d, scale, s.scores.data(), od + (g * n + query) * d);
       }
     }
   });

@@ -233,3 +233,14 @@ def test_bad_kernel_predictor_and_length_raise():
         fused.sparsifiner_attention(predictor, long_q, long_k, long_v, 0.25)
     with pytest.raises(ValueError, match="keep_rate"):
         fused.sparsifiner_attention(predictor, q, k, v, 0.0)
+
+
+@pytest.mark.parametrize("options", [{}, OFFICIAL], ids=["defaults", "official"])
+def test_fused_selection_alone_returns_the_same_index(kernel, options):
+    predictor = random_predictor(n=50, **options)
+    q, k, v = qkv(n=50, seed=4)
+    with torch.no_grad():
+        index = fused.fused_selection(predictor, q, k, 0.2)
+        _, with_attention = fused.fused_sparsifiner_attention(predictor, q, k, v, 0.2)
+    assert torch.equal(index, with_attention)
+    assert_same_selection(index, predictor, q, k, 0.2)
