@@ -370,6 +370,32 @@ inline float sum16(v16 x) {
 #endif
 }
 
+// The four horizontal sums of a0..a3 together: halves added, then two rounds of pairwise adds (hadd), ~12
+// instructions instead of four separate reduction trees (~32).
+inline void sum16x4(v16 a0, v16 a1, v16 a2, v16 a3, float& s0, float& s1, float& s2, float& s3) {
+#ifdef __AVX512F__
+  auto halves = [](v16 x) {
+    __m512 r;
+    std::memcpy(&r, &x, sizeof r);
+    const __m256 upper = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(r), 1));  // AVX512F only
+    return _mm256_add_ps(_mm512_castps512_ps256(r), upper);
+  };
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(halves(a0), halves(a1)), _mm256_hadd_ps(halves(a2), halves(a3)));
+  const __m128 sums = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));  // (s0, s1, s2, s3)
+  float lanes[4];
+  _mm_storeu_ps(lanes, sums);
+  s0 = lanes[0];
+  s1 = lanes[1];
+  s2 = lanes[2];
+  s3 = lanes[3];
+#else
+  s0 = sum16(a0);
+  s1 = sum16(a1);
+  s2 = sum16(a2);
+  s3 = sum16(a3);
+#endif
+}
+
 // q . K[j] for four keys at once: four independent accumulator chains instead of one long one.
 inline void dot4(const float* q, const float* k0, const float* k1, const float* k2, const float* k3, int d,
                  float* out) {
@@ -382,7 +408,8 @@ inline void dot4(const float* q, const float* k0, const float* k1, const float* 
     a2 += x * load16(k2 + e);
     a3 += x * load16(k3 + e);
   }
-  float s0 = sum16(a0), s1 = sum16(a1), s2 = sum16(a2), s3 = sum16(a3);
+  float s0, s1, s2, s3;
+  sum16x4(a0, a1, a2, a3, s0, s1, s2, s3);
   for (; e < d; ++e) {
     s0 += q[e] * k0[e];
     s1 += q[e] * k1[e];
