@@ -5,10 +5,10 @@ costs less than it saves.
 returns (``predictor(q, k, keep_rate)["index"]`` and ``attention_over_connections``, equal to
 ``masked_dense_attention`` with ``connectivity_mask``), but replaces the dense up-projection (n x n_down x n
 multiply-adds), ``torch.topk`` over all n keys of every query and the CSR attention by one C++ loop per
-(example, head) and query. torch computes K_down = W_down K (one small matmul per head) and the pruned basis
-W~_up; the kernel computes per query A_down = softmax(q K_down^T * scale) and, with the threshold rule,
-A~_down = A_down * 1[A_down > tau] (with ``coefficients="topm"`` torch computes both, so that the top-m choice is
-torch.topk's). ``kernel="torch"`` runs the reference path.
+(example, head) and query. The kernel takes the raw W_down and W_up columns of the current tokens, prunes the
+basis W~_up as ``sparse_basis`` does, and computes K_down = W_down K per head and, per query, A_down =
+softmax(q K_down^T * scale) and A~_down = A_down * 1[A_down > tau] (with ``coefficients="topm"`` torch computes
+A_down and A~_down instead, so that the top-m choice is torch.topk's). ``kernel="torch"`` runs the reference path.
 
 Per query i, with w = A~_down[i] + TIE_BREAK * A_down[i] (the reference's ranking weights, [n_down]) and the
 pruned basis W~_up [n_down, n], the ranking key is key_j = sum_m w_m W~_up[m, j]. Split the rows m into N (the
@@ -19,7 +19,7 @@ nonzero coefficients: a few of n_down) and Z (the rest, where w_m = TIE_BREAK * 
 2. Whatever j, the Z part lies in [low, high], low = sum_{m in Z} min(w_m lo_m, w_m hi_m), high likewise with
    max, where [lo_m, hi_m] is the range of row m of W~_up including 0. So key_j lies in [P_j + low, P_j + high];
    let width = high - low (plus a margin for float rounding of P_j, low and high).
-3. theta = the k-th largest P_j over all n keys (exact selection on the candidates' values). If
+3. theta = the k-th largest P_j over all n keys (bracketed within width on the candidates' values). If
    theta > width, every key with P_j < theta - width, in particular every non-candidate, is beaten by the k
    keys with P >= theta: out. Every key with P_j > theta + width beats every key with P <= theta (at least
    n - k + 1 of them): in. Only keys with |P_j - theta| <= width are undecided; their exact key (a dot
@@ -33,21 +33,29 @@ margin keeps it exact under float rounding of our own sums. Where float32 roundi
 paths, which sum in different orders, may disagree: two ranking keys within a few ulp of each other at the
 k-th place, or (threshold rule) a coefficient A_down within a few ulp of tau, which one path keeps and the
 other drops. The tests accept a differing row only under one of these two conditions (checked in float64),
-and at most 1% of rows; on the bench's realistic state no row differs. Exact ties at the k-th place are
-taken in index order (torch.topk's order among ties is unspecified). The selection is the
-exact k-th value by bisection on the bits of the floats (32 vectorized counting passes), not a sort.
+and at most 1% of rows. On the bench's realistic state one row per n differs (of 1,182 / 3,462 / 6,150 at
+n = 197 / 577 / 1025): the state's bisection on W_down's scale stops where a coefficient sits at tau.
+Exact ties at the k-th place are taken in index order (torch.topk's order among ties is unspecified).
+
+No sort anywhere: theta is bracketed by bisection on the value (counting passes that vectorize; after three
+halvings only the values inside the bracket are kept, so later passes read a vector or two), the undecided
+keys (a handful) are ordered by their exact keys, and the fallback finds the exact k-th value by bisection on
+the bits of the floats (32 counting passes over n).
 
 Then per query: scores q . k_j / sqrt(d) over its k keys, softmax (a vectorizable exp), weighted sum of
-v_j; the CLS query with ``cls_dense`` attends to every key. All options are respected because the kernel
-takes the coefficients and the pruned basis from the predictor's own methods (threshold or top-m
-coefficients, ``basis_threshold_abs``, ``predictor_scale``, ``positions`` after token pruning).
+v_j; the CLS query with ``cls_dense`` attends to every key (and gets no prediction). The other options:
+``coefficients="topm"`` from torch (above); ``basis_threshold_abs`` and ``up_prune`` in the kernel's pruning;
+``predictor_scale`` through ``predictor.logit_scale``; ``positions`` (token pruning) select each example's
+W_down and W_up columns, one basis per example and head.
 
 Inference only: float32 CPU tensors, no autograd. The kernel is compiled on first use with
-``torch.utils.cpp_extension.load_inline`` (needs a C++ compiler and ninja). Build flags: -O3 and, on x86-64,
--march=native. torch caches the build under ``TORCH_EXTENSIONS_DIR`` (default ~/.cache/torch_extensions) by
-extension name; the name carries a fingerprint of the CPU (model and instruction-set flags), so a home
-directory shared by machines with different CPUs never loads a build for the wrong instruction set. If the
-build fails (no compiler, no ninja), ``kernel="fused"`` warns once and runs the torch path.
+``torch.utils.cpp_extension.load_inline`` (needs a C++ compiler and ninja; about 40 s once per machine). Build
+flags (``build_flags``): -O3 -fopenmp-simd -fno-trapping-math and, on x86-64 Linux, -march=native (AVX-512
+paths under ``#ifdef __AVX512F__``, plain loops elsewhere). torch caches the build under
+``TORCH_EXTENSIONS_DIR`` (default ~/.cache/torch_extensions) by extension name; the name carries a
+fingerprint of the CPU (model and instruction-set flags), so a home directory shared by machines with
+different CPUs never loads a build for the wrong instruction set. If the build fails (no compiler, no
+ninja), ``kernel="fused"`` warns once and runs the torch path.
 """
 
 from __future__ import annotations
@@ -182,21 +190,23 @@ def fused_sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_
     B, H, n, d = q.shape
     kk = num_connections(keep_rate, n)
     with torch.no_grad():
-        basis = predictor.sparse_basis(n, positions).detach()  # [H, n_down, n] or [B, H, n_down, n]
-        n_down = basis.shape[-2]
+        # raw W_up (and W_down) columns of the current tokens, [H, n_down, n] or [B, H, n_down, n] with positions;
+        # the kernel prunes the basis and projects the keys itself
+        w_up = predictor._columns(predictor.w_up, n, positions).detach().float().contiguous()
+        n_down = w_up.shape[-2]
         empty = q.new_empty(0, 0, 0)
-        if predictor.coefficient_rule == "threshold":  # the kernel computes A_down and A~_down from K_down
-            k_down = predictor.down_projected_keys(k, positions).contiguous().view(B * H, n_down, d)
-            a_down = coeff = empty
+        if predictor.coefficient_rule == "threshold":  # the kernel computes K_down, A_down and A~_down
+            w_down = predictor._columns(predictor.w_down, n, positions).detach().float().contiguous()
+            w_down, a_down, coeff = w_down.view(-1, n_down, n), empty, empty
         else:  # top-m: torch.topk's choice among the coefficients, computed as the reference does
             a_down = predictor.low_rank_attention(q, k, positions)  # [B, H, n_q, n_down]
             coeff = predictor.sparsify_coefficients(a_down)
             a_down, coeff = (t.contiguous().view(B * H, -1, n_down) for t in (a_down, coeff))
-            k_down = empty
+            w_down = empty
         out, index = module.fused_forward(
-            *(t.contiguous().view(B * H, n, d) for t in (q, k, v)), k_down, a_down, coeff,
-            basis.float().contiguous().view(-1, n_down, n), H, kk, predictor.first_query, TIE_BREAK,
-            predictor.logit_scale(d), predictor.tau, with_attention)
+            *(t.contiguous().view(B * H, n, d) for t in (q, k, v)), w_down, a_down, coeff, w_up.view(-1, n_down, n),
+            H, kk, predictor.first_query, TIE_BREAK, predictor.logit_scale(d), predictor.tau, predictor.up_prune,
+            predictor.basis_threshold_abs, with_attention)
     return (out.view(B, H, n, d) if with_attention else None), index.view(B, H, n - predictor.first_query, kk)
 
 

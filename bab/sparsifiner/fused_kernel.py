@@ -81,42 +81,86 @@ void collect(const uint32_t* u, const int32_t* ids, int c, uint32_t t, int k, in
     if (u[i] == t) out[filled++] = ids[i];
 }
 
-// One basis W~_up [n_down, n] (one head, or one head of one example): its rows in CSR for the sparse
-// accumulation, its transpose for the exact key of single keys, and per row the range of its entries
-// (zeros included) that bounds what the coefficients left out can add to any key.
+// One basis W~_up [n_down, n] (one head, or one head of one example), pruned here from the raw W_up columns
+// as ConnectivityPredictor.sparse_basis does: |w| with basis_abs, then entries with |w| < up_prune set to 0.
+// Kept dense (for the rare full-row fallback), as CSR rows (for the sparse accumulation), transposed (for
+// the exact key of single keys), and per row the range of its entries, zeros included, that bounds what the
+// coefficients left out can add to any key.
 struct Basis {
   int n_down = 0, n = 0;
-  const float* dense = nullptr;  // [n_down, n]
   std::vector<int32_t> start, col;
-  std::vector<float> val, transposed, low, high, absmax;
+  std::vector<float> dense, val, transposed, low, high, absmax;
 
-  void build(const float* w, int rows, int cols) {
+  void build(const float* w_up, int rows, int cols, float up_prune, bool basis_abs) {
     n_down = rows;
     n = cols;
-    dense = w;
+    const size_t size = static_cast<size_t>(rows) * cols;
+    dense.resize(size);
+    transposed.resize(size);
     start.assign(rows + 1, 0);
     col.clear();
     val.clear();
-    transposed.assign(static_cast<size_t>(rows) * cols, 0.0f);
     low.assign(rows, 0.0f);
     high.assign(rows, 0.0f);
     absmax.assign(rows, 0.0f);
+#pragma omp simd
+    for (size_t e = 0; e < size; ++e) {
+      const float x = basis_abs ? std::fabs(w_up[e]) : w_up[e];
+      dense[e] = std::fabs(x) >= up_prune ? x : 0.0f;
+    }
     for (int m = 0; m < rows; ++m) {
+      const float* row = dense.data() + static_cast<size_t>(m) * cols;
+      float lo = 0.0f, hi = 0.0f, big = 0.0f;
+#pragma omp simd reduction(min : lo) reduction(max : hi, big)
       for (int j = 0; j < cols; ++j) {
-        const float x = w[static_cast<size_t>(m) * cols + j];
-        transposed[static_cast<size_t>(j) * rows + m] = x;
-        if (x != 0.0f) {
+        lo = std::min(lo, row[j]);
+        hi = std::max(hi, row[j]);
+        big = std::max(big, std::fabs(row[j]));
+      }
+      low[m] = lo;
+      high[m] = hi;
+      absmax[m] = big;
+      for (int j = 0; j < cols; ++j) {
+        if (row[j] != 0.0f) {
           col.push_back(j);
-          val.push_back(x);
-          low[m] = std::min(low[m], x);
-          high[m] = std::max(high[m], x);
-          absmax[m] = std::max(absmax[m], std::fabs(x));
+          val.push_back(row[j]);
         }
       }
       start[m + 1] = static_cast<int32_t>(col.size());
     }
+    for (int j = 0; j < cols; ++j) {  // column by column: contiguous writes, rows-many sequential read streams
+      float* column = transposed.data() + static_cast<size_t>(j) * rows;
+      for (int m = 0; m < rows; ++m) column[m] = dense[static_cast<size_t>(m) * cols + j];
+    }
   }
 };
+
+// K_down = W_down K for one head (Eq. 1): w_down [n_down, n] (this head's, or this example's, columns), K [n, d]
+// -> k_down [n_down, d]. Two rows of W_down per pass over K, so each K row loaded serves two accumulations.
+void down_project(const float* w_down, const float* K, int n_down, int n, int d, float* k_down) {
+  std::fill(k_down, k_down + static_cast<size_t>(n_down) * d, 0.0f);
+  int m = 0;
+  for (; m + 2 <= n_down; m += 2) {
+    float *first = k_down + static_cast<size_t>(m) * d, *second = first + d;
+    const float *w0 = w_down + static_cast<size_t>(m) * n, *w1 = w0 + n;
+    for (int j = 0; j < n; ++j) {
+      const float *row = K + static_cast<size_t>(j) * d, x = w0[j], y = w1[j];
+#pragma omp simd
+      for (int e = 0; e < d; ++e) {
+        first[e] += x * row[e];
+        second[e] += y * row[e];
+      }
+    }
+  }
+  for (; m < n_down; ++m) {
+    float* out = k_down + static_cast<size_t>(m) * d;
+    const float* w = w_down + static_cast<size_t>(m) * n;
+    for (int j = 0; j < n; ++j) {
+#pragma omp simd
+      for (int e = 0; e < d; ++e) out[e] += w[j] * K[static_cast<size_t>(j) * d + e];
+    }
+  }
+}
 
 constexpr int kPad = 16;  // room for one full vector store past the end of the compacted buffers
 
@@ -271,7 +315,7 @@ void select_all(const float* w, const Basis& b, int k, Scratch& s, int64_t* out)
   std::fill(key, key + n, 0.0f);
   for (int m = 0; m < b.n_down; ++m) {
     const float wm = w[m];
-    const float* row = b.dense + static_cast<size_t>(m) * n;
+    const float* row = b.dense.data() + static_cast<size_t>(m) * n;
 #pragma omp simd
     for (int j = 0; j < n; ++j) key[j] += wm * row[j];
   }
@@ -515,61 +559,65 @@ void attend(const float* q, const float* K, const float* V, const Index* idx, in
 
 }  // namespace
 
-// q, k, v [G, n, d]; basis [Gb, n_down, n] with Gb == G (one basis per example and head) or Gb == num_heads
-// (shared by the batch: row g uses g % num_heads). The coefficients either come computed, a_down and coeff
-// [G, n_q, n_down] (n_q = n - first_query), or are computed here by the threshold rule from k_down [G, n_down, d]
-// (then a_down and coeff are empty): a = softmax(q K_down^T * logit_scale), coeff = a where a > tau.
+// q, k, v [G, n, d]; w_up [Gb, n_down, n]: the raw W_up columns, Gb == G (one per example and head, after token
+// pruning) or Gb == num_heads (shared by the batch: row g uses g % num_heads), pruned here (up_prune, basis_abs).
+// The coefficients either come computed, a_down and coeff [G, n_q, n_down] (n_q = n - first_query; w_down empty),
+// or are computed here by the threshold rule from the raw W_down columns w_down [Gb, n_down, n] (a_down and coeff
+// empty): K_down = W_down K, a = softmax(q K_down^T * logit_scale), coeff = a where a > tau.
 // Returns out [G, n, d] and index [G, n_q, kk] (int64; each row's kk keys, unsorted). With with_attention false
 // only the selection runs and out is empty (to time the two apart).
-std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor k_down, at::Tensor a_down,
-                                      at::Tensor coeff, at::Tensor basis, int64_t num_heads, int64_t kk,
+std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor w_down, at::Tensor a_down,
+                                      at::Tensor coeff, at::Tensor w_up, int64_t num_heads, int64_t kk,
                                       int64_t first_query, double tie_break, double logit_scale, double tau,
-                                      bool with_attention) {
-  for (const auto& t : {q, k, v, k_down, a_down, coeff, basis}) {
+                                      double up_prune, bool basis_abs, bool with_attention) {
+  for (const auto& t : {q, k, v, w_down, a_down, coeff, w_up}) {
     TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous() && t.dim() == 3,
                 "fused_forward: every tensor must be a contiguous float32 CPU tensor with 3 dimensions");
   }
-  const int64_t G = q.size(0), n = q.size(1), d = q.size(2), n_down = basis.size(1), n_q = n - first_query;
-  const bool given = k_down.numel() == 0;  // coefficients computed by the caller
+  const int64_t G = q.size(0), n = q.size(1), d = q.size(2), n_down = w_up.size(1), n_q = n - first_query;
+  const int64_t Gb = w_up.size(0);
+  const bool given = w_down.numel() == 0;  // coefficients computed by the caller
   TORCH_CHECK(k.sizes() == q.sizes() && v.sizes() == q.sizes(), "fused_forward: q, k, v shapes differ");
   TORCH_CHECK(first_query >= 0 && n_q >= 1, "fused_forward: first_query must lie in [0, n - 1]");
+  TORCH_CHECK(w_up.size(2) == n && (Gb == G || Gb == num_heads),
+              "fused_forward: w_up must be [G or num_heads, n_down, n]");
   if (given) {
     TORCH_CHECK(a_down.size(0) == G && a_down.size(1) == n_q && a_down.size(2) == n_down &&
                 coeff.sizes() == a_down.sizes(),
                 "fused_forward: a_down and coeff must be [G, n - first_query, n_down]");
   } else {
-    TORCH_CHECK(k_down.size(0) == G && k_down.size(1) == n_down && k_down.size(2) == d,
-                "fused_forward: k_down must be [G, n_down, d]");
+    TORCH_CHECK(w_down.sizes() == w_up.sizes(), "fused_forward: w_down must have w_up's shape");
   }
-  TORCH_CHECK(basis.size(2) == n && (basis.size(0) == G || basis.size(0) == num_heads),
-              "fused_forward: basis must be [G or num_heads, n_down, n]");
   TORCH_CHECK(kk >= 1 && kk <= n, "fused_forward: kk must lie in [1, n]");
   auto out = with_attention ? at::empty({G, n, d}, q.options()) : at::empty({0}, q.options());
   auto index = at::empty({G, n_q, kk}, q.options().dtype(at::kLong));
-  const int64_t Gb = basis.size(0);
   std::vector<Basis> bases(Gb);
-  const float* basis_data = basis.data_ptr<float>();
+  const float *up = w_up.data_ptr<float>(), *down = w_down.data_ptr<float>();
   at::parallel_for(0, Gb, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t g = begin; g < end; ++g) bases[g].build(basis_data + g * n_down * n, n_down, n);
+    for (int64_t g = begin; g < end; ++g)
+      bases[g].build(up + g * n_down * n, n_down, n, static_cast<float>(up_prune), basis_abs);
   });
   const float *qd = q.data_ptr<float>(), *kd = k.data_ptr<float>(), *vd = v.data_ptr<float>();
-  const float *kdown = k_down.data_ptr<float>(), *ad = a_down.data_ptr<float>(), *cd = coeff.data_ptr<float>();
+  const float *ad = a_down.data_ptr<float>(), *cd = coeff.data_ptr<float>();
   float* od = out.data_ptr<float>();
   int64_t* id = index.data_ptr<int64_t>();
   const float scale = 1.0f / std::sqrt(static_cast<float>(d)), tb = static_cast<float>(tie_break);
   at::parallel_for(0, G, 1, [&](int64_t begin, int64_t end) {
     Scratch s(n, n_down);
+    std::vector<float> k_down(given ? 0 : n_down * d);
     for (int64_t g = begin; g < end; ++g) {
-      const Basis& b = bases[Gb == G ? g : g % num_heads];
+      const int64_t gb = Gb == G ? g : g % num_heads;
+      const Basis& b = bases[gb];
       const float *K = kd + g * n * d, *V = vd + g * n * d;
+      if (!given) down_project(down + gb * n_down * n, K, n_down, n, d, k_down.data());
       for (int64_t i = 0; i < (with_attention ? first_query : 0); ++i)  // the CLS query with cls_dense: every key
         attend(qd + (g * n + i) * d, K, V, s.all_keys.data(), n, d, scale, s.scores.data(), od + (g * n + i) * d);
       for (int64_t i = 0; i < n_q; ++i) {
         const int64_t query = first_query + i;
         const float *a = ad + (g * n_q + i) * n_down, *c = cd + (g * n_q + i) * n_down;
         if (!given) {
-          low_rank_row(qd + (g * n + query) * d, kdown + g * n_down * d, n_down, d, logit_scale, tau,
-                       s.a_row.data(), s.coeff_row.data());
+          low_rank_row(qd + (g * n + query) * d, k_down.data(), n_down, d, logit_scale, tau, s.a_row.data(),
+                       s.coeff_row.data());
           a = s.a_row.data();
           c = s.coeff_row.data();
         }
