@@ -12,6 +12,11 @@ interleaved round by round, all in one process. Variants:
 - ``sparse``: the whole Sparsifiner path: connectivity predictor (down-projection, low-rank softmax,
   threshold, dense up-projection), top-k per query, then attention over the k selected keys only
   (``csr_sparse_attention``: SDDMM for the k scores per query, softmax, SpMM with V);
+- ``fused``: the same whole path in one C++ kernel (``bab.sparsifiner.fused``): K_down, A_down and the
+  threshold per query, the ranking key from the nonzero coefficients' basis rows only (sparse x sparse),
+  the exact top k over the candidate keys (bounds on the tie-break term decide the rest), then gather,
+  softmax and weighted sum over the k keys. Same index sets and outputs as ``sparse`` (tests/sparsifiner/
+  test_fused.py); its columns stay empty where the kernel cannot be built (no compiler or ninja);
 - ``attention only``: that sparse attention given the top-k indices (the predictor's share is the
   difference).
 
@@ -30,7 +35,10 @@ Beside each measured ratio (dense time / variant time) it prints the FLOP ratio,
 variant FLOPs, counted by ``FlopCounterMode`` (matrix products only; it cannot see sparse kernels, so
 the sparse attention is counted on ``gathered_sparse_attention``, the same arithmetic as bmm), and
 the analytic limit in the paper's convention: dense multiply-adds over the sparse path's (sparse-sparse
-up-projection, no top-k or gather cost) for the whole path, n / k for the attention alone.
+up-projection, no top-k or gather cost) for the whole path, n / k for the attention alone. The limit
+counts multiply-adds only: it has no cost for selecting the k keys, for reading k scattered rows of K and
+V per query (dense attention streams them, the sparse path gathers), or for the softmax's exponentials,
+which is what separates the fused path's measured speed-up from it (docs/speed.md, "bench sparse").
 """
 
 from __future__ import annotations

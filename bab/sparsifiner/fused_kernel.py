@@ -57,28 +57,84 @@ inline float unordered(uint32_t u) {
   return x;
 }
 
-// The k-th largest of u[0..c) (1 <= k <= c), exactly: the largest T with count(u >= T) >= k, fixed bit by bit
-// from the top. 32 counting passes that vectorize; cheaper than std::nth_element on rows of a few hundred.
-uint32_t kth_largest(const uint32_t* u, int c, int k) {
+constexpr int kPad = 16;  // room for one full vector load or store past the end of the working buffers
+
+// How many of u[0..c) are >= t (t >= 1; u padded to a multiple of 16 with zeros).
+inline int count_at_least_u(const uint32_t* u, int c, uint32_t t) {
+  int count = 0;
+#ifdef __AVX512F__
+  const __m512i bound = _mm512_set1_epi32(static_cast<int>(t));
+  for (int i = 0; i < c; i += 16)
+    count += __builtin_popcount(_mm512_cmpge_epu32_mask(_mm512_loadu_si512(u + i), bound));
+#else
+#pragma omp simd reduction(+ : count)
+  for (int i = 0; i < c; ++i) count += u[i] >= t ? 1 : 0;
+#endif
+  return count;
+}
+
+// The k-th largest of u[0..c) (1 <= k <= c; u has c + kPad room and is overwritten), exactly: the largest T with
+// count(u >= T) >= k, fixed bit by bit from the top by counting passes that vectorize. After every 8 bits
+// only the values sharing T's prefix are kept (the larger ones counted), so later passes read few vectors.
+uint32_t kth_largest(uint32_t* u, int c, int k) {
   uint32_t t = 0;
+  std::fill(u + c, u + c + kPad, 0u);
   for (int bit = 31; bit >= 0; --bit) {
     const uint32_t candidate = t | (1u << bit);
-    int count = 0;
-#pragma omp simd reduction(+ : count)
-    for (int i = 0; i < c; ++i) count += u[i] >= candidate ? 1 : 0;
-    if (count >= k) t = candidate;
+    if (count_at_least_u(u, c, candidate) >= k) t = candidate;
+    if (bit % 8 == 0 && bit > 0) {  // keep t <= u <= t | (2^bit - 1); count and drop those above
+      const uint32_t top = t | ((1u << bit) - 1);
+      int kept = 0, above = 0;
+#ifdef __AVX512F__
+      const __m512i low = _mm512_set1_epi32(static_cast<int>(t)), high = _mm512_set1_epi32(static_cast<int>(top));
+      for (int i = 0; i < c; i += 16) {  // in place: kept <= i, so a store never overtakes the loads
+        const __m512i x = _mm512_loadu_si512(u + i);
+        // lanes past c hold padding zeros, which t = 0 would keep
+        const __mmask16 valid = c - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (c - i)) - 1);
+        const __mmask16 over = _mm512_cmpgt_epu32_mask(x, high) & valid;
+        const __mmask16 keep = _mm512_cmpge_epu32_mask(x, low) & valid & static_cast<__mmask16>(~over);
+        _mm512_storeu_si512(u + kept, _mm512_maskz_compress_epi32(keep, x));
+        kept += __builtin_popcount(keep);
+        above += __builtin_popcount(over);
+      }
+#else
+      for (int i = 0; i < c; ++i) {
+        const uint32_t x = u[i];
+        u[kept] = x;
+        kept += (x >= t && x <= top) ? 1 : 0;
+        above += x > top ? 1 : 0;
+      }
+#endif
+      c = kept;
+      k -= above;
+      std::fill(u + c, u + c + kPad, 0u);
+    }
   }
   return t;
 }
 
 // Writes exactly k ids to out: every ids[i] with u[i] > t, then those with u[i] == t (in order) until k.
 // With t the k-th largest there are fewer than k of the first kind and at least k of both together.
-void collect(const uint32_t* u, const int32_t* ids, int c, uint32_t t, int k, int64_t* out) {
-  int filled = 0;
-  for (int i = 0; i < c; ++i)
-    if (u[i] > t) out[filled++] = ids[i];
-  for (int i = 0; i < c && filled < k; ++i)
-    if (u[i] == t) out[filled++] = ids[i];
+// Branch-free into `staging` (c + kPad room): at keep rates near 1/2 the comparisons are coin flips.
+void collect(const uint32_t* u, const int32_t* ids, int c, uint32_t t, int k, int32_t* staging, int64_t* out) {
+  int filled = 0, i = 0;
+#ifdef __AVX512F__
+  const __m512i bound = _mm512_set1_epi32(static_cast<int>(t));
+  for (; i + 16 <= c; i += 16) {
+    const __mmask16 above = _mm512_cmpgt_epu32_mask(_mm512_loadu_si512(u + i), bound);
+    _mm512_storeu_si512(staging + filled, _mm512_maskz_compress_epi32(above, _mm512_loadu_si512(ids + i)));
+    filled += __builtin_popcount(above);
+  }
+#endif
+  for (; i < c; ++i) {
+    staging[filled] = ids[i];
+    filled += u[i] > t ? 1 : 0;
+  }
+  for (i = 0; i < c && filled < k; ++i) {  // the ties at t: usually one key, found early
+    staging[filled] = ids[i];
+    filled += u[i] == t ? 1 : 0;
+  }
+  for (i = 0; i < k; ++i) out[i] = staging[i];
 }
 
 // One basis W~_up [n_down, n] (one head, or one head of one example), pruned here from the raw W_up columns
@@ -162,18 +218,16 @@ void down_project(const float* w_down, const float* K, int n_down, int n, int d,
   }
 }
 
-constexpr int kPad = 16;  // room for one full vector store past the end of the compacted buffers
-
 // Per-thread buffers, sized once per call.
 struct Scratch {
   std::vector<float> partial, key, weight, scores, values, narrow, a_row, coeff_row;
   std::vector<int32_t> ids, in, unsure, rank, nonzero, all_keys;
-  std::vector<uint32_t> order;
+  std::vector<uint32_t> order, work;
 
   Scratch(int n, int n_down)
       : partial(n + kPad), key(n + kPad), weight(n_down), scores(n + kPad), values(n + kPad), narrow(n + kPad),
         a_row(n_down), coeff_row(n_down), ids(n + kPad), in(n + kPad), unsure(n + kPad), rank(n + kPad),
-        nonzero(n_down), all_keys(n + kPad), order(n + kPad) {
+        nonzero(n_down), all_keys(n + kPad), order(n + kPad), work(n + kPad) {
     for (int j = 0; j < n + kPad; ++j) all_keys[j] = j;
   }
 };
@@ -319,9 +373,9 @@ void select_all(const float* w, const Basis& b, int k, Scratch& s, int64_t* out)
 #pragma omp simd
     for (int j = 0; j < n; ++j) key[j] += wm * row[j];
   }
-  uint32_t* u = s.order.data();
-  for (int j = 0; j < n; ++j) u[j] = ordered(key[j]);
-  collect(u, s.all_keys.data(), n, kth_largest(u, n, k), k, out);
+  uint32_t *u = s.order.data(), *work = s.work.data();
+  for (int j = 0; j < n; ++j) u[j] = work[j] = ordered(key[j]);
+  collect(u, s.all_keys.data(), n, kth_largest(work, n, k), k, s.in.data(), out);
 }
 
 // The top k of one query's ranking key (coeff + tie_break * a) @ W~_up, exactly; see the Python docstring.
@@ -388,9 +442,9 @@ void select_row(const float* coeff, const float* a, const Basis& b, int k, float
     for (int t = 0; t < need; ++t) out[filled + t] = undecided[rank[t]];
     return;
   }
-  uint32_t* u = s.order.data();
-  for (int t = 0; t < unsure; ++t) u[t] = ordered(key[t]);
-  collect(u, undecided, unsure, kth_largest(u, unsure, need), need, out + filled);
+  uint32_t *u = s.order.data(), *work = s.work.data();
+  for (int t = 0; t < unsure; ++t) u[t] = work[t] = ordered(key[t]);
+  collect(u, undecided, unsure, kth_largest(work, unsure, need), need, s.in.data(), out + filled);
 }
 
 // GCC/Clang vector of 16 floats: one AVX-512 register with -march=native, split into narrower ones elsewhere.
