@@ -137,6 +137,27 @@ void collect(const uint32_t* u, const int32_t* ids, int c, uint32_t t, int k, in
   for (i = 0; i < k; ++i) out[i] = staging[i];
 }
 
+// Keeps the nonzero entries of x[0..n): values to values[], positions to ids[] (both with n + kPad room);
+// returns how many. AVX-512 compresses 16 at a time; elsewhere a branch-free scalar loop.
+int compact_nonzero(const float* x, int n, const int32_t* positions, float* values, int32_t* ids) {
+  int c = 0, j = 0;
+#ifdef __AVX512F__
+  for (; j + 16 <= n; j += 16) {
+    const __m512 v = _mm512_loadu_ps(x + j);
+    const __mmask16 keep = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+    _mm512_storeu_ps(values + c, _mm512_maskz_compress_ps(keep, v));
+    _mm512_storeu_si512(ids + c, _mm512_maskz_compress_epi32(keep, _mm512_loadu_si512(positions + j)));
+    c += __builtin_popcount(keep);
+  }
+#endif
+  for (; j < n; ++j) {
+    values[c] = x[j];
+    ids[c] = positions[j];
+    c += x[j] != 0.0f ? 1 : 0;
+  }
+  return c;
+}
+
 // One basis W~_up [n_down, n] (one head, or one head of one example), pruned here from the raw W_up columns
 // as ConnectivityPredictor.sparse_basis does: |w| with basis_abs, then entries with |w| < up_prune set to 0.
 // Kept dense (for the rare full-row fallback), as CSR rows (for the sparse accumulation), transposed (for
@@ -146,6 +167,7 @@ struct Basis {
   int n_down = 0, n = 0;
   std::vector<int32_t> start, col;
   std::vector<float> dense, val, transposed, low, high, absmax;
+  std::vector<int32_t> positions;  // 0, 1, ..., n + kPad - 1
 
   void build(const float* w_up, int rows, int cols, float up_prune, bool basis_abs) {
     n_down = rows;
@@ -153,9 +175,9 @@ struct Basis {
     const size_t size = static_cast<size_t>(rows) * cols;
     dense.resize(size);
     transposed.resize(size);
+    col.resize(size + kPad);  // the CSR arrays are filled in place, at most every entry
+    val.resize(size + kPad);
     start.assign(rows + 1, 0);
-    col.clear();
-    val.clear();
     low.assign(rows, 0.0f);
     high.assign(rows, 0.0f);
     absmax.assign(rows, 0.0f);
@@ -164,6 +186,9 @@ struct Basis {
       const float x = basis_abs ? std::fabs(w_up[e]) : w_up[e];
       dense[e] = std::fabs(x) >= up_prune ? x : 0.0f;
     }
+    positions.resize(cols + kPad);
+    for (int j = 0; j < cols + kPad; ++j) positions[j] = j;
+    int nnz = 0;
     for (int m = 0; m < rows; ++m) {
       const float* row = dense.data() + static_cast<size_t>(m) * cols;
       float lo = 0.0f, hi = 0.0f, big = 0.0f;
@@ -176,17 +201,15 @@ struct Basis {
       low[m] = lo;
       high[m] = hi;
       absmax[m] = big;
-      for (int j = 0; j < cols; ++j) {
-        if (row[j] != 0.0f) {
-          col.push_back(j);
-          val.push_back(row[j]);
-        }
-      }
-      start[m + 1] = static_cast<int32_t>(col.size());
+      nnz += compact_nonzero(row, cols, positions.data(), val.data() + nnz, col.data() + nnz);
+      start[m + 1] = nnz;
     }
-    for (int j = 0; j < cols; ++j) {  // column by column: contiguous writes, rows-many sequential read streams
-      float* column = transposed.data() + static_cast<size_t>(j) * rows;
-      for (int m = 0; m < rows; ++m) column[m] = dense[static_cast<size_t>(m) * cols + j];
+    for (int j0 = 0; j0 < cols; j0 += 16) {  // 16 columns at a time: contiguous reads, writes within 2 kB
+      const int width = std::min(16, cols - j0);
+      for (int m = 0; m < rows; ++m) {
+        const float* source = dense.data() + static_cast<size_t>(m) * cols + j0;
+        for (int t = 0; t < width; ++t) transposed[static_cast<size_t>(j0 + t) * rows + m] = source[t];
+      }
     }
   }
 };
@@ -645,7 +668,10 @@ std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v, 
   TORCH_CHECK(kk >= 1 && kk <= n, "fused_forward: kk must lie in [1, n]");
   auto out = with_attention ? at::empty({G, n, d}, q.options()) : at::empty({0}, q.options());
   auto index = at::empty({G, n_q, kk}, q.options().dtype(at::kLong));
-  std::vector<Basis> bases(Gb);
+  // Kept between calls (per calling thread): fresh buffers of this size come from mmap, and their page faults
+  // cost as much as building the bases.
+  thread_local std::vector<Basis> bases;
+  if (bases.size() < static_cast<size_t>(Gb)) bases.resize(Gb);
   const float *up = w_up.data_ptr<float>(), *down = w_down.data_ptr<float>();
   at::parallel_for(0, Gb, 1, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g)
