@@ -92,18 +92,19 @@ def cpu_fingerprint() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
-def build_flags() -> list[str]:
+def build_flags(portable: bool = False) -> list[str]:
     """-O3 everywhere; -march=native on x86-64 Linux only, where the CPU fingerprint in the extension's name
     keeps a build for one instruction set from being loaded on another; -fopenmp-simd for the simd pragmas;
     -fno-trapping-math so g++ may turn float comparisons in loops into vector selects (we never read the
-    floating-point exception flags; results are unchanged)."""
+    floating-point exception flags; results are unchanged). ``portable``: no -march=native, so the plain
+    loops written for CPUs without AVX-512 are compiled (the tests build this variant too)."""
     flags = ["-O3", "-fopenmp-simd", "-fno-trapping-math"]
-    if platform.machine() in ("x86_64", "AMD64") and platform.system() == "Linux":
+    if not portable and platform.machine() in ("x86_64", "AMD64") and platform.system() == "Linux":
         flags.append("-march=native")
     return flags
 
 
-def _build():
+def _build(portable: bool = False):
     """Compile (or load the cached build of) the extension; raises whatever the toolchain raises."""
     from torch.utils.cpp_extension import load_inline
 
@@ -117,8 +118,9 @@ def _build():
         except ImportError:
             pass  # load_inline then raises, and the caller falls back
 
-    return load_inline(name=f"bab_sparsifiner_fused_{cpu_fingerprint()}", cpp_sources=[CPP_SOURCE],
-                       functions=["fused_forward"], extra_cflags=build_flags(), verbose=False)
+    name = f"bab_sparsifiner_fused_{'portable' if portable else cpu_fingerprint()}"
+    return load_inline(name=name, cpp_sources=[CPP_SOURCE], functions=["fused_forward"],
+                       extra_cflags=build_flags(portable), verbose=False)
 
 
 def load_extension():
@@ -178,13 +180,14 @@ def validate_inputs(predictor, q, k, v, positions=None) -> None:
 
 
 def fused_sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,
-                                positions: torch.Tensor | None = None,
-                                with_attention: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
+                                positions: torch.Tensor | None = None, with_attention: bool = True,
+                                module=None) -> tuple[torch.Tensor | None, torch.Tensor]:
     """The fused kernel (raises if it is not built): q, k, v [B, H, n, d] -> (out [B, H, n, d],
     index [B, H, n_q, k]) as ``sparsifiner_attention`` returns them. ``with_attention=False`` runs the
-    predictor and the selection only and returns (None, index): ``fused_selection``."""
+    predictor and the selection only and returns (None, index): ``fused_selection``. ``module``: another
+    build of the kernel (the tests pass ``_build(portable=True)``); default ``load_extension()``."""
     validate_inputs(predictor, q, k, v, positions)
-    module = load_extension()
+    module = module or load_extension()
     if module is None:
         raise RuntimeError(f"the fused Sparsifiner kernel is not available: {_state['error']}")
     B, H, n, d = q.shape

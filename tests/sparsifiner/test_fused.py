@@ -244,3 +244,18 @@ def test_fused_selection_alone_returns_the_same_index(kernel, options):
         _, with_attention = fused.fused_sparsifiner_attention(predictor, q, k, v, 0.2)
     assert torch.equal(index, with_attention)
     assert_same_selection(index, predictor, q, k, 0.2)
+
+
+def test_the_portable_build_without_avx512_equals_the_reference(kernel):
+    """The build without -march=native compiles the plain loops that stand in for the AVX-512 ones on other
+    CPUs; it must pass the same checks against the reference (first run: one more compilation, then cached)."""
+    portable = fused._build(portable=True)
+    cases = [(random_predictor(n=n, **options), qkv(n=n, seed=n)) for n, options in ((64, {}), (150, OFFICIAL))]
+    q, k, v = qkv(B=1, H=2, n=577, d=64, seed=1)
+    cases.append((make_predictor(q, k, n_down=32, tau=0.05)[0], (q, k, v)))
+    for predictor, (q, k, v) in cases:
+        for keep_rate in (0.1, 0.5):
+            with torch.no_grad():
+                out, index = fused.fused_sparsifiner_attention(predictor, q, k, v, keep_rate, module=portable)
+            assert_same_selection(index, predictor, q, k, keep_rate)
+            assert_output_is_masked_dense_attention(out, index, predictor, q, k, v)
