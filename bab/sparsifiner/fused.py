@@ -37,10 +37,11 @@ and at most 1% of rows. On the bench's realistic state one row per n differs (of
 n = 197 / 577 / 1025): the state's bisection on W_down's scale stops where a coefficient sits at tau.
 Exact ties at the k-th place are taken in index order (torch.topk's order among ties is unspecified).
 
-No sort anywhere: theta is bracketed by bisection on the value (counting passes that vectorize; after three
-halvings only the values inside the bracket are kept, so later passes read a vector or two), the undecided
-keys (a handful) are ordered by their exact keys, and the fallback finds the exact k-th value by bisection on
-the bits of the floats (32 counting passes over n).
+No sort of the n keys: theta is bracketed by bisection on the value (counting passes that vectorize; after
+three halvings only the values inside the bracket are kept, so later passes read a vector or two), the
+undecided keys (a handful) are ordered by a partial sort of their exact keys, and the fallback finds the
+exact k-th value by bisection on the bits of the floats (counting passes; every 8 bits only the values
+sharing the prefix found so far are kept).
 
 Then per query: scores q . k_j / sqrt(d) over its k keys, softmax (a vectorizable exp), weighted sum of
 v_j; the CLS query with ``cls_dense`` attends to every key (and gets no prediction). The other options:
