@@ -243,13 +243,13 @@ void down_project(const float* w_down, const float* K, int n_down, int n, int d,
 
 // Per-thread buffers, sized once per call.
 struct Scratch {
-  std::vector<float> partial, key, weight, scores, values, narrow, a_row, coeff_row;
+  std::vector<float> partial, key, weight, scores, values, narrow;
   std::vector<int32_t> ids, in, unsure, rank, nonzero, all_keys;
   std::vector<uint32_t> order, work;
 
   Scratch(int n, int n_down)
       : partial(n + kPad), key(n + kPad), weight(n_down), scores(n + kPad), values(n + kPad), narrow(n + kPad),
-        a_row(n_down), coeff_row(n_down), ids(n + kPad), in(n + kPad), unsure(n + kPad), rank(n + kPad),
+        ids(n + kPad), in(n + kPad), unsure(n + kPad), rank(n + kPad),
         nonzero(n_down), all_keys(n + kPad), order(n + kPad), work(n + kPad) {
     for (int j = 0; j < n + kPad; ++j) all_keys[j] = j;
   }
@@ -684,27 +684,30 @@ std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v, 
   const float scale = 1.0f / std::sqrt(static_cast<float>(d)), tb = static_cast<float>(tie_break);
   at::parallel_for(0, G, 1, [&](int64_t begin, int64_t end) {
     Scratch s(n, n_down);
-    std::vector<float> k_down(given ? 0 : n_down * d);
+    std::vector<float> k_down(given ? 0 : n_down * d), a_all(given ? 0 : n_q * n_down), c_all(a_all.size());
     for (int64_t g = begin; g < end; ++g) {
+      // Phase by phase over all queries of (example, head): each phase's working set (K_down; the basis and
+      // P; K and V) stays in cache through its loop instead of being evicted by the others query by query.
       const int64_t gb = Gb == G ? g : g % num_heads;
       const Basis& b = bases[gb];
       const float *K = kd + g * n * d, *V = vd + g * n * d;
-      if (!given) down_project(down + gb * n_down * n, K, n_down, n, d, k_down.data());
-      for (int64_t i = 0; i < (with_attention ? first_query : 0); ++i)  // the CLS query with cls_dense: every key
+      const float* a = given ? ad + g * n_q * n_down : a_all.data();
+      const float* c = given ? cd + g * n_q * n_down : c_all.data();
+      if (!given) {
+        down_project(down + gb * n_down * n, K, n_down, n, d, k_down.data());
+        for (int64_t i = 0; i < n_q; ++i)
+          low_rank_row(qd + (g * n + first_query + i) * d, k_down.data(), n_down, d, logit_scale, tau,
+                       a_all.data() + i * n_down, c_all.data() + i * n_down);
+      }
+      for (int64_t i = 0; i < n_q; ++i)
+        select_row(c + i * n_down, a + i * n_down, b, kk, tb, s, id + (g * n_q + i) * kk);
+      if (!with_attention) continue;
+      for (int64_t i = 0; i < first_query; ++i)  // the CLS query with cls_dense: every key
         attend(qd + (g * n + i) * d, K, V, s.all_keys.data(), n, d, scale, s.scores.data(), od + (g * n + i) * d);
       for (int64_t i = 0; i < n_q; ++i) {
         const int64_t query = first_query + i;
-        const float *a = ad + (g * n_q + i) * n_down, *c = cd + (g * n_q + i) * n_down;
-        if (!given) {
-          low_rank_row(qd + (g * n + query) * d, k_down.data(), n_down, d, logit_scale, tau, s.a_row.data(),
-                       s.coeff_row.data());
-          a = s.a_row.data();
-          c = s.coeff_row.data();
-        }
-        int64_t* row_index = id + (g * n_q + i) * kk;
-        select_row(c, a, b, kk, tb, s, row_index);
-        if (with_attention)
-          attend(qd + (g * n + query) * d, K, V, row_index, kk, d, scale, s.scores.data(), od + (g * n + query) * d);
+        attend(qd + (g * n + query) * d, K, V, id + (g * n_q + i) * kk, kk, d, scale, s.scores.data(),
+               od + (g * n + query) * d);
       }
     }
   });
