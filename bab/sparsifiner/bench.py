@@ -12,8 +12,9 @@ interleaved round by round, all in one process. Variants:
 - ``sparse``: the whole Sparsifiner path: connectivity predictor (down-projection, low-rank softmax,
   threshold, dense up-projection), top-k per query, then attention over the k selected keys only
   (``csr_sparse_attention``: SDDMM for the k scores per query, softmax, SpMM with V);
-- ``fused``: the same whole path in one C++ kernel (``bab.sparsifiner.fused``): K_down, A_down and the
-  threshold per query, the ranking key from the nonzero coefficients' basis rows only (sparse x sparse),
+- ``fused``: the same whole path with one C++ kernel (``bab.sparsifiner.fused``): A_down and the
+  coefficients from the predictor (torch), then in the kernel the pruned basis, the ranking key from the
+  nonzero coefficients' basis rows only (sparse x sparse),
   the exact top k over the candidate keys (bounds on the tie-break term decide the rest), then gather,
   softmax and weighted sum over the k keys. Same index sets and outputs as ``sparse`` (tests/sparsifiner/
   test_fused.py); its columns stay empty where the kernel cannot be built (no compiler or ninja);
@@ -191,9 +192,9 @@ def predictor_breakdown(tokens=TOKENS, keep_rate: float = 0.1, num_heads: int = 
     """Where the predictor's time goes, per n: low-rank attention A_down (down-projection, QK_down^T,
     softmax), the ranking key (threshold and the n x n_down x n up-projection), the top-k, and the sparse
     attention over the kept connections; dense SDPA beside them. Same protocol as the main benchmark.
-    Then the fused kernel: "fused selection" (K_down and the pruned basis in torch, then per query A_down,
-    the sparse ranking key and the exact top k) and "fused" (the whole path, selection and attention); their
-    difference is the fused attention. Empty (NaN) where the kernel cannot be built."""
+    Then the fused path: "fused selection" (A_down and the coefficients in torch, then in the kernel the
+    pruned basis, the sparse ranking key and the exact top k) and "fused" (the whole path, selection and
+    attention); their difference is the fused attention. Empty (NaN) where the kernel cannot be built."""
     keep_rate = validate_keep_rate(keep_rate)
     rows = []
     with torch.no_grad(), single_thread():

@@ -5,10 +5,10 @@ costs less than it saves.
 returns (``predictor(q, k, keep_rate)["index"]`` and ``attention_over_connections``, equal to
 ``masked_dense_attention`` with ``connectivity_mask``), but replaces the dense up-projection (n x n_down x n
 multiply-adds), ``torch.topk`` over all n keys of every query and the CSR attention by one C++ loop per
-(example, head) and query. The kernel takes the raw W_down and W_up columns of the current tokens, prunes the
-basis W~_up as ``sparse_basis`` does, and computes K_down = W_down K per head and, per query, A_down =
-softmax(q K_down^T * scale) and A~_down = A_down * 1[A_down > tau] (with ``coefficients="topm"`` torch computes
-A_down and A~_down instead, so that the top-m choice is torch.topk's). ``kernel="torch"`` runs the reference path.
+(example, head) and query. torch computes A_down and A~_down with the predictor's own methods (so the kernel
+starts from the reference's coefficients, bit for bit; computing them in the kernel was no faster); the
+kernel takes the raw W_up columns of the current tokens and prunes the basis W~_up as ``sparse_basis`` does.
+``kernel="torch"`` runs the reference path.
 
 Per query i, with w = A~_down[i] + TIE_BREAK * A_down[i] (the reference's ranking weights, [n_down]) and the
 pruned basis W~_up [n_down, n], the ranking key is key_j = sum_m w_m W~_up[m, j]. Split the rows m into N (the
@@ -30,11 +30,9 @@ nonzero coefficients: a few of n_down) and Z (the rest, where w_m = TIE_BREAK * 
 
 So the selected set is the top k of the reference's ranking key, exactly in real arithmetic; step 3's
 margin keeps it exact under float rounding of our own sums. Where float32 rounding itself decides, the two
-paths, which sum in different orders, may disagree: two ranking keys within a few ulp of each other at the
-k-th place, or (threshold rule) a coefficient A_down within a few ulp of tau, which one path keeps and the
-other drops. The tests accept a differing row only under one of these two conditions (checked in float64),
-and at most 1% of rows. On the bench's realistic state one row per n differs (of 1,182 / 3,462 / 6,150 at
-n = 197 / 577 / 1025): the state's bisection on W_down's scale stops where a coefficient sits at tau.
+paths, which sum the key in different orders, may disagree: two ranking keys within a few ulp of each other
+at the k-th place. The tests accept a differing row only there (checked in float64), and at most 1% of
+rows; on the bench's realistic state at n = 197 / 577 / 1025 and keep 0.5 / 0.25 / 0.1 no row differs.
 Exact ties at the k-th place are taken in index order (torch.topk's order among ties is unspecified).
 
 No sort of the n keys: theta is bracketed by bisection on the value (counting passes that vectorize; after
@@ -45,9 +43,9 @@ sharing the prefix found so far are kept).
 
 Then per query: scores q . k_j / sqrt(d) over its k keys, softmax (a vectorizable exp), weighted sum of
 v_j; the CLS query with ``cls_dense`` attends to every key (and gets no prediction). The other options:
-``coefficients="topm"`` from torch (above); ``basis_threshold_abs`` and ``up_prune`` in the kernel's pruning;
-``predictor_scale`` through ``predictor.logit_scale``; ``positions`` (token pruning) select each example's
-W_down and W_up columns, one basis per example and head.
+the coefficient rule (tau or top-m) and ``predictor_scale`` act through the predictor's own A_down and A~_down;
+``basis_threshold_abs`` and ``up_prune`` in the kernel's pruning; ``positions`` (token pruning) select each
+example's W_down and W_up columns (one basis per example and head).
 
 Inference only: float32 CPU tensors, no autograd. The kernel is compiled on first use with
 ``torch.utils.cpp_extension.load_inline`` (needs a C++ compiler and ninja; about 40 s once per machine). Build
@@ -194,23 +192,19 @@ def fused_sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_
     B, H, n, d = q.shape
     kk = num_connections(keep_rate, n)
     with torch.no_grad():
-        # raw W_up (and W_down) columns of the current tokens, [H, n_down, n] or [B, H, n_down, n] with positions;
-        # the kernel prunes the basis and projects the keys itself
+        # A_down and A~_down exactly as the reference computes them (torch's matmuls and, for top-m, torch.topk's
+        # choice): the kernel then selects from the same coefficients. Computing them inside the kernel was no
+        # faster (measured) and let float rounding at tau flip a coefficient now and then.
+        a_down = predictor.low_rank_attention(q, k, positions)  # [B, H, n_q, n_down]
+        coeff = predictor.sparsify_coefficients(a_down)
+        n_down = a_down.shape[-1]
+        # the raw W_up columns of the current tokens, [H, n_down, n] or [B, H, n_down, n]: the kernel prunes them
         w_up = predictor._columns(predictor.w_up, n, positions).detach().float().contiguous()
-        n_down = w_up.shape[-2]
-        empty = q.new_empty(0, 0, 0)
-        if predictor.coefficient_rule == "threshold":  # the kernel computes K_down, A_down and A~_down
-            w_down = predictor._columns(predictor.w_down, n, positions).detach().float().contiguous()
-            w_down, a_down, coeff = w_down.view(-1, n_down, n), empty, empty
-        else:  # top-m: torch.topk's choice among the coefficients, computed as the reference does
-            a_down = predictor.low_rank_attention(q, k, positions)  # [B, H, n_q, n_down]
-            coeff = predictor.sparsify_coefficients(a_down)
-            a_down, coeff = (t.contiguous().view(B * H, -1, n_down) for t in (a_down, coeff))
-            w_down = empty
         out, index = module.fused_forward(
-            *(t.contiguous().view(B * H, n, d) for t in (q, k, v)), w_down, a_down, coeff, w_up.view(-1, n_down, n),
-            H, kk, predictor.first_query, TIE_BREAK, predictor.logit_scale(d), predictor.tau, predictor.up_prune,
-            predictor.basis_threshold_abs, with_attention)
+            *(t.contiguous().view(B * H, n, d) for t in (q, k, v)),
+            *(t.float().contiguous().view(B * H, -1, n_down) for t in (a_down, coeff)), w_up.view(-1, n_down, n),
+            H, kk, predictor.first_query, TIE_BREAK, predictor.up_prune, predictor.basis_threshold_abs,
+            with_attention)
     return (out.view(B, H, n, d) if with_attention else None), index.view(B, H, n - predictor.first_query, kk)
 
 

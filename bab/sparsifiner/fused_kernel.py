@@ -214,33 +214,6 @@ struct Basis {
   }
 };
 
-// K_down = W_down K for one head (Eq. 1): w_down [n_down, n] (this head's, or this example's, columns), K [n, d]
-// -> k_down [n_down, d]. Two rows of W_down per pass over K, so each K row loaded serves two accumulations.
-void down_project(const float* w_down, const float* K, int n_down, int n, int d, float* k_down) {
-  std::fill(k_down, k_down + static_cast<size_t>(n_down) * d, 0.0f);
-  int m = 0;
-  for (; m + 2 <= n_down; m += 2) {
-    float *first = k_down + static_cast<size_t>(m) * d, *second = first + d;
-    const float *w0 = w_down + static_cast<size_t>(m) * n, *w1 = w0 + n;
-    for (int j = 0; j < n; ++j) {
-      const float *row = K + static_cast<size_t>(j) * d, x = w0[j], y = w1[j];
-#pragma omp simd
-      for (int e = 0; e < d; ++e) {
-        first[e] += x * row[e];
-        second[e] += y * row[e];
-      }
-    }
-  }
-  for (; m < n_down; ++m) {
-    float* out = k_down + static_cast<size_t>(m) * d;
-    const float* w = w_down + static_cast<size_t>(m) * n;
-    for (int j = 0; j < n; ++j) {
-#pragma omp simd
-      for (int e = 0; e < d; ++e) out[e] += w[j] * K[static_cast<size_t>(j) * d + e];
-    }
-  }
-}
-
 // Per-thread buffers, sized once per call.
 struct Scratch {
   std::vector<float> partial, key, weight, scores, values, narrow;
@@ -558,22 +531,6 @@ inline float exp_shifted(float* scores, int cnt, float scale) {
   return total;
 }
 
-// A_down for one query (Eq. 1): a = softmax(q . K_down[m] * logit_scale) over the n_down rows of K_down
-// [n_down, d], and A~_down by the threshold rule (Eq. 2): coeff = a where a > tau, else 0.
-void low_rank_row(const float* q, const float* k_down, int n_down, int d, float logit_scale, float tau, float* a,
-                  float* coeff) {
-  int m = 0;
-  for (; m + 4 <= n_down; m += 4)
-    dot4(q, k_down + m * d, k_down + (m + 1) * d, k_down + (m + 2) * d, k_down + (m + 3) * d, d, a + m);
-  for (; m < n_down; ++m) a[m] = dot(q, k_down + m * d, d);
-  const float inverse = 1.0f / exp_shifted(a, n_down, logit_scale);
-#pragma omp simd
-  for (m = 0; m < n_down; ++m) {
-    a[m] *= inverse;
-    coeff[m] = a[m] > tau ? a[m] : 0.0f;
-  }
-}
-
 inline void prefetch_row(const float* row, int d) {
   for (int e = 0; e < d; e += 16) __builtin_prefetch(row + e);
 }
@@ -636,35 +593,27 @@ void attend(const float* q, const float* K, const float* V, const Index* idx, in
 
 }  // namespace
 
-// q, k, v [G, n, d]; w_up [Gb, n_down, n]: the raw W_up columns, Gb == G (one per example and head, after token
+// q, k, v [G, n, d]; a_down and coeff [G, n_q, n_down] (A_down and A~_down from the predictor; n_q = n -
+// first_query); w_up [Gb, n_down, n]: the raw W_up columns, Gb == G (one per example and head, after token
 // pruning) or Gb == num_heads (shared by the batch: row g uses g % num_heads), pruned here (up_prune, basis_abs).
-// The coefficients either come computed, a_down and coeff [G, n_q, n_down] (n_q = n - first_query; w_down empty),
-// or are computed here by the threshold rule from the raw W_down columns w_down [Gb, n_down, n] (a_down and coeff
-// empty): K_down = W_down K, a = softmax(q K_down^T * logit_scale), coeff = a where a > tau.
 // Returns out [G, n, d] and index [G, n_q, kk] (int64; each row's kk keys, unsorted). With with_attention false
 // only the selection runs and out is empty (to time the two apart).
-std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor w_down, at::Tensor a_down,
-                                      at::Tensor coeff, at::Tensor w_up, int64_t num_heads, int64_t kk,
-                                      int64_t first_query, double tie_break, double logit_scale, double tau,
-                                      double up_prune, bool basis_abs, bool with_attention) {
-  for (const auto& t : {q, k, v, w_down, a_down, coeff, w_up}) {
+std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor a_down, at::Tensor coeff,
+                                      at::Tensor w_up, int64_t num_heads, int64_t kk, int64_t first_query,
+                                      double tie_break, double up_prune, bool basis_abs, bool with_attention) {
+  for (const auto& t : {q, k, v, a_down, coeff, w_up}) {
     TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous() && t.dim() == 3,
                 "fused_forward: every tensor must be a contiguous float32 CPU tensor with 3 dimensions");
   }
   const int64_t G = q.size(0), n = q.size(1), d = q.size(2), n_down = w_up.size(1), n_q = n - first_query;
   const int64_t Gb = w_up.size(0);
-  const bool given = w_down.numel() == 0;  // coefficients computed by the caller
   TORCH_CHECK(k.sizes() == q.sizes() && v.sizes() == q.sizes(), "fused_forward: q, k, v shapes differ");
   TORCH_CHECK(first_query >= 0 && n_q >= 1, "fused_forward: first_query must lie in [0, n - 1]");
   TORCH_CHECK(w_up.size(2) == n && (Gb == G || Gb == num_heads),
               "fused_forward: w_up must be [G or num_heads, n_down, n]");
-  if (given) {
-    TORCH_CHECK(a_down.size(0) == G && a_down.size(1) == n_q && a_down.size(2) == n_down &&
-                coeff.sizes() == a_down.sizes(),
-                "fused_forward: a_down and coeff must be [G, n - first_query, n_down]");
-  } else {
-    TORCH_CHECK(w_down.sizes() == w_up.sizes(), "fused_forward: w_down must have w_up's shape");
-  }
+  TORCH_CHECK(a_down.size(0) == G && a_down.size(1) == n_q && a_down.size(2) == n_down &&
+                  coeff.sizes() == a_down.sizes(),
+              "fused_forward: a_down and coeff must be [G, n - first_query, n_down]");
   TORCH_CHECK(kk >= 1 && kk <= n, "fused_forward: kk must lie in [1, n]");
   auto out = with_attention ? at::empty({G, n, d}, q.options()) : at::empty({0}, q.options());
   auto index = at::empty({G, n_q, kk}, q.options().dtype(at::kLong));
@@ -672,7 +621,7 @@ std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v, 
   // cost as much as building the bases.
   thread_local std::vector<Basis> bases;
   if (bases.size() < static_cast<size_t>(Gb)) bases.resize(Gb);
-  const float *up = w_up.data_ptr<float>(), *down = w_down.data_ptr<float>();
+  const float* up = w_up.data_ptr<float>();
   at::parallel_for(0, Gb, 1, [&](int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g)
       bases[g].build(up + g * n_down * n, n_down, n, static_cast<float>(up_prune), basis_abs);
@@ -684,23 +633,15 @@ std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v, 
   const float scale = 1.0f / std::sqrt(static_cast<float>(d)), tb = static_cast<float>(tie_break);
   at::parallel_for(0, G, 1, [&](int64_t begin, int64_t end) {
     Scratch s(n, n_down);
-    std::vector<float> k_down(given ? 0 : n_down * d), a_all(given ? 0 : n_q * n_down), c_all(a_all.size());
     for (int64_t g = begin; g < end; ++g) {
-      // Phase by phase over all queries of (example, head): each phase's working set (K_down; the basis and
-      // P; K and V) stays in cache through its loop instead of being evicted by the others query by query.
-      const int64_t gb = Gb == G ? g : g % num_heads;
-      const Basis& b = bases[gb];
+      // Phase by phase over all queries of (example, head): the selection's working set (the basis, P) and
+      // then the attention's (K and V) stay in cache through their loops instead of evicting each other.
+      const Basis& b = bases[Gb == G ? g : g % num_heads];
       const float *K = kd + g * n * d, *V = vd + g * n * d;
-      const float* a = given ? ad + g * n_q * n_down : a_all.data();
-      const float* c = given ? cd + g * n_q * n_down : c_all.data();
-      if (!given) {
-        down_project(down + gb * n_down * n, K, n_down, n, d, k_down.data());
-        for (int64_t i = 0; i < n_q; ++i)
-          low_rank_row(qd + (g * n + first_query + i) * d, k_down.data(), n_down, d, logit_scale, tau,
-                       a_all.data() + i * n_down, c_all.data() + i * n_down);
+      for (int64_t i = 0; i < n_q; ++i) {
+        const int64_t row = g * n_q + i;
+        select_row(cd + row * n_down, ad + row * n_down, b, kk, tb, s, id + row * kk);
       }
-      for (int64_t i = 0; i < n_q; ++i)
-        select_row(c + i * n_down, a + i * n_down, b, kk, tb, s, id + (g * n_q + i) * kk);
       if (!with_attention) continue;
       for (int64_t i = 0; i < first_query; ++i)  // the CLS query with cls_dense: every key
         attend(qd + (g * n + i) * d, K, V, s.all_keys.data(), n, d, scale, s.scores.data(), od + (g * n + i) * d);
