@@ -97,7 +97,8 @@ def _add_bench_sparse(sub) -> None:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--breakdown", action="store_true",
-                   help="also time the predictor's parts (A_down, up-projection, top-k) at the smallest keep rate")
+                   help="also time the predictor's parts (A_down, up-projection, top-k) and the fused kernel's "
+                        "selection and whole path at the smallest keep rate")
     p.add_argument("--predictor-state", choices=PREDICTOR_STATES, default=PREDICTOR_STATES[0],
                    help="realistic: ~90%% of the basis pruned, ~87%% of the coefficients below tau (default); "
                         "init: freshly initialised weights (all-zero basis for n >= 250, flatters the sparse path)")
@@ -118,7 +119,13 @@ def _bench_sparse(args) -> int:
     print("speed-up = dense SDPA time / time; FLOP ratio = dense FLOPs / FLOPs (FlopCounterMode, matmuls only);")
     print("analytic limit = dense multiply-adds / the paper's count (sparse-sparse up-projection; top-k and gather "
           "free); attention-only limit = n / k; sparsity = fraction of zeros in W~_up and of A_down <= tau")
-    print("crossover: " + crossover(table))
+    print("fused = the whole path in one C++ kernel (bab.sparsifiner.fused: A_down, sparse ranking key over the "
+          "candidate keys, exact top-k, gather-softmax-weighted sum; same index sets and outputs as the torch path)")
+    print("crossover (torch path): " + crossover(table))
+    if table["fused ms"].notna().all():
+        print("crossover (fused): " + crossover(table, "fused speed-up"))
+    else:
+        print("fused kernel unavailable here (no C++ compiler or ninja): fused columns empty")
     if args.breakdown:
         parts = predictor_breakdown(args.tokens, min(args.keep_rates), args.num_heads, args.head_dim, args.n_down,
                                     warmup=args.warmup, repeats=args.repeats, predictor_state=args.predictor_state)

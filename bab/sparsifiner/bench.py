@@ -12,6 +12,12 @@ interleaved round by round, all in one process. Variants:
 - ``sparse``: the whole Sparsifiner path: connectivity predictor (down-projection, low-rank softmax,
   threshold, dense up-projection), top-k per query, then attention over the k selected keys only
   (``csr_sparse_attention``: SDDMM for the k scores per query, softmax, SpMM with V);
+- ``fused``: the same whole path with one C++ kernel (``bab.sparsifiner.fused``): A_down and the
+  coefficients from the predictor (torch), then in the kernel the pruned basis, the ranking key from the
+  nonzero coefficients' basis rows only (sparse x sparse),
+  the exact top k over the candidate keys (bounds on the tie-break term decide the rest), then gather,
+  softmax and weighted sum over the k keys. Same index sets and outputs as ``sparse`` (tests/sparsifiner/
+  test_fused.py); its columns stay empty where the kernel cannot be built (no compiler or ninja);
 - ``attention only``: that sparse attention given the top-k indices (the predictor's share is the
   difference).
 
@@ -30,7 +36,10 @@ Beside each measured ratio (dense time / variant time) it prints the FLOP ratio,
 variant FLOPs, counted by ``FlopCounterMode`` (matrix products only; it cannot see sparse kernels, so
 the sparse attention is counted on ``gathered_sparse_attention``, the same arithmetic as bmm), and
 the analytic limit in the paper's convention: dense multiply-adds over the sparse path's (sparse-sparse
-up-projection, no top-k or gather cost) for the whole path, n / k for the attention alone.
+up-projection, no top-k or gather cost) for the whole path, n / k for the attention alone. The limit
+counts multiply-adds only: it has no cost for selecting the k keys, for reading k scattered rows of K and
+V per query (dense attention streams them, the sparse path gathers), or for the softmax's exponentials,
+which is what separates the fused path's measured speed-up from it (docs/speed.md, "bench sparse").
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ import pandas as pd
 import torch
 
 from bab.core.timing import count_flops, single_thread, time_side_by_side
+from bab.sparsifiner.fused import fused_available, fused_selection, fused_sparsifiner_attention
 from bab.sparsifiner.predictor import (
     TIE_BREAK,
     ConnectivityPredictor,
@@ -144,8 +154,11 @@ def _bench_length(q, k, v, predictor, keep_rates, warmup: int, repeats: int) -> 
     n, hidden = q.shape[-2], q.shape[-3] * q.shape[-1]
     fns = {"dense": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v)}
     indices = {rate: predictor(q, k, rate)["index"] for rate in keep_rates}
+    fused = fused_available()  # else (no compiler / ninja) the fused columns stay empty
     for rate in keep_rates:
         fns[f"sparse {rate}"] = lambda rate=rate: csr_sparse_attention(q, k, v, predictor(q, k, rate)["index"])
+        if fused:
+            fns[f"fused {rate}"] = lambda rate=rate: fused_sparsifiner_attention(predictor, q, k, v, rate)
         fns[f"attention only {rate}"] = lambda rate=rate: csr_sparse_attention(q, k, v, indices[rate])
     timings = time_side_by_side(fns, warmup=warmup, repeats=repeats)
     dense_flops = count_flops(lambda: _explicit_dense(q, k, v))
@@ -160,10 +173,12 @@ def _bench_length(q, k, v, predictor, keep_rates, warmup: int, repeats: int) -> 
         attn_flops = count_flops(lambda rate=rate: gathered_sparse_attention(q, k, v, indices[rate]))
         sparse_flops = attn_flops + count_flops(lambda rate=rate: predictor(q, k, rate))
         sparse_ms, attn_ms = timings[f"sparse {rate}"].median_ms, timings[f"attention only {rate}"].median_ms
+        fused_ms = timings[f"fused {rate}"].median_ms if fused else math.nan
         attn_limit = dense_attention_macs(n, hidden) / sparse_attention_macs(n, kk, hidden)
         rows.append({
             "tokens": n, "keep_rate": rate, "k": kk, "dense ms": dense_ms, "sparse ms": sparse_ms,
-            "measured speed-up": dense_ms / sparse_ms, "analytic limit": analytic,
+            "measured speed-up": dense_ms / sparse_ms, "fused ms": fused_ms, "fused speed-up": dense_ms / fused_ms,
+            "analytic limit": analytic,
             "attention-only ms": attn_ms, "attention-only speed-up": dense_ms / attn_ms,
             "attention-only limit": attn_limit, "FLOP ratio": dense_flops / sparse_flops,
             "attention-only FLOP ratio": dense_flops / attn_flops,
@@ -176,7 +191,10 @@ def predictor_breakdown(tokens=TOKENS, keep_rate: float = 0.1, num_heads: int = 
                         predictor_state: str = "realistic", tau: float = 0.05) -> pd.DataFrame:
     """Where the predictor's time goes, per n: low-rank attention A_down (down-projection, QK_down^T,
     softmax), the ranking key (threshold and the n x n_down x n up-projection), the top-k, and the sparse
-    attention over the kept connections; dense SDPA beside them. Same protocol as the main benchmark."""
+    attention over the kept connections; dense SDPA beside them. Same protocol as the main benchmark.
+    Then the fused path: "fused selection" (A_down and the coefficients in torch, then in the kernel the
+    pruned basis, the sparse ranking key and the exact top k) and "fused" (the whole path, selection and
+    attention); their difference is the fused attention. Empty (NaN) where the kernel cannot be built."""
     keep_rate = validate_keep_rate(keep_rate)
     rows = []
     with torch.no_grad(), single_thread():
@@ -196,17 +214,23 @@ def predictor_breakdown(tokens=TOKENS, keep_rate: float = 0.1, num_heads: int = 
                 "top-k": lambda key=key, kk=kk: topk_connections(key, kk),
                 "sparse attention": lambda q=q, k=k, v=v, i=index: csr_sparse_attention(q, k, v, i),
             }
+            if fused_available():
+                fns["fused selection"] = lambda q=q, k=k, p=predictor: fused_selection(p, q, k, keep_rate)
+                fns["fused"] = lambda q=q, k=k, v=v, p=predictor: fused_sparsifiner_attention(p, q, k, v, keep_rate)
             timings = time_side_by_side(fns, warmup=warmup, repeats=repeats)
             times = {f"{name} ms": t.median_ms for name, t in timings.items()}
+            times.setdefault("fused selection ms", math.nan)
+            times.setdefault("fused ms", math.nan)
             rows.append({"tokens": n, "keep_rate": keep_rate, **times})
     return pd.DataFrame(rows)
 
 
-def crossover(table: pd.DataFrame) -> str:
-    """Where the full sparse path starts to beat dense SDPA, in words (from the measured rows)."""
+def crossover(table: pd.DataFrame, column: str = "measured speed-up") -> str:
+    """Where the full sparse path (``column``: "measured speed-up" for the torch path, "fused speed-up" for the
+    fused kernel) starts to beat dense SDPA, in words (from the measured rows)."""
     lines = []
     for n, group in table.groupby("tokens"):
-        faster = group[group["measured speed-up"] > 1.0]
+        faster = group[group[column] > 1.0]
         if faster.empty:
             lines.append(f"n={n}: sparse slower than dense at every keep rate measured")
         else:

@@ -1,0 +1,242 @@
+"""Sparsifiner's whole inference path in one fused CPU kernel (issue 11, item 5): a predictor that really
+costs less than it saves.
+
+``sparsifiner_attention(predictor, q, k, v, keep_rate, kernel="fused")`` returns what the reference path
+returns (``predictor(q, k, keep_rate)["index"]`` and ``attention_over_connections``, equal to
+``masked_dense_attention`` with ``connectivity_mask``), but replaces the dense up-projection (n x n_down x n
+multiply-adds), ``torch.topk`` over all n keys of every query and the CSR attention by one C++ loop per
+(example, head) and query. torch computes A_down and A~_down with the predictor's own methods (so the kernel
+starts from the reference's coefficients, bit for bit; computing them in the kernel was no faster); the
+kernel takes the raw W_up columns of the current tokens and prunes the basis W~_up as ``sparse_basis`` does.
+``kernel="torch"`` runs the reference path.
+
+Per query i, with w = A~_down[i] + TIE_BREAK * A_down[i] (the reference's ranking weights, [n_down]) and the
+pruned basis W~_up [n_down, n], the ranking key is key_j = sum_m w_m W~_up[m, j]. Split the rows m into N (the
+nonzero coefficients: a few of n_down) and Z (the rest, where w_m = TIE_BREAK * A_down[i, m] is tiny):
+
+1. P_j = sum_{m in N} w_m W~_up[m, j], accumulated over the nonzero entries of those basis rows only (CSR of
+   W~_up, built once per forward); the keys it touches are the candidates, every other key has P_j = 0.
+2. Whatever j, the Z part lies in [low, high], low = sum_{m in Z} min(w_m lo_m, w_m hi_m), high likewise with
+   max, where [lo_m, hi_m] is the range of row m of W~_up including 0. So key_j lies in [P_j + low, P_j + high];
+   let width = high - low (plus a margin for float rounding of P_j, low and high).
+3. theta = the k-th largest P_j over all n keys (bracketed within width on the candidates' values). If
+   theta > width, every key with P_j < theta - width, in particular every non-candidate, is beaten by the k
+   keys with P >= theta: out. Every key with P_j > theta + width beats every key with P <= theta (at least
+   n - k + 1 of them): in. Only keys with |P_j - theta| <= width are undecided; their exact key (a dot
+   product over all n_down coefficients) ranks them for the remaining slots.
+4. Otherwise (fewer than k candidates, e.g. a query whose coefficients all fall below tau, or a k-th value
+   too close to 0 for the bounds to exclude the non-candidates) the row falls back to the exact key of every
+   key and an exact selection over all n.
+
+So the selected set is the top k of the reference's ranking key, exactly in real arithmetic; step 3's
+margin keeps it exact under float rounding of our own sums. Where float32 rounding itself decides, the two
+paths, which sum the key in different orders, may disagree: two ranking keys within a few ulp of each other
+at the k-th place. The tests accept a differing row only there (checked in float64), and at most 1% of
+rows; on the bench's realistic state at n = 197 / 577 / 1025 and keep 0.5 / 0.25 / 0.1 no row differs.
+Exact ties at the k-th place are taken in index order (torch.topk's order among ties is unspecified).
+
+No sort of the n keys: theta is bracketed by bisection on the value (counting passes that vectorize; after
+three halvings only the values inside the bracket are kept, so later passes read a vector or two), the
+undecided keys (a handful) are ordered by a partial sort of their exact keys, and the fallback finds the
+exact k-th value by bisection on the bits of the floats (counting passes; every 8 bits only the values
+sharing the prefix found so far are kept).
+
+Then per query: scores q . k_j / sqrt(d) over its k keys, softmax (a vectorizable exp), weighted sum of
+v_j; the CLS query with ``cls_dense`` attends to every key (and gets no prediction). The other options:
+the coefficient rule (tau or top-m) and ``predictor_scale`` act through the predictor's own A_down and A~_down;
+``basis_threshold_abs`` and ``up_prune`` in the kernel's pruning; ``positions`` (token pruning) select each
+example's W_down and W_up columns (one basis per example and head).
+
+Inference only: float32 CPU tensors, no autograd. The kernel is compiled on first use with
+``torch.utils.cpp_extension.load_inline`` (needs a C++ compiler and ninja; about 40 s once per machine). Build
+flags (``build_flags``): -O3 -fopenmp-simd -fno-trapping-math and, on x86-64 Linux, -march=native (AVX-512
+paths under ``#ifdef __AVX512F__``, plain loops elsewhere). torch caches the build under
+``TORCH_EXTENSIONS_DIR`` (default ~/.cache/torch_extensions) by extension name; the name carries a
+fingerprint of the CPU (model and instruction-set flags), so a home directory shared by machines with
+different CPUs never loads a build for the wrong instruction set. If the build fails (no compiler, no
+ninja), ``kernel="fused"`` warns once and runs the torch path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import warnings
+
+import torch
+
+from bab.sparsifiner.predictor import (
+    TIE_BREAK,
+    ConnectivityPredictor,
+    attention_over_connections,
+    num_connections,
+)
+
+INFERENCE_KERNELS = ("fused", "torch")
+
+_state = {"module": None, "error": None, "warned": False}
+
+
+def cpu_fingerprint() -> str:
+    """8 hex digits naming this CPU (machine, model name and instruction-set flags from /proc/cpuinfo)."""
+    text = platform.machine() + platform.processor()
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            lines = cpuinfo.read().split("\n\n")[0].splitlines()
+        text += "".join(line for line in lines if line.split(":")[0].strip() in ("model name", "flags", "Features"))
+    except OSError:
+        pass  # not Linux: the machine name alone (no -march=native there, see build_flags)
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def build_flags(portable: bool = False) -> list[str]:
+    """-O3 everywhere; -march=native on x86-64 Linux only, where the CPU fingerprint in the extension's name
+    keeps a build for one instruction set from being loaded on another; -fopenmp-simd for the simd pragmas;
+    -fno-trapping-math so g++ may turn float comparisons in loops into vector selects (we never read the
+    floating-point exception flags; results are unchanged). ``portable``: no -march=native, so the plain
+    loops written for CPUs without AVX-512 are compiled (the tests build this variant too)."""
+    flags = ["-O3", "-fopenmp-simd", "-fno-trapping-math"]
+    if not portable and platform.machine() in ("x86_64", "AMD64") and platform.system() == "Linux":
+        flags.append("-march=native")
+    return flags
+
+
+def _build(portable: bool = False):
+    """Compile (or load the cached build of) the extension; raises whatever the toolchain raises."""
+    from torch.utils.cpp_extension import load_inline
+
+    from bab.sparsifiner.fused_kernel import CPP_SOURCE
+
+    if shutil.which("ninja") is None:  # pip's ninja lives next to the interpreter, off PATH unless activated
+        try:
+            import ninja
+
+            os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+        except ImportError:
+            pass  # load_inline then raises, and the caller falls back
+
+    name = f"bab_sparsifiner_fused_{'portable' if portable else cpu_fingerprint()}"
+    return load_inline(name=name, cpp_sources=[CPP_SOURCE], functions=["fused_forward"],
+                       extra_cflags=build_flags(portable), verbose=False)
+
+
+def load_extension():
+    """The compiled kernel module, or None when it cannot be built here (the error is kept for the warning)."""
+    if _state["module"] is None and _state["error"] is None:
+        try:
+            _state["module"] = _build()
+        except Exception as error:  # noqa: BLE001 (no compiler, no ninja, a failed build: all mean "fall back")
+            _state["error"] = error
+    return _state["module"]
+
+
+def fused_available() -> bool:
+    """True when the fused kernel is compiled (or compiles now) on this machine."""
+    return load_extension() is not None
+
+
+def _warn_fallback() -> None:
+    if not _state["warned"]:
+        _state["warned"] = True
+        warnings.warn(f"the fused Sparsifiner kernel could not be built ({type(_state['error']).__name__}: "
+                      f"{_state['error']}); running the torch path instead (same results, slower). It needs a "
+                      f"C++ compiler (g++) and ninja (pip install -r requirements.txt).", RuntimeWarning,
+                      stacklevel=3)
+
+
+def validate_inputs(predictor, q, k, v, positions=None) -> None:
+    """Raise an error that says how to fix inputs the fused kernel cannot take."""
+    if not isinstance(predictor, ConnectivityPredictor):
+        raise TypeError(f"predictor must be a ConnectivityPredictor, got {type(predictor).__name__}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor [B, H, n, d], got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have shape [B, H, n, d] (4 dimensions), got {tuple(t.shape)}")
+        if t.dtype != torch.float32:
+            raise TypeError(f"the fused kernel computes in float32; {name} is {t.dtype}: pass {name}.float(), or "
+                            f"use kernel='torch'")
+        if t.device.type != "cpu":
+            raise ValueError(f"the fused kernel runs on the CPU; {name} is on {t.device}: pass {name}.cpu(), or "
+                             f"use kernel='torch'")
+    if not q.shape == k.shape == v.shape:
+        raise ValueError(f"q, k, v must have the same shape [B, H, n, d], got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    B, H, n, _ = q.shape
+    if H != predictor.num_heads:
+        raise ValueError(f"q has {H} heads but the predictor was built for {predictor.num_heads}")
+    if n > predictor.w_up.shape[-1]:
+        raise ValueError(f"{n} tokens but the predictor covers at most {predictor.w_up.shape[-1]} (max_tokens)")
+    if n - predictor.first_query < 1:
+        raise ValueError("with cls_dense the sequence needs at least 2 tokens (CLS and one predicted query)")
+    if positions is not None and tuple(positions.shape) != (B, n):
+        raise ValueError(f"positions must have shape [B, n] = {(B, n)}, got {tuple(positions.shape)}")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        raise RuntimeError("the fused kernel is for inference and has no autograd: call it under "
+                           "torch.no_grad() (or torch.inference_mode()), or use kernel='torch' for training")
+
+
+def fused_sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,
+                                positions: torch.Tensor | None = None, with_attention: bool = True,
+                                module=None) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """The fused kernel (raises if it is not built): q, k, v [B, H, n, d] -> (out [B, H, n, d],
+    index [B, H, n_q, k]) as ``sparsifiner_attention`` returns them. ``with_attention=False`` runs the
+    predictor and the selection only and returns (None, index): ``fused_selection``. ``module``: another
+    build of the kernel (the tests pass ``_build(portable=True)``); default ``load_extension()``."""
+    validate_inputs(predictor, q, k, v, positions)
+    module = module or load_extension()
+    if module is None:
+        raise RuntimeError(f"the fused Sparsifiner kernel is not available: {_state['error']}")
+    B, H, n, d = q.shape
+    kk = num_connections(keep_rate, n)
+    with torch.no_grad():
+        # A_down and A~_down exactly as the reference computes them (torch's matmuls and, for top-m, torch.topk's
+        # choice): the kernel then selects from the same coefficients. Computing them inside the kernel was no
+        # faster (measured) and let float rounding at tau flip a coefficient now and then.
+        a_down = predictor.low_rank_attention(q, k, positions)  # [B, H, n_q, n_down]
+        coeff = predictor.sparsify_coefficients(a_down)
+        n_down = a_down.shape[-1]
+        # the raw W_up columns of the current tokens, [H, n_down, n] or [B, H, n_down, n]: the kernel prunes them
+        w_up = predictor._columns(predictor.w_up, n, positions).detach().float().contiguous()
+        out, index = module.fused_forward(
+            *(t.contiguous().view(B * H, n, d) for t in (q, k, v)),
+            *(t.float().contiguous().view(B * H, -1, n_down) for t in (a_down, coeff)), w_up.view(-1, n_down, n),
+            H, kk, predictor.first_query, TIE_BREAK, predictor.up_prune, predictor.basis_threshold_abs,
+            with_attention)
+    return (out.view(B, H, n, d) if with_attention else None), index.view(B, H, n - predictor.first_query, kk)
+
+
+def fused_selection(predictor: ConnectivityPredictor, q, k, keep_rate: float,
+                    positions: torch.Tensor | None = None) -> torch.Tensor:
+    """The predictor's top-k index [B, H, n_q, k] by the fused kernel (A_down, ranking key, selection; no
+    attention): the same sets as ``predictor(q, k, keep_rate, positions)["index"]``."""
+    return fused_sparsifiner_attention(predictor, q, k, k, keep_rate, positions, with_attention=False)[1]
+
+
+def torch_sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,
+                                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference path: ``predictor`` (dense up-projection, torch.topk) then ``attention_over_connections``
+    (CSR kernel without autograd). Returns (out [B, H, n, d], index [B, H, n_q, k])."""
+    pred = predictor(q, k, keep_rate, positions)
+    out, _ = attention_over_connections(q, k, v, pred["index"], pred["first_query"])
+    return out, pred["index"]
+
+
+def sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,
+                          positions: torch.Tensor | None = None, kernel: str = "fused"):
+    """Sparsifiner's whole inference path, predictor + top-k + sparse attention: q, k, v [B, H, n, d] ->
+    (out [B, H, n, d], index [B, H, n_q, k]); row i of index holds the keys of query first_query + i.
+
+    ``kernel="fused"``: the C++ kernel (module docstring); where it cannot be built, one warning and the torch
+    path. ``kernel="torch"``: the reference path. Both give the same index sets and outputs (to float rounding).
+    """
+    if kernel not in INFERENCE_KERNELS:
+        raise ValueError(f"kernel must be one of {INFERENCE_KERNELS}, got {kernel!r}")
+    if kernel == "fused":
+        validate_inputs(predictor, q, k, v, positions)
+        if load_extension() is not None:
+            return fused_sparsifiner_attention(predictor, q, k, v, keep_rate, positions)
+        _warn_fallback()
+    return torch_sparsifiner_attention(predictor, q, k, v, keep_rate, positions)
