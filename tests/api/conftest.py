@@ -20,7 +20,8 @@ def tiny_encoder(tmp_path_factory):
     tokenizer = BertTokenizer(vocab={w: i for i, w in enumerate(vocab)})
     torch.manual_seed(0)
     config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=64, max_position_embeddings=64, pad_token_id=0)
+                        intermediate_size=64, max_position_embeddings=64, pad_token_id=0,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # deterministic: 1 vs N processes
     BertModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
