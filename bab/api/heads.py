@@ -275,7 +275,8 @@ class BudgetedClassifier:
             budget = validate_budget(budget)
         ids = self.tokenizer.encode(texts, self.recipe.max_len)
         self.model.eval()
-        out = [self.model(chunk, budget=budget, mode="dense" if budget is None else mode).logits
+        device = next(self.model.parameters()).device
+        out = [self.model(chunk.to(device), budget=budget, mode="dense" if budget is None else mode).logits.cpu()
                for chunk in ids.split(batch_size)]
         return torch.cat(out)
 

@@ -45,7 +45,9 @@ def evaluate(
         accelerator = make_accelerator()
         loader = accelerator.prepare_data_loader(loader)
     correct, losses, weights = [], [], None
+    device = next(model.parameters()).device  # a model trained on a GPU stays there
     for input_ids, labels in loader:
+        input_ids, labels = input_ids.to(device), labels.to(device)
         out = model(input_ids, budget=budget, mode=mode, head_mask=head_mask)
         batch = (out.logits.argmax(-1) == labels, F.cross_entropy(out.logits, labels, reduction="none"))
         if accelerator is not None:

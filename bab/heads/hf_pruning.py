@@ -92,7 +92,7 @@ def prune_heads(model, keep) -> list[list[int]]:
     for block, heads in zip(blocks, keep, strict=True):
         if len(heads) == block.num_heads:
             continue
-        index = _rows(heads, block.head_dim)
+        index = _rows(heads, block.head_dim).to(block.query.weight.device)  # a model on a GPU is pruned there
         for linear in (block.query, block.key, block.value):
             _slice_linear(linear, index, dim=0)
         _slice_linear(block.out, index, dim=1)
