@@ -15,7 +15,7 @@ from transformers import AutoModelForSequenceClassification
 from bab.api import BudgetedClassifier, Recipe
 from bab.heads.hf_pruning import kept_heads, load_pruned
 
-FAST = dict(max_len=16, batch_size=8, dense_epochs=2, budgeted_epochs=1, hard_epochs=1, dense_lr=3e-3, lr=1e-3)
+FAST = dict(max_len=16, batch_size=8, dense_epochs=3, budgeted_epochs=1, hard_epochs=1, dense_lr=1e-2, lr=1e-3)
 
 
 @pytest.fixture(scope="module")
