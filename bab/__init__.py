@@ -12,16 +12,24 @@ One knob, a budget b in (0, 1], for three mechanisms:
       clf.save_pruned(0.5, "runs/pruned-0.5")                             # a plain, smaller transformers model
       clf.save_pretrained("runs/gated")                                   # BudgetedClassifier.from_pretrained(...)
 
-- Dynamic Context Pruning for decoders (bab.context), Sparsifiner for ViT (bab.sparsifiner).
+- Dynamic Context Pruning for decoders (bab.context):
+
+      from bab import ContextPruner
+      pruner = ContextPruner.from_pretrained()          # packaged SmolLM2 offline, a folder, a .gguf or a hub id
+      pruner.fit("my_corpus.txt", steps=200, gamma=0.1)  # larger gamma drops more context
+      pruner.evaluate("held_out.txt")                    # perplexity, fraction of context pruned, dense perplexity
+
+- Sparsifiner for ViT (bab.sparsifiner; notebook 05 shows the steps).
 
 The command line: python -m bab fit heads --train my.csv --budgets 0.25,0.5,0.75 --prune 0.5 --out runs/my
 (see python -m bab --help). Public names (imported on first use, so `import bab` stays cheap):
-BudgetedClassifier, Recipe, read_labeled, LabelMap, load_pruned.
+BudgetedClassifier, Recipe, ContextPruner, read_labeled, LabelMap, load_pruned.
 """
 
 _PUBLIC = {
     "BudgetedClassifier": "bab.api.heads",
     "Recipe": "bab.api.heads",
+    "ContextPruner": "bab.api.context",
     "read_labeled": "bab.api.data",
     "LabelMap": "bab.api.data",
     "load_pruned": "bab.heads.hf_pruning",
