@@ -19,17 +19,23 @@ One knob, a budget b in (0, 1], for three mechanisms:
       pruner.fit("my_corpus.txt", steps=200, gamma=0.1)  # larger gamma drops more context
       pruner.evaluate("held_out.txt")                    # perplexity, fraction of context pruned, dense perplexity
 
-- Sparsifiner for ViT (bab.sparsifiner; notebook 05 shows the steps).
+- Sparsifiner for ViT (bab.sparsifiner), trained from scratch on an image folder (photos/train/<label>/*.png):
+
+      from bab import SparsifinerClassifier
+      clf = SparsifinerClassifier.from_folder("photos/train", image_size=32)
+      clf.fit()                                                  # dense ViT -> predictors -> joint
+      clf.sweep("photos/test", keep_rates=[1.0, 0.5, 0.25])      # accuracy and attention cost per keep rate
 
 The command line: python -m bab fit heads --train my.csv --budgets 0.25,0.5,0.75 --prune 0.5 --out runs/my
 (see python -m bab --help). Public names (imported on first use, so `import bab` stays cheap):
-BudgetedClassifier, Recipe, ContextPruner, read_labeled, LabelMap, load_pruned.
+BudgetedClassifier, Recipe, ContextPruner, SparsifinerClassifier, read_labeled, LabelMap, load_pruned.
 """
 
 _PUBLIC = {
     "BudgetedClassifier": "bab.api.heads",
     "Recipe": "bab.api.heads",
     "ContextPruner": "bab.api.context",
+    "SparsifinerClassifier": "bab.api.vit",
     "read_labeled": "bab.api.data",
     "LabelMap": "bab.api.data",
     "load_pruned": "bab.heads.hf_pruning",
