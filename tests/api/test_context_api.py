@@ -3,6 +3,7 @@
 import math
 import random
 
+import api_fixtures
 import pytest
 import torch
 import torch.nn.functional as F
@@ -10,6 +11,9 @@ from transformers import LlamaForCausalLM
 
 from bab.api.context import ContextPruner
 from bab.context.llama import LlamaDecoderConfig
+
+# pytest fixtures shared by the API tests (a conftest.py here would shadow the root one)
+one_thread = api_fixtures.one_thread
 
 VOCAB = 40
 

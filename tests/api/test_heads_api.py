@@ -6,6 +6,7 @@ reloaded checkpoint through AutoModelForSequenceClassification, head counts are 
 
 import math
 
+import api_fixtures
 import pandas as pd
 import pytest
 import torch
@@ -14,6 +15,11 @@ from transformers import AutoModelForSequenceClassification
 
 from bab.api import BudgetedClassifier, Recipe
 from bab.heads.hf_pruning import kept_heads, load_pruned
+
+# pytest fixtures shared by the API tests (a conftest.py here would shadow the root one)
+one_thread = api_fixtures.one_thread
+tiny_encoder = api_fixtures.tiny_encoder
+topic_csvs = api_fixtures.topic_csvs
 
 FAST = dict(max_len=16, batch_size=8, dense_epochs=3, budgeted_epochs=1, hard_epochs=1, dense_lr=1e-2, lr=1e-3)
 

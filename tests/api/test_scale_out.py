@@ -13,11 +13,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import api_fixtures
 import pandas as pd
 import pytest
 from api_topics import topic_texts, write_csv
 
 from bab.__main__ import main
+
+# pytest fixtures shared by the API tests (a conftest.py here would shadow the root one)
+one_thread = api_fixtures.one_thread
+tiny_encoder = api_fixtures.tiny_encoder
+topic_csvs = api_fixtures.topic_csvs
 
 REPO = Path(__file__).resolve().parents[2]
 ARGS = ["--budgets", "0.25,0.5,0.75", "--prune", "0.5", "--max-len", "16", "--batch-size", "16", "--epochs", "3,2,1",

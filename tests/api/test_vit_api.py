@@ -1,11 +1,15 @@
 """SparsifinerClassifier on a tiny image folder: stripes and dots in three class sub-folders."""
 
+import api_fixtures
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
 from bab.api.vit import SparsifinerClassifier, read_image_folder
+
+# pytest fixtures shared by the API tests (a conftest.py here would shadow the root one)
+one_thread = api_fixtures.one_thread
 
 
 def pattern(kind: str, rng) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""A tiny random-initialised BERT saved as a local model folder, and small labelled CSV files.
+"""Fixtures of the API tests (imported by each test module: a conftest.py here would shadow the root one, which
+tests import as `conftest`): a tiny random-initialised BERT saved as a local model folder, small labelled CSVs.
 
 The folder is what a user's own encoder looks like to ``BudgetedClassifier.from_pretrained`` (config.json,
 model.safetensors, a WordPiece vocabulary), so every code path of a hub or packaged model runs here in
@@ -35,7 +36,7 @@ def topic_csvs(tmp_path_factory):
             write_csv(folder / "test.csv", topic_texts(10, seed=2)))
 
 
-@pytest.fixture(autouse=True, scope="package")
+@pytest.fixture(autouse=True, scope="module")
 def one_thread():
     """One torch thread: tiny matrices on a shared 2-core machine run 100x slower with two competing threads."""
     threads = torch.get_num_threads()
