@@ -58,10 +58,29 @@ def read_labeled(data, text_column: str = "text", label_column: str = "label", s
 
 
 def _read_csv(path: Path, text_column, label_column, skip_malformed) -> LabeledTexts:
-    read = read_labeled_csv(path, text_column=text_column, label_column=label_column, skip_malformed=skip_malformed)
+    _check_header(path, text_column, label_column)
+    try:
+        read = read_labeled_csv(path, text_column=text_column, label_column=label_column,
+                                skip_malformed=skip_malformed)
+    except ValueError as error:  # the reader's advice names its argument; say the command line's too
+        if "skip_malformed=True" in str(error):
+            raise ValueError(f"{error} (command line: --skip-malformed)") from None
+        raise
     names = read.report["label_names"]  # None: the file's labels were integers, kept as ids
     labels = read.labels if names is None else [names[i] for i in read.labels]
     return LabeledTexts(read.texts, labels, str(path))
+
+
+def _check_header(path: Path, text_column, label_column) -> None:
+    """The header names both columns (the reader says so too; here the advice names both ways to fix it)."""
+    import csv
+
+    if not path.is_file():
+        return  # the reader's "CSV file not found"
+    with path.open(newline="", encoding="utf-8-sig", errors="replace") as handle:
+        header = next(csv.reader(handle), None)
+    if header:
+        _missing_columns([name.strip() for name in header], text_column, label_column, str(path))
 
 
 def _missing_columns(columns, text_column, label_column, what: str) -> None:

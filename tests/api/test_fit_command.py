@@ -46,8 +46,8 @@ def test_fit_heads_writes_every_artefact(tiny_encoder, topic_csvs, tmp_path):
 
 @pytest.mark.parametrize("change, message", [
     ({"--train": "missing.csv"}, "CSV file not found: missing.csv"),
-    ({"--train": "cols.csv"}, r"lacks the column\(s\) \['text'\]"),
-    ({"--train": "empty_text.csv"}, r"line 3: the text column\(s\) \['text'\] are empty"),
+    ({"--train": "cols.csv"}, r"cols.csv has the columns \['sentence', 'label'\] but lacks \['text'\].*--text-column"),
+    ({"--train": "empty_text.csv"}, r"line 3: the text column\(s\) \['text'\] are empty.*--skip-malformed"),
     ({"--train": "one_class.csv"}, "has one class only \\('a'\\)"),
     ({"--test": "unseen.csv"}, r"label\(s\) \['politics'\] that the training labels"),
     ({"--budgets": "0.5,1.5"}, "budget must lie in \\(0, 1\\]"),

@@ -134,7 +134,7 @@ def test_integer_labels_with_names_are_positions(tiny_encoder):
 @pytest.mark.parametrize("make, error, message", [
     (lambda d: d / "missing.csv", FileNotFoundError, "CSV file not found"),
     (lambda d: write_csv(d / "cols.csv", [("x", "a"), ("y", "b")], header=("sentence", "label")),
-     ValueError, r"lacks the column\(s\) \['text'\]; pass text_column="),
+     ValueError, r"lacks \['text'\]; name the text and label columns with text_column="),
     (lambda d: write_csv(d / "empty.csv", [("x y", "a"), ("  ", "b")]), ValueError, "line 3: the text column"),
     (lambda d: write_csv(d / "one.csv", [("x y", "a"), ("z", "a")]), ValueError, "one class only"),
     (lambda d: pd.DataFrame({"text": ["a", None], "label": ["x", "y"]}), ValueError,
