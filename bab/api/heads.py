@@ -264,7 +264,9 @@ class BudgetedClassifier:
         budgets = [validate_budget(b) for b in budgets]
         rows = [evaluate(self.model, test)]
         rows += [evaluate(self.model, test, b, mode) for mode in modes for b in budgets]
-        return pd.DataFrame(rows)
+        table = pd.DataFrame(rows)
+        table["heads_kept"] = table["heads_kept"].astype("Int64")  # a count; empty for dense and soft rows
+        return table
 
     @torch.no_grad()
     def logits(self, texts, budget: float | None = None, mode: str = "hard", batch_size: int = 64) -> torch.Tensor:
