@@ -167,7 +167,8 @@ def _add_fit_heads(sub) -> None:
                        description="Fit budgeted heads on a CSV with a header (text and label columns; string or "
                                    "integer labels) and write the gated checkpoint, the pruned model, sweep.csv, "
                                    "heatmap.png, latency.csv, metrics.json and summary.html into --out. Runs "
-                                   "unchanged under `accelerate launch --num_processes N -m bab fit heads ...`.")
+                                   "unchanged under `accelerate launch --multi_gpu --num_processes N -m bab fit "
+                                   "heads ...` (GPUs, or CPU processes in a gloo group; docs/scale-out.md).")
     p.add_argument("--train", required=True, help="training CSV (header row; see --text-column / --label-column)")
     p.add_argument("--test", help="test CSV, same columns (default: report on the validation data)")
     p.add_argument("--val", help="validation CSV (default: a stratified 10%% of --train, used to pick epochs)")
