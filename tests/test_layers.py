@@ -21,7 +21,7 @@ LAYERS = {
     "data": 1,
     "heads": 2, "context": 2, "sparsifiner": 2,
     "experiments": 3,
-    "report": 4,
+    "report": 4, "api": 4,  # the public API chains the methods' steps; report and api never import each other
     "__main__": 5, "__init__": 5,  # the CLI and the package's public face may use everything
 }
 

@@ -264,13 +264,14 @@ def soft_gates_of(gates: nn.Module | None, budget: float) -> torch.Tensor:
 
 
 def head_weights(gates: nn.Module | None, budget, mode: str, head_mask: torch.Tensor | None,
-                 shape: tuple[int, int], dtype: torch.dtype):
+                 shape: tuple[int, int], dtype: torch.dtype, min_per_layer: int = 0):
     """What multiplies each head in ``mode``: (weights [L, H] or None, soft gates [L, H] or None).
 
     ``dense``: nothing. ``soft``: the gates g(b) (Eq. 2). ``hard``: the global top-k mask with a
     straight-through gradient to the gates (Eq. 4). ``skip``: the same mask, detached (inference).
-    An explicit binary ``head_mask`` [L, H] replaces the top-k in hard and skip mode. The caller
-    checks that ``mode`` is one it supports.
+    ``min_per_layer`` >= 1 keeps that many heads in every layer (``hard_topk_mask_with_floor``), the
+    mask structural pruning materialises. An explicit binary ``head_mask`` [L, H] replaces the top-k
+    in hard and skip mode. The caller checks that ``mode`` is one it supports.
     """
     if mode == "dense":
         return None, None
@@ -288,7 +289,7 @@ def head_weights(gates: nn.Module | None, budget, mode: str, head_mask: torch.Te
     soft = soft_gates_of(gates, budget)
     if mode == "soft":
         return soft, soft
-    hard = hard_topk_mask(soft, budget)
+    hard = hard_topk_mask_with_floor(soft, budget, min_per_layer) if min_per_layer else hard_topk_mask(soft, budget)
     if mode == "skip":
         return hard, soft.detach()
     return straight_through(hard, soft), soft  # "hard": forward is binary, gradient is soft

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
 from tqdm.auto import tqdm
 
 
@@ -36,6 +36,13 @@ def make_accelerator() -> Accelerator:
     """The GPU when there is one; on CPU the Accelerator is a thin wrapper (the same code runs under
     ``accelerate launch``)."""
     return Accelerator(cpu=not torch.cuda.is_available())
+
+
+def distributed_state() -> PartialState:
+    """The process group this process belongs to (one process unless started by ``accelerate launch`` or
+    torchrun). Built with the same ``cpu`` flag as ``make_accelerator``: accelerate keeps one shared state per
+    process, and a state made first without it would miss the gloo group of CPU processes."""
+    return PartialState(cpu=not torch.cuda.is_available())
 
 
 def warmup_steps(fraction: float, total: int) -> int:

@@ -10,7 +10,6 @@ post-hoc structural baseline with and without one recovery epoch.
 from __future__ import annotations
 
 import copy
-import tempfile
 from dataclasses import dataclass, replace
 from functools import cache
 
@@ -19,12 +18,12 @@ import torch
 
 import bab.heads
 from bab.core.runs import RunCache, train_cached
-from bab.data.text import PretrainedTokenizer, build_text_classification
+from bab.data.text import PretrainedTokenizer, build_text_classification, sort_by_length
 from bab.experiments.text import TextStudy
-from bab.heads.bench import latency_table
+from bab.heads.bench import reloaded_latency
 from bab.heads.evaluate import SWEEP_BUDGETS, evaluate
-from bab.heads.hf_encoder import GatedHFClassifier, HFEncoderConfig, PaddedForward, load_classifier, load_tokenizer
-from bab.heads.hf_pruning import kept_heads, load_pruned, prune_heads, save_pruned
+from bab.heads.hf_encoder import GatedHFClassifier, HFEncoderConfig, load_classifier, load_tokenizer
+from bab.heads.hf_pruning import kept_heads, prune_heads, pruned_copy
 from bab.heads.posthoc import head_importance, posthoc_mask
 from bab.heads.train import TrainConfig, train
 
@@ -123,7 +122,7 @@ class BertStudy(TextStudy):
 
     def splits(self, data_seed=None) -> dict:
         built, pad = self.build(), self.model_config().pad_id
-        return {"train": built.train, "val": _by_length(built.val, pad), "test": _by_length(built.test, pad)}
+        return {"train": built.train, "val": sort_by_length(built.val, pad), "test": sort_by_length(built.test, pad)}
 
     def data_lineage(self, data_seed=None) -> dict:
         p = self.profile
@@ -159,10 +158,7 @@ class BertStudy(TextStudy):
 
     def structural(self, model: GatedHFClassifier, budget: float):
         """The plain HF model with only the top-k heads at ``budget`` (per-layer floor), and its mask."""
-        mask = model.head_mask_for(budget, min_per_layer=1)
-        pruned = copy.deepcopy(model.hf)
-        prune_heads(pruned, mask)
-        return pruned.eval(), mask
+        return pruned_copy(model, budget)
 
     def prune_and_check(self, model: GatedHFClassifier, budgets, check_examples: int = 16):
         """Structurally pruned models at ``budgets`` ({budget: model}), and whether every one gives the
@@ -210,16 +206,9 @@ class BertStudy(TextStudy):
         The analytic limit is the FLOP ratio of eager-attention twins (FlopCounterMode cannot see
         inside the fused SDPA kernel the timed models use).
         """
-        pad = self.model_config().pad_id
-        reloaded, twins = {}, {}
-        with tempfile.TemporaryDirectory() as folder:
-            for name, model in models.items():
-                path = save_pruned(model, f"{folder}/{name}")
-                reloaded[name] = (PaddedForward(load_pruned(path, "sdpa"), pad), {})
-                twins[name] = (PaddedForward(load_pruned(path, "eager"), pad), {})
         p = self.profile
-        return latency_table(reloaded, self.timing_batches(), warmup=p.timing_warmup, repeats=p.timing_repeats,
-                             baseline=baseline, flop_configs=twins)
+        return reloaded_latency(models, self.timing_batches(), self.model_config().pad_id, warmup=p.timing_warmup,
+                                repeats=p.timing_repeats, baseline=baseline)
 
     def head_importance(self, dense: GatedHFClassifier) -> torch.Tensor:
         """[L, H] validation-loss increase when each head alone is masked, on the first validation examples."""
@@ -264,13 +253,6 @@ def kept_heads_table(model) -> pd.DataFrame:
     heads = kept_heads(model)
     return pd.DataFrame({"heads kept": [len(h) for h in heads], "which": [", ".join(map(str, h)) for h in heads]},
                         index=pd.Index(range(len(heads)), name="layer"))
-
-
-def _by_length(dataset, pad_id: int):
-    """The same examples, longest first: evaluation batches then trim to similar lengths (results unchanged)."""
-    ids, labels = dataset.tensors
-    order = torch.argsort(ids.ne(pad_id).sum(1), descending=True, stable=True)
-    return torch.utils.data.TensorDataset(ids[order], labels[order])
 
 
 @cache

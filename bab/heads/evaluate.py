@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
 from bab.core.budget import validate_budget
+from bab.core.training import distributed_state, make_accelerator
 
 # The paper's sweep: 19 requested budgets 0.10, 0.15, ..., 1.00.
 SWEEP_BUDGETS = tuple(round(0.10 + 0.05 * i, 2) for i in range(19))
@@ -26,19 +27,43 @@ def evaluate(
     """Accuracy (%), mean loss and estimated attention cost of ``model`` on ``data``.
 
     Cost is the mean soft gate mass in soft mode (Eq. 3), the kept fraction of heads in hard or
-    skip mode (k / (L*H)), and 1.0 in dense mode.
+    skip mode (k / (L*H)), and 1.0 in dense mode. ``heads_kept`` counts the heads a hard mask keeps
+    (None in dense and soft mode). With an explicit ``head_mask`` and no ``budget``, ``budget`` reports
+    the mask's kept fraction, so no hard row is left without one.
+
+    Under ``accelerate launch`` (more than one process) each process scores its shard of ``data`` and
+    the per-example results are gathered (``gather_for_metrics``, which drops the padding of an uneven
+    last batch), so every process returns the metrics of the whole of ``data``.
     """
     if budget is not None:
         budget = validate_budget(budget)
     model.eval()
-    correct, loss_sum, seen, cost = 0, 0.0, 0, 1.0
-    for input_ids, labels in DataLoader(data, batch_size=batch_size):
+    state = distributed_state()
+    loader = DataLoader(data, batch_size=batch_size)
+    accelerator = None
+    if state.num_processes > 1:
+        accelerator = make_accelerator()
+        loader = accelerator.prepare_data_loader(loader)
+    correct, losses, weights = [], [], None
+    device = next(model.parameters()).device  # a model trained on a GPU stays there
+    for input_ids, labels in loader:
+        input_ids, labels = input_ids.to(device), labels.to(device)
         out = model(input_ids, budget=budget, mode=mode, head_mask=head_mask)
-        loss_sum += F.cross_entropy(out.logits, labels, reduction="sum").item()
-        correct += (out.logits.argmax(-1) == labels).sum().item()
-        seen += labels.numel()
-        cost = float(out.cost)  # gates depend on the budget only, so every batch has the same cost
-    return {"budget": budget, "mode": mode, "accuracy": 100.0 * correct / seen, "loss": loss_sum / seen, "cost": cost}
+        batch = (out.logits.argmax(-1) == labels, F.cross_entropy(out.logits, labels, reduction="none"))
+        if accelerator is not None:
+            batch = accelerator.gather_for_metrics(batch)
+        correct.append(batch[0])
+        losses.append(batch[1])
+        weights = out.head_mask  # gates depend on the budget only, so every batch has the same cost
+    correct, losses = torch.cat(correct), torch.cat(losses)
+    cost = 1.0 if weights is None else float(out.cost)
+    hard = mode in ("hard", "skip") and weights is not None
+    heads_kept = int(weights.detach().round().sum()) if hard else None
+    if budget is None and head_mask is not None and hard:
+        budget = heads_kept / weights.numel()
+    seen = correct.numel()
+    return {"budget": budget, "mode": mode, "accuracy": 100.0 * correct.sum().item() / seen,
+            "loss": losses.double().sum().item() / seen, "cost": cost, "heads_kept": heads_kept}
 
 
 def budget_sweep(model, data, budgets=SWEEP_BUDGETS, mode: str = "soft", batch_size: int = 256) -> pd.DataFrame:

@@ -311,6 +311,10 @@ class GatedHFClassifier(nn.Module):
                              f"{counts}; gates need the unpruned model (prune after gating)")
         self.gates = make_gates(config.gates, config.num_layers, config.num_heads, config.gate_temperature,
                                 config.gate_init_logit)
+        # hard mode's per-layer floor. 0 (the paper's Eq. 4): the global top-k, which may empty a layer;
+        # 1: the mask structural pruning materialises (bab.api sets it, so training, evaluation and the
+        # pruned model agree). Not in the config: it changes no weight, and the run-cache keys stay as they were.
+        self.min_per_layer = 0
 
     @classmethod
     def from_hf(cls, hf_model, model_name: str, gates: str | None = None, **config_kwargs) -> GatedHFClassifier:
@@ -322,9 +326,11 @@ class GatedHFClassifier(nn.Module):
         )
         return cls(hf_model, config)
 
-    def head_mask_for(self, budget: float, min_per_layer: int = 0) -> torch.Tensor:
-        """The binary [L, H] mask of hard mode at ``budget`` (``min_per_layer`` >= 1: with the floor)."""
-        return topk_head_mask(self.gates, budget, min_per_layer)
+    def head_mask_for(self, budget: float, min_per_layer: int | None = None) -> torch.Tensor:
+        """The binary [L, H] mask of hard mode at ``budget`` (``min_per_layer`` >= 1: with the floor;
+        None: the model's own ``self.min_per_layer``, what its hard mode uses)."""
+        floor = self.min_per_layer if min_per_layer is None else min_per_layer
+        return topk_head_mask(self.gates, budget, floor)
 
     def forward(self, input_ids: torch.Tensor, budget: float | None = None, mode: str = "dense",
                 head_mask: torch.Tensor | None = None) -> EncoderOutput:
@@ -352,7 +358,7 @@ class GatedHFClassifier(nn.Module):
             hint = "; real head skipping is structural pruning (bab.heads.hf_pruning)" if mode == "skip" else ""
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}{hint}")
         shape = (self.config.num_layers, self.config.num_heads)
-        return head_weights(self.gates, budget, mode, head_mask, shape, self.hf.dtype)
+        return head_weights(self.gates, budget, mode, head_mask, shape, self.hf.dtype, self.min_per_layer)
 
 
 def _pad_id(hf_config) -> int:

@@ -16,13 +16,14 @@ Shapes: d model width, n heads kept in a layer, Dh head width, T sequence length
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from bab.heads.hf_encoder import attention_blocks, classifier_from_config
+from bab.heads.hf_encoder import HeadGatedLinear, attention_blocks, classifier_from_config
 
 KEPT_HEADS_KEY = "bab_kept_heads"
 WEIGHTS_NAME = "model.safetensors"
@@ -91,7 +92,7 @@ def prune_heads(model, keep) -> list[list[int]]:
     for block, heads in zip(blocks, keep, strict=True):
         if len(heads) == block.num_heads:
             continue
-        index = _rows(heads, block.head_dim)
+        index = _rows(heads, block.head_dim).to(block.query.weight.device)  # a model on a GPU is pruned there
         for linear in (block.query, block.key, block.value):
             _slice_linear(linear, index, dim=0)
         _slice_linear(block.out, index, dim=1)
@@ -100,6 +101,23 @@ def prune_heads(model, keep) -> list[list[int]]:
                                                                                               strict=True)]
     setattr(model.config, KEPT_HEADS_KEY, composed)
     return composed
+
+
+def pruned_copy(model, budget: float, min_per_layer: int = 1):
+    """A pruned copy of a gated classifier's HF model: the top-k heads at ``budget`` with a per-layer floor.
+
+    ``model``: a ``GatedHFClassifier`` (left unchanged). Returns (the plain pruned HF model in eval mode,
+    the binary [L, H] mask it keeps), so it equals ``model(ids, mode="hard", head_mask=mask)``.
+    """
+    mask = model.head_mask_for(budget, min_per_layer=min_per_layer)
+    pruned = copy.deepcopy(model.hf)
+    for block in attention_blocks(pruned):  # the copy is a plain model: no gating wrapper left behind
+        if isinstance(block.out, HeadGatedLinear):
+            plain = nn.Linear(block.out.in_features, block.out.out_features, bias=block.out.bias is not None)
+            plain.weight, plain.bias = block.out.weight, block.out.bias
+            setattr(block.out_parent, block.out_name, plain)
+    prune_heads(pruned, mask)
+    return pruned.eval(), mask
 
 
 def save_pruned(model, folder, tokenizer=None) -> Path:

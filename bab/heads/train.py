@@ -133,9 +133,13 @@ def train(
     loader = DataLoader(train_data, batch_size=config.batch_size, shuffle=True,
                         generator=torch.Generator().manual_seed(config.seed))
     optimizer = torch.optim.AdamW(parameter_groups(model, config), lr=config.lr, weight_decay=config.weight_decay)
+    model, prepared_optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    # The schedule counts optimizer steps of the prepared loader (each one global batch however many processes
+    # share it) and is stepped once per step. accelerate's prepared scheduler would instead step N times per
+    # step on N processes, so N processes would follow another warm-up than one process at the same global batch.
     total = config.epochs * len(loader)
     scheduler = warmup_linear_decay(optimizer, total, warmup_steps(config.warmup_fraction, total))
-    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    optimizer = prepared_optimizer
     teacher = frozen_copy(teacher, accelerator.device)
     budget_rng = random.Random(config.seed)
 
@@ -150,6 +154,10 @@ def train(
             optimizer_step(accelerator, loss, optimizer, scheduler, model.parameters(), config.grad_clip)
             _accumulate(sums, out, loss, labels)
             bar.set_postfix(loss=f"{loss.item():.3f}")
+        if accelerator.num_processes > 1:  # each process saw its shard: the epoch's row is over all of them
+            totals = accelerator.reduce(torch.tensor([sums[k] for k in ("loss", "correct", "seen", "cost")],
+                                                     dtype=torch.float64, device=accelerator.device), "sum")
+            sums = dict(zip(("loss", "correct", "seen", "cost"), totals.tolist(), strict=True))
         row = {"epoch": epoch + 1, "loss": sums["loss"] / sums["seen"],
                "train_accuracy": 100.0 * sums["correct"] / sums["seen"], "cost": sums["cost"] / sums["seen"]}
         unwrapped = accelerator.unwrap_model(model)

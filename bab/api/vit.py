@@ -1,0 +1,149 @@
+"""Sparsifiner on your own images, in one object: :class:`SparsifinerClassifier`.
+
+    clf = SparsifinerClassifier.from_folder("photos/train", image_size=32)   # photos/train/<label>/*.png|jpg
+    clf.fit(epochs=(10, 2, 8))                    # dense ViT -> predictors (phase 1) -> joint (phase 2)
+    clf.sweep("photos/test", keep_rates=[1.0, 0.5, 0.25, 0.1])   # accuracy and MHSA cost per keep rate
+    clf.predict(["photos/new.png"], keep_rate=0.25)              # label names
+
+A small ViT is trained from scratch (no pretrained ViT is available offline; online,
+``bab.sparsifiner.vit.ViTClassifier.from_pretrained`` loads a DeiT) with notebook 05's recipe: its
+``quick`` profile's three training phases and the official code's predictor options
+(``bab.experiments.vit``). Images: one folder per class, read with Pillow, converted to grayscale
+(``channels=1``) or RGB (3), resized to ``image_size`` and standardised with the training set's mean and std.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.utils.data import TensorDataset
+
+from bab.api.data import LabelMap
+from bab.experiments.vit import VIT
+from bab.sparsifiner.evaluate import evaluate_vit
+from bab.sparsifiner.predictor import validate_keep_rate
+from bab.sparsifiner.train import train_vit
+from bab.sparsifiner.vit import ViTClassifier, ViTClassifierConfig
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
+
+
+def read_image_folder(folder, image_size: int, channels: int = 1) -> tuple[np.ndarray, list[str], list[Path]]:
+    """(images uint8 [N, image_size, image_size, channels], label names [N], paths [N]) of ``folder/<label>/*``."""
+    from PIL import Image
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"image folder not found: {folder} (expected one sub-folder of images per class)")
+    classes = sorted(p for p in folder.iterdir() if p.is_dir())
+    paths = [(f, c.name) for c in classes for f in sorted(c.iterdir()) if f.suffix.lower() in IMAGE_SUFFIXES]
+    if not paths:
+        raise ValueError(f"{folder} holds no images in class sub-folders ({', '.join(IMAGE_SUFFIXES)}); lay it out "
+                         f"as {folder}/<label>/<image>")
+    images = [_load(path, image_size, channels, Image) for path, _ in paths]
+    return np.stack(images), [label for _, label in paths], [path for path, _ in paths]
+
+
+def _load(path: Path, image_size: int, channels: int, Image) -> np.ndarray:
+    try:
+        with Image.open(path) as img:
+            img = img.convert("L" if channels == 1 else "RGB").resize((image_size, image_size), Image.BILINEAR)
+            array = np.asarray(img, dtype=np.uint8)
+    except OSError as error:
+        raise ValueError(f"{path} is not a readable image ({error}); remove it or replace it") from None
+    return array[..., None] if channels == 1 else array
+
+
+class SparsifinerClassifier:
+    """A small ViT whose attention keeps, per query, only the connections a learnt predictor selects."""
+
+    def __init__(self, config: ViTClassifierConfig, labels: list[str], images: np.ndarray, label_names: list[str],
+                 profile=VIT["quick"]):
+        self.config, self.profile = config, profile
+        self.label_map = LabelMap(labels)
+        x = torch.from_numpy(images.astype(np.float32) / 255.0).permute(0, 3, 1, 2)  # [N, C, H, W]
+        self.mean = x.mean(dim=(0, 2, 3), keepdim=True)[0]  # [C, 1, 1]: the training set's statistics
+        self.std = x.std(dim=(0, 2, 3), keepdim=True)[0].clamp_min(1e-6)
+        self.train_set = TensorDataset(self._standardise(x), torch.tensor(self.label_map.ids(label_names)))
+        self.model: ViTClassifier | None = None
+        self.history: dict = {}
+
+    @property
+    def labels(self) -> list[str]:
+        return list(self.label_map.names)
+
+    @classmethod
+    def from_folder(cls, folder, image_size: int = 28, patch_size: int = 4, channels: int = 1,
+                    profile: str = "quick") -> SparsifinerClassifier:
+        """Read the training images of ``folder/<label>/*``; the model shape is notebook 05's at ``image_size``."""
+        images, names, _ = read_image_folder(folder, image_size, channels)
+        labels = LabelMap.fit(names, f"the images in {folder}").names
+        p = VIT[profile]
+        shape = {**p.model, "image_size": image_size, "patch_size": patch_size, "num_channels": channels,
+                 "num_classes": len(labels)}
+        config = ViTClassifierConfig(**shape, predictor=True, n_down=p.n_down, tau=p.tau, up_prune=p.up_prune,
+                                     **p.predictor_options)
+        return cls(config, labels, images, names, p)
+
+    def _standardise(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / self.std
+
+    def fit(self, epochs: tuple[int, int, int] | None = None, batch_size: int | None = None, seed: int = 13,
+            progress: bool = True) -> SparsifinerClassifier:
+        """Dense ViT, then phase 1 (predictors on the frozen backbone), then phase 2 (joint, distilled from dense).
+
+        ``epochs``: (dense, phase 1, phase 2); default: the profile's.
+        """
+        p = self.profile
+        configs = [p.dense, p.phase1, p.phase2]
+        if epochs is not None:
+            if len(epochs) != 3 or min(epochs) < 1:
+                raise ValueError(f"epochs must be three positive integers (dense, phase 1, phase 2), got {epochs}")
+            configs = [replace(c, epochs=int(e)) for c, e in zip(configs, epochs, strict=True)]
+        configs = [replace(c, seed=seed, batch_size=batch_size or c.batch_size) for c in configs]
+        torch.manual_seed(seed)
+        dense = ViTClassifier(replace(self.config, predictor=False))
+        self.history["dense"] = train_vit(dense, self.train_set, configs[0], progress=progress).history
+        model = ViTClassifier(self.config)
+        model.load_state_dict(dense.state_dict(), strict=False)  # the backbone; predictors start fresh
+        self.history["phase1"] = train_vit(model, self.train_set, configs[1], progress=progress).history
+        self.history["phase2"] = train_vit(model, self.train_set, configs[2], teacher=dense, progress=progress).history
+        self.model = model.eval()
+        return self
+
+    def dataset(self, folder) -> TensorDataset:
+        """(pixels [N, C, H, W] standardised like the training images, labels [N]) of ``folder/<label>/*``."""
+        images, names, _ = read_image_folder(folder, self.config.image_size, self.config.num_channels)
+        x = torch.from_numpy(images.astype(np.float32) / 255.0).permute(0, 3, 1, 2)
+        return TensorDataset(self._standardise(x), torch.tensor(self.label_map.ids(names, f"the images in {folder}")))
+
+    def sweep(self, folder, keep_rates=(1.0, 0.5, 0.25, 0.1)) -> pd.DataFrame:
+        """Accuracy, loss and MHSA cost (fraction of dense multiply-adds) per keep rate, beside dense attention."""
+        self._require_fitted()
+        data = self.dataset(folder)
+        rows = [{"keep_rate": None, "attention": "dense", **evaluate_vit(self.model, data)}]
+        for rate in keep_rates:
+            stats = evaluate_vit(self.model, data, attention="masked", keep_rate=validate_keep_rate(rate))
+            rows.append({"keep_rate": rate, "attention": "sparsifiner", **stats})
+        return pd.DataFrame(rows)
+
+    @torch.no_grad()
+    def predict(self, images, keep_rate: float | None = 0.25) -> list[str]:
+        """Label names of image files (paths) at ``keep_rate`` (None: dense attention)."""
+        from PIL import Image
+
+        self._require_fitted()
+        c = self.config
+        arrays = np.stack([_load(Path(path), c.image_size, c.num_channels, Image) for path in images])
+        x = self._standardise(torch.from_numpy(arrays.astype(np.float32) / 255.0).permute(0, 3, 1, 2))
+        forward = {} if keep_rate is None else {"attention": "masked", "keep_rate": validate_keep_rate(keep_rate)}
+        logits = self.model.eval()(x, **forward).logits
+        return [self.labels[i] for i in logits.argmax(-1).tolist()]
+
+    def _require_fitted(self) -> None:
+        if self.model is None:
+            raise ValueError("call fit() first: the ViT and its predictors are trained from the images")

@@ -1,0 +1,80 @@
+"""ContextPruner on a tiny random Llama saved as a local folder: perplexity against transformers, fit, errors."""
+
+import math
+import random
+
+import api_fixtures
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import LlamaForCausalLM
+
+from bab.api.context import ContextPruner
+from bab.context.llama import LlamaDecoderConfig
+
+# pytest fixtures shared by the API tests (a conftest.py here would shadow the root one)
+one_thread = api_fixtures.one_thread
+
+VOCAB = 40
+
+
+def word_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, **{f"w{i}": i for i in range(1, VOCAB)}}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    torch.manual_seed(0)
+    config = LlamaDecoderConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, head_dim=4, max_position_embeddings=64)
+    hf = LlamaForCausalLM(config.to_hf()).eval()
+    hf.save_pretrained(folder)
+    word_tokenizer().save_pretrained(folder)
+    return folder, hf
+
+
+def text(n_words: int, seed: int) -> str:
+    rng = random.Random(seed)
+    return " ".join(f"w{rng.randint(1, VOCAB - 1)}" for _ in range(n_words))
+
+
+def test_dense_perplexity_is_the_transformers_models(tiny_llama):
+    folder, hf = tiny_llama
+    pruner = ContextPruner.from_pretrained(folder, r=4, context=16)
+    held_out = text(200, seed=1)
+    result = pruner.evaluate(held_out)
+    ids = torch.tensor(pruner.tokenizer(held_out)["input_ids"])
+    windows = (len(ids) - 1) // 16  # non-overlapping windows of 16 inputs + 1 target
+    nll = 0.0
+    with torch.no_grad():
+        for w in range(windows):
+            chunk = ids[w * 16: w * 16 + 17]
+            nll += F.cross_entropy(hf(chunk[None, :-1]).logits[0], chunk[1:], reduction="sum").item()
+    assert result["windows"] == windows
+    assert result["dense_perplexity"] == pytest.approx(math.exp(nll / (16 * windows)), rel=1e-4)
+
+
+def test_fit_with_a_large_gamma_prunes_context(tiny_llama):
+    pruner = ContextPruner.from_pretrained(tiny_llama[0], r=4, context=16)
+    before = pruner.evaluate(text(200, seed=2))["fraction_pruned"]
+    pruner.fit(text(2000, seed=3), steps=60, gamma=5.0, lr=1e-3, pruning_lr=0.1, progress=False)
+    after = pruner.evaluate(text(200, seed=2))
+    assert pruner.history and after["fraction_pruned"] > before + 0.1
+
+
+def test_bad_text_says_what_to_fix(tiny_llama, tmp_path):
+    pruner = ContextPruner.from_pretrained(tiny_llama[0], r=4, context=16)
+    with pytest.raises(FileNotFoundError, match="text file not found"):
+        pruner.fit(str(tmp_path / "missing.txt"), steps=1)
+    with pytest.raises(ValueError, match="too few for one window of 16"):
+        pruner.fit("w1 w2 w3", steps=1)
+    with pytest.raises(ValueError, match="the text is empty"):
+        pruner.evaluate("   ")
+    with pytest.raises(ValueError, match="budget"):
+        pruner.evaluate(text(100, seed=4), budget=1.5)

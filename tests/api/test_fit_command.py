@@ -1,0 +1,90 @@
+"""`python -m bab fit heads` end to end on a tiny random BERT folder, and its answer to every bad input."""
+
+import json
+import re
+
+import api_fixtures
+import pandas as pd
+import pytest
+from api_topics import write_csv
+
+from bab.__main__ import main
+from bab.api.heads import BudgetedClassifier
+
+# pytest fixtures shared by the API tests (a conftest.py here would shadow the root one)
+one_thread = api_fixtures.one_thread
+tiny_encoder = api_fixtures.tiny_encoder
+topic_csvs = api_fixtures.topic_csvs
+
+FAST = ["--max-len", "16", "--batch-size", "8", "--epochs", "1,1,1", "--dense-lr", "3e-3", "--lr", "1e-3",
+        "--timing-examples", "8", "--timing-len", "16", "--timing-repeats", "1", "--quiet"]
+
+
+def test_fit_heads_writes_every_artefact(tiny_encoder, topic_csvs, tmp_path):
+    out = tmp_path / "run"
+    code = main(["fit", "heads", "--train", str(topic_csvs[0]), "--test", str(topic_csvs[1]), "--model",
+                 str(tiny_encoder), "--budgets", "0.5,0.25", "--prune", "0.5", "--out", str(out), *FAST])
+    assert code == 0
+    for name in ("gated/config.json", "gated/bab_gates.safetensors", "pruned-0.50/model.safetensors",
+                 "pruned-0.50/tokenizer.json", "sweep.csv", "heatmap.png", "latency.csv", "metrics.json",
+                 "summary.html"):
+        assert (out / name).is_file(), name
+    sweep = pd.read_csv(out / "sweep.csv")
+    assert sweep["mode"].tolist() == ["dense", "soft", "soft", "hard", "hard"]
+    assert sweep["budget"].tolist()[1:] == [0.25, 0.5, 0.25, 0.5]  # budgets sorted
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["reload"]["gated_logits_max_abs_diff"] == 0.0
+    assert metrics["reload"]["pruned_predictions_equal"] is True
+    assert metrics["reload"]["pruned_id2label"] == {"0": "music", "1": "science", "2": "sports"}
+    assert metrics["latency"]["config"] == ["dense", "pruned @0.50"]
+    assert "<table" in (out / "summary.html").read_text()
+    assert metrics["reported_on"] == "test"
+    # the written checkpoint sweeps to the same numbers
+    again = BudgetedClassifier.from_pretrained(out / "gated").sweep(topic_csvs[1], budgets=[0.25, 0.5])
+    assert again["accuracy"].tolist() == pytest.approx(sweep["accuracy"].tolist())
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"--train": "missing.csv"}, "CSV file not found: missing.csv"),
+    ({"--train": "cols.csv"}, r"cols.csv has the columns \['sentence', 'label'\] but lacks \['text'\].*--text-column"),
+    ({"--train": "empty_text.csv"}, r"line 3: the text column\(s\) \['text'\] are empty.*--skip-malformed"),
+    ({"--train": "one_class.csv"}, "has one class only \\('a'\\)"),
+    ({"--test": "unseen.csv"}, r"label\(s\) \['politics'\] that the training labels"),
+    ({"--budgets": "0.5,1.5"}, "budget must lie in \\(0, 1\\]"),
+    ({"--budgets": "0"}, "budget must lie in \\(0, 1\\]"),
+    ({"--budgets": "half"}, "--budgets must be comma-separated numbers"),
+    ({"--prune": "-0.5"}, "budget must lie in \\(0, 1\\]"),
+    ({"--model": "./no/such/model"}, "model directory './no/such/model' does not exist"),
+    ({"--model": "someone/unknown-model"}, "could not load encoder 'someone/unknown-model'"),
+    ({"--epochs": "2,1"}, "--epochs must be three integers"),
+    ({"--train": "one_class.csv", "--test": ""}, "has one class only"),
+    ({"--train": "few.csv", "--test": ""}, "too few to hold out a validation split"),
+])
+def test_bad_inputs_exit_2_with_the_fix(tiny_encoder, topic_csvs, tmp_path, monkeypatch, capsys, change, message):
+    monkeypatch.chdir(tmp_path)
+    write_csv(tmp_path / "cols.csv", [("x y", "a"), ("z", "b")], header=("sentence", "label"))
+    write_csv(tmp_path / "empty_text.csv", [("x y", "a"), ("   ", "b")])
+    write_csv(tmp_path / "one_class.csv", [("x y", "a"), ("z", "a")])
+    write_csv(tmp_path / "unseen.csv", [("goal match", "sports"), ("vote law", "politics")])
+    write_csv(tmp_path / "few.csv", [("goal match", "sports"), ("song album", "music")])
+    args = {"--train": str(topic_csvs[0]), "--test": str(topic_csvs[1]), "--model": str(tiny_encoder),
+            "--out": str(tmp_path / "out")}
+    options = dict(zip(FAST[::2], FAST[1::2], strict=False))  # FAST ends with the flag --quiet (no value)
+    merged = {**args, **options, **change}
+    argv = [x for key, value in merged.items() if value != "" for x in (key, value)] + ["--quiet"]
+    code = main(["fit", "heads", *argv])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("python -m bab fit heads: error: ")
+    assert re.search(message, err), err
+    assert not (tmp_path / "out").exists()  # nothing written before the inputs were all checked
+
+
+def test_without_a_test_file_it_reports_on_the_held_out_validation(tiny_encoder, topic_csvs, tmp_path):
+    out = tmp_path / "run"
+    assert main(["fit", "heads", "--train", str(topic_csvs[0]), "--model", str(tiny_encoder), "--prune", "0",
+                 "--out", str(out), *FAST]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["reported_on"].startswith("validation")
+    assert "latency" not in metrics and not (out / "latency.csv").exists()  # --prune 0: nothing pruned or timed
+    assert len(pd.read_csv(out / "sweep.csv")) == 7  # dense + soft and hard at the three default budgets

@@ -1,0 +1,170 @@
+"""BudgetedClassifier end to end on a tiny random BERT folder: fit, sweep, predict, prune, save and reload.
+
+References are independent of the API: the pruned model is run through transformers' own forward, the
+reloaded checkpoint through AutoModelForSequenceClassification, head counts are computed by hand.
+"""
+
+import math
+
+import api_fixtures
+import pandas as pd
+import pytest
+import torch
+from api_topics import topic_texts, write_csv
+from transformers import AutoModelForSequenceClassification
+
+from bab.api import BudgetedClassifier, Recipe
+from bab.heads.hf_pruning import kept_heads, load_pruned
+
+# pytest fixtures shared by the API tests (a conftest.py here would shadow the root one)
+one_thread = api_fixtures.one_thread
+tiny_encoder = api_fixtures.tiny_encoder
+topic_csvs = api_fixtures.topic_csvs
+
+FAST = dict(max_len=16, batch_size=8, dense_epochs=3, budgeted_epochs=1, hard_epochs=1, dense_lr=1e-2, lr=1e-3)
+
+
+@pytest.fixture(scope="module")
+def fitted(tiny_encoder, topic_csvs):
+    torch.manual_seed(0)
+    clf = BudgetedClassifier.from_pretrained(str(tiny_encoder), **FAST)
+    clf.fit(topic_csvs[0], hard_budgets=[0.5, 0.75], progress=False)
+    return clf
+
+
+def plain_logits(hf_model, tokenizer, texts, max_len):
+    """Logits of a plain transformers classifier, through its own forward (input_ids, attention_mask)."""
+    enc = tokenizer(texts, padding="max_length", truncation=True, max_length=max_len, return_tensors="pt")
+    with torch.no_grad():
+        return hf_model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits
+
+
+def test_fit_learns_the_labels_in_sorted_order_and_beats_chance(fitted, topic_csvs):
+    assert fitted.labels == ["music", "science", "sports"]
+    assert set(fitted.history) == {"dense", "budgeted", "hard"}
+    dense = fitted.evaluate(topic_csvs[1])
+    assert dense["accuracy"] > 100 / 3 + 20  # three balanced classes: chance is 33%
+
+
+def test_sweep_rows_and_hard_head_counts_by_hand(fitted, topic_csvs):
+    sweep = fitted.sweep(topic_csvs[1], budgets=[0.1, 0.25, 0.5, 1.0])
+    assert list(sweep["mode"]) == ["dense"] + ["soft"] * 4 + ["hard"] * 4
+    hard = sweep[sweep["mode"] == "hard"].set_index("budget")
+    # 2 layers x 4 heads: k = ceil(b * 8), at least one head per layer -> max(k, 2)
+    assert hard.heads_kept.to_dict() == {0.1: 2, 0.25: 2, 0.5: 4, 1.0: 8}
+    assert hard.cost.tolist() == pytest.approx([2 / 8, 2 / 8, 4 / 8, 1.0])
+    assert pd.isna(sweep.loc[0, "budget"]) and sweep.loc[0, "cost"] == 1.0
+
+
+def test_hard_prediction_is_the_pruned_transformers_model(fitted, topic_csvs):
+    texts = [t for t, _ in topic_texts(5, seed=3)]
+    for budget in (0.25, 0.5):
+        pruned = fitted.prune(budget)
+        assert [len(h) for h in kept_heads(pruned)] == fitted.head_mask(budget).sum(1).int().tolist()
+        assert pruned.config.id2label == {0: "music", 1: "science", 2: "sports"}
+        logits = plain_logits(pruned, fitted.tokenizer.hf, texts, fitted.recipe.max_len)
+        assert torch.allclose(fitted.logits(texts, budget), logits, atol=1e-5)
+        assert fitted.predict(texts, budget) == [pruned.config.id2label[i] for i in logits.argmax(-1).tolist()]
+    # the sweep's hard accuracy at 0.5 is the pruned model's accuracy, counted here in a loop
+    test = pd.read_csv(topic_csvs[1])
+    pruned = fitted.prune(0.5)
+    logits = plain_logits(pruned, fitted.tokenizer.hf, test.text.tolist(), fitted.recipe.max_len)
+    correct = sum(pruned.config.id2label[int(i)] == y for i, y in zip(logits.argmax(-1), test.label, strict=True))
+    assert fitted.evaluate(topic_csvs[1], 0.5)["accuracy"] == pytest.approx(100 * correct / len(test))
+
+
+def test_gated_checkpoint_reloads_equal(fitted, tmp_path):
+    texts = [t for t, _ in topic_texts(4, seed=4)]
+    fitted.save_pretrained(tmp_path / "gated")
+    again = BudgetedClassifier.from_pretrained(tmp_path / "gated")
+    assert again.labels == fitted.labels and again.recipe == fitted.recipe and again.history == fitted.history
+    for budget, mode in ((None, "dense"), (0.3, "soft"), (0.3, "hard"), (0.75, "hard")):
+        assert torch.equal(again.logits(texts, budget, mode), fitted.logits(texts, budget, mode))
+    # the folder is also a plain transformers checkpoint: the dense classifier, with the label names
+    plain = AutoModelForSequenceClassification.from_pretrained(tmp_path / "gated").eval()
+    assert plain.config.id2label[2] == "sports"
+    assert torch.allclose(plain_logits(plain, fitted.tokenizer.hf, texts, 16), fitted.logits(texts), atol=1e-5)
+
+
+def test_pruned_model_reloads_equal_with_label_names(fitted, tmp_path):
+    texts = [t for t, _ in topic_texts(4, seed=5)]
+    folder = fitted.save_pruned(0.5, tmp_path / "pruned")
+    reloaded = load_pruned(folder)
+    assert reloaded.config.id2label == {0: "music", 1: "science", 2: "sports"}
+    assert torch.equal(plain_logits(reloaded, fitted.tokenizer.hf, texts, 16).argmax(-1),
+                       fitted.logits(texts, 0.5).argmax(-1))
+    with pytest.raises(ValueError, match="pruned model.*bab.load_pruned"):
+        BudgetedClassifier.from_pretrained(folder)
+
+
+def test_label_mapping_is_reused_and_unseen_labels_raise(fitted, tmp_path):
+    rows = topic_texts(2, seed=6)
+    frame = pd.DataFrame(rows, columns=["text", "label"])
+    assert fitted.dataset(frame).tensors[1].tolist().count(fitted.labels.index("sports")) == 2
+    odd = write_csv(tmp_path / "odd.csv", rows + [("a new kind of text", "politics")])
+    with pytest.raises(ValueError, match=r"label\(s\) \['politics'\].*do not include"):
+        fitted.sweep(odd, budgets=[0.5])
+
+
+def test_datasets_input_keeps_classlabel_names(tiny_encoder):
+    datasets = pytest.importorskip("datasets")
+    rows = topic_texts(12, seed=7)
+    names = ["music", "science", "sports"]
+    features = datasets.Features({"text": datasets.Value("string"), "label": datasets.ClassLabel(names=names)})
+    data = datasets.Dataset.from_dict({"text": [t for t, _ in rows], "label": [names.index(y) for _, y in rows]},
+                                      features=features)
+    splits = data.train_test_split(test_size=0.25, seed=0)
+    clf = BudgetedClassifier.from_pretrained(str(tiny_encoder), **{**FAST, "dense_epochs": 1, "hard_epochs": 0})
+    clf.fit(datasets.DatasetDict({"train": splits["train"], "validation": splits["test"]}), progress=False)
+    assert clf.labels == names
+    assert set(clf.predict(["goal match team"], budget=0.5)) <= set(names)
+
+
+def test_integer_labels_with_names_are_positions(tiny_encoder):
+    rows = topic_texts(6, seed=8)
+    names = ["music", "science", "sports"]
+    frame = pd.DataFrame({"text": [t for t, _ in rows], "label": [names.index(y) for _, y in rows]})
+    clf = BudgetedClassifier.from_pretrained(str(tiny_encoder), labels=names,
+                                             **{**FAST, "dense_epochs": 1, "hard_epochs": 0})
+    clf.fit(frame, progress=False)
+    assert clf.labels == names
+    assert clf.dataset(frame).tensors[1].sort().values.tolist() == sorted(frame.label)
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda d: d / "missing.csv", FileNotFoundError, "CSV file not found"),
+    (lambda d: write_csv(d / "cols.csv", [("x", "a"), ("y", "b")], header=("sentence", "label")),
+     ValueError, r"lacks \['text'\]; name the text and label columns with text_column="),
+    (lambda d: write_csv(d / "empty.csv", [("x y", "a"), ("  ", "b")]), ValueError, "line 3: the text column"),
+    (lambda d: write_csv(d / "one.csv", [("x y", "a"), ("z", "a")]), ValueError, "one class only"),
+    (lambda d: pd.DataFrame({"text": ["a", None], "label": ["x", "y"]}), ValueError,
+     r"empty \(or not text\) in rows \[1\]"),
+    (lambda d: pd.DataFrame({"words": ["a"], "label": ["x"]}), ValueError, "lacks \\['text'\\]; name the text"),
+    (lambda d: 42, TypeError, "must be a CSV path, a pandas DataFrame"),
+])
+def test_bad_training_data_says_what_to_fix(tiny_encoder, tmp_path, make, error, message):
+    clf = BudgetedClassifier.from_pretrained(str(tiny_encoder), **FAST)
+    with pytest.raises(error, match=message):
+        clf.fit(make(tmp_path), progress=False)
+
+
+def test_bad_budgets_models_and_order_of_calls(fitted, tiny_encoder):
+    for budget in (0.0, 1.5, -0.2, math.nan):
+        with pytest.raises(ValueError, match=r"budget"):
+            fitted.predict(["goal"], budget)
+    with pytest.raises(ValueError, match="budget"):
+        fitted.prune(0)
+    with pytest.raises(OSError, match="does not exist"):
+        BudgetedClassifier.from_pretrained("./no/such/model")
+    with pytest.raises(ValueError, match="call fit"):
+        BudgetedClassifier.from_pretrained(str(tiny_encoder)).predict(["goal"])
+    with pytest.raises(ValueError, match="multiple of 3"):
+        Recipe(batch_size=8).train_configs(num_processes=3)
+
+
+def test_heatmap_and_latency_table(fitted):
+    fig = fitted.heatmap(budgets=(0.25, 1.0))
+    assert len([ax for ax in fig.axes if ax.get_visible() and ax.get_title()]) == 2
+    table = fitted.latency(0.5, examples=8, batch_size=4, repeats=1, warmup=0)
+    assert list(table.index) == ["dense", "pruned @0.50"]
+    assert table.loc["dense", "speedup"] == 1.0 and table.loc["pruned @0.50", "analytic_limit"] > 1.0
