@@ -5,6 +5,9 @@ Objectives:
 - ``lm``: next-token cross-entropy, plain GPT-2 (the interactions, if any, are not used).
 - ``context_pruning``: CE + gamma * mean keep mass, alpha on a cosine schedule 1 -> 8 over the
   steps, the whole model fine-tuned (the interaction parameters at a larger learning rate).
+- ``freeze_pretrained=True`` (with a pruning objective): only the interaction modules train, the
+  pretrained weights stay as loaded (notebook 07's quick profile: SmolLM2 on 2 CPU cores; the
+  backward pass still runs through the frozen layers, but no weight gradients or optimizer state).
 - ``budget_context`` (beyond the paper): a budget-conditioned model; per step a keep budget
   b ~ U[budget_min, budget_max] and Eq. 5 of the budgeted-attention paper with the keep mass as
   the cost: CE + lambda_cost * keep + lambda_viol * max(0, keep - b)^2.
@@ -59,6 +62,7 @@ class LMTrainConfig:
     budget_max: float = 0.9
     lambda_cost: float = 0.0
     lambda_viol: float = 50.0
+    freeze_pretrained: bool = False  # train only the interaction modules (the pretrained weights stay fixed)
 
     def __post_init__(self):
         if self.objective not in LM_OBJECTIVES:
@@ -75,9 +79,16 @@ class LMTrainConfig:
         validate_budget(self.budget_max)
         if self.budget_min > self.budget_max:
             raise ValueError("budget_min must be <= budget_max")
+        if self.freeze_pretrained and self.objective == "lm":
+            raise ValueError("freeze_pretrained=True leaves only the interaction modules to train, which the 'lm' "
+                             "objective never uses; use objective 'context_pruning' or 'budget_context'")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        fields = asdict(self)
+        if not self.freeze_pretrained:
+            # left out at its default so the run-cache keys of checkpoints trained before the option existed stay valid
+            del fields["freeze_pretrained"]
+        return fields
 
 
 def random_batch(ids: torch.Tensor, batch_size: int, context: int, generator: torch.Generator):
@@ -101,6 +112,9 @@ def train_lm(model, train_ids: torch.Tensor, config: LMTrainConfig, progress: bo
     if config.objective == "budget_context" and not model.config.pruning.budget_conditioned:
         raise ValueError("objective 'budget_context' needs PruningConfig(budget_conditioned=True)")
     model.check_length(config.context)
+    if config.freeze_pretrained:
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad_(".interaction." in name)
 
     seed_everything(config.seed)
     accelerator = make_accelerator()
@@ -143,7 +157,10 @@ def parameter_groups(model, config: LMTrainConfig) -> list[dict]:
     decay when the objective prunes, else they are left out (the ``lm`` objective never uses them)."""
     pruning = [p for _, p in model.pruning_parameters()]
     pruning_ids = {id(p) for p in pruning}
-    groups = [{"params": [p for p in model.parameters() if id(p) not in pruning_ids and p.requires_grad]}]
+    groups = []
+    pretrained = [p for p in model.parameters() if id(p) not in pruning_ids and p.requires_grad]
+    if pretrained:  # empty with freeze_pretrained
+        groups.append({"params": pretrained})
     if config.objective != "lm" and pruning:
         groups.append({"params": pruning, "lr": config.pruning_lr, "weight_decay": 0.0})
     return groups

@@ -1,0 +1,125 @@
+"""What notebooks 06 and 07 measure the same way on any decoder with dynamic context pruning.
+
+A subclass provides the data (``build()`` -> LMData), the texts it evaluates on (``eval_ids(text)``),
+the evaluation window (``eval_context``), its profile (``eval_windows``, ``view_tokens``) and
+``experiment`` (the name its result rows carry). The rest is shared:
+
+- ``evaluate(model, text, budget, prune, attn_mask)``: perplexity and fraction of context pruned on
+  non-overlapping held-out windows, hard decisions (bab.context.evaluate);
+- ``static_baselines(dense, fractions)``: the paper's static patterns (a local window, a strided mask)
+  on the dense model, each matched to the fraction of context a pruning model dropped on that text;
+- ``long_prompt`` / ``passage``: held-out prompts for generation and the dropped-token view;
+- ``token_kinds``: which kinds of tokens the model drops (punctuation, stop words, others);
+- ``result_row``: one row of the report's results contract.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bab.context.evaluate import evaluate_lm
+from bab.context.static_masks import KINDS as STATIC_KINDS
+from bab.context.static_masks import match_stride, match_window, static_mask
+from bab.context.token_kinds import token_kind_breakdown
+from bab.core.runs import RunCache
+from bab.core.training import seed_everything
+
+
+class DecoderStudy:
+    experiment: str  # the result rows' experiment name
+
+    def __init__(self, profile, cache: RunCache | None = None, progress: bool = True):
+        self.profile = profile
+        self.cache = cache if cache is not None else RunCache()
+        self.progress = progress
+
+    # ------------------------------------------------------------------ what a subclass provides
+
+    def build(self):
+        raise NotImplementedError
+
+    @property
+    def eval_context(self) -> int:
+        raise NotImplementedError
+
+    def eval_ids(self, text: str) -> torch.Tensor:
+        """The held-out token stream [N] of ``text``."""
+        raise NotImplementedError
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        """The texts ``evaluate`` knows, the first being the held-out split of the training text."""
+        return ("val",)
+
+    # ------------------------------------------------------------------ measurements
+
+    def evaluate(self, model, budget: float | None = None, prune: bool = True, text: str | None = None,
+                 attn_mask: torch.Tensor | None = None) -> dict:
+        """Perplexity and fraction of context pruned on ``text``'s held-out windows (hard decisions)."""
+        seed_everything(0)
+        return evaluate_lm(model, self.eval_ids(text or self.texts[0]), self.eval_context, budget=budget,
+                           prune=prune, max_windows=self.profile.eval_windows, attn_mask=attn_mask)
+
+    def static_baselines(self, dense, fractions: dict[str, float], kinds=STATIC_KINDS) -> pd.DataFrame:
+        """The dense model with each static pattern matched to ``fractions`` ({text: fraction pruned}).
+
+        Returns one row per (text, kind): the window or stride chosen, the fraction pruned it reaches
+        at the evaluation length (the closest the pattern can get), the perplexity.
+        """
+        T, rows = self.eval_context, []
+        for text, fraction in fractions.items():
+            for kind in kinds:
+                size = match_window(T, fraction) if kind == "local" else match_stride(T, fraction)
+                result = self.evaluate(dense, prune=False, text=text, attn_mask=static_mask(kind, T, fraction))
+                rows.append({"text": text, "method": f"{kind} {'window' if kind == 'local' else 'stride'} {size}",
+                             "kind": kind, "size": size, "target": fraction,
+                             "fraction_pruned": result["fraction_pruned"], "perplexity": result["perplexity"]})
+        return pd.DataFrame(rows)
+
+    def long_prompt(self, length: int, batch: int, text: str | None = None) -> torch.Tensor:
+        """``batch`` held-out passages of ``length`` tokens (consecutive, non-overlapping windows)."""
+        ids = self.eval_ids(text or self.texts[0])
+        needed = batch * length
+        if len(ids) < needed:
+            raise ValueError(f"held-out stream of {len(ids)} tokens is too short for {batch} prompts of {length}")
+        return ids[:needed].view(batch, length)
+
+    def passage(self, length: int | None = None, offset: int = 0, text: str | None = None) -> torch.Tensor:
+        """One held-out passage [1, length] for the dropped-token view."""
+        length = length or self.profile.view_tokens
+        return self.eval_ids(text or self.texts[0])[offset: offset + length][None]
+
+    def token_kinds(self, model, budget: float | None = None, windows: int = 16, text: str | None = None
+                    ) -> pd.DataFrame:
+        """Which kinds of tokens are dropped (punctuation, stop words, others), over held-out windows."""
+        context = self.eval_context
+        windows = min(self.profile.eval_windows, windows)
+        ids = self.eval_ids(text or self.texts[0])[: context * windows].view(-1, context)
+        return token_kind_breakdown(model, ids, self.build().tokenizer, budget=budget)
+
+    # ------------------------------------------------------------------ rows for the report
+
+    def result_row(self, method: str, metrics: dict, budget: float | None = None, speedup: float | None = None,
+                   memory_ratio: float | None = None, note: str = "") -> dict:
+        row = {"experiment": self.experiment, "method": method, "budget": budget,
+               "cost": 1.0 - metrics["fraction_pruned"], "accuracy": None, "speedup": speedup,
+               "perplexity": metrics["perplexity"], "memory_ratio": memory_ratio}
+        if note:
+            row["note"] = note
+        return row
+
+
+def closest_to(points: pd.DataFrame, column: str, target: float):
+    """The row of ``points`` whose ``column`` is closest to ``target``."""
+    return points.loc[(points[column] - target).abs().idxmin()]
+
+
+def interpolate_specialists(specialists: pd.DataFrame, fraction_pruned: float) -> float:
+    """Perplexity of the per-gamma specialists' curve at ``fraction_pruned`` (linear; NaN outside their range)."""
+    s = specialists.sort_values("fraction_pruned")
+    x, y = s.fraction_pruned.to_numpy(), s.perplexity.to_numpy()
+    if len(x) < 2 or not x[0] <= fraction_pruned <= x[-1]:
+        return float("nan")
+    return float(np.interp(fraction_pruned, x, y))
