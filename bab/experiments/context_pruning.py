@@ -33,6 +33,9 @@ from bab.experiments.decoder_study import DecoderStudy, closest_to, interpolate_
 
 # ----------------------------------------------------------------------------- profiles
 
+# issue 12: the budget-conditioned checkpoint should deliver each of these keep budgets within +/- 0.05
+BUDGETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
+
 
 @dataclass(frozen=True)
 class ContextPruningProfile:
@@ -48,7 +51,7 @@ class ContextPruningProfile:
     r: int = 64  # the paper's interaction width
     init_bias: float = 4.0
     target_pruned: float = 0.8  # the paper's headline: ~80% of the context pruned
-    budgets: tuple[float, ...] = (0.1, 0.2, 0.3, 0.5, 0.7)  # keep budgets of the budget-conditioned checkpoint
+    budgets: tuple[float, ...] = BUDGETS  # keep budgets of the budget-conditioned checkpoint
     r_ablation: tuple[int, ...] = ()  # paper profile: (32, 64, 128) at the ~80% gamma
     irreversibility_ablation: bool = False  # paper profile: the ~80% gamma without the cumulative product
     eval_windows: int = 64  # validation windows of `dense.context` tokens
@@ -74,11 +77,13 @@ _GPT2_MODEL = dict(n_positions=1024, n_embd=128, n_layer=4, n_head=4, resid_pdro
 # model at 1e-3 and the fresh interaction modules at 1e-2 (they start from zero knowledge).
 _LM_DENSE = LMTrainConfig(objective="lm", batch_size=16, context=128, lr=3e-3)
 _LM_PRUNE = LMTrainConfig(objective="context_pruning", batch_size=16, context=128, lr=1e-3, pruning_lr=1e-2)
-# Budget-conditioned: Eq. 5 of the head-gates paper with the keep mass as the cost and no
-# lambda_cost, so only a keep mass above the requested budget is penalised and CE pulls it up to b.
+# Budget-conditioned: Eq. 5 of the head-gates paper with the keep mass as the cost and no lambda_cost,
+# two-sided: with only a keep mass above b penalised, cross-entropy did not pull the keep mass back up to b
+# (the quick checkpoint kept <= 26% at every budget up to 0.7), so a keep mass below b is penalised too.
 # It gets as many steps as one specialist, so the comparison asks what conditioning costs per checkpoint.
 _LM_BUDGET = LMTrainConfig(objective="budget_context", batch_size=16, context=128, lr=1e-3, pruning_lr=1e-2,
-                           budget_min=0.05, budget_max=0.8, lambda_cost=0.0, lambda_viol=50.0)
+                           budget_min=0.05, budget_max=0.8, lambda_cost=0.0, lambda_viol=50.0, two_sided=True)
+
 
 GPT2_CONTEXT_PRUNING = {
     "smoke": ContextPruningProfile(
