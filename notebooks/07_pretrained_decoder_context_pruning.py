@@ -171,7 +171,9 @@ for text in study.texts:
 headline = closest_to(learned[learned.text == "austen"], "fraction_pruned", P.target_pruned)
 gamma80 = float(headline.gamma)
 model80 = specialists[gamma80]
-verdicts = cache_verdicts(model80, study.long_prompt(P.eval_context, 2), new_tokens=8)
+# atol 1e-3: over 30 layers, with logits up to ~30, float32 rounding of the cached and the full attention paths
+# differs by ~1e-4 (GPT-2 in notebook 06 uses 1e-4); a flipped keep decision would move logits by far more
+verdicts = cache_verdicts(model80, study.long_prompt(P.eval_context, 2), new_tokens=8, atol=1e-3)
 print(f"gamma={gamma80:g} (closest to {P.target_pruned:.0%} pruned on Austen: {headline.fraction_pruned:.1%}): "
       f"max |cached - full| {verdicts['max_abs_diff']:.2e}; live tokens at the end {verdicts['live_fraction']:.1%}")
 

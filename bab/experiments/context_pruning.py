@@ -19,11 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import pandas as pd
 import torch
 
 import bab.context
-from bab.context.bench import generation_table
 from bab.context.gpt2 import GPT2LM, GPT2Config, load_pretrained
 from bab.context.interaction import PruningConfig
 from bab.context.train import LMTrainConfig, train_lm
@@ -234,24 +232,3 @@ class ContextPruningStudy(DecoderStudy):
         if text != "val":
             raise ValueError(f"notebook 06 evaluates on its validation split only (text='val'), got {text!r}")
         return self.build().val_ids
-
-    def throughput(self, models: dict | None = None, prompt_len: int | None = None, new_tokens: int | None = None,
-                   batch: int | None = None, repeats: int | None = None) -> pd.DataFrame:
-        """Generation throughput and KV-cache memory of dense and the pruned models at one prompt length.
-
-        ``models``: name -> model, or name -> (model, budget, compact_every); default: every specialist.
-        """
-        P = self.profile
-        prompt_len = prompt_len or P.bench_prompts[-1]
-        new_tokens = new_tokens or P.bench_new_tokens
-        batch = batch or P.bench_batch
-        dense, _ = self.dense()
-        if models is None:
-            models = {f"gamma={g:g}": self.pruned(g)[0] for g in P.gammas}
-        configs = {"dense": (dense, {"prune": False})}
-        for name, spec in models.items():
-            model, budget, compact_every = spec if isinstance(spec, tuple) else (spec, None, P.bench_compact_every)
-            configs[name] = (model, {"prune": True, "budget": budget, "compact_every": compact_every})
-        table = generation_table(configs, self.long_prompt(prompt_len, batch), new_tokens,
-                                 warmup=P.bench_warmup, repeats=repeats or P.bench_repeats)
-        return table

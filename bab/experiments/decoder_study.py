@@ -9,6 +9,8 @@ the evaluation window (``eval_context``), its profile (``eval_windows``, ``view_
 - ``static_baselines(dense, fractions)``: the paper's static patterns (a local window, a strided mask)
   on the dense model, each matched to the fraction of context a pruning model dropped on that text;
 - ``long_prompt`` / ``passage``: held-out prompts for generation and the dropped-token view;
+- ``throughput``: generation tokens/s, end-to-end time and KV-cache bytes against dense, beside the
+  analytic limit of a decode step (bab.context.bench; ``python -m bab bench generation``);
 - ``token_kinds``: which kinds of tokens the model drops (punctuation, stop words, others);
 - ``result_row``: one row of the report's results contract.
 """
@@ -19,6 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bab.context.bench import generation_table
 from bab.context.evaluate import evaluate_lm
 from bab.context.static_masks import KINDS as STATIC_KINDS
 from bab.context.static_masks import match_stride, match_window, static_mask
@@ -85,6 +88,28 @@ class DecoderStudy:
         if len(ids) < needed:
             raise ValueError(f"held-out stream of {len(ids)} tokens is too short for {batch} prompts of {length}")
         return ids[:needed].view(batch, length)
+
+    def throughput(self, models: dict | None = None, prompt_len: int | None = None, new_tokens: int | None = None,
+                   batch: int | None = None, repeats: int | None = None, warmup: int | None = None) -> pd.DataFrame:
+        """Generation throughput and KV-cache memory of dense and the pruned models at one prompt length.
+
+        ``models``: name -> model, or name -> (model, budget, compact_every); default: the specialists of
+        ``profile.bench_gammas`` (all of ``profile.gammas`` when the profile has none).
+        """
+        P = self.profile
+        prompt_len = prompt_len or P.bench_prompts[-1]
+        new_tokens = new_tokens or P.bench_new_tokens
+        batch = batch or P.bench_batch
+        dense, _ = self.dense()
+        if models is None:
+            models = {f"gamma={g:g}": self.pruned(g)[0] for g in (getattr(P, "bench_gammas", ()) or P.gammas)}
+        configs = {"dense": (dense, {"prune": False})}
+        for name, spec in models.items():
+            model, budget, compact_every = spec if isinstance(spec, tuple) else (spec, None, P.bench_compact_every)
+            configs[name] = (model, {"prune": True, "budget": budget, "compact_every": compact_every})
+        return generation_table(configs, self.long_prompt(prompt_len, batch), new_tokens,
+                                warmup=P.bench_warmup if warmup is None else warmup,
+                                repeats=repeats or P.bench_repeats)
 
     def passage(self, length: int | None = None, offset: int = 0, text: str | None = None) -> torch.Tensor:
         """One held-out passage [1, length] for the dropped-token view."""

@@ -66,6 +66,9 @@ def test_every_step_runs_and_the_cache_is_reused(tiny_study):
     kinds = study.token_kinds(model)
     assert set(kinds.index) == {"punctuation", "stop word", "other"}
     assert model.token_drop_times(study.passage()).shape == (2, 1, 16)
+    table = study.throughput(prompt_len=32, new_tokens=4, batch=2, repeats=1, warmup=0)
+    assert list(table.index) == ["dense", "gamma=1"]  # the profile's bench_gammas default: the largest gamma
+    assert table.loc["dense", "decode_limit"] == 1.0 and table.loc["dense", "throughput_ratio"] == 1.0
     # a second study loads the fine-tunes from the cache: same interactions, nothing trained
     again = tiny_study()
     cached, metrics = again.pruned(1.0)
