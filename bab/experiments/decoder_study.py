@@ -65,6 +65,45 @@ class DecoderStudy:
         return evaluate_lm(model, self.eval_ids(text or self.texts[0]), self.eval_context, budget=budget,
                            prune=prune, max_windows=self.profile.eval_windows, attn_mask=attn_mask)
 
+    def calibrate_budget(self, model, target: float, windows: int = 4, steps: int = 10) -> float:
+        """The budget to pass to a budget-conditioned ``model`` so that it keeps ``target`` of the context on
+        training windows (bisection on logit(b) in [-8, 8]; the hard kept fraction is monotone in b).
+
+        The model's map from b to the bias is affine in logit(b) per layer, while the kept fraction of an
+        irreversible hard mask is not, so the raw kept fraction drifts from b (too much kept at small b, too
+        little at large b); a 1-D calibration on training text (never the held-out text it is judged on)
+        removes the drift.
+        """
+        ids = self.build().train_ids
+        lo, hi = -8.0, 8.0
+        for _ in range(steps):
+            mid = (lo + hi) / 2
+            result = evaluate_lm(model, ids, self.eval_context, budget=float(torch.sigmoid(torch.tensor(mid))),
+                                 max_windows=windows)
+            if 1.0 - result["fraction_pruned"] < target:
+                lo = mid
+            else:
+                hi = mid
+        return float(torch.sigmoid(torch.tensor((lo + hi) / 2)))
+
+    def budget_table(self, model, budgets, calibrate: bool = True) -> pd.DataFrame:
+        """Requested vs delivered fraction of context kept on held-out text, raw and calibrated (calibrate_budget)."""
+        rows = []
+        for b in budgets:
+            raw = self.evaluate(model, budget=b)
+            row = {"budget": b, "kept (raw)": 1 - raw["fraction_pruned"], "perplexity (raw)": raw["perplexity"]}
+            if calibrate:
+                passed = self.calibrate_budget(model, b)
+                result = self.evaluate(model, budget=passed)
+                row.update({"passed budget": passed, "kept": 1 - result["fraction_pruned"],
+                            "fraction_pruned": result["fraction_pruned"], "perplexity": result["perplexity"]})
+            else:
+                row.update({"kept": row["kept (raw)"], "fraction_pruned": raw["fraction_pruned"],
+                            "perplexity": raw["perplexity"]})
+            row["kept - budget"] = row["kept"] - b
+            rows.append(row)
+        return pd.DataFrame(rows)
+
     def static_baselines(self, dense, fractions: dict[str, float], kinds=STATIC_KINDS) -> pd.DataFrame:
         """The dense model with each static pattern matched to ``fractions`` ({text: fraction pruned}).
 
