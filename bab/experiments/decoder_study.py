@@ -93,7 +93,9 @@ class DecoderStudy:
             raw = self.evaluate(model, budget=b)
             row = {"budget": b, "kept (raw)": 1 - raw["fraction_pruned"], "perplexity (raw)": raw["perplexity"]}
             if calibrate:
-                passed = self.calibrate_budget(model, b)
+                P = self.profile
+                passed = self.calibrate_budget(model, b, windows=getattr(P, "calibration_windows", 4),
+                                               steps=getattr(P, "calibration_steps", 10))
                 result = self.evaluate(model, budget=passed)
                 row.update({"passed budget": passed, "kept": 1 - result["fraction_pruned"],
                             "fraction_pruned": result["fraction_pruned"], "perplexity": result["perplexity"]})

@@ -58,6 +58,10 @@ class PretrainedContextProfile:
     equality_tokens: int = 48  # passage length of the logit-equality check against transformers
     view_tokens: int = 48
     token_kind_windows: int = 8
+    # budget calibration (DecoderStudy.calibrate_budget) on training windows: 8 halvings of logit(b) in [-8, 8]
+    # (steps of 0.06 in logit(b)) over 2 windows keep it to ~1 minute for the 7 budgets on one core
+    calibration_windows: int = 2
+    calibration_steps: int = 8
     # generation bench (python -m bab bench generation --model smollm2; issue 12): batch 8, 128 new tokens,
     # prompts of 1024 and 2048 held-out tokens. One prefill of 8 x 2048 tokens takes minutes on one thread, so
     # one timed run per model and no warm-up run (its one-off costs are small against minutes).
