@@ -177,10 +177,10 @@ print(f"cache shrinks: {verdicts['cache_shrinks']}")
 # Same process, one thread, the same validation prompts for every model, warm-up, then the repeats
 # interleaved across models and the median reported (`bab.context.bench`). Throughput counts the
 # greedy decoding steps after the prompt (batch × new tokens / decode time); the prompt's own time is
-# in `prefill_ms`, and `end_to_end_ratio` compares prompt + generation. Our pruned prompt pass is slower
-# than dense: it scores every (token, earlier token) pair with the interaction query/key and builds the
-# [T, T] keep mask, while dense attention runs a fused causal kernel. The dense model uses a cache
-# preallocated to its final length (appends, no copies).
+# in `prefill_ms`, and `end_to_end_ratio` compares prompt + generation. Our pruned prompt pass also scores
+# every (token, earlier token) pair with the interaction query/key; it runs in chunks of 256 queries with
+# boolean masks (no [T, T] float mask, the upper triangle skipped), while dense attention runs a fused causal
+# kernel. The dense model uses a cache preallocated to its final length (appends, no copies).
 # Memory is the bytes held by the cache buffers at the end of generation (for pruning including the
 # interaction keys and slot indices). Other engineers share this machine's two cores, so absolute
 # times are noisy; the ratios come from interleaved runs.
