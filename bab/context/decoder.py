@@ -100,6 +100,39 @@ class PrunedAttention(nn.Module):
         mask = mask[:, None] if mask.dim() == 3 else mask  # [B, 1, T, T]: one mask for every head
         return self.merge(self.attend(q, k, v, mask)), own, effective, k, v, k_int
 
+    def prefill_chunked(self, x, budget: float | None, inherited_first: torch.Tensor | None = None,
+                        chunk: int = 256):
+        """The hard pruned forward of a prompt x [B, T, d], in query chunks: what ``prefill`` runs.
+
+        Equal to ``forward(x, HARD, ...)`` without its [B, T, T] float masks: with hard decisions token j is
+        visible to k iff j <= k < first[j], where first[j] is the first query n > j with s_nj <= 0 (T if none).
+        Each chunk of queries [c0, c1) scores its interaction pairs against keys [0, c1) only, updates
+        ``first``, and attends to keys [0, c1) with a boolean mask (SDPA), so memory is O(B T chunk) and the
+        attention skips the upper triangle beyond the chunk, as a causal kernel does.
+
+        ``inherited_first`` [B, T] (depth propagation): the layer below's effective first drops; the effective
+        first here is the minimum of both. Returns (output [B, T, d], effective first [B, T], k, v, k_int).
+        """
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x, 0)
+        q_int, k_int = self.interaction.query(x), self.interaction.key(x)
+        first = torch.full((B, T), T, dtype=torch.long, device=x.device)
+        if inherited_first is not None:
+            first = torch.minimum(first, inherited_first)
+        positions = torch.arange(T, device=x.device)
+        outputs = []
+        for c0 in range(0, T, chunk):
+            c1 = min(c0 + chunk, T)
+            rows, cols = positions[c0:c1, None], positions[None, :c1]  # queries n (= k) of the chunk, keys j
+            scores = self.interaction.scores(q_int[:, c0:c1], k_int[:, :c1], budget)  # [B, C, c1]
+            dropped = (scores <= 0) & (cols < rows)  # n drops j (n > j only)
+            # first n in the chunk that drops j (c1 when none), folded into the running first drop
+            n_idx = torch.where(dropped, rows, torch.full_like(rows, T)).amin(dim=1)  # [B, c1]
+            first[:, :c1] = torch.minimum(first[:, :c1], n_idx)
+            visible = (cols <= rows) & (rows < first[:, None, :c1])  # [B, C, c1]
+            outputs.append(self.attend(q[:, :, c0:c1], k[:, :, :c1], v[:, :, :c1], visible[:, None]))
+        return self.merge(torch.cat(outputs, dim=2)), first, k, v, k_int
+
     def step(self, x, layer_cache: LayerKV, position: int, budget: float | None, prune: bool,
              inherited_alive: torch.Tensor | None = None) -> torch.Tensor:
         """One new token x [B, 1, d] against the cache: drop, append, attend. Returns [B, 1, d].
@@ -148,6 +181,7 @@ class ContextDecoder(nn.Module):
     """
 
     config: object
+    prefill_chunk: int = 256  # queries per chunk of the pruned prefill (memory O(B T chunk), not O(B T^2))
 
     @property
     def blocks(self) -> nn.ModuleList:
@@ -243,15 +277,24 @@ class ContextDecoder(nn.Module):
     def prefill(self, input_ids: torch.Tensor, cache: KVCache, budget: float | None = None,
                 prune: bool = True) -> torch.Tensor:
         """Run the prompt [B, T] with hard decisions; fill the cache with the tokens still alive. -> logits [B, V]."""
-        self.check_length(input_ids.shape[1])
-        prune = prune and self.prunes
+        T = input_ids.shape[1]
+        self.check_length(T)
+        if not (prune and self.prunes):  # dense: the fused causal kernel
 
-        def fill(i, _, effective, k, v, k_int):
-            alive = None if effective is None else effective[:, -1] > -math.inf  # what the last token still sees
-            cache.layers[i].fill(k, v, k_int, alive)
+            def fill(i, _, __, k, v, k_int):
+                cache.layers[i].fill(k, v, k_int, None)
 
-        h = self._run(self.embed(input_ids), HARD, budget, prune, visit=fill)
-        cache.next_position = input_ids.shape[1]
+            h = self._run(self.embed(input_ids), HARD, budget, False, visit=fill)
+        else:  # hard decisions in query chunks, no [B, T, T] float masks (PrunedAttention.prefill_chunked)
+            h, first = self.embed(input_ids), None
+            for block, layer_cache in zip(self.blocks, cache.layers, strict=True):
+                a, effective_first, k, v, k_int = block.attention.prefill_chunked(
+                    block.attn_input(h), budget, first if self.propagates else None, chunk=self.prefill_chunk)
+                h = h + a
+                h = h + block.feed_forward(h)
+                layer_cache.fill(k, v, k_int, effective_first >= T)  # what the last token still sees
+                first = effective_first
+        cache.next_position = T
         return self.head(h[:, -1])
 
     @torch.no_grad()

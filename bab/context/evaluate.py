@@ -8,27 +8,38 @@ import torch
 import torch.nn.functional as F
 
 from bab.context.interaction import HARD
+from bab.context.static_masks import pruned_fraction
 from bab.data.lm import lm_windows
 
 
 @torch.no_grad()
 def evaluate_lm(model, ids: torch.Tensor, context: int, budget: float | None = None, prune: bool = True,
-                max_windows: int | None = None, batch_size: int = 16) -> dict:
+                max_windows: int | None = None, batch_size: int = 16, attn_mask: torch.Tensor | None = None) -> dict:
     """Perplexity and fraction of context pruned (hard decisions, alpha = inf) on non-overlapping windows.
 
     fraction_pruned = 1 - mean over layers, windows and pairs k > j of I_kj: the share of
     (query, earlier token) pairs whose key/value the model no longer keeps.
+
+    ``attn_mask`` [context, context] bool: a static pattern (bab.context.static_masks) for the static
+    baselines, with ``prune=False``; its fraction_pruned is the share of pairs k > j the mask hides.
     """
+    if attn_mask is not None:
+        if prune and getattr(model, "prunes", False):
+            raise ValueError("a static attn_mask is a baseline of its own: evaluate it with prune=False (or on a "
+                             "model without context pruning), not on top of learned pruning")
+        if attn_mask.shape != (context, context):
+            raise ValueError(f"attn_mask must be [context, context] = [{context}, {context}], "
+                             f"got {tuple(attn_mask.shape)}")
     model.eval()
     x, y = lm_windows(ids, context, max_windows)
     nll, count, keep_sum = 0.0, 0, 0.0
     for i in range(0, len(x), batch_size):
-        out = model(x[i: i + batch_size], alpha=HARD, budget=budget, prune=prune)
+        out = model(x[i: i + batch_size], alpha=HARD, budget=budget, prune=prune, attn_mask=attn_mask)
         logits = out.logits
         nll += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[i: i + batch_size].reshape(-1),
                                reduction="sum").item()
         count += y[i: i + batch_size].numel()
         keep_sum += (out.keep_mass.item() if out.keep_mass is not None else 1.0) * len(logits)
-    keep = keep_sum / len(x)
+    keep = keep_sum / len(x) if attn_mask is None else 1.0 - pruned_fraction(attn_mask)
     return {"perplexity": math.exp(nll / count), "val_ce": nll / count, "fraction_pruned": 1.0 - keep,
             "windows": len(x), "context": context}

@@ -1,5 +1,5 @@
-"""Figures of notebook 06 (context pruning): the perplexity / sparsity Pareto curve, the dropped-token
-view and the token-kind breakdown. Each function returns its Figure."""
+"""Figures of notebooks 06 and 07 (context pruning): the perplexity / sparsity Pareto curve (against the
+static baselines), the dropped-token view and the token-kind breakdown. Each function returns its Figure."""
 
 from __future__ import annotations
 
@@ -35,8 +35,38 @@ def perplexity_pareto(specialists: pd.DataFrame, dense_perplexity: float, budget
     return fig
 
 
-def dropped_token_view(tokens: list[str], drop_times: torch.Tensor, title: str = "When each token is dropped"):
+def perplexity_vs_pruned(table: pd.DataFrame, title: str = "Perplexity vs fraction of context pruned"):
+    """One panel per text: perplexity against fraction pruned, one line per method family.
+
+    ``table``: rows with columns text, family (e.g. "dense", "learned (per gamma)", "local window",
+    "strided"), fraction_pruned, perplexity.
+    """
+    texts = list(dict.fromkeys(table.text))
+    fig, axes = plt.subplots(1, len(texts), figsize=(6 * len(texts), 4.2), squeeze=False)
+    styles = {"learned (per gamma)": "o-", "local window": "s--", "strided": "^--"}
+    for ax, text in zip(axes[0], texts, strict=True):
+        rows = table[table.text == text]
+        for family, group in rows.groupby("family", sort=False):
+            if family == "dense":
+                ax.axhline(group.perplexity.iloc[0], color="0.5", ls=":", label="dense")
+                continue
+            g = group.sort_values("fraction_pruned")
+            ax.plot(g.fraction_pruned, g.perplexity, styles.get(family, "x-"), label=family)
+        ax.set_xlabel("fraction of context pruned (hard decisions, held out)")
+        ax.set_ylabel(f"perplexity on {text}")
+        ax.set_yscale("log")
+        ax.set_xlim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        ax.set_title(f"{title}: {text}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def dropped_token_view(tokens: list[str], drop_times: torch.Tensor, title: str = "When each token is dropped",
+                       layers: list[int] | None = None):
     """``drop_times`` [L, T]: the query position whose arrival dropped token j in each layer (-1: kept to the end).
+    ``layers``: the layer index of each row (default 0..L-1), when only some layers are shown.
 
     One row per layer, one column per token of the passage; the colour is how many later tokens
     saw it before it was dropped (its lifetime); white cells are tokens still kept at the end.
@@ -50,7 +80,7 @@ def dropped_token_view(tokens: list[str], drop_times: torch.Tensor, title: str =
     ax.set_xticks(range(T))
     ax.set_xticklabels([t.replace("\n", "⏎") for t in tokens], rotation=90, fontsize=7)
     ax.set_yticks(range(L))
-    ax.set_yticklabels([f"layer {i}" for i in range(L)], fontsize=8)
+    ax.set_yticklabels([f"layer {i}" for i in (layers if layers is not None else range(L))], fontsize=8)
     fig.colorbar(image, ax=ax, label="tokens seen before drop", shrink=0.8)
     ax.set_title(title + " (white: kept to the end of the passage)", fontsize=10)
     fig.tight_layout()

@@ -168,11 +168,10 @@ def from_hf_model(hf_model, pruning: PruningConfig | None = None):
                      "and 'gpt2'")
 
 
-def load_decoder(source: str | os.PathLike | None = None, pruning: PruningConfig | None = None,
-                 allow_hub: bool = True):
-    """(our decoder in eval mode, its tokenizer) from the first source that loads (see the module doc).
+def load_hf_decoder(source: str | os.PathLike | None = None, allow_hub: bool = True):
+    """(transformers model in eval mode, its tokenizer, the DecoderSource it came from): the first source that loads.
 
-    ``pruning``: a PruningConfig gives every layer a fresh ContextInteraction (to fine-tune); None: plain.
+    What ``load_decoder`` converts; keep the transformers model only to compare logits with it.
     Raises DecoderUnavailableError listing every source tried and why it failed.
     """
     sources, tried = resolve_decoder_sources(source, allow_hub)
@@ -182,6 +181,17 @@ def load_decoder(source: str | os.PathLike | None = None, pruning: PruningConfig
         except OSError as exc:
             tried.append(f"{candidate.describe()}: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}")
             continue
-        return from_hf_model(hf_model, pruning).eval(), tokenizer
+        return hf_model, tokenizer, candidate
     raise DecoderUnavailableError.listing("no pretrained decoder could be loaded", tried,
                                           f"{INSTALL_HINT} (offline), pass a local folder, or go online")
+
+
+def load_decoder(source: str | os.PathLike | None = None, pruning: PruningConfig | None = None,
+                 allow_hub: bool = True):
+    """(our decoder in eval mode, its tokenizer) from the first source that loads (see the module doc).
+
+    ``pruning``: a PruningConfig gives every layer a fresh ContextInteraction (to fine-tune); None: plain.
+    Raises DecoderUnavailableError listing every source tried and why it failed.
+    """
+    hf_model, tokenizer, _ = load_hf_decoder(source, allow_hub)
+    return from_hf_model(hf_model, pruning).eval(), tokenizer

@@ -13,10 +13,16 @@ def budget_loss(
     budget: float,
     lambda_cost: float,
     lambda_viol: float,
+    two_sided: bool = False,
 ) -> torch.Tensor:
-    """Eq. 5: CE + lambda_cost * C(b) + lambda_viol * max(0, C(b) - b)^2."""
+    """Eq. 5: CE + lambda_cost * C(b) + lambda_viol * max(0, C(b) - b)^2.
+
+    ``two_sided=True`` (beyond the paper) penalises any miss, lambda_viol * (C(b) - b)^2: for a cost that
+    cross-entropy barely pulls up (the keep mass of context pruning), so that the delivered cost tracks b
+    from below as well as from above.
+    """
     ce = F.cross_entropy(logits, labels)
-    violation = torch.clamp(cost - budget, min=0.0)
+    violation = cost - budget if two_sided else torch.clamp(cost - budget, min=0.0)
     return ce + lambda_cost * cost + lambda_viol * violation.pow(2)
 
 

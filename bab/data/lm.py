@@ -10,7 +10,9 @@ lines; a seeded choice sends ``val_fraction`` of the blocks to validation. Whole
 no sentence is shared by the two splits. The tokenizer is fitted on the training split only.
 
 Tokenizers: ``"bpe"`` trains a byte-level BPE (the ``tokenizers`` library, GPT-2's scheme) of
-``vocab_size`` tokens on the training text; ``"gpt2"`` loads GPT-2's own (needs the hub).
+``vocab_size`` tokens on the training text; ``"gpt2"`` loads GPT-2's own (needs the hub);
+``"pretrained"`` uses the tokenizer of a pretrained model, passed to ``load_lm_data(tokenizer=...)``
+(``LMTokenizer.from_hf`` wraps a Hugging Face fast tokenizer; notebook 07's SmolLM2).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from torch.utils.data import TensorDataset
 
 from bab.core.sources import Found, Place, find_source, standard_places
 
-TOKENIZERS = ("bpe", "gpt2")
+TOKENIZERS = ("bpe", "gpt2", "pretrained")
 END_OF_TEXT = "<|endoftext|>"
 
 
@@ -158,6 +160,18 @@ class LMTokenizer:
         self.tokenizer = tokenizer
         self.name = name
         self.eot_id = tokenizer.token_to_id(END_OF_TEXT)
+        if self.eot_id is None:
+            raise ValueError(f"tokenizer {name!r} has no {END_OF_TEXT} token, which separates the paragraphs of the "
+                             "token stream; use a tokenizer that has one")
+
+    @classmethod
+    def from_hf(cls, hf_tokenizer, name: str) -> LMTokenizer:
+        """Wrap a Hugging Face fast tokenizer (its ``backend_tokenizer`` is a ``tokenizers.Tokenizer``)."""
+        backend = getattr(hf_tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            raise ValueError(f"{type(hf_tokenizer).__name__} is not a fast tokenizer (no backend_tokenizer); load it "
+                             "with AutoTokenizer.from_pretrained(..., use_fast=True)")
+        return cls(backend, name)
 
     @property
     def vocab_size(self) -> int:
@@ -201,6 +215,9 @@ def build_tokenizer(name: str, train_lines: list[str] | None = None, vocab_size:
         except Exception as exc:  # noqa: BLE001 - offline: say what to do instead
             raise FileNotFoundError(f"GPT-2's tokenizer could not be fetched from the Hugging Face hub ({exc}); "
                                     "offline, use tokenizer='bpe' (trained on the training text)") from exc
+    if name == "pretrained":
+        raise ValueError("tokenizer 'pretrained' is the pretrained model's own: pass it as "
+                         "load_lm_data(config, tokenizer=LMTokenizer.from_hf(hf_tokenizer, name))")
     raise ValueError(f"unknown tokenizer {name!r}; choose one of {TOKENIZERS}")
 
 
@@ -237,11 +254,19 @@ def lm_windows(ids: torch.Tensor, context: int, max_windows: int | None = None) 
     return x, y
 
 
-def load_lm_data(config: LMDataConfig = LMDataConfig(), path=None) -> LMData:
-    """Read, split by blocks, fit the tokenizer on train, tokenize both splits."""
+def load_lm_data(config: LMDataConfig = LMDataConfig(), path=None, tokenizer: LMTokenizer | None = None) -> LMData:
+    """Read, split by blocks, fit the tokenizer on train (or use ``tokenizer``), tokenize both splits.
+
+    ``tokenizer``: a ready tokenizer (a pretrained model's), required by and only allowed with
+    ``config.tokenizer == "pretrained"``.
+    """
+    if (tokenizer is not None) != (config.tokenizer == "pretrained"):
+        raise ValueError("pass tokenizer=... exactly when LMDataConfig.tokenizer is 'pretrained' "
+                         f"(got tokenizer={config.tokenizer!r} and {'a' if tokenizer is not None else 'no'} tokenizer)")
     per_file, source = read_lm_lines(config, path)
     train_lines, val_lines = split_blocks(per_file, config)
-    tokenizer = build_tokenizer(config.tokenizer, train_lines, config.vocab_size)
+    if tokenizer is None:
+        tokenizer = build_tokenizer(config.tokenizer, train_lines, config.vocab_size)
     train_ids = torch.tensor(tokenizer.encode_lines(train_lines), dtype=torch.long)
     val_ids = torch.tensor(tokenizer.encode_lines(val_lines), dtype=torch.long)
     info = {"source": source, "train_lines": len(train_lines), "val_lines": len(val_lines),

@@ -24,6 +24,7 @@ EXPERIMENTS = {
     "bert_dbpedia14": ("bab.experiments.bert", "BERT_DBPEDIA"),
     "vit_sparsifiner": ("bab.experiments.vit", "VIT"),
     "gpt2_context_pruning": ("bab.experiments.context_pruning", "GPT2_CONTEXT_PRUNING"),
+    "pretrained_context_pruning": ("bab.experiments.pretrained_context", "PRETRAINED_CONTEXT_PRUNING"),
 }
 
 

@@ -37,6 +37,14 @@ def test_generation_table_reports_ratios_against_dense():
     assert table.loc["pruned", "cache_mb_end"] < table.loc["dense", "cache_mb_end"]
     assert table.loc["pruned", "live_fraction"] < 1.0 == table.loc["dense", "live_fraction"]
     assert (table.tokens_per_s > 0).all()
+    # the analytic limit, by hand: weights + keys and values of every live token (dense: 48 after the prompt,
+    # 56 at the end) in 2 layers x 2 rows x 2 heads x 16 dims, float32
+    weights = 4 * sum(p.numel() for p in model.parameters())
+    dense_read = weights + 4 * (2 * 2 * 16) * 2 * 2 * (48 + 56) / 2
+    assert table.loc["dense", "read_mb_per_step"] * 2**20 == pytest.approx(dense_read)
+    assert table.loc["dense", "decode_limit"] == 1.0
+    assert table.loc["pruned", "decode_limit"] == pytest.approx(dense_read / (table.loc["pruned", "read_mb_per_step"]
+                                                                              * 2**20))
     per_layer = table.attrs["live_by_layer"]
     assert per_layer["dense"] == [1.0, 1.0] and len(per_layer["pruned"]) == 2
     assert abs(sum(per_layer["pruned"]) / 2 - table.loc["pruned", "live_fraction"]) < 1e-6
@@ -54,7 +62,7 @@ def test_batched_compaction_is_equivalent_and_bounded():
     prompt = torch.randint(0, 64, (3, 40))
     verdicts = cache_verdicts(model, prompt, new_tokens=12, compact_every=0.5)
     assert verdicts["equals_full_forward"] and verdicts["never_reappear"]
-    _, _, _, cache, _ = generate_once(model, prompt, 12, compact_every=0.5)
+    _, _, _, cache, _, _ = generate_once(model, prompt, 12, compact_every=0.5)
     for layer in cache.layers:  # slots beyond the longest row's live tokens stay under half the used ones
         assert layer.length - int(layer.live_tokens().max()) <= 0.5 * layer.length + 1
     with pytest.raises(ValueError, match="compact_every"):

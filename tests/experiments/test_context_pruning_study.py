@@ -79,3 +79,27 @@ def test_notebook_profiles_are_registered():
     paper = get_profile("gpt2_context_pruning", "paper")
     assert max(quick.bench_prompts) >= 512 and quick.r == 64
     assert paper.r_ablation == (32, 64, 128) and paper.irreversibility_ablation
+
+
+def test_budget_calibration_finds_the_smallest_budget_that_keeps_the_target(tiny_study):
+    """Bisection against a brute-force scan of the kept fraction over 161 budgets (logit -8 .. 8)."""
+    import torch
+
+    from bab.context.evaluate import evaluate_lm
+
+    study = tiny_study()
+    model, _ = study.budget_conditioned()
+    ids = study.build().train_ids
+
+    def kept(budget):
+        return 1 - evaluate_lm(model, ids, study.eval_context, budget=budget, max_windows=4)["fraction_pruned"]
+
+    scan = [kept(float(torch.sigmoid(torch.tensor(x / 10)))) for x in range(-80, 81)]
+    assert all(a <= b + 1e-9 for a, b in zip(scan, scan[1:], strict=False))  # monotone in the budget
+    for target in (0.3, 0.6):
+        got = kept(study.calibrate_budget(model, target, windows=4, steps=24))
+        below = [k for k in scan if k < target]
+        above = [k for k in scan if k >= target]
+        assert (max(below) if below else 0.0) - 1e-9 <= got <= (min(above) if above else 1.0) + 1e-9
+    table = study.budget_table(model, (0.3,))
+    assert list(table.columns[:3]) == ["budget", "kept (raw)", "perplexity (raw)"] and "passed budget" in table

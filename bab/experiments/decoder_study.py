@@ -1,0 +1,191 @@
+"""What notebooks 06 and 07 measure the same way on any decoder with dynamic context pruning.
+
+A subclass provides the data (``build()`` -> LMData), the texts it evaluates on (``eval_ids(text)``),
+the evaluation window (``eval_context``), its profile (``eval_windows``, ``view_tokens``) and
+``experiment`` (the name its result rows carry). The rest is shared:
+
+- ``evaluate(model, text, budget, prune, attn_mask)``: perplexity and fraction of context pruned on
+  non-overlapping held-out windows, hard decisions (bab.context.evaluate);
+- ``static_baselines(dense, fractions)``: the paper's static patterns (a local window, a strided mask)
+  on the dense model, each matched to the fraction of context a pruning model dropped on that text;
+- ``long_prompt`` / ``passage``: held-out prompts for generation and the dropped-token view;
+- ``throughput``: generation tokens/s, end-to-end time and KV-cache bytes against dense, beside the
+  analytic limit of a decode step (bab.context.bench; ``python -m bab bench generation``);
+- ``token_kinds``: which kinds of tokens the model drops (punctuation, stop words, others);
+- ``result_row``: one row of the report's results contract.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from bab.context.bench import generation_table
+from bab.context.evaluate import evaluate_lm
+from bab.context.static_masks import KINDS as STATIC_KINDS
+from bab.context.static_masks import match_stride, match_window, static_mask
+from bab.context.token_kinds import token_kind_breakdown
+from bab.core.runs import RunCache
+from bab.core.training import seed_everything
+
+
+class DecoderStudy:
+    experiment: str  # the result rows' experiment name
+
+    def __init__(self, profile, cache: RunCache | None = None, progress: bool = True):
+        self.profile = profile
+        self.cache = cache if cache is not None else RunCache()
+        self.progress = progress
+
+    # ------------------------------------------------------------------ what a subclass provides
+
+    def build(self):
+        raise NotImplementedError
+
+    @property
+    def eval_context(self) -> int:
+        raise NotImplementedError
+
+    def eval_ids(self, text: str) -> torch.Tensor:
+        """The held-out token stream [N] of ``text``."""
+        raise NotImplementedError
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        """The texts ``evaluate`` knows, the first being the held-out split of the training text."""
+        return ("val",)
+
+    # ------------------------------------------------------------------ measurements
+
+    def evaluate(self, model, budget: float | None = None, prune: bool = True, text: str | None = None,
+                 attn_mask: torch.Tensor | None = None) -> dict:
+        """Perplexity and fraction of context pruned on ``text``'s held-out windows (hard decisions)."""
+        seed_everything(0)
+        return evaluate_lm(model, self.eval_ids(text or self.texts[0]), self.eval_context, budget=budget,
+                           prune=prune, max_windows=self.profile.eval_windows, attn_mask=attn_mask)
+
+    def calibrate_budget(self, model, target: float, windows: int = 4, steps: int = 10) -> float:
+        """The budget to pass to a budget-conditioned ``model`` so that it keeps ``target`` of the context on
+        training windows (bisection on logit(b) in [-8, 8]; the hard kept fraction is monotone in b).
+
+        The model's map from b to the bias is affine in logit(b) per layer, while the kept fraction of an
+        irreversible hard mask is not, so the raw kept fraction drifts from b (too much kept at small b, too
+        little at large b); a 1-D calibration on training text (never the held-out text it is judged on)
+        removes the drift.
+        """
+        ids = self.build().train_ids
+        lo, hi = -8.0, 8.0
+        for _ in range(steps):
+            mid = (lo + hi) / 2
+            result = evaluate_lm(model, ids, self.eval_context, budget=float(torch.sigmoid(torch.tensor(mid))),
+                                 max_windows=windows)
+            if 1.0 - result["fraction_pruned"] < target:
+                lo = mid
+            else:
+                hi = mid
+        return float(torch.sigmoid(torch.tensor((lo + hi) / 2)))
+
+    def budget_table(self, model, budgets, calibrate: bool = True) -> pd.DataFrame:
+        """Requested vs delivered fraction of context kept on held-out text, raw and calibrated (calibrate_budget)."""
+        rows = []
+        for b in budgets:
+            raw = self.evaluate(model, budget=b)
+            row = {"budget": b, "kept (raw)": 1 - raw["fraction_pruned"], "perplexity (raw)": raw["perplexity"]}
+            if calibrate:
+                P = self.profile
+                passed = self.calibrate_budget(model, b, windows=getattr(P, "calibration_windows", 4),
+                                               steps=getattr(P, "calibration_steps", 10))
+                result = self.evaluate(model, budget=passed)
+                row.update({"passed budget": passed, "kept": 1 - result["fraction_pruned"],
+                            "fraction_pruned": result["fraction_pruned"], "perplexity": result["perplexity"]})
+            else:
+                row.update({"kept": row["kept (raw)"], "fraction_pruned": raw["fraction_pruned"],
+                            "perplexity": raw["perplexity"]})
+            row["kept - budget"] = row["kept"] - b
+            rows.append(row)
+        return pd.DataFrame(rows)
+
+    def static_baselines(self, dense, fractions: dict[str, float], kinds=STATIC_KINDS) -> pd.DataFrame:
+        """The dense model with each static pattern matched to ``fractions`` ({text: fraction pruned}).
+
+        Returns one row per (text, kind): the window or stride chosen, the fraction pruned it reaches
+        at the evaluation length (the closest the pattern can get), the perplexity.
+        """
+        T, rows = self.eval_context, []
+        for text, fraction in fractions.items():
+            for kind in kinds:
+                size = match_window(T, fraction) if kind == "local" else match_stride(T, fraction)
+                result = self.evaluate(dense, prune=False, text=text, attn_mask=static_mask(kind, T, fraction))
+                rows.append({"text": text, "method": f"{kind} {'window' if kind == 'local' else 'stride'} {size}",
+                             "kind": kind, "size": size, "target": fraction,
+                             "fraction_pruned": result["fraction_pruned"], "perplexity": result["perplexity"]})
+        return pd.DataFrame(rows)
+
+    def long_prompt(self, length: int, batch: int, text: str | None = None) -> torch.Tensor:
+        """``batch`` held-out passages of ``length`` tokens (consecutive, non-overlapping windows)."""
+        ids = self.eval_ids(text or self.texts[0])
+        needed = batch * length
+        if len(ids) < needed:
+            raise ValueError(f"held-out stream of {len(ids)} tokens is too short for {batch} prompts of {length}")
+        return ids[:needed].view(batch, length)
+
+    def throughput(self, models: dict | None = None, prompt_len: int | None = None, new_tokens: int | None = None,
+                   batch: int | None = None, repeats: int | None = None, warmup: int | None = None) -> pd.DataFrame:
+        """Generation throughput and KV-cache memory of dense and the pruned models at one prompt length.
+
+        ``models``: name -> model, or name -> (model, budget, compact_every); default: the specialists of
+        ``profile.bench_gammas`` (all of ``profile.gammas`` when the profile has none).
+        """
+        P = self.profile
+        prompt_len = prompt_len or P.bench_prompts[-1]
+        new_tokens = new_tokens or P.bench_new_tokens
+        batch = batch or P.bench_batch
+        dense, _ = self.dense()
+        if models is None:
+            models = {f"gamma={g:g}": self.pruned(g)[0] for g in (getattr(P, "bench_gammas", ()) or P.gammas)}
+        configs = {"dense": (dense, {"prune": False})}
+        for name, spec in models.items():
+            model, budget, compact_every = spec if isinstance(spec, tuple) else (spec, None, P.bench_compact_every)
+            configs[name] = (model, {"prune": True, "budget": budget, "compact_every": compact_every})
+        return generation_table(configs, self.long_prompt(prompt_len, batch), new_tokens,
+                                warmup=P.bench_warmup if warmup is None else warmup,
+                                repeats=repeats or P.bench_repeats)
+
+    def passage(self, length: int | None = None, offset: int = 0, text: str | None = None) -> torch.Tensor:
+        """One held-out passage [1, length] for the dropped-token view."""
+        length = length or self.profile.view_tokens
+        return self.eval_ids(text or self.texts[0])[offset: offset + length][None]
+
+    def token_kinds(self, model, budget: float | None = None, windows: int = 16, text: str | None = None
+                    ) -> pd.DataFrame:
+        """Which kinds of tokens are dropped (punctuation, stop words, others), over held-out windows."""
+        context = self.eval_context
+        windows = min(self.profile.eval_windows, windows)
+        ids = self.eval_ids(text or self.texts[0])[: context * windows].view(-1, context)
+        return token_kind_breakdown(model, ids, self.build().tokenizer, budget=budget)
+
+    # ------------------------------------------------------------------ rows for the report
+
+    def result_row(self, method: str, metrics: dict, budget: float | None = None, speedup: float | None = None,
+                   memory_ratio: float | None = None, note: str = "") -> dict:
+        row = {"experiment": self.experiment, "method": method, "budget": budget,
+               "cost": 1.0 - metrics["fraction_pruned"], "accuracy": None, "speedup": speedup,
+               "perplexity": metrics["perplexity"], "memory_ratio": memory_ratio}
+        if note:
+            row["note"] = note
+        return row
+
+
+def closest_to(points: pd.DataFrame, column: str, target: float):
+    """The row of ``points`` whose ``column`` is closest to ``target``."""
+    return points.loc[(points[column] - target).abs().idxmin()]
+
+
+def interpolate_specialists(specialists: pd.DataFrame, fraction_pruned: float) -> float:
+    """Perplexity of the per-gamma specialists' curve at ``fraction_pruned`` (linear; NaN outside their range)."""
+    s = specialists.sort_values("fraction_pruned")
+    x, y = s.fraction_pruned.to_numpy(), s.perplexity.to_numpy()
+    if len(x) < 2 or not x[0] <= fraction_pruned <= x[-1]:
+        return float("nan")
+    return float(np.interp(fraction_pruned, x, y))

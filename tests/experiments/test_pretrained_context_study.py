@@ -1,0 +1,110 @@
+"""Notebook 07's orchestration on a tiny saved Llama and tiny texts: every step runs, the cache is reused,
+a frozen fine-tune changes only the interactions, and the static baselines hit the fraction they were asked."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+from bab.context.llama import LlamaDecoderConfig
+from bab.context.train import LMTrainConfig
+from bab.core.runs import RunCache
+from bab.data.lm import END_OF_TEXT, LMDataConfig, build_tokenizer, load_lm_data
+from bab.experiments.pretrained_context import PretrainedContextProfile, PretrainedContextStudy
+
+AUSTEN = [f"On day {i}, Elizabeth walked to Netherfield, and Mr. Darcy said nothing of the weather."
+          for i in range(300)]
+WIKI = [f"The river {i} flows north through the valley and joins the sea near the old harbour." for i in range(300)]
+
+
+@pytest.fixture
+def tiny_study(tmp_path, monkeypatch):
+    folder = tmp_path / "lm"
+    folder.mkdir()
+    (folder / "austen.txt").write_text("\n".join(AUSTEN) + "\n")
+    (folder / "wiki.txt").write_text("\n".join(WIKI) + "\n")
+    monkeypatch.setenv("BAB_DATA_DIR", str(tmp_path))
+    # a "pretrained" decoder: a tiny random Llama saved with a byte-level BPE tokenizer that has <|endoftext|>
+    bpe = build_tokenizer("bpe", AUSTEN + WIKI, vocab_size=300).tokenizer
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=END_OF_TEXT)
+    torch.manual_seed(0)
+    config = LlamaDecoderConfig(vocab_size=bpe.get_vocab_size(), hidden_size=16, intermediate_size=24,
+                                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=4,
+                                max_position_embeddings=128)
+    decoder = tmp_path / "decoder"
+    LlamaForCausalLM(config.to_hf()).eval().save_pretrained(decoder)
+    tokenizer.save_pretrained(decoder)
+    train = LMTrainConfig(objective="context_pruning", steps=3, batch_size=2, context=32, pruning_lr=1e-2,
+                          freeze_pretrained=True)
+    profile = PretrainedContextProfile(
+        name="tiny", data=LMDataConfig(files=("austen.txt",), tokenizer="pretrained", block_lines=20),
+        finetune=train, budgeted=replace(train, objective="budget_context"), gammas=(1.0,), source=str(decoder),
+        r=8, eval_context=32, eval_windows=2, budgets=(0.2, 0.6), equality_tokens=16, view_tokens=16,
+        token_kind_windows=2)
+    return lambda: PretrainedContextStudy(profile, cache=RunCache(tmp_path / "runs"), progress=False)
+
+
+def test_every_step_runs_and_the_cache_is_reused(tiny_study):
+    study = tiny_study()
+    equality = study.logit_equality()
+    assert equality["max_abs_diff"] < 1e-4 and equality["same_argmax"] and equality["tokens"] == 16
+    dense, _ = study.dense()
+    before = {k: v.clone() for k, v in dense.state_dict().items()}
+    model, metrics = study.pruned(1.0)
+    assert metrics["cached"] is False
+    # frozen fine-tune: the pretrained weights are the loaded ones, only the interactions were trained
+    after = model.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in before.items())
+    assert all(torch.equal(v, dense.state_dict()[k]) for k, v in before.items())  # the dense model is untouched
+    for text in ("austen", "wiki"):
+        result = study.evaluate(model, text=text)
+        assert 0.0 <= result["fraction_pruned"] <= 1.0 and result["windows"] == 2
+    assert study.evaluate(dense, prune=False, text="wiki")["fraction_pruned"] == 0.0
+    budget_model, _ = study.budget_conditioned()
+    assert study.evaluate(budget_model, budget=0.2)["windows"] == 2
+    kinds = study.token_kinds(model)
+    assert set(kinds.index) == {"punctuation", "stop word", "other"}
+    assert model.token_drop_times(study.passage()).shape == (2, 1, 16)
+    table = study.throughput(prompt_len=32, new_tokens=4, batch=2, repeats=1, warmup=0)
+    assert list(table.index) == ["dense", "gamma=1"]  # the profile's bench_gammas default: the largest gamma
+    assert table.loc["dense", "decode_limit"] == 1.0 and table.loc["dense", "throughput_ratio"] == 1.0
+    # a second study loads the fine-tunes from the cache: same interactions, nothing trained
+    again = tiny_study()
+    cached, metrics = again.pruned(1.0)
+    assert metrics["cached"] is True
+    assert all(torch.equal(cached.state_dict()[k], v) for k, v in after.items())
+    assert again.budget_conditioned()[1]["cached"]
+
+
+def test_the_cache_holds_only_the_interactions_of_a_frozen_fine_tune(tiny_study, tmp_path):
+    from safetensors.torch import load_file
+
+    tiny_study().pruned(1.0)
+    [stored] = list((tmp_path / "runs").glob("*/model.safetensors"))
+    names = list(load_file(stored))
+    assert names and all(name.startswith("layers.") for name in names)
+    assert {name.split(".", 2)[2] for name in names} == {"query.weight", "query.bias", "key.weight", "key.bias",
+                                                         "bias"}
+
+
+def test_static_baselines_reach_the_requested_sparsity_on_both_texts(tiny_study):
+    study = tiny_study()
+    dense, _ = study.dense()
+    table = study.static_baselines(dense, {"austen": 0.5, "wiki": 0.8})
+    assert list(zip(table.text, table.kind, strict=True)) == [("austen", "local"), ("austen", "strided"),
+                                                              ("wiki", "local"), ("wiki", "strided")]
+    # at 32 tokens a window moves the fraction pruned by at most ~1/16 per step; strides are coarser
+    local = table[table.kind == "local"]
+    assert ((local.fraction_pruned - local.target).abs() < 0.05).all()
+    # a window of w tokens at length T prunes sum_{d >= w} (T - d) of the T (T - 1) / 2 pairs (hand count)
+    w, T = int(local.iloc[0]["size"]), 32
+    expected = sum(T - d for d in range(w, T)) / (T * (T - 1) / 2)
+    assert local.iloc[0].fraction_pruned == pytest.approx(expected, abs=1e-6)
+
+
+def test_pretrained_tokenizer_must_be_passed_and_texts_are_named(tiny_study):
+    with pytest.raises(ValueError, match="pass tokenizer=... exactly when"):
+        load_lm_data(LMDataConfig(tokenizer="pretrained"))
+    with pytest.raises(ValueError, match="text must be one of"):
+        tiny_study().eval_ids("shakespeare")
