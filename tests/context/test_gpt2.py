@@ -1,9 +1,8 @@
 """Our GPT-2 against transformers' GPT-2, and the cached generation path against the full forward pass."""
 
-import math
-
 import pytest
 import torch
+from cache_checks import assert_prefill_cache_holds_what_the_last_prompt_token_sees
 from transformers import GPT2LMHeadModel
 
 from bab.context.gpt2 import GPT2LM, GPT2Config, from_hf_model, load_hf_state_dict
@@ -135,16 +134,7 @@ def test_dropped_tokens_never_reappear_and_the_cache_shrinks():
 def test_cache_keeps_exactly_what_the_full_forward_keeps():
     """After the prompt, the live tokens of each layer are those the last query still sees (hard I > 0)."""
     model = dropping_model(bias=1.0, seed=3)
-    prompt = torch.randint(0, 101, (2, 30))
-    cache = model.new_cache(2, 30, prune=True)
-    model.prefill(prompt, cache)
-    with torch.no_grad():
-        out = model(prompt, return_log_keep=True)
-    for layer_cache, log_keep in zip(cache.layers, out.log_keep, strict=True):
-        for row in range(2):
-            alive = set(torch.nonzero(log_keep[row, -1] > -math.inf).flatten().tolist())
-            cached = set(layer_cache.positions[row][layer_cache.valid[row]].tolist())
-            assert cached == alive
+    assert_prefill_cache_holds_what_the_last_prompt_token_sees(model, torch.randint(0, 101, (2, 30)))
 
 
 def test_reversible_ablation_cannot_drop_from_the_cache():

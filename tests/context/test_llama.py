@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from cache_checks import assert_prefill_cache_holds_what_the_last_prompt_token_sees
 from transformers import LlamaForCausalLM
 
 from bab.context.interaction import PruningConfig
@@ -109,15 +110,7 @@ def test_dropped_tokens_never_reappear_and_the_buffers_shrink():
 
 def test_prefill_cache_keeps_exactly_what_the_last_prompt_token_sees():
     model = pruned_tiny(bias=1.0, seed=2)
-    prompt = torch.randint(0, 97, (2, 24))
-    cache = model.new_cache(2, 24, prune=True)
-    model.prefill(prompt, cache)
-    with torch.no_grad():
-        out = model(prompt, return_log_keep=True)
-    for layer_cache, log_keep in zip(cache.layers, out.log_keep, strict=True):
-        for row in range(2):
-            alive = set(torch.nonzero(log_keep[row, -1] > -math.inf).flatten().tolist())
-            assert set(layer_cache.positions[row][layer_cache.valid[row]].tolist()) == alive
+    assert_prefill_cache_holds_what_the_last_prompt_token_sees(model, torch.randint(0, 97, (2, 24)))
 
 
 @pytest.mark.parametrize("propagate", [False, True])
