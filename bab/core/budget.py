@@ -88,7 +88,8 @@ class BudgetGates(nn.Module):
         return torch.sigmoid((self.theta + self.sensitivity * z) / self.temperature)
 
 
-def nest_gates_by_importance_(gates: BudgetGates, importance: torch.Tensor, sharpness: float = 4.0) -> None:
+def nest_gates_by_importance_(gates: BudgetGates | StaticGates, importance: torch.Tensor, sharpness: float = 4.0,
+                              budget: float | None = None) -> None:
     """Initialise ``gates`` (in place) so the heads open one after another in order of ``importance``.
 
     With every head's gate at g_h(b) = 1/2 and the same slope at the start, the soft cost is met by shrinking
@@ -102,6 +103,9 @@ def nest_gates_by_importance_(gates: BudgetGates, importance: torch.Tensor, shar
     and so the hard top-k set, is the importance order at every budget: the kept sets are nested
     (the set at 0.25 is inside the set at 0.5). Training then moves theta and the slopes from there.
     ``importance`` [L, H]: larger = more important (e.g. ``head_ablation_importance``); ties by position.
+
+    ``StaticGates`` (one specialist, no budget input) get the nested gates' values at their own ``budget``:
+    theta_h = sharpness * T * (logit(b) - logit(b_h)), so the specialist starts from the same heads.
     """
     if tuple(importance.shape) != tuple(gates.theta.shape):
         raise ValueError(f"importance must have the gates' shape {tuple(gates.theta.shape)} (layers x heads), "
@@ -115,9 +119,15 @@ def nest_gates_by_importance_(gates: BudgetGates, importance: torch.Tensor, shar
     rank = torch.empty(n, dtype=torch.float64)
     rank[order] = torch.arange(n, dtype=torch.float64)
     opens_at = (rank + 0.5) / n
+    scale = sharpness * gates.temperature
     with torch.no_grad():
-        gates.theta.copy_((-sharpness * torch.logit(opens_at) * gates.temperature).view_as(gates.theta))
-        gates.raw_sensitivity.fill_(math.log(math.expm1(sharpness * gates.temperature)))
+        if isinstance(gates, StaticGates):
+            if budget is None:
+                raise ValueError("static gates serve one budget: pass budget=<the specialist's budget>")
+            gates.theta.copy_((scale * (budget_logit(budget) - torch.logit(opens_at))).view_as(gates.theta))
+            return
+        gates.theta.copy_((-scale * torch.logit(opens_at)).view_as(gates.theta))
+        gates.raw_sensitivity.fill_(math.log(math.expm1(scale)))
 
 
 def head_ablation_importance(loss_with_mask, num_layers: int, num_heads: int) -> torch.Tensor:

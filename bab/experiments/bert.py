@@ -142,8 +142,9 @@ class BertStudy(TextStudy):
 
     def selection(self, train_config):
         """Validation accuracy per epoch when there is more than one epoch to choose from."""
-        if train_config.epochs == 1:
-            return None  # one epoch: nothing to select, and a validation pass per budget saved
+        if train_config.epochs == 1 and train_config.objective != "hard_adapt":
+            return None  # one epoch: nothing to select, and a validation pass per budget saved (hard adaptation
+            # still compares with the unadapted checkpoint)
         if train_config.objective == "recovery":
             val = self.splits()["val"]
             return lambda model: evaluate(model, val)["accuracy"]

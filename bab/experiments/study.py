@@ -86,9 +86,10 @@ class BudgetedStudy:
         seed = self.default_seed if opt_seed is None else opt_seed
         return self._train_cached("scratch", self.model_config("budget"), replace(self.profile.scratch, seed=seed))
 
-    def warm_start_budgeted(self):
+    def warm_start_budgeted(self, config: TrainConfig | None = None):
+        """Dense weights into a budget-gated model, then Eq. 5 (``config``: the profile's ``warm`` unless given)."""
         dense, _, dense_lineage = self.dense()
-        config = replace(self.profile.warm, seed=self.default_seed)
+        config = replace(config or self.profile.warm, seed=self.default_seed)
         return self._train_cached("warm", self.model_config("budget"), config, parent=dense_lineage, init=dense)
 
     def warm_start_static(self, budget: float):
@@ -96,19 +97,25 @@ class BudgetedStudy:
         config = replace(self.profile.static, budget=budget, seed=self.default_seed)
         return self._train_cached("static", self.model_config("static"), config, parent=dense_lineage, init=dense)
 
-    def hard_adapted(self):
-        """Warm-start budgeted + straight-through hard top-k with distillation (Eq. 6), budgets sampled."""
-        soft, _, soft_lineage = self.warm_start_budgeted()
-        config = replace(self.profile.hard_adapt, seed=self.default_seed)
-        return self._train_cached("hard", self.model_config("budget"), config, parent=soft_lineage, init=soft,
-                                  teacher=soft)
+    def hard_adapted(self, config: TrainConfig | None = None, soft=None):
+        """Straight-through hard top-k with distillation (Eq. 6) from a soft checkpoint: ``soft`` (a
+        (model, metrics, lineage) triple; default the warm-start budgeted one) under ``config`` (default the
+        profile's ``hard_adapt``). The unadapted checkpoint is kept when adaptation does not raise validation
+        accuracy (``metrics["selected_epoch"] == 0``, for studies that select on validation)."""
+        soft_model, _, soft_lineage = soft or self.warm_start_budgeted()
+        config = replace(config or self.profile.hard_adapt, seed=self.default_seed)
+        teacher = self.dense()[0] if config.kd_teacher == "dense" else soft_model
+        gates = "static" if soft_model.config.gates == "static" else "budget"
+        model, metrics, lineage = self._train_cached("static-hard" if gates == "static" else "hard",
+                                                     self.model_config(gates), config, parent=soft_lineage,
+                                                     init=soft_model, teacher=teacher)
+        model.min_per_layer = config.min_per_layer  # not a weight: set again on a model served from the cache
+        return model, metrics, lineage
 
     def static_hard_adapted(self, budget: float):
-        """One static specialist adapted to hard skipping at its own budget (same recipe, fixed b)."""
-        soft, _, soft_lineage = self.warm_start_static(budget)
-        config = replace(self.profile.hard_adapt, budget=budget, seed=self.default_seed)
-        return self._train_cached("static-hard", self.model_config("static"), config, parent=soft_lineage,
-                                  init=soft, teacher=soft)
+        """One static specialist adapted to hard skipping at its own budget (the same recipe, b fixed)."""
+        config = replace(self.profile.hard_adapt, budget=budget, budget_choices=None)
+        return self.hard_adapted(config, soft=self.warm_start_static(budget))
 
     def posthoc(self, budgets) -> tuple[pd.DataFrame, torch.Tensor]:
         """Dense post-hoc pruning: rank heads by validation-loss increase, keep top-k per budget."""

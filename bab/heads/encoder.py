@@ -188,10 +188,15 @@ class EncoderClassifier(nn.Module):
         self.head = nn.Linear(config.d_model, config.num_classes)
         self.gates = make_gates(config.gates, config.num_layers, config.num_heads, config.gate_temperature,
                                 config.gate_init_logit)
+        # hard and skip mode's per-layer floor: 0 is the paper's global top-k (Eq. 4), which may empty a layer.
+        # Set by hard adaptation with TrainConfig.min_per_layer; not in the config, since it changes no weight.
+        self.min_per_layer = 0
 
-    def head_mask_for(self, budget: float, min_per_layer: int = 0) -> torch.Tensor:
-        """The binary [L, H] mask of hard mode at ``budget`` (``min_per_layer`` >= 1: with the floor)."""
-        return topk_head_mask(self.gates, budget, min_per_layer)
+    def head_mask_for(self, budget: float, min_per_layer: int | None = None) -> torch.Tensor:
+        """The binary [L, H] mask of hard mode at ``budget`` (``min_per_layer`` >= 1: with the floor;
+        None: the model's own ``self.min_per_layer``, what its hard and skip modes use)."""
+        floor = self.min_per_layer if min_per_layer is None else min_per_layer
+        return topk_head_mask(self.gates, budget, floor)
 
     def forward(
         self,
@@ -224,4 +229,4 @@ class EncoderClassifier(nn.Module):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         shape = (self.config.num_layers, self.config.num_heads)
-        return head_weights(self.gates, budget, mode, head_mask, shape, self.head.weight.dtype)
+        return head_weights(self.gates, budget, mode, head_mask, shape, self.head.weight.dtype, self.min_per_layer)

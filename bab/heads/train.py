@@ -4,14 +4,17 @@ Objectives (equation numbers are those of the budgeted-attention paper):
 
 - ``dense``: cross-entropy, every head.
 - ``budgeted``: Eq. 5 (CE + lambda_cost * cost + lambda_viol * max(0, cost - b)^2) with
-  b ~ U[budget_min, 1] sampled per batch, soft gates.
+  b ~ U[budget_min, 1] sampled per batch, soft gates; ``two_sided`` penalises any miss (C - b)^2.
   From scratch or from a dense warm start (copy the dense weights into a gated model first).
+  ``gate_init`` decides how the gates start: alike ("flat", the paper), or nested so the heads open
+  one after another in order of their importance in the starting model (``initialise_gates_``).
 - ``static``: Eq. 5 at one fixed budget with budget-free gates (one specialist per budget).
 - ``hard_adapt``: Eq. 6; b sampled per batch (or fixed, for a static specialist), the forward
   pass uses the hard top-k mask with a straight-through gradient to the soft gates, distilled
   from a frozen soft-gated teacher at the same budget. With ``freeze_gates`` the controller is
   frozen, so the top-k mask of each budget is fixed and only the weights adapt (the paper's
-  pretrained structural adaptation).
+  pretrained structural adaptation). ``kd_teacher="dense"`` distils from a dense teacher instead,
+  ``budget_choices`` samples b from a few values, ``min_per_layer`` adds a per-layer floor to the top-k.
 - ``recovery``: fine-tune a (structurally pruned) model with distillation from the dense
   teacher (the recovered post-hoc baseline).
 
@@ -28,9 +31,14 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 
-from bab.core.budget import validate_budget
+from bab.core.budget import (
+    head_ablation_importance,
+    head_elimination_importance,
+    nest_gates_by_importance_,
+    validate_budget,
+)
 from bab.core.losses import budget_loss, distillation_loss
 from bab.core.training import (
     TrainResult,
@@ -45,6 +53,11 @@ from bab.core.training import (
 )
 
 OBJECTIVES = ("dense", "budgeted", "static", "hard_adapt", "recovery")
+# How budgeted / static gates start (``initialise_gates_``): "flat" every head alike (the paper: theta ~ 0,
+# slope 1, so g(b) ~ b for every head and the soft cost is met without choosing heads); nested in the order of
+# a "random" permutation, of one-at-a-time "ablation" importance, or of greedy backward "elimination".
+GATE_INITS = ("flat", "random", "ablation", "elimination")
+KD_TEACHERS = ("soft", "dense")
 
 
 @dataclass(frozen=True)
@@ -65,6 +78,14 @@ class TrainConfig:
     kd_beta: float = 0.5  # hard_adapt: weight of the distillation term
     kd_temperature: float = 2.0
     freeze_gates: bool = False  # hard_adapt: keep the controller (and so each budget's top-k mask) fixed
+    kd_teacher: str = "soft"  # hard_adapt: the soft checkpoint at the same budget, or "dense" (every head)
+    budget_choices: tuple[float, ...] | None = None  # budgeted / hard_adapt: b drawn from these, not U[budget_min, 1]
+    min_per_layer: int = 0  # hard_adapt: keep at least this many heads per layer in the top-k (0: global top-k)
+    two_sided: bool = False  # budgeted / static: lambda_viol * (C - b)^2 instead of max(0, C - b)^2
+    gate_init: str = "flat"  # budgeted / static: how the gates start (GATE_INITS)
+    gate_init_sharpness: float = 4.0  # nested inits: the gates' common slope in logit(b)
+    gate_init_examples: int = 512  # nested importance inits: training examples the head importance is scored on
+    keep_unadapted: bool = True  # hard_adapt with validation selection: the unadapted checkpoint is a candidate
 
     def __post_init__(self):
         if self.objective not in OBJECTIVES:
@@ -84,9 +105,46 @@ class TrainConfig:
         validate_budget(self.budget_min)
         if self.lambda_cost < 0 or self.lambda_viol < 0:
             raise ValueError("lambda_cost and lambda_viol must be >= 0")
+        self._check_recipe_options()
+
+    def _check_recipe_options(self) -> None:
+        if self.kd_teacher not in KD_TEACHERS:
+            raise ValueError(f"TrainConfig.kd_teacher must be one of {KD_TEACHERS}, got {self.kd_teacher!r}")
+        if self.gate_init not in GATE_INITS:
+            raise ValueError(f"TrainConfig.gate_init must be one of {GATE_INITS}, got {self.gate_init!r}")
+        if self.gate_init != "flat" and self.objective not in ("budgeted", "static"):
+            raise ValueError(f"gate_init={self.gate_init!r} initialises the gates of a budgeted or static run; "
+                             f"objective {self.objective!r} starts from its parent's gates, leave gate_init='flat'")
+        if self.gate_init_sharpness <= 0 or self.gate_init_examples < 1:
+            raise ValueError(f"need gate_init_sharpness > 0 and gate_init_examples >= 1, got "
+                             f"{self.gate_init_sharpness} and {self.gate_init_examples}")
+        if self.budget_choices is not None:
+            if not isinstance(self.budget_choices, tuple) or not self.budget_choices:
+                raise ValueError(f"budget_choices must be a non-empty tuple of budgets, e.g. (0.25, 0.5, 0.75), "
+                                 f"got {self.budget_choices!r}")
+            for b in self.budget_choices:
+                validate_budget(b)
+            if self.budget is not None:
+                raise ValueError("give either budget (one fixed budget) or budget_choices, not both")
+        if self.min_per_layer < 0:
+            raise ValueError(f"min_per_layer must be >= 0 (0: the global top-k), got {self.min_per_layer}")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields that decide what this run trains (its run-cache key). Options added with issue 14 are
+        left out while they hold the value that trains as before, so checkpoints cached earlier stay valid."""
+        fields = asdict(self)
+        for name, unchanged in _LATER_DEFAULTS.items():
+            if fields[name] == unchanged:
+                del fields[name]
+        if self.gate_init == "flat":  # the nested inits' settings do nothing
+            del fields["gate_init_sharpness"], fields["gate_init_examples"]
+        if self.objective != "hard_adapt":
+            del fields["keep_unadapted"]
+        return fields
+
+
+_LATER_DEFAULTS = {"kd_teacher": "soft", "budget_choices": None, "min_per_layer": 0, "two_sided": False,
+                   "gate_init": "flat"}
 
 
 def warm_start(gated_model: torch.nn.Module, dense_model: torch.nn.Module) -> torch.nn.Module:
@@ -122,11 +180,16 @@ def train(
 
     ``on_epoch_end(model) -> dict`` (optional, e.g. a validation pass) is merged into each
     epoch's history row. ``select(model) -> float`` (optional, higher is better, computed on
-    validation data) picks the checkpoint: the best epoch's weights are restored at the end.
+    validation data) picks the checkpoint: the best epoch's weights are restored at the end. For hard
+    adaptation the unadapted checkpoint is a candidate too (``selected_epoch`` 0: adaptation was not kept).
     """
     _check_objective(model, config, teacher)
     if config.freeze_gates and getattr(model, "gates", None) is not None:
         model.gates.requires_grad_(False)
+    if config.objective == "hard_adapt":
+        model.min_per_layer = config.min_per_layer  # the floor training uses is the one evaluation uses
+    if config.gate_init != "flat":
+        initialise_gates_(model, train_data, config)
 
     seed_everything(config.seed)
     accelerator = make_accelerator()
@@ -144,6 +207,11 @@ def train(
     budget_rng = random.Random(config.seed)
 
     result, best, start = TrainResult(), None, time.perf_counter()
+    if select is not None and config.objective == "hard_adapt" and config.keep_unadapted:
+        # the unadapted checkpoint is a candidate too (epoch 0, which wins a tie): adaptation that does not
+        # raise the validation score is not kept
+        best = _best_of(None, float(select(accelerator.unwrap_model(model))), 0, accelerator.unwrap_model(model))
+        result.history.append({"epoch": 0, "selection": best[0]})
     for epoch in range(config.epochs):
         model.train()
         sums = {"loss": 0.0, "correct": 0, "seen": 0, "cost": 0.0}
@@ -222,6 +290,8 @@ def _step_budget(config: TrainConfig, rng: random.Random) -> float | None:
         return None
     if config.budget is not None:  # static, or hard adaptation of one specialist
         return config.budget
+    if config.budget_choices is not None:
+        return rng.choice(config.budget_choices)
     return rng.uniform(config.budget_min, 1.0)
 
 
@@ -231,7 +301,8 @@ def _objective_step(model, teacher, input_ids, labels, budget, config: TrainConf
         return out, F.cross_entropy(out.logits, labels)
     if config.objective in ("budgeted", "static"):
         out = model(input_ids, budget=budget, mode="soft")
-        return out, budget_loss(out.logits, labels, out.cost, budget, config.lambda_cost, config.lambda_viol)
+        return out, budget_loss(out.logits, labels, out.cost, budget, config.lambda_cost, config.lambda_viol,
+                                two_sided=config.two_sided)
     if config.objective == "recovery":
         with torch.no_grad():
             teacher_logits = teacher(input_ids, mode="dense").logits
@@ -239,6 +310,53 @@ def _objective_step(model, teacher, input_ids, labels, budget, config: TrainConf
         return out, distillation_loss(out.logits, teacher_logits, labels, config.kd_beta, config.kd_temperature)
     # hard_adapt (Eq. 6)
     with torch.no_grad():
-        teacher_logits = teacher(input_ids, budget=budget, mode="soft").logits
+        if config.kd_teacher == "dense":
+            teacher_logits = teacher(input_ids, mode="dense").logits
+        else:
+            teacher_logits = teacher(input_ids, budget=budget, mode="soft").logits
     out = model(input_ids, budget=budget, mode="hard")
     return out, distillation_loss(out.logits, teacher_logits, labels, config.kd_beta, config.kd_temperature)
+
+
+# -- how the gates start ------------------------------------------------------------------------------------
+
+
+def initialise_gates_(model: torch.nn.Module, train_data: Dataset, config: TrainConfig) -> torch.Tensor:
+    """Start ``model``'s gates nested (``bab.core.budget.nest_gates_by_importance_``) in the order
+    ``config.gate_init`` names, scored on the first ``gate_init_examples`` training examples with the
+    model's current weights (after the warm start). Returns the importance [L, H] used.
+
+    Why: with flat gates g(b) ~ b for every head, the soft cost is met by shrinking every head alike and
+    the hard top-k later picks heads almost at random (issue 14's diagnosis); nested gates commit to an
+    order from the start, so the top-k sets of all budgets are nested and the soft model trains on them.
+    """
+    num_layers, num_heads = model.gates.theta.shape
+    if config.gate_init == "random":  # the same spread without the order: does the order matter?
+        generator = torch.Generator().manual_seed(config.seed)
+        importance = torch.rand(num_layers, num_heads, generator=generator)
+    else:
+        loss_with_mask = masked_loss_on(model, train_data, config.gate_init_examples)
+        score = head_elimination_importance if config.gate_init == "elimination" else head_ablation_importance
+        importance = score(loss_with_mask, num_layers, num_heads)
+    nest_gates_by_importance_(model.gates, importance, config.gate_init_sharpness, budget=config.budget)
+    return importance
+
+
+def masked_loss_on(model: torch.nn.Module, data: Dataset, num_examples: int, batch_size: int = 256):
+    """``loss_with_mask(mask [L, H]) -> float``: ``model``'s mean cross-entropy on the first ``num_examples``
+    of ``data`` with only the heads of the binary ``mask`` (hard mode, explicit mask; eval mode)."""
+    device = next(model.parameters()).device
+    subset = Subset(data, range(min(num_examples, len(data))))
+    batches = [(ids.to(device), y.to(device)) for ids, y in DataLoader(subset, batch_size=batch_size)]
+    count = len(subset)
+
+    @torch.no_grad()
+    def loss_with_mask(mask: torch.Tensor) -> float:
+        was_training = model.training
+        model.eval()
+        total = sum(F.cross_entropy(model(ids, mode="hard", head_mask=mask.to(device)).logits, y,
+                                    reduction="sum").item() for ids, y in batches)
+        model.train(was_training)
+        return total / count
+
+    return loss_with_mask

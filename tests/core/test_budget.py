@@ -166,6 +166,19 @@ def test_nested_gates_keep_the_most_important_heads_and_nest_across_budgets(budg
     assert abs(gates(budget).mean().item() - budget) < 0.05
 
 
+def test_nested_static_gates_are_the_nested_budget_gates_at_their_own_budget():
+    # the specialist for b = 3/8 starts with the same gate values (and so the same top-k) as nested budget gates
+    importance = torch.tensor([[0.2, 0.9], [1.5, -0.1]])
+    budget_gates, static_gates = BudgetGates(2, 2, temperature=0.5), StaticGates(2, 2, temperature=0.5)
+    nest_gates_by_importance_(budget_gates, importance, sharpness=3.0)
+    nest_gates_by_importance_(static_gates, importance, sharpness=3.0, budget=3 / 8)
+    torch.testing.assert_close(static_gates(), budget_gates(3 / 8), atol=1e-6, rtol=0)
+    # hand-computed: head (0, 1) opens at 3/8, so its gate is exactly 1/2 there
+    assert static_gates()[0, 1].item() == pytest.approx(0.5, abs=1e-6)
+    with pytest.raises(ValueError, match="budget="):
+        nest_gates_by_importance_(StaticGates(2, 2), importance)
+
+
 def test_nested_gates_reject_bad_input_with_advice():
     gates = BudgetGates(2, 3)
     with pytest.raises(ValueError, match="shape"):

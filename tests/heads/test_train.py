@@ -2,13 +2,15 @@
 
 import copy
 import math
+import types
+from dataclasses import replace
 
 import pytest
 import torch
 from torch.utils.data import TensorDataset
 
 from bab.heads.encoder import EncoderClassifier, EncoderConfig
-from bab.heads.train import TrainConfig, parameter_groups, train, warm_start
+from bab.heads.train import TrainConfig, initialise_gates_, parameter_groups, train, warm_start
 
 
 def tiny(gates=None, seed=0):
@@ -96,6 +98,14 @@ def test_gates_get_their_own_learning_rate_without_weight_decay():
         (dict(epochs=0), "epochs"),
         (dict(lr=-1.0), "lr"),
         (dict(budget_min=0.0), r"\(0, 1\]"),
+        (dict(objective="hard_adapt", kd_teacher="bert"), "kd_teacher must be one of"),
+        (dict(objective="budgeted", gate_init="importance"), "gate_init must be one of"),
+        (dict(objective="hard_adapt", gate_init="elimination"), "starts from its parent's gates"),
+        (dict(objective="budgeted", gate_init="ablation", gate_init_examples=0), "gate_init_examples"),
+        (dict(objective="hard_adapt", budget_choices=()), "non-empty tuple"),
+        (dict(objective="hard_adapt", budget_choices=(0.5, 1.5)), r"\(0, 1\]"),
+        (dict(objective="hard_adapt", budget=0.5, budget_choices=(0.5,)), "not both"),
+        (dict(objective="hard_adapt", min_per_layer=-1), "min_per_layer"),
     ],
 )
 def test_malformed_train_configs_raise(kwargs, message):
@@ -164,3 +174,120 @@ def test_warmup_schedules_follow_their_formulas():
     cosine = multipliers(warmup_cosine, 10, 2)
     assert cosine == [min((s + 1) / 2, 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * s / 10))) for s in range(10)]
     assert cosine[0] == 0.5 and cosine[1] > cosine[5] > cosine[9] > 0.1  # cosine decay towards 10%
+
+
+def test_run_cache_key_leaves_out_options_that_train_as_before():
+    # a config written before issue 14's options keeps its key; a changed option, or a relevant new one, enters it
+    plain = TrainConfig(objective="budgeted", lambda_cost=0.05).to_dict()
+    assert "two_sided" not in plain and "gate_init" not in plain and "gate_init_sharpness" not in plain
+    assert "keep_unadapted" not in plain
+    nested = TrainConfig(objective="budgeted", gate_init="elimination").to_dict()
+    assert nested["gate_init"] == "elimination" and nested["gate_init_sharpness"] == 4.0
+    assert TrainConfig(objective="budgeted", two_sided=True).to_dict()["two_sided"] is True
+    assert TrainConfig(objective="hard_adapt").to_dict()["keep_unadapted"] is True
+
+
+def test_hard_adaptation_keeps_the_unadapted_checkpoint_when_validation_does_not_improve():
+    teacher = tiny("budget", seed=3)
+    student = copy.deepcopy(teacher)
+    before = copy.deepcopy(student.state_dict())
+    config = TrainConfig(objective="hard_adapt", epochs=2, batch_size=64, lr=1e-2)
+    result = train(student, toy_data(), config, teacher=teacher, progress=False, select=lambda model: 50.0)
+    assert result.selected_epoch == 0  # a tie: the earlier candidate, the unadapted one, wins
+    assert [row["epoch"] for row in result.history] == [0, 1, 2]
+    for name, value in student.state_dict().items():
+        assert torch.equal(value, before[name]), name
+    # without keep_unadapted the best adapted epoch is kept
+    student = copy.deepcopy(teacher)
+    result = train(student, toy_data(), replace(config, keep_unadapted=False), teacher=teacher, progress=False,
+                   select=lambda model: 50.0)
+    assert result.selected_epoch == 1 and not torch.equal(student.head.weight, teacher.head.weight)
+
+
+class RecordingTeacher(torch.nn.Module):
+    """A teacher that records the mode and budget of every call and returns fixed logits. The list is shared
+    with the frozen copy the trainer makes."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, budget=None, mode="dense"):
+        self.calls.append((mode, budget))
+        return types.SimpleNamespace(logits=torch.zeros(len(input_ids), 2))
+
+    def __deepcopy__(self, memo):
+        twin = RecordingTeacher()
+        twin.calls = self.calls
+        return twin
+
+
+@pytest.mark.parametrize("kd_teacher, expected_mode", [("soft", "soft"), ("dense", "dense")])
+def test_distillation_teacher_runs_in_the_mode_the_config_names(kd_teacher, expected_mode):
+    teacher = RecordingTeacher()
+    config = TrainConfig(objective="hard_adapt", epochs=1, batch_size=64, kd_teacher=kd_teacher)
+    train(tiny("budget"), toy_data(), config, teacher=teacher, progress=False)
+    assert teacher.calls and all(mode == expected_mode for mode, _ in teacher.calls)
+    if kd_teacher == "dense":
+        assert all(budget is None for _, budget in teacher.calls)
+
+
+def test_budget_choices_draw_every_budget_from_the_given_values():
+    teacher = RecordingTeacher()
+    config = TrainConfig(objective="hard_adapt", epochs=3, batch_size=16, budget_choices=(0.25, 0.75))
+    train(tiny("budget"), toy_data(), config, teacher=teacher, progress=False)
+    budgets = [budget for _, budget in teacher.calls]
+    assert set(budgets) == {0.25, 0.75}  # 48 draws: both values appear, nothing else does
+
+
+def test_hard_adaptation_with_a_floor_trains_and_evaluates_with_it():
+    teacher = tiny("budget", seed=3)
+    with torch.no_grad():  # layer 1's gates far below layer 0's: the global top-k at 0.25 empties layer 1
+        teacher.gates.theta[0].fill_(4.0)
+        teacher.gates.theta[1].fill_(-4.0)
+    student = copy.deepcopy(teacher)
+    seen = []
+    student.register_forward_hook(lambda module, args, out: seen.append(out.head_mask.detach().round()))
+    config = TrainConfig(objective="hard_adapt", epochs=1, batch_size=128, budget=0.25, min_per_layer=1,
+                         freeze_gates=True)
+    train(student, toy_data(), config, teacher=teacher, progress=False)
+    assert student.min_per_layer == 1
+    assert seen and all(bool((mask.sum(1) >= 1).all()) for mask in seen)
+    assert student.head_mask_for(0.25).sum(1).tolist() == [1.0, 1.0]  # k = 2 of 8: the best head of each layer
+    assert teacher.head_mask_for(0.25).sum(1).tolist() == [2.0, 0.0]
+
+
+def test_nested_gate_start_orders_heads_by_the_masked_loss_written_out():
+    # gate_init="ablation": the importance is the loss increase when each head alone is masked, computed
+    # here with a loop over heads and an explicit hard forward; the nested gates open in that order
+    model = tiny("budget", seed=1)
+    data = toy_data(n=64)
+    ids, labels = data.tensors
+
+    def loss(mask):
+        with torch.no_grad():
+            return torch.nn.functional.cross_entropy(model(ids, mode="hard", head_mask=mask).logits, labels).item()
+
+    full = loss(torch.ones(2, 4))
+    expected = torch.zeros(2, 4)
+    for layer in range(2):
+        for head in range(4):
+            mask = torch.ones(2, 4)
+            mask[layer, head] = 0
+            expected[layer, head] = loss(mask) - full
+    importance = initialise_gates_(model, data, TrainConfig(objective="budgeted", gate_init="ablation",
+                                                            gate_init_examples=64))
+    torch.testing.assert_close(importance, expected, atol=1e-5, rtol=0)
+    order = torch.argsort(expected.flatten(), descending=True)
+    gates = model.gates(0.5).detach().flatten()
+    assert torch.equal(torch.argsort(gates, descending=True), order)
+
+
+def test_random_nested_start_spreads_the_gates_and_is_seeded():
+    a, b = tiny("budget"), tiny("budget")
+    config = TrainConfig(objective="budgeted", gate_init="random", seed=5)
+    initialise_gates_(a, toy_data(), config)
+    initialise_gates_(b, toy_data(), config)
+    assert torch.equal(a.gates(0.5), b.gates(0.5))
+    assert a.gates(0.5).std().item() > 0.3  # flat gates: ~0.003

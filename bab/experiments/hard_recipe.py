@@ -1,0 +1,116 @@
+"""Which recipe makes hard head skipping keep what the soft gates promise (issue 14; docs/budgeted-heads.md,
+"The hard-adaptation recipe").
+
+Each ``RecipeVariant`` changes the soft phase (warm-start budgeted gates), the hard adaptation (Eq. 6), or both,
+relative to a study's profile. For every variant ``recipe_ablation`` reports, at each budget: the soft
+checkpoint's validation accuracy and cost, the hard top-k accuracy before adaptation, and after it on validation
+and test; and the gate spread (std of g(0.5) across heads: near 0, the soft model met the cost by shrinking every
+head alike and its top-k is close to arbitrary). The recipe is chosen on validation only (``choose_recipe``).
+Every model goes through the study's run cache, keyed by its whole lineage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import pandas as pd
+
+from bab.heads.evaluate import evaluate
+
+
+@dataclass(frozen=True)
+class RecipeVariant:
+    """One row of the ablation: TrainConfig overrides of the soft phase and of the hard adaptation."""
+
+    name: str
+    question: str  # which question the row answers ("budget sampling", "epochs", ...)
+    soft: dict = field(default_factory=dict)  # overrides of the profile's warm-start budgeted config
+    hard: dict = field(default_factory=dict)  # overrides of the profile's hard-adaptation config
+
+
+BASE = RecipeVariant("the profile's recipe", "base")
+
+# The rows of issue 14's diagnosis. The hard-phase rows keep the profile's soft checkpoint; the gate rows
+# retrain the soft phase (and then adapt with the profile's hard recipe).
+HARD_PHASE = (
+    RecipeVariant("budgets from {0.25, 0.5, 0.75}", "budget sampling", hard={"budget_choices": (0.25, 0.5, 0.75)}),
+    RecipeVariant("budget fixed at 0.5", "budget sampling", hard={"budget": 0.5}),
+    RecipeVariant("2 epochs", "epochs", hard={"epochs": 2}),
+    RecipeVariant("3 epochs", "epochs", hard={"epochs": 3}),
+    RecipeVariant("lr x 0.4", "learning rate", hard={"lr_scale": 0.4}),
+    RecipeVariant("lr x 2", "learning rate", hard={"lr_scale": 2.0}),
+    RecipeVariant("no distillation (beta 0)", "distillation", hard={"kd_beta": 0.0}),
+    RecipeVariant("beta 0.9", "distillation", hard={"kd_beta": 0.9}),
+    RecipeVariant("temperature 1", "distillation", hard={"kd_temperature": 1.0}),
+    RecipeVariant("temperature 4", "distillation", hard={"kd_temperature": 4.0}),
+    RecipeVariant("dense teacher", "teacher", hard={"kd_teacher": "dense"}),
+    RecipeVariant("controller frozen", "controller", hard={"freeze_gates": True}),
+    RecipeVariant("straight-through controller", "controller", hard={"freeze_gates": False}),
+    RecipeVariant("per-layer floor 1", "per-layer floor", hard={"min_per_layer": 1}),
+)
+GATE_START = (
+    RecipeVariant("gates nested, random order", "gate start", soft={"gate_init": "random"}),
+    RecipeVariant("gates nested by ablation", "gate start", soft={"gate_init": "ablation"}),
+    RecipeVariant("gates nested by elimination", "gate start", soft={"gate_init": "elimination"}),
+    RecipeVariant("flat gates, two-sided budget term", "budget term", soft={"two_sided": True}),
+    RecipeVariant("nested by elimination, two-sided", "budget term",
+                  soft={"gate_init": "elimination", "two_sided": True}),
+)
+VARIANTS = {v.name: v for v in (BASE, *HARD_PHASE, *GATE_START)}
+
+
+def variant_configs(study, variant: RecipeVariant):
+    """(soft TrainConfig, hard TrainConfig) of ``variant`` on ``study``'s profile. ``lr_scale`` multiplies
+    the profile's hard learning rate; ``budget`` (one fixed budget) replaces any ``budget_choices``."""
+    p = study.profile
+    hard = dict(variant.hard)
+    if "lr_scale" in hard:
+        hard["lr"] = p.hard_adapt.lr * hard.pop("lr_scale")
+    if "budget" in hard:
+        hard.setdefault("budget_choices", None)
+    return replace(p.warm, **variant.soft), replace(p.hard_adapt, **hard)
+
+
+def gate_spread(model, budget: float = 0.5) -> float:
+    """Std of the soft gates g_lh(b) across all heads: ~0 when every head is shrunk alike."""
+    return float(model.gates(budget).detach().std())
+
+
+def recipe_ablation(study, variants, budgets=(0.25, 0.50, 0.75), test_split: str = "test") -> pd.DataFrame:
+    """One row per variant (see the module docstring); hard accuracy in hard mode under the variant's floor."""
+    splits = study.splits()
+    rows = []
+    for variant in variants:
+        soft_config, hard_config = variant_configs(study, variant)
+        soft = study.warm_start_budgeted(soft_config)
+        soft_model = soft[0]
+        hard_model, metrics, _ = study.hard_adapted(hard_config, soft=soft)
+        soft_model.min_per_layer = hard_config.min_per_layer  # "before adaptation" uses the same top-k rule
+        row = {"question": variant.question, "variant": variant.name,
+               "gate std @0.5": gate_spread(soft_model), "kept unadapted": metrics.get("selected_epoch") == 0}
+        for b in budgets:
+            soft_val = evaluate(soft_model, splits["val"], budget=b, mode="soft")
+            row[f"soft cost @{b}"] = soft_val["cost"]
+            row[f"soft val @{b}"] = soft_val["accuracy"]
+            row[f"before val @{b}"] = evaluate(soft_model, splits["val"], budget=b, mode="hard")["accuracy"]
+            row[f"hard val @{b}"] = evaluate(hard_model, splits["val"], budget=b, mode="hard")["accuracy"]
+            row[f"hard test @{b}"] = evaluate(hard_model, splits[test_split], budget=b, mode="hard")["accuracy"]
+        soft_model.min_per_layer = 0
+        row["mean hard val"] = sum(row[f"hard val @{b}"] for b in budgets) / len(budgets)
+        row["mean soft val"] = sum(row[f"soft val @{b}"] for b in budgets) / len(budgets)
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("variant")
+
+
+def choose_recipe(table: pd.DataFrame) -> str:
+    """The variant with the best mean hard validation accuracy over the budgets (ties: the earlier row).
+    Test columns are never read."""
+    return str(table["mean hard val"].idxmax())
+
+
+def compact(table: pd.DataFrame, budgets=(0.25, 0.50, 0.75)) -> pd.DataFrame:
+    """The columns a reader compares: gate spread, soft cost, and per budget soft / before / after accuracy."""
+    columns = ["question", "gate std @0.5", *[f"soft cost @{b}" for b in budgets]]
+    for b in budgets:
+        columns += [f"soft val @{b}", f"before val @{b}", f"hard val @{b}", f"hard test @{b}"]
+    return table[columns + ["mean hard val", "kept unadapted"]]
