@@ -28,26 +28,18 @@ class RecipeVariant:
     hard: dict = field(default_factory=dict)  # overrides of the profile's hard-adaptation config
 
 
-BASE = RecipeVariant("the profile's recipe", "base")
+# The paper's recipe, from which every row departs: flat gates and the one-sided Eq. 5 in the soft phase; one
+# epoch of straight-through adaptation with b ~ U[0.1, 1] per batch, distilled from the soft checkpoint at the
+# same budget, global top-k. Learning rate, distillation weight / temperature and whether the controller is
+# frozen are the profile's (the paper publishes none of them; it freezes the controller for pretrained BERT).
+PAPER_SOFT = dict(gate_init="flat", two_sided=False)
+PAPER_HARD = dict(epochs=1, budget=None, budget_choices=None, kd_teacher="soft", min_per_layer=0)
+BASE = RecipeVariant("paper recipe", "base")
+CHOSEN = RecipeVariant("chosen recipe (the profile's)", "chosen")
 
-# The rows of issue 14's diagnosis. The hard-phase rows keep the profile's soft checkpoint; the gate rows
-# retrain the soft phase (and then adapt with the profile's hard recipe).
-HARD_PHASE = (
-    RecipeVariant("budgets from {0.25, 0.5, 0.75}", "budget sampling", hard={"budget_choices": (0.25, 0.5, 0.75)}),
-    RecipeVariant("budget fixed at 0.5", "budget sampling", hard={"budget": 0.5}),
-    RecipeVariant("2 epochs", "epochs", hard={"epochs": 2}),
-    RecipeVariant("3 epochs", "epochs", hard={"epochs": 3}),
-    RecipeVariant("lr x 0.4", "learning rate", hard={"lr_scale": 0.4}),
-    RecipeVariant("lr x 2", "learning rate", hard={"lr_scale": 2.0}),
-    RecipeVariant("no distillation (beta 0)", "distillation", hard={"kd_beta": 0.0}),
-    RecipeVariant("beta 0.9", "distillation", hard={"kd_beta": 0.9}),
-    RecipeVariant("temperature 1", "distillation", hard={"kd_temperature": 1.0}),
-    RecipeVariant("temperature 4", "distillation", hard={"kd_temperature": 4.0}),
-    RecipeVariant("dense teacher", "teacher", hard={"kd_teacher": "dense"}),
-    RecipeVariant("controller frozen", "controller", hard={"freeze_gates": True}),
-    RecipeVariant("straight-through controller", "controller", hard={"freeze_gates": False}),
-    RecipeVariant("per-layer floor 1", "per-layer floor", hard={"min_per_layer": 1}),
-)
+# The rows of issue 14's diagnosis, in two blocks. First how the soft phase starts and which budget term it
+# uses (then adapted with the paper's hard recipe); then, on the best start of the first block (nested by
+# elimination, two-sided: ``NESTED``), one component of the hard adaptation at a time.
 GATE_START = (
     RecipeVariant("gates nested, random order", "gate start", soft={"gate_init": "random"}),
     RecipeVariant("gates nested by ablation", "gate start", soft={"gate_init": "ablation"}),
@@ -56,19 +48,36 @@ GATE_START = (
     RecipeVariant("nested by elimination, two-sided", "budget term",
                   soft={"gate_init": "elimination", "two_sided": True}),
 )
-VARIANTS = {v.name: v for v in (BASE, *HARD_PHASE, *GATE_START)}
+NESTED = {"gate_init": "elimination", "two_sided": True}
+HARD_PHASE = tuple(RecipeVariant(f"nested + {name}", question, soft=NESTED, hard=hard) for name, question, hard in (
+    ("budgets from {0.25, 0.5, 0.75}", "budget sampling", {"budget_choices": (0.25, 0.5, 0.75)}),
+    ("budget fixed at 0.5", "budget sampling", {"budget": 0.5}),
+    ("2 epochs", "epochs", {"epochs": 2}),
+    ("3 epochs", "epochs", {"epochs": 3}),
+    ("lr x 0.4", "learning rate", {"lr_scale": 0.4}),
+    ("lr x 2", "learning rate", {"lr_scale": 2.0}),
+    ("no distillation (beta 0)", "distillation", {"kd_beta": 0.0}),
+    ("beta 0.9", "distillation", {"kd_beta": 0.9}),
+    ("temperature 4", "distillation", {"kd_temperature": 4.0}),
+    ("dense teacher", "teacher", {"kd_teacher": "dense"}),
+    ("controller frozen", "controller", {"freeze_gates": True}),
+    ("straight-through controller", "controller", {"freeze_gates": False}),
+    ("per-layer floor 1", "per-layer floor", {"min_per_layer": 1}),
+))
+VARIANTS = {v.name: v for v in (BASE, *GATE_START, *HARD_PHASE, CHOSEN)}
 
 
 def variant_configs(study, variant: RecipeVariant):
-    """(soft TrainConfig, hard TrainConfig) of ``variant`` on ``study``'s profile. ``lr_scale`` multiplies
-    the profile's hard learning rate; ``budget`` (one fixed budget) replaces any ``budget_choices``."""
+    """(soft TrainConfig, hard TrainConfig) of ``variant`` on ``study``'s profile: the paper's recipe with the
+    variant's overrides, or the profile's own configs for ``CHOSEN``. ``lr_scale`` multiplies the profile's hard
+    learning rate; ``budget`` (one fixed budget) replaces the sampling."""
     p = study.profile
-    hard = dict(variant.hard)
+    if variant == CHOSEN:
+        return p.warm, p.hard_adapt
+    hard = {**PAPER_HARD, **variant.hard}
     if "lr_scale" in hard:
         hard["lr"] = p.hard_adapt.lr * hard.pop("lr_scale")
-    if "budget" in hard:
-        hard.setdefault("budget_choices", None)
-    return replace(p.warm, **variant.soft), replace(p.hard_adapt, **hard)
+    return replace(p.warm, **{**PAPER_SOFT, **variant.soft}), replace(p.hard_adapt, **hard)
 
 
 def gate_spread(model, budget: float = 0.5) -> float:

@@ -82,9 +82,11 @@ class BudgetedStudy:
         seed = self.default_seed if opt_seed is None else opt_seed
         return self._train_cached("dense", self.model_config(), replace(self.profile.dense, seed=seed), data_seed)
 
-    def budgeted_from_scratch(self, opt_seed=None):
+    def budgeted_from_scratch(self, opt_seed=None, config: TrainConfig | None = None):
+        """Gates and weights trained together from random weights (``config``: the profile's ``scratch``)."""
         seed = self.default_seed if opt_seed is None else opt_seed
-        return self._train_cached("scratch", self.model_config("budget"), replace(self.profile.scratch, seed=seed))
+        return self._train_cached("scratch", self.model_config("budget"), replace(config or self.profile.scratch,
+                                                                                  seed=seed))
 
     def warm_start_budgeted(self, config: TrainConfig | None = None):
         """Dense weights into a budget-gated model, then Eq. 5 (``config``: the profile's ``warm`` unless given)."""

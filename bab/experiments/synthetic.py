@@ -50,10 +50,18 @@ _SYNTHETIC_MODEL = dict(d_model=64, num_heads=8, num_layers=2, d_ff=128, positio
 # Budgeted objectives: the paper's defaults are blank in the text; the "rescue" run used stronger
 # cost pressure. lambda_cost pulls the mean gate mass down, lambda_viol punishes cost > b.
 # The dense learning rate 1e-3 solved the task in 5 of 8 epochs; 3e-3 took one epoch longer.
+# The budget term is two-sided (lambda_viol * (C - b)^2; issue 14): with the paper's one-sided term this
+# lambda_cost pulls the cost far under the request (0.139 / 0.241 at b = 0.25 / 0.50, quick) and lets gates
+# trained from scratch collapse (cost 0.02-0.04 for all of seeds 7 / 13 / 21, one of them at chance); notebook
+# 01 shows both. Warm-start gates start nested by greedy backward elimination on the dense model (the recipe
+# chosen on AG News, docs/budgeted-heads.md "The hard-adaptation recipe"); from scratch there is no trained
+# model to rank heads with, so those gates start flat.
 _DENSE = TrainConfig(objective="dense", lr=1e-3)
-_SCRATCH = TrainConfig(objective="budgeted", lr=1e-3, lambda_cost=0.5, lambda_viol=20.0)
-_WARM = TrainConfig(objective="budgeted", lr=1e-3, lambda_cost=0.5, lambda_viol=20.0)
-_STATIC = TrainConfig(objective="static", budget=0.5, lr=1e-3, lambda_cost=0.5, lambda_viol=20.0)
+_SCRATCH = TrainConfig(objective="budgeted", lr=1e-3, lambda_cost=0.5, lambda_viol=20.0, two_sided=True)
+_WARM = TrainConfig(objective="budgeted", lr=1e-3, lambda_cost=0.5, lambda_viol=20.0, two_sided=True,
+                    gate_init="elimination")
+_STATIC = TrainConfig(objective="static", budget=0.5, lr=1e-3, lambda_cost=0.5, lambda_viol=20.0, two_sided=True,
+                      gate_init="elimination")
 _HARD = TrainConfig(objective="hard_adapt", lr=5e-4, kd_beta=0.5, kd_temperature=2.0)
 
 SYNTHETIC = {
@@ -77,6 +85,7 @@ SYNTHETIC = {
         warm=replace(_WARM, epochs=3),
         static=replace(_STATIC, epochs=3),
         hard_adapt=replace(_HARD, epochs=1),
+        scratch_seeds=(7, 13, 21),  # the paper calls from-scratch training seed-sensitive: show it
     ),
     "paper": SyntheticProfile(
         name="paper",

@@ -65,3 +65,45 @@ def test_selection_scores_gated_models_at_the_budgets_they_serve(study):
     assert 0.0 <= score <= 100.0
     static_select = study.selection(replace(study.profile.static, budget=0.25))
     assert 0.0 <= static_select(model) <= 100.0
+
+
+def test_recipe_ablation_rows_follow_their_variants(study):
+    from bab.experiments.hard_recipe import BASE, CHOSEN, VARIANTS, compact, recipe_ablation
+
+    nested_floor = VARIANTS["nested + per-layer floor 1"]
+    table = recipe_ablation(study, [BASE, nested_floor, CHOSEN])
+    assert list(table.index) == [BASE.name, nested_floor.name, CHOSEN.name]
+    # the paper's flat gates barely differ across heads; the nested start spreads them
+    assert table.loc[BASE.name, "gate std @0.5"] < 0.05 < table.loc[nested_floor.name, "gate std @0.5"]
+    for b in (0.25, 0.5, 0.75):
+        assert 0 <= table.loc[BASE.name, f"hard test @{b}"] <= 100
+    mean = table[[f"hard val @{b}" for b in (0.25, 0.5, 0.75)]].mean(axis=1)
+    assert (table["mean hard val"] - mean).abs().max() < 1e-9
+    assert "hard test @0.5" in compact(table).columns
+    # the chosen row is the profile's own recipe: served from the cache the notebook's models use
+    _, metrics, _ = study.hard_adapted()
+    assert metrics["cached"] is True
+
+
+def test_variant_configs_depart_from_the_paper_recipe(study):
+    from bab.experiments.hard_recipe import BASE, CHOSEN, VARIANTS, variant_configs
+
+    soft, hard = variant_configs(study, BASE)
+    assert (soft.gate_init, soft.two_sided) == ("flat", False)
+    assert (hard.epochs, hard.budget_choices, hard.kd_teacher, hard.min_per_layer) == (1, None, "soft", 0)
+    soft, hard = variant_configs(study, VARIANTS["nested + lr x 2"])
+    assert (soft.gate_init, soft.two_sided) == ("elimination", True)
+    assert hard.lr == pytest.approx(2 * study.profile.hard_adapt.lr)
+    _, hard = variant_configs(study, VARIANTS["nested + budget fixed at 0.5"])
+    assert (hard.budget, hard.budget_choices) == (0.5, None)
+    assert variant_configs(study, CHOSEN) == (study.profile.warm, study.profile.hard_adapt)
+
+
+def test_recipe_is_chosen_on_validation_only():
+    import pandas as pd
+
+    from bab.experiments.hard_recipe import choose_recipe
+
+    table = pd.DataFrame({"mean hard val": [70.0, 72.0, 71.0], "hard test @0.5": [90.0, 60.0, 99.0]},
+                         index=["a", "b", "c"])
+    assert choose_recipe(table) == "b"
