@@ -36,8 +36,8 @@ import pandas as pd
 import torch
 from IPython.display import display
 
-from bab.experiments.profiles import get_profile
 from bab.experiments.hard_recipe import BASE, VARIANTS, choose_recipe, compact, recipe_ablation
+from bab.experiments.profiles import get_profile
 from bab.experiments.study import deployment_accounting, monotone_verdict
 from bab.experiments.text import TextStudy
 from bab.heads import plots
