@@ -138,31 +138,31 @@ class MultiHeadSelfAttention(nn.Module):
     def _forward_skip(self, x, key_padding_mask, head_mask):
         """Compute only the heads where ``head_mask`` is non-zero (the mask is treated as binary)."""
         B, T, D = x.shape
-        active = torch.nonzero(head_mask, as_tuple=True)[0]
-        n = active.numel()
+        kept_heads = tuple(h for h, weight in enumerate(head_mask.tolist()) if weight)  # one conversion, no op
+        n = len(kept_heads)
         if n == 0:  # a global top-k may empty a layer: the sublayer then adds only its bias
             return x.new_zeros(B, T, D) + self.out.bias
-        kept = self.kept_weights(active)
+        kept = self.kept_weights(kept_heads)
         q, k, v = F.linear(x, kept.qkv_weight, kept.qkv_bias).view(B, T, 3, n, self.head_dim).permute(2, 0, 3, 1, 4)
         heads = self._attend(q, k, v, key_padding_mask, kept.rel_bias)  # [B, n, T, Dh]
         return F.linear(heads.transpose(1, 2).reshape(B, T, n * self.head_dim), kept.out_weight, self.out.bias)
 
-    def kept_weights(self, active: torch.Tensor) -> KeptHeadWeights:
-        """The weights of the heads ``active`` (sorted indices), sliced once per head set outside autograd.
+    def kept_weights(self, heads) -> KeptHeadWeights:
+        """The weights of ``heads`` (sorted head indices), sliced once per head set outside autograd.
 
         Slicing copies every kept weight, a sizeable share of a batch-1 pass, so when no gradient
         can flow the slices are cached; an entry is rebuilt when a weight changes (optimizer step,
         ``load_state_dict``: its version counter moves) or moves (``.to``: its storage changes).
         """
+        heads = tuple(int(h) for h in heads)
         if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
-            return self._slice_kept(active)  # training through skip mode: slices must carry gradients
-        heads = tuple(active.tolist())
+            return self._slice_kept(heads)  # training through skip mode: slices must carry gradients
         stamp = self._weights_stamp()
         hit = self._kept_cache.get(heads)
         if hit is not None and hit[0] == stamp:
             return hit[1]
         with torch.no_grad():
-            kept = self._slice_kept(active)
+            kept = self._slice_kept(heads)
         if heads not in self._kept_cache and len(self._kept_cache) >= KEPT_CACHE_SIZE:
             self._kept_cache.pop(next(iter(self._kept_cache)))  # forget the oldest head set
         self._kept_cache[heads] = (stamp, kept)
@@ -173,10 +173,11 @@ class MultiHeadSelfAttention(nn.Module):
         return (torch.is_inference_mode_enabled(),) + tuple(
             (p.data_ptr(), p._version, p.dtype, p.device) for p in self.parameters())
 
-    def _slice_kept(self, active: torch.Tensor) -> KeptHeadWeights:
-        D = self.out.weight.shape[0]
+    def _slice_kept(self, heads: tuple[int, ...]) -> KeptHeadWeights:
+        D, device = self.out.weight.shape[0], self.out.weight.device
+        active = torch.tensor(heads, device=device)
         # rows of the fused qkv weight that belong to the active heads, for q, k and v
-        cols = (active[:, None] * self.head_dim + torch.arange(self.head_dim, device=active.device)).flatten()
+        cols = (active[:, None] * self.head_dim + torch.arange(self.head_dim, device=device)).flatten()
         rows = torch.cat([cols, cols + D, cols + 2 * D])
         return KeptHeadWeights(
             qkv_weight=self.qkv.weight[rows].contiguous(),

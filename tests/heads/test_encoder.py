@@ -158,16 +158,15 @@ def test_kept_weights_are_the_kept_heads_rows_and_columns_cached_per_head_set():
     model = make_model()
     attn = model.layers[0].attn
     D, H, Dh = 32, 4, 8
-    active = torch.tensor([1, 3])
     with torch.no_grad():
-        kept = attn.kept_weights(active)
+        kept = attn.kept_weights((1, 3))
         q, k, v = attn.qkv.weight.view(3, H, Dh, D)[:, [1, 3]]  # written out per head: [2, Dh, D] each
         torch.testing.assert_close(kept.qkv_weight, torch.cat([q.reshape(-1, D), k.reshape(-1, D), v.reshape(-1, D)]))
         torch.testing.assert_close(kept.out_weight, attn.out.weight.view(D, H, Dh)[:, [1, 3]].reshape(D, 2 * Dh))
         torch.testing.assert_close(kept.rel_bias, attn.rel_bias[[1, 3]])
         assert kept.qkv_weight.is_contiguous() and kept.out_weight.is_contiguous()
-        assert attn.kept_weights(torch.tensor([1, 3])) is kept  # cached: no copy on the next call
-        assert attn.kept_weights(torch.tensor([0, 3])) is not kept  # another head set, its own slices
+        assert attn.kept_weights([1, 3]) is kept  # cached: no copy on the next call
+        assert attn.kept_weights((0, 3)) is not kept  # another head set, its own slices
 
 
 def test_skip_cache_follows_weight_updates_and_reloads():
