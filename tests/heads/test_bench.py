@@ -100,10 +100,18 @@ def test_parse_batch_sizes_and_budgets_say_how_to_fix_bad_lists():
 
 
 def test_count_flops_counts_a_matmul():
-    import torch
-
     a, b = torch.ones(4, 5), torch.ones(5, 6)
     assert count_flops(lambda: a @ b) == 2 * 4 * 5 * 6
+
+
+def test_count_flops_sees_the_cpu_sdpa_kernel_as_its_two_matrix_products():
+    import torch.nn.functional as F
+
+    q, k, v = torch.randn(3, 2, 16, 8), torch.randn(3, 2, 20, 8), torch.randn(3, 2, 20, 4)
+    by_hand = 2 * 3 * 2 * (16 * 20 * 8 + 16 * 20 * 4)  # Q K^T, then P V
+    assert count_flops(lambda: F.scaled_dot_product_attention(q, k, v)) == by_hand
+    assert count_flops(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(1, 2, 16, 20))) == by_hand
+    assert count_flops(lambda: torch.softmax(q @ k.transpose(-1, -2), -1) @ v) == by_hand
 
 
 def test_cli_prints_one_grid_table_and_keeps_the_singular_aliases(capsys):
