@@ -121,9 +121,9 @@ def format_grid(table: pd.DataFrame) -> str:
         table.attrs.get("shape", ""),
         body,
         "ms: median time of one pass over the examples; speed-up = dense ms / ms; analytic limit = dense FLOPs / FLOPs",
-        "(FlopCounterMode, matrix products only); realised = (1 - ms / dense ms) / (1 - 1 / limit), the share of the",
-        "limit's time saving that was measured. Per-head softmax and masking also shrink with the kept heads, so a",
-        "measured ratio can exceed the limit.",
+        "(FlopCounterMode: matrix products, the attention core's included); realised = (1 - ms / dense ms) /",
+        "(1 - 1 / limit), the share of the limit's time saving that was measured. Per-head softmax and masking also",
+        "shrink with the kept heads, so a measured ratio can exceed the limit.",
     ])
 
 
