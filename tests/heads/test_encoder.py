@@ -120,3 +120,78 @@ def test_bad_forward_arguments_raise_clear_errors():
         model(torch.ones(2, 30, dtype=torch.long), mode="dense")
     with pytest.raises(ValueError, match="no gates"):
         make_model(gates=None)(ids, budget=0.5, mode="soft")
+
+
+def _value_heads_zeroed(model, mask):
+    """Independent reference for skipping: a copy whose dropped heads output exactly zero.
+
+    A head's output is softmax(...) @ V_h, so zeroing its rows of the value projection (weight
+    and bias) zeroes it; the dense forward of that copy is the forward with the heads removed.
+    """
+    import copy
+
+    reference = copy.deepcopy(model)
+    with torch.no_grad():
+        for layer, keep in zip(reference.layers, mask, strict=True):
+            attn = layer.attn
+            D, Dh = attn.out.weight.shape[0], attn.head_dim
+            for h in torch.nonzero(keep == 0, as_tuple=True)[0].tolist():
+                rows = slice(2 * D + h * Dh, 2 * D + (h + 1) * Dh)
+                attn.qkv.weight[rows] = 0
+                attn.qkv.bias[rows] = 0
+    return reference
+
+
+@pytest.mark.parametrize("positions", ["relative", "learned"])
+def test_skip_equals_dense_with_the_dropped_heads_zeroed(positions):
+    model = make_model(positions=positions)
+    mask = torch.tensor([[1.0, 0, 1, 0], [0, 0, 0, 1], [1, 1, 1, 0]])
+    ids = batch()
+    with torch.no_grad():
+        expected = _value_heads_zeroed(model, mask)(ids, mode="dense").logits
+        torch.testing.assert_close(model(ids, mode="skip", head_mask=mask).logits, expected, rtol=1e-5, atol=1e-5)
+        # the second call reuses the cached slices and must give the same logits
+        torch.testing.assert_close(model(ids, mode="skip", head_mask=mask).logits, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_kept_weights_are_the_kept_heads_rows_and_columns_cached_per_head_set():
+    model = make_model()
+    attn = model.layers[0].attn
+    D, H, Dh = 32, 4, 8
+    with torch.no_grad():
+        kept = attn.kept_weights((1, 3))
+        q, k, v = attn.qkv.weight.view(3, H, Dh, D)[:, [1, 3]]  # written out per head: [2, Dh, D] each
+        torch.testing.assert_close(kept.qkv_weight, torch.cat([q.reshape(-1, D), k.reshape(-1, D), v.reshape(-1, D)]))
+        torch.testing.assert_close(kept.out_weight, attn.out.weight.view(D, H, Dh)[:, [1, 3]].reshape(D, 2 * Dh))
+        torch.testing.assert_close(kept.rel_bias, attn.rel_bias[[1, 3]])
+        assert kept.qkv_weight.is_contiguous() and kept.out_weight.is_contiguous()
+        assert attn.kept_weights([1, 3]) is kept  # cached: no copy on the next call
+        assert attn.kept_weights((0, 3)) is not kept  # another head set, its own slices
+
+
+def test_skip_cache_follows_weight_updates_and_reloads():
+    model = make_model()
+    mask = model.head_mask_for(0.5)
+    ids = batch()
+    with torch.no_grad():
+        model(ids, mode="skip", head_mask=mask)  # fill the cache
+        for layer in model.layers:  # an in-place update, like an optimizer step
+            layer.attn.qkv.weight.mul_(1.5)
+            layer.attn.out.weight.add_(0.1)
+        torch.testing.assert_close(model(ids, mode="skip", head_mask=mask).logits,
+                                   model(ids, mode="hard", head_mask=mask).logits, rtol=1e-5, atol=1e-5)
+        model.load_state_dict(make_model(seed=1).state_dict())
+        torch.testing.assert_close(model(ids, mode="skip", head_mask=mask).logits,
+                                   model(ids, mode="hard", head_mask=mask).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_skip_with_autograd_slices_afresh_so_gradients_reach_the_full_weights():
+    model = make_model()
+    mask = torch.tensor([[1.0, 0, 1, 0], [0, 1, 0, 1], [1, 1, 1, 0]])
+    ids = batch()
+    with torch.no_grad():
+        model(ids, mode="skip", head_mask=mask)  # a cached entry must not leak into the autograd path
+    model(ids, mode="skip", head_mask=mask).logits.sum().backward()
+    grad = model.layers[0].attn.qkv.weight.grad.view(3, 4, 8, 32)
+    assert grad[:, [0, 2]].abs().sum() > 0
+    assert torch.all(grad[:, [1, 3]] == 0)  # skipped heads get no gradient
