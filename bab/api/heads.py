@@ -35,7 +35,7 @@ from bab.data.text import PretrainedTokenizer
 from bab.heads.evaluate import evaluate, gates_by_budget
 from bab.heads.hf_encoder import GatedHFClassifier, load_classifier, load_tokenizer, resolve_encoder_source
 from bab.heads.hf_pruning import KEPT_HEADS_KEY, pruned_copy
-from bab.heads.train import TrainConfig, train
+from bab.heads.train import GATE_INITS, TrainConfig, train
 
 CHECKPOINT_KEY = "bab_budgeted"  # in config.json: marks a gated checkpoint and holds its gates' recipe
 GATES_FILE = "bab_gates.safetensors"
@@ -45,7 +45,8 @@ CHECKPOINT_FORMAT = 1
 
 @dataclass(frozen=True)
 class Recipe:
-    """How ``fit`` trains. The defaults are notebook 03's MiniLM recipe (bab.experiments.bert).
+    """How ``fit`` trains. The defaults are notebook 03's MiniLM recipe (bab.experiments.bert), including the
+    hard-adaptation recipe of issue 14 (docs/budgeted-heads.md, "The hard-adaptation recipe").
 
     ``batch_size`` is the global batch: under ``accelerate launch`` with N processes each takes
     ``batch_size / N`` examples of every step, so N processes follow the same optimisation as one.
@@ -55,13 +56,19 @@ class Recipe:
     batch_size: int = 16
     dense_epochs: int = 2
     budgeted_epochs: int = 1
-    hard_epochs: int = 1  # 0: no hard adaptation
+    hard_epochs: int = 2  # 0: no hard adaptation; 2, as chosen on validation for MiniLM (docs/budgeted-heads.md)
     dense_lr: float = 1e-4
     lr: float = 5e-5  # budgeted and hard adaptation
     gate_lr: float = 1e-2
     lambda_cost: float = 0.05
     lambda_viol: float = 20.0
     budget_min: float = 0.1  # budgeted training samples b ~ U[budget_min, 1]
+    # the soft phase of issue 14's recipe: a two-sided budget term, so the cost tracks the request from below
+    # too, and gates that start nested in order of head importance (one-at-a-time ablation on this many
+    # training examples), so the soft model commits to heads and the hard top-k keeps what it promised
+    two_sided: bool = True
+    gate_start: str = "ablation"  # "flat" (the paper), "random", "ablation" or "elimination"
+    gate_start_examples: int = 128
     kd_beta: float = 0.5
     kd_temperature: float = 2.0
     val_fraction: float = 0.1  # held out of the training data when no validation data is given
@@ -76,6 +83,9 @@ class Recipe:
         if not 0 <= self.val_fraction < 1:
             raise ValueError(f"Recipe.val_fraction must lie in [0, 1), got {self.val_fraction}")
         validate_budget(self.budget_min)
+        if self.gate_start not in GATE_INITS:
+            raise ValueError(f"Recipe.gate_start must be one of {GATE_INITS} (how the gates start), got "
+                             f"{self.gate_start!r}")
 
     def train_configs(self, num_processes: int, hard_budgets=None) -> dict[str, TrainConfig]:
         """The three stages' TrainConfigs; batch size per process. ``hard_budgets``: one budget adapts that
@@ -88,14 +98,16 @@ class Recipe:
             "dense": TrainConfig(objective="dense", epochs=self.dense_epochs, lr=self.dense_lr, **common),
             "budgeted": TrainConfig(objective="budgeted", epochs=self.budgeted_epochs, lr=self.lr,
                                     budget_min=self.budget_min, lambda_cost=self.lambda_cost,
-                                    lambda_viol=self.lambda_viol, **common),
+                                    lambda_viol=self.lambda_viol, two_sided=self.two_sided,
+                                    gate_init=self.gate_start, gate_init_examples=self.gate_start_examples,
+                                    **common),
         }
         if self.hard_epochs:
             budgets = sorted(validate_budget(b) for b in (hard_budgets or [self.budget_min]))
             fixed = budgets[0] if len(budgets) == 1 else None
             configs["hard"] = TrainConfig(objective="hard_adapt", epochs=self.hard_epochs, lr=self.lr,
                                           kd_beta=self.kd_beta, kd_temperature=self.kd_temperature, budget=fixed,
-                                          budget_min=budgets[0], freeze_gates=True, **common)
+                                          budget_min=budgets[0], freeze_gates=True, min_per_layer=1, **common)
         return configs
 
 

@@ -68,10 +68,19 @@ class BertProfile:
 # On 2 CPU cores the 6 x 12-head MiniLM trains at roughly one batch of 16 per second at length 64,
 # so smoke and quick train on short texts (length 64: most AG News texts are shorter, see the notebook)
 # and few examples; latency is still measured at length 128, as in the paper.
+# The recipe of notebook 02's ablation (issue 14; docs/budgeted-heads.md "The hard-adaptation recipe"): gates
+# start nested, the budget term is two-sided, hard adaptation runs longer. Nested by one-at-a-time ablation on
+# 128 training examples (73 passes), not by elimination (about 2,600 passes over MiniLM's 72 heads). Chosen on
+# validation at quick (200 examples, so 0.5 points per example): mean hard accuracy over 0.25 / 0.5 / 0.75 of
+# 88.8% with the nested start and 2 epochs, against 87.5% for the paper's recipe (flat, one-sided, 1 epoch).
+# The controller stays frozen (the paper's choice for pretrained encoders; on the nested start a
+# straight-through controller gave the same top-k sets and the same accuracy).
 _BERT_DENSE = TrainConfig(objective="dense", lr=1e-4, batch_size=16)
-_BERT_WARM = TrainConfig(objective="budgeted", lr=5e-5, batch_size=16, lambda_cost=0.05, lambda_viol=20.0)
+_BERT_NESTED = dict(two_sided=True, gate_init="ablation", gate_init_examples=128)
+_BERT_WARM = TrainConfig(objective="budgeted", lr=5e-5, batch_size=16, lambda_cost=0.05, lambda_viol=20.0,
+                         **_BERT_NESTED)
 _BERT_STATIC = TrainConfig(objective="static", budget=0.5, lr=5e-5, batch_size=16, lambda_cost=0.05,
-                           lambda_viol=20.0)
+                           lambda_viol=20.0, **_BERT_NESTED)
 _BERT_HARD = TrainConfig(objective="hard_adapt", lr=5e-5, batch_size=16, kd_beta=0.5, kd_temperature=2.0,
                          freeze_gates=True)
 _BERT_RECOVERY = TrainConfig(objective="recovery", lr=5e-5, batch_size=16, kd_beta=0.5, kd_temperature=2.0)
@@ -79,7 +88,7 @@ _BERT_RECOVERY = TrainConfig(objective="recovery", lr=5e-5, batch_size=16, kd_be
 
 def _bert_profiles(dataset: str, **overrides) -> dict:
     common = dict(dataset=dataset, dense=replace(_BERT_DENSE, epochs=2), warm=replace(_BERT_WARM, epochs=1),
-                  static=replace(_BERT_STATIC, epochs=1), hard_adapt=replace(_BERT_HARD, epochs=1),
+                  static=replace(_BERT_STATIC, epochs=1), hard_adapt=replace(_BERT_HARD, epochs=2),
                   recovery=replace(_BERT_RECOVERY, epochs=1))
     profiles = {
         # smoke: structural verdicts only; short texts and one specialist keep it near 2 minutes

@@ -68,6 +68,11 @@ _TEXT_WARM = TrainConfig(objective="budgeted", lr=1e-3, batch_size=64, lambda_co
                          two_sided=True, gate_init="elimination")
 _TEXT_STATIC = TrainConfig(objective="static", budget=0.5, lr=1e-3, batch_size=64, lambda_cost=0.05,
                            lambda_viol=20.0, two_sided=True, gate_init="elimination")
+# Hard adaptation keeps the paper's components (b ~ U[0.1, 1] per batch, the soft checkpoint as teacher at the
+# same budget, beta 0.5, T 2, straight-through controller, global top-k) but runs 3 epochs at quick and paper:
+# on the nested start, 3 epochs were the best single change on validation (mean hard accuracy 75.6% vs 74.6%
+# for one epoch); other budget sampling, learning rates, distillation settings, a dense teacher, a frozen
+# controller or a per-layer floor moved it by less than 0.3 points.
 _TEXT_HARD = TrainConfig(objective="hard_adapt", lr=5e-4, batch_size=64, kd_beta=0.5, kd_temperature=2.0)
 
 AG_NEWS = {
@@ -80,13 +85,13 @@ AG_NEWS = {
     "quick": TextProfile(
         name="quick", dataset="ag_news", num_train=6000, num_val=1000, num_test=2000, max_len=128, model=_TEXT_MODEL,
         dense=replace(_TEXT_DENSE, epochs=4), warm=replace(_TEXT_WARM, epochs=2),
-        static=replace(_TEXT_STATIC, epochs=2), hard_adapt=replace(_TEXT_HARD, epochs=1),
+        static=replace(_TEXT_STATIC, epochs=2), hard_adapt=replace(_TEXT_HARD, epochs=3),
         timing_repeats=3, recipe_variants=tuple(ALL_VARIANTS),
     ),
     "paper": TextProfile(
         name="paper", dataset="ag_news", num_train=10000, num_val=2000, num_test=2000, max_len=128, model=_TEXT_MODEL,
         dense=replace(_TEXT_DENSE, epochs=6), warm=replace(_TEXT_WARM, epochs=3),
-        static=replace(_TEXT_STATIC, epochs=3), hard_adapt=replace(_TEXT_HARD, epochs=1),
+        static=replace(_TEXT_STATIC, epochs=3), hard_adapt=replace(_TEXT_HARD, epochs=3),
         timing_repeats=5,
     ),
 }

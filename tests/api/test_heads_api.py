@@ -168,3 +168,16 @@ def test_heatmap_and_latency_table(fitted):
     table = fitted.latency(0.5, examples=8, batch_size=4, repeats=1, warmup=0)
     assert list(table.index) == ["dense", "pruned @0.50"]
     assert table.loc["dense", "speedup"] == 1.0 and table.loc["pruned @0.50", "analytic_limit"] > 1.0
+
+
+def test_default_recipe_is_the_hard_adaptation_recipe_of_the_notebooks():
+    # issue 14: nested gate start and two-sided term in the soft phase, the per-layer floor the API's hard mode
+    # and structural pruning use, and the unadapted checkpoint kept when adaptation does not help
+    configs = Recipe().train_configs(num_processes=1, hard_budgets=[0.25, 0.5])
+    soft, hard = configs["budgeted"], configs["hard"]
+    assert (soft.gate_init, soft.two_sided, soft.gate_init_examples) == ("ablation", True, 128)
+    assert (hard.epochs, hard.min_per_layer, hard.keep_unadapted, hard.freeze_gates) == (2, 1, True, True)
+    flat = Recipe(gate_start="flat", two_sided=False).train_configs(num_processes=1)["budgeted"]
+    assert (flat.gate_init, flat.two_sided) == ("flat", False)
+    with pytest.raises(ValueError, match="gate_start must be one of"):
+        Recipe(gate_start="importance")
