@@ -25,6 +25,7 @@ The skeleton (seeding, Accelerator, AdamW, warm-up then linear decay, the optimi
 from __future__ import annotations
 
 import copy
+import hashlib
 import random
 import time
 from dataclasses import asdict, dataclass
@@ -335,11 +336,37 @@ def initialise_gates_(model: torch.nn.Module, train_data: Dataset, config: Train
         generator = torch.Generator().manual_seed(config.seed)
         importance = torch.rand(num_layers, num_heads, generator=generator)
     else:
-        loss_with_mask = masked_loss_on(model, train_data, config.gate_init_examples)
-        score = head_elimination_importance if config.gate_init == "elimination" else head_ablation_importance
-        importance = score(loss_with_mask, num_layers, num_heads)
+        importance = _scored_importance(model, train_data, config.gate_init, config.gate_init_examples)
     nest_gates_by_importance_(model.gates, importance, config.gate_init_sharpness, budget=config.budget)
     return importance
+
+
+# The warm-start budgeted model and every static specialist start from the same dense weights and data, so their
+# head importance is the same: computed once per process (keyed by the weights, the examples and the method).
+_IMPORTANCE_MEMO: dict[str, torch.Tensor] = {}
+
+
+def _scored_importance(model, train_data: Dataset, method: str, num_examples: int) -> torch.Tensor:
+    num_layers, num_heads = model.gates.theta.shape
+    loss_with_mask = masked_loss_on(model, train_data, num_examples)
+    key = _fingerprint(model, loss_with_mask.batches, method)
+    if key not in _IMPORTANCE_MEMO:
+        score = head_elimination_importance if method == "elimination" else head_ablation_importance
+        _IMPORTANCE_MEMO[key] = score(loss_with_mask, num_layers, num_heads)
+    return _IMPORTANCE_MEMO[key].clone()
+
+
+def _fingerprint(model, batches, method: str) -> str:
+    """A digest of everything the importance depends on: the non-gate weights, the scored examples, the method."""
+    digest = hashlib.sha256(method.encode())
+    for name, tensor in sorted(model.state_dict().items()):
+        if not name.startswith("gates."):
+            digest.update(name.encode())
+            digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    for ids, labels in batches:
+        digest.update(ids.cpu().numpy().tobytes())
+        digest.update(labels.cpu().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def masked_loss_on(model: torch.nn.Module, data: Dataset, num_examples: int, batch_size: int = 256):
@@ -359,4 +386,5 @@ def masked_loss_on(model: torch.nn.Module, data: Dataset, num_examples: int, bat
         model.train(was_training)
         return total / count
 
+    loss_with_mask.batches = batches
     return loss_with_mask

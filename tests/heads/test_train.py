@@ -291,3 +291,21 @@ def test_random_nested_start_spreads_the_gates_and_is_seeded():
     initialise_gates_(b, toy_data(), config)
     assert torch.equal(a.gates(0.5), b.gates(0.5))
     assert a.gates(0.5).std().item() > 0.3  # flat gates: ~0.003
+
+
+def test_head_importance_is_scored_once_for_the_same_weights_and_examples(monkeypatch):
+    import bab.heads.train as train_module
+
+    calls = []
+    real = train_module.head_ablation_importance
+    monkeypatch.setattr(train_module, "head_ablation_importance",
+                        lambda *args: calls.append(1) or real(*args))
+    monkeypatch.setattr(train_module, "_IMPORTANCE_MEMO", {})
+    config = TrainConfig(objective="budgeted", gate_init="ablation", gate_init_examples=32)
+    first, second = tiny("budget", seed=1), tiny("budget", seed=1)
+    a = initialise_gates_(first, toy_data(), config)
+    b = initialise_gates_(second, toy_data(), config)  # same weights, same examples: served from the memo
+    assert len(calls) == 1 and torch.equal(a, b)
+    other = tiny("budget", seed=2)
+    initialise_gates_(other, toy_data(), config)  # other weights: scored again
+    assert len(calls) == 2
