@@ -163,19 +163,27 @@ def bench_custom(
         model.gates.theta.copy_(torch.randn_like(model.gates.theta))
     masks = {budget: model.head_mask_for(budget) for budget in budgets}
     kept = {budget: f"{int(mask.sum())}/{mask.numel()}" for budget, mask in masks.items()}
-    rows = []
-    for batch_size in batch_sizes:
-        configs = {"dense": (model, {"mode": "dense"})}
-        configs |= {budget_label(b): (model, {"mode": "skip", "head_mask": masks[b]}) for b in budgets}
-        batches = batches_of(ids, batch_size, examples)
-        table = latency_table(configs, batches, warmup=warmup, repeats=repeats)
-        rows += grid_rows(table, batch_size, budgets, kept, heads_goal(batch_size), timed="hard")
-    grid = pd.DataFrame(rows)
-    passes = ", ".join(f"{len(batches_of(ids, b, examples))} x batch {b}" for b in batch_sizes)
+    configs = {"dense": (model, {"mode": "dense"})}
+    configs |= {budget_label(b): (model, {"mode": "skip", "head_mask": masks[b]}) for b in budgets}
+    grid, passes = timed_grid(configs, ids, batch_sizes, examples, budgets, kept, heads_goal, "hard", warmup,
+                              repeats)
     grid.attrs["shape"] = (f"custom encoder, dense vs hard skipping; length {seq_len}, d_model {d_model}, "
                            f"{num_layers} layers x {num_heads} heads; a pass = {passes}; "
                            f"1 thread, median of {repeats} interleaved repeats after {warmup} warm-up")
     return grid
+
+
+def timed_grid(configs: dict, ids: torch.Tensor, batch_sizes: list[int], examples: int, budgets: list[float],
+               kept: dict, goal, timed: str, warmup: int, repeats: int, flop_configs: dict | None = None):
+    """One ``latency_table`` per batch size over the same ``examples`` of ``ids``, as grid rows; and a
+    description of one pass at each batch size."""
+    rows = []
+    for batch_size in batch_sizes:
+        table = latency_table(configs, batches_of(ids, batch_size, examples), warmup=warmup, repeats=repeats,
+                              flop_configs=flop_configs)
+        rows += grid_rows(table, batch_size, budgets, kept, goal(batch_size), timed=timed)
+    passes = ", ".join(f"{len(batches_of(ids, b, examples))} x batch {b}" for b in batch_sizes)
+    return pd.DataFrame(rows), passes
 
 
 def latency_table(configs: dict, batches: list[torch.Tensor], warmup: int = 2, repeats: int = 5,
@@ -244,13 +252,8 @@ def bench_structural(budgets: float | Iterable[float] = DEFAULT_BUDGETS, model: 
         kept[budget] = f"{int(mask.sum())}/{mask.numel()}"
     timed, twins = reloaded(models, hf.config.pad_token_id or 0)
     ids = torch.randint(1000, hf.config.vocab_size, (max(examples, max(batch_sizes)), seq_len))
-    rows = []
-    for batch_size in batch_sizes:
-        table = latency_table(timed, batches_of(ids, batch_size, examples), warmup=warmup, repeats=repeats,
+    grid, passes = timed_grid(timed, ids, batch_sizes, examples, budgets, kept, bert_goal, "pruned", warmup, repeats,
                               flop_configs=twins)
-        rows += grid_rows(table, batch_size, budgets, kept, bert_goal(batch_size), timed="pruned")
-    grid = pd.DataFrame(rows)
-    passes = ", ".join(f"{len(batches_of(ids, b, examples))} x batch {b}" for b in batch_sizes)
     grid.attrs["shape"] = (f"{model}, dense vs structurally pruned (SDPA; limit from eager-attention twins); "
                            f"length {seq_len}; a pass = {passes}; "
                            f"1 thread, median of {repeats} interleaved repeats after {warmup} warm-up")
