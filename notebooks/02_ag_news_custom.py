@@ -36,7 +36,7 @@ import pandas as pd
 import torch
 from IPython.display import display
 
-from bab.experiments.hard_recipe import BASE, VARIANTS, choose_recipe, compact, recipe_ablation
+from bab.experiments.hard_recipe import BASE, VARIANTS, adaptation_summary, choose_recipe, compact, recipe_ablation
 from bab.experiments.profiles import get_profile
 from bab.experiments.study import deployment_accounting, monotone_verdict
 from bab.experiments.text import TextStudy
@@ -153,8 +153,7 @@ print(f"soft phase: gate start {P.warm.gate_init!r}, two-sided budget term {P.wa
       f"budgets {P.hard_adapt.budget_choices or f'U[{P.hard_adapt.budget_min}, 1]'}, teacher {P.hard_adapt.kd_teacher}, "
       f"beta {P.hard_adapt.kd_beta}, T {P.hard_adapt.kd_temperature}, controller "
       f"{'frozen' if P.hard_adapt.freeze_gates else 'straight-through'}, per-layer floor {P.hard_adapt.min_per_layer}")
-print(f"gate spread (std of g(0.5) across heads): {float(warm.gates(0.5).detach().std()):.3f}; adaptation "
-      f"{'not kept: the unadapted checkpoint scored higher on validation' if hard_metrics['selected_epoch'] == 0 else 'kept (it raised validation accuracy)'}")
+print(adaptation_summary(warm, hard_metrics))
 skip_rows = []
 for b in P.skip_budgets:
     skip_rows.append({

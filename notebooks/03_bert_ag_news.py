@@ -47,6 +47,7 @@ import torch
 from IPython.display import display
 
 from bab.experiments.bert import BertStudy, kept_heads_table
+from bab.experiments.hard_recipe import adaptation_summary
 from bab.experiments.profiles import get_profile
 from bab.experiments.study import hard_topk_is_exact, monotone_verdict
 from bab.heads import plots
@@ -111,8 +112,7 @@ for b in P.budgets:
     })
 budgeted = pd.DataFrame(budget_rows).set_index("budget")
 display(budgeted)
-print(f"gate spread (std of g(0.5) across heads): {float(warm.gates(0.5).detach().std()):.3f}; "
-      f"adaptation {'not kept: the unadapted checkpoint scored higher on validation' if hard_metrics.get('selected_epoch') == 0 else 'kept (it raised validation accuracy)'}")
+print(adaptation_summary(warm, hard_metrics))
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -85,6 +85,18 @@ def gate_spread(model, budget: float = 0.5) -> float:
     return float(model.gates(budget).detach().std())
 
 
+def adaptation_kept(hard_metrics: dict) -> bool:
+    """Whether checkpoint selection kept the adapted weights (epoch 0 is the unadapted checkpoint)."""
+    return hard_metrics.get("selected_epoch") != 0
+
+
+def adaptation_summary(soft_model, hard_metrics: dict) -> str:
+    """One line for a notebook: the soft checkpoint's gate spread and whether adaptation was kept."""
+    verdict = ("kept (it raised validation accuracy)" if adaptation_kept(hard_metrics)
+               else "not kept: the unadapted checkpoint scored higher on validation")
+    return f"gate spread (std of g(0.5) across heads): {gate_spread(soft_model):.3f}; adaptation {verdict}"
+
+
 def recipe_ablation(study, variants, budgets=(0.25, 0.50, 0.75), test_split: str = "test") -> pd.DataFrame:
     """One row per variant (see the module docstring); hard accuracy in hard mode under the variant's floor."""
     splits = study.splits()
@@ -96,7 +108,7 @@ def recipe_ablation(study, variants, budgets=(0.25, 0.50, 0.75), test_split: str
         hard_model, metrics, _ = study.hard_adapted(hard_config, soft=soft)
         soft_model.min_per_layer = hard_config.min_per_layer  # "before adaptation" uses the same top-k rule
         row = {"question": variant.question, "variant": variant.name,
-               "gate std @0.5": gate_spread(soft_model), "kept unadapted": metrics.get("selected_epoch") == 0}
+               "gate std @0.5": gate_spread(soft_model), "kept unadapted": not adaptation_kept(metrics)}
         for b in budgets:
             soft_val = evaluate(soft_model, splits["val"], budget=b, mode="soft")
             row[f"soft cost @{b}"] = soft_val["cost"]
