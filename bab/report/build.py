@@ -31,7 +31,7 @@ import traceback
 from pathlib import Path
 
 from bab.experiments.profiles import PROFILE_NAMES as PROFILES
-from bab.report.index import write_index
+from bab.report.index import git_commit, write_index
 from bab.report.progress import CellProgress, estimate_line, last_run, last_run_note, progress_engine
 from bab.report.results import current_umask, now_iso, write_json_atomic
 
@@ -148,6 +148,7 @@ def run_notebook(src, staging, profile):
     out = staging / f"{stem}.ipynb"
     results_path = (staging / "results" / f"{stem}.json").resolve()
     t0 = time.perf_counter()
+    commit = git_commit(src.parent.parent)  # before the run: the code it ran with
     error = None
     try:
         with kernel_env():
@@ -165,6 +166,7 @@ def run_notebook(src, staging, profile):
         "seconds": round(time.perf_counter() - t0, 2),
         "error": error,
         "finished_at": now_iso(),
+        "commit": commit,
     }
     write_json_atomic(staging / "runs" / f"{stem}.json", record)
     return record

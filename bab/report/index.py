@@ -28,6 +28,7 @@ def collect_runs(staging, notebooks):
             "seconds": None,
             "error": None,
             "finished_at": None,
+            "commit": None,
         }
         record["html"] = f"{stem}.html" if (staging / f"{stem}.html").exists() else None
         runs.append(record)
@@ -71,12 +72,18 @@ def cpu_name():
 
 
 def git_commit(cwd):
+    """The checkout's commit (short hash), with "+dirty" when tracked files outside reports/ differ from it
+    (the code that ran is then not the commit's); "unknown" outside a git checkout."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=5)
+
     with contextlib.suppress(Exception):
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=5
-        )
-        if out.returncode == 0:
-            return out.stdout.strip()
+        head = git("rev-parse", "--short", "HEAD")
+        if head.returncode == 0:
+            # reports/ is left out: a committed report folder changes with every run, not the code
+            changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)reports")
+            dirty = changed.returncode == 0 and changed.stdout.strip()
+            return head.stdout.strip() + ("+dirty" if dirty else "")
     return "unknown"
 
 

@@ -146,6 +146,7 @@ def test_run_records_and_results(first_run):
     assert "\x1b[" not in failed["error"]["traceback"]
     ok = json.loads((out / "runs" / "01_ok.json").read_text())
     assert ok["status"] == "ok" and ok["error"] is None and ok["seconds"] > 0 and ok["finished_at"]
+    assert ok["commit"] == "unknown"  # the notebooks folder of this test is no git checkout
     saved = json.loads((out / "results" / "01_ok.json").read_text())
     assert saved["notebook"] == "01_ok"
     # parameters and env reached the kernel
@@ -181,6 +182,31 @@ def test_only_reruns_selected_and_keeps_the_others(first_run, tmp_path, monkeypa
 def write_run(reports, profile, stem, status, seconds):
     report.write_json_atomic(reports / profile / "runs" / f"{stem}.json",
                              {"notebook": stem, "status": status, "seconds": seconds, "error": None})
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs the git command")
+def test_git_commit_names_the_checkout_and_says_when_code_differs_from_it(tmp_path):
+    import subprocess
+
+    from bab.report.index import git_commit
+
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args], cwd=tmp_path,
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "reports" / "index.html").write_text("old report\n")
+    git("add", ".")
+    git("commit", "-qm", "first")
+    head = git("rev-parse", "--short", "HEAD")
+    assert git_commit(tmp_path) == head
+    (tmp_path / "reports" / "index.html").write_text("a new report\n")  # a report run: still the commit's code
+    (tmp_path / "untracked.py").write_text("y = 2\n")  # untracked files are not the code that ran
+    assert git_commit(tmp_path) == head
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert git_commit(tmp_path) == head + "+dirty"
 
 
 def test_last_run_reads_the_previous_reports_run_records(tmp_path):
