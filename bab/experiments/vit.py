@@ -240,13 +240,30 @@ class ViTStudy:
         return self._train_cached("heads", self.model_config(gates="budget"), config, parent=dense_lineage,
                                   init=dense, prepare=prepare, prepare_lineage=prepare_lineage)
 
-    def budgeted_heads_hard(self):
-        """The soft budgeted-head checkpoint adapted to hard top-k heads (straight-through, KL to the teacher)."""
+    def budgeted_heads_hard(self, select: bool = True):
+        """The soft budgeted-head checkpoint adapted to hard top-k heads (straight-through, KL to the teacher).
+
+        ``select``: keep the adaptation only if it raises the mean hard top-k accuracy on validation over
+        ``head_budgets`` (as the text studies' ``keep_unadapted``); otherwise the soft checkpoint, which runs
+        hard top-k just as well, is returned. ``metrics["selected_epoch"]`` is then 0 (what
+        ``bab.experiments.hard_recipe.adaptation_kept`` reads), and ``metrics["val_hard_mean"]`` holds both
+        means. ``select=False``: the adapted model whatever validation says (the gate-start ablation).
+        """
         dense, _, _ = self.dense()
         soft, _, soft_lineage = self.budgeted_heads()
         config = replace(self.profile.heads, objective="heads_hard", seed=self.profile.seed)
-        return self._train_cached("heads-hard", self.model_config(gates="budget"), config, parent=soft_lineage,
-                                  init=soft, teacher=dense)
+        hard, metrics, lineage = self._train_cached("heads-hard", self.model_config(gates="budget"), config,
+                                                    parent=soft_lineage, init=soft, teacher=dense)
+        if not select:
+            return hard, metrics, lineage
+        val = self.splits()["val"]
+        before, after = (sum(evaluate_vit(model, val, budget=b, head_mode="hard")["accuracy"]
+                             for b in self.profile.head_budgets) / len(self.profile.head_budgets)
+                         for model in (soft, hard))
+        kept = after > before  # a tie keeps the unadapted checkpoint: adaptation has to earn its place
+        metrics = {**metrics, "val_hard_mean": {"unadapted": before, "adapted": after},
+                   "selected_epoch": config.epochs if kept else 0}
+        return (hard if kept else soft), metrics, lineage
 
     # -- evaluation -------------------------------------------------------------------------
 
@@ -350,7 +367,7 @@ def head_gate_ablation(profile: ViTProfile, budgets=(0.25, 0.5, 0.75, 1.0), prog
         study = ViTStudy(variant, progress=progress)
         dense, _, _ = study.dense()
         soft, _, _ = study.budgeted_heads()
-        hard, _, _ = study.budgeted_heads_hard()
+        hard, _, _ = study.budgeted_heads_hard(select=False)  # the adaptation itself, kept or not
         for split in ("val", "test"):
             data = study.splits()[split]
             row = {"recipe": name, "split": split, "dense": evaluate_vit(dense, data)["accuracy"],

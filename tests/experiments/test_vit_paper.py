@@ -66,6 +66,21 @@ def test_nested_gates_reach_the_budgeted_heads_lineage_and_the_model(tmp_path):
     another init trains another checkpoint) and the model (nested gates are spread, open ones are not)."""
     from dataclasses import replace
 
+    study, _ = _tiny_vit_study(tmp_path)
+    tiny, cache, TinyStudy = study.profile, study.cache, type(study)
+    soft, _, lineage = study.budgeted_heads()
+    assert lineage["prepare"] == {"gate_init": "elimination", "sharpness": 4.0, "importance_examples": 8}
+    open_soft, _, open_lineage = TinyStudy(replace(tiny, head_gate_init="open"), cache=cache,
+                                           progress=False).budgeted_heads()
+    assert "prepare" not in open_lineage
+    # nested gates spread the heads apart; open gates start (and, after one epoch, stay) nearly equal
+    assert float(soft.gates(0.5).detach().std()) > 10 * float(open_soft.gates(0.5).detach().std())
+
+
+def _tiny_vit_study(tmp_path):
+    """A 2-layer, 2-head ViT study on 24 random 8x8 images (train = val = test), through a tmp run cache."""
+    from dataclasses import replace
+
     import torch
     from torch.utils.data import TensorDataset
 
@@ -85,12 +100,46 @@ def test_nested_gates_reach_the_budgeted_heads_lineage_and_the_model(tmp_path):
         def splits(self):
             return {"train": data, "val": data, "test": data}
 
-    cache = RunCache(tmp_path)
-    study = TinyStudy(tiny, cache=cache, progress=False)
-    soft, _, lineage = study.budgeted_heads()
-    assert lineage["prepare"] == {"gate_init": "elimination", "sharpness": 4.0, "importance_examples": 8}
-    open_soft, _, open_lineage = TinyStudy(replace(tiny, head_gate_init="open"), cache=cache,
-                                           progress=False).budgeted_heads()
-    assert "prepare" not in open_lineage
-    # nested gates spread the heads apart; open gates start (and, after one epoch, stay) nearly equal
-    assert float(soft.gates(0.5).detach().std()) > 10 * float(open_soft.gates(0.5).detach().std())
+    return TinyStudy(tiny, cache=RunCache(tmp_path), progress=False), data
+
+
+def test_vit_hard_heads_keep_the_adaptation_only_when_validation_rises(tmp_path, monkeypatch):
+    import torch
+
+    import bab.experiments.vit as vit_study
+    from bab.experiments.hard_recipe import adaptation_kept
+
+    study, data = _tiny_vit_study(tmp_path)
+    soft, _, _ = study.budgeted_heads()
+    adapted, raw_metrics, _ = study.budgeted_heads_hard(select=False)
+    assert "selected_epoch" not in raw_metrics
+
+    # the recorded means against a loop written out here: hard top-k accuracy per budget, averaged
+    pixels, labels = data.tensors
+
+    def mean_hard_accuracy(model):
+        with torch.no_grad():
+            return sum(100.0 * (model(pixels, budget=b, head_mode="hard").logits.argmax(-1) == labels).float().mean()
+                       for b in study.profile.head_budgets).item() / len(study.profile.head_budgets)
+
+    chosen, metrics, _ = study.budgeted_heads_hard()
+    expected = {"unadapted": mean_hard_accuracy(soft), "adapted": mean_hard_accuracy(adapted)}
+    assert metrics["val_hard_mean"] == pytest.approx(expected, abs=1e-3)
+    kept = expected["adapted"] > expected["unadapted"]
+    assert adaptation_kept(metrics) == kept
+    assert metrics["selected_epoch"] == (study.profile.heads.epochs if kept else 0)
+
+    # the rule itself, on controlled scores: strictly higher keeps the adaptation, a tie keeps the soft checkpoint
+    original, seen = study.budgeted_heads, {}
+
+    def remember_soft():
+        seen["soft"] = original()
+        return seen["soft"]
+
+    monkeypatch.setattr(study, "budgeted_heads", remember_soft)
+    for adapted_score, want_adapted in ((60.0, True), (50.0, False), (40.0, False)):
+        monkeypatch.setattr(vit_study, "evaluate_vit", lambda model, data, score=adapted_score, **forward:
+                            {"accuracy": 50.0 if model is seen["soft"][0] else score})
+        model, metrics, _ = study.budgeted_heads_hard()
+        assert adaptation_kept(metrics) is want_adapted
+        assert (model is seen["soft"][0]) is (not want_adapted)
