@@ -120,4 +120,5 @@ def test_gitignore_keeps_generated_files_out():
     ignored = (ROOT / ".gitignore").read_text().splitlines()
     for entry in (".venv/", ".bab_cache/", "reports/*/", "reports/.staging-*"):
         assert entry in ignored
+    assert "!reports/paper/" in ignored, "reports/paper/ is the committed reproduction record (DESIGN.md)"
     assert (ROOT / "reports" / "README.md").exists()
