@@ -256,10 +256,12 @@ class ViTStudy:
                                                     parent=soft_lineage, init=soft, teacher=dense)
         if not select:
             return hard, metrics, lineage
-        val = self.splits()["val"]
-        before, after = (sum(evaluate_vit(model, val, budget=b, head_mode="hard")["accuracy"]
-                             for b in self.profile.head_budgets) / len(self.profile.head_budgets)
-                         for model in (soft, hard))
+        val, budgets = self.splits()["val"], self.profile.head_budgets
+
+        def mean_hard_accuracy(model):
+            return sum(evaluate_vit(model, val, budget=b, head_mode="hard")["accuracy"] for b in budgets) / len(budgets)
+
+        before, after = mean_hard_accuracy(soft), mean_hard_accuracy(hard)
         kept = after > before  # a tie keeps the unadapted checkpoint: adaptation has to earn its place
         metrics = {**metrics, "val_hard_mean": {"unadapted": before, "adapted": after},
                    "selected_epoch": config.epochs if kept else 0}
