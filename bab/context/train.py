@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 import random
-import time
 from dataclasses import asdict, dataclass
 
 import torch
@@ -31,15 +30,7 @@ import torch.nn.functional as F
 from bab.context.interaction import cosine_alpha
 from bab.core.budget import validate_budget
 from bab.core.losses import budget_loss, context_pruning_loss
-from bab.core.training import (
-    TrainResult,
-    make_accelerator,
-    optimizer_step,
-    progress_bar,
-    seed_everything,
-    warmup_cosine,
-    warmup_steps,
-)
+from bab.core.training import Checkpointer, Objective, SampledBatches, TrainResult, run_training, warmup_cosine
 
 LM_OBJECTIVES = ("lm", "context_pruning", "budget_context")
 
@@ -106,55 +97,61 @@ def random_batch(ids: torch.Tensor, batch_size: int, context: int, generator: to
     return chunk[:, :-1], chunk[:, 1:]
 
 
-def train_lm(model, train_ids: torch.Tensor, config: LMTrainConfig, progress: bool = True,
-             log_every: int = 25) -> TrainResult:
-    """Train ``model`` (a bab.context.gpt2.GPT2LM) in place on the token stream ``train_ids``.
+class LMObjective(Objective):
+    """One language-model objective (the module docstring): random windows of the token stream, the loss of one
+    batch, and a row every ``log_every`` steps with the means of loss, cross-entropy and keep mass over them."""
+
+    schedule = staticmethod(warmup_cosine)
+
+    def __init__(self, config: LMTrainConfig, train_ids: torch.Tensor, log_every: int):
+        super().__init__(config, SampledBatches(
+            lambda generator: random_batch(train_ids, config.batch_size, config.context, generator),
+            config.steps, log_every))
+        self.name = config.objective
+
+    def prepare(self, model) -> None:
+        config = self.config
+        if config.objective != "lm" and not model.prunes:
+            raise ValueError(f"objective {config.objective!r} needs a model with context pruning "
+                             "(GPT2Config.pruning)")
+        if config.objective == "budget_context" and not model.config.pruning.budget_conditioned:
+            raise ValueError("objective 'budget_context' needs PruningConfig(budget_conditioned=True)")
+        model.check_length(config.context)
+        if config.freeze_pretrained:
+            for name, parameter in model.named_parameters():
+                parameter.requires_grad_(".interaction." in name)
+
+    def parameter_groups(self, model) -> list[dict]:
+        return parameter_groups(model, self.config)
+
+    def alpha(self, step: int) -> float:
+        return cosine_alpha(step, self.config.steps, self.config.alpha_start, self.config.alpha_end)
+
+    def step(self, model, teacher, batch, rng, step):
+        x, y = batch
+        out, loss = _objective_step(model, x, y, self.alpha(step), self.config, rng)
+        logits = out.logits.detach()  # the CE part of the loss, for the log (the loss itself under "lm")
+        ce = loss if self.config.objective == "lm" else F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                                         y.reshape(-1))
+        keep = out.keep_mass.item() if out.keep_mass is not None else 1.0
+        return loss, {"loss": loss.item(), "ce": ce.item(), "keep": keep, "n": 1}
+
+    def row(self, sums, epoch, step):
+        n = sums["n"]
+        return {"step": step, "loss": sums["loss"] / n, "train_ce": sums["ce"] / n, "keep_mass": sums["keep"] / n,
+                "alpha": None if self.config.objective == "lm" else self.alpha(step - 1)}
+
+
+def train_lm(model, train_ids: torch.Tensor, config: LMTrainConfig, progress: bool = True, log_every: int = 25,
+             checkpoint: Checkpointer | None = None) -> TrainResult:
+    """Train ``model`` (a decoder with optional context pruning) in place on the token stream ``train_ids``
+    (``bab.core.training.run_training``). ``config.batch_size`` is the global batch: under ``accelerate launch``
+    each process takes its share of every batch.
 
     ``history`` gets one row every ``log_every`` steps (and at the last), with means over those steps.
+    ``checkpoint``: resumable checkpoints are written there, and a run found there is resumed.
     """
-    if config.objective != "lm" and not model.prunes:
-        raise ValueError(f"objective {config.objective!r} needs a model with context pruning (GPT2Config.pruning)")
-    if config.objective == "budget_context" and not model.config.pruning.budget_conditioned:
-        raise ValueError("objective 'budget_context' needs PruningConfig(budget_conditioned=True)")
-    model.check_length(config.context)
-    if config.freeze_pretrained:
-        for name, parameter in model.named_parameters():
-            parameter.requires_grad_(".interaction." in name)
-
-    seed_everything(config.seed)
-    accelerator = make_accelerator()
-    generator = torch.Generator().manual_seed(config.seed)
-    budget_rng = random.Random(config.seed)
-    optimizer = torch.optim.AdamW(parameter_groups(model, config), lr=config.lr, weight_decay=config.weight_decay)
-    scheduler = warmup_cosine(optimizer, config.steps, warmup_steps(config.warmup_fraction, config.steps))
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
-
-    result, start = TrainResult(), time.perf_counter()
-    sums = {"loss": 0.0, "ce": 0.0, "keep": 0.0, "n": 0}
-    model.train()
-    bar = progress_bar(range(config.steps), config.objective, progress)
-    for step in bar:
-        x, y = random_batch(train_ids, config.batch_size, config.context, generator)
-        x, y = x.to(accelerator.device), y.to(accelerator.device)
-        alpha = cosine_alpha(step, config.steps, config.alpha_start, config.alpha_end)
-        out, loss = _objective_step(model, x, y, alpha, config, budget_rng)
-        optimizer_step(accelerator, loss, optimizer, scheduler, model.parameters(), config.grad_clip)
-        logits = out.logits.detach()  # the CE part of the loss, for the log (the loss itself under "lm")
-        ce = loss if config.objective == "lm" else F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-        sums["loss"] += loss.item()
-        sums["ce"] += ce.item()
-        sums["keep"] += out.keep_mass.item() if out.keep_mass is not None else 1.0
-        sums["n"] += 1
-        if (step + 1) % log_every == 0 or step + 1 == config.steps:
-            n = sums["n"]
-            row = {"step": step + 1, "loss": sums["loss"] / n, "train_ce": sums["ce"] / n,
-                   "keep_mass": sums["keep"] / n, "alpha": None if config.objective == "lm" else alpha}
-            result.history.append(row)
-            bar.set_postfix(loss=f"{row['loss']:.3f}", ce=f"{row['train_ce']:.3f}", keep=f"{row['keep_mass']:.2f}")
-            sums = {"loss": 0.0, "ce": 0.0, "keep": 0.0, "n": 0}
-    result.seconds = time.perf_counter() - start
-    accelerator.unwrap_model(model).eval()
-    return result
+    return run_training(model, LMObjective(config, train_ids, log_every), checkpoint=checkpoint, progress=progress)
 
 
 def parameter_groups(model, config: LMTrainConfig) -> list[dict]:

@@ -24,10 +24,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from bab.core.training import seed_everything
+from bab.core.training import Checkpointer, seed_everything
 
 # Bump when a change to the code makes old checkpoints mean something different.
 CACHE_SCHEMA = 1
+PARTIAL = "partial"  # the folder of unfinished runs' resumable checkpoints, under the cache root
 
 
 def default_cache_root() -> Path:
@@ -61,6 +62,16 @@ class RunCache:
         if not name or any(c in name for c in "/\\") or name.startswith("."):
             raise ValueError(f"run name must be a plain file name, got {name!r}")
         return self.root / f"{name}-{config_key(config)}"
+
+    def checkpointer(self, name: str, config) -> Checkpointer | None:
+        """Where an unfinished run of ``name`` / ``config`` keeps its resumable checkpoint: the partial area
+        ``<root>/partial/<name>-<key>/`` (None when the cache is off). ``$BAB_CHECKPOINT_SECONDS`` sets how often
+        it is written (default every 5 minutes)."""
+        if not self.enabled:
+            return None
+        seconds = float(os.environ.get("BAB_CHECKPOINT_SECONDS", 300))
+        return Checkpointer(self.root / PARTIAL / self.path(name, config).name / "checkpoint.pt", label=name,
+                            every_seconds=seconds)
 
     def load(self, name: str, config, model: torch.nn.Module) -> dict | None:
         """Fill ``model`` from the cached run and return its metrics, or None when not cached."""
@@ -96,15 +107,20 @@ class RunCache:
         return folder
 
     def get_or_train(self, name: str, config, model: torch.nn.Module, train_fn) -> dict:
-        """Load ``model`` from the cache, or run ``train_fn(model) -> metrics`` and store the result.
+        """Load ``model`` from the cache, or run ``train_fn(model, checkpoint) -> metrics`` and store the result.
 
+        ``checkpoint`` is this run's ``Checkpointer`` in the partial area (None when the cache is off): a
+        training loop given it resumes an interrupted run. It is cleared once the finished run is stored.
         Returns the metrics with ``"cached": True/False`` added (not stored).
         """
         metrics = self.load(name, config, model)
         if metrics is not None:
             return {**metrics, "cached": True}
-        metrics = train_fn(model)
+        checkpoint = self.checkpointer(name, config)
+        metrics = train_fn(model, checkpoint)
         self.save(name, config, model, metrics)
+        if checkpoint is not None:
+            checkpoint.clear()
         return {**metrics, "cached": False}
 
 
@@ -117,8 +133,9 @@ def train_cached(cache: RunCache, name: str, lineage: dict, build, fit, *, seed:
     ``TRAINING_VERSION`` retrains instead of serving a checkpoint of the old training code; the returned
     lineage has it too, for the runs that start from this one.
     ``build() -> model`` is called after seeding with ``seed``, so the initialisation is reproducible
-    (an already built model is used as it is). ``fit(model) -> metrics`` trains in place; it runs only on
-    a cache miss.
+    (an already built model is used as it is). ``fit(model, checkpoint) -> metrics`` trains in place, passing
+    ``checkpoint`` (a ``Checkpointer``, or None) to its training loop so an interrupted run resumes; it runs
+    only on a cache miss.
     """
     if not isinstance(version, int) or isinstance(version, bool):
         raise TypeError(f"version must be the method's TRAINING_VERSION integer, got {version!r}")

@@ -1,29 +1,48 @@
-"""What every training loop in bab shares: seeding, the Accelerator, the warm-up schedules, one optimizer
-step, the progress bar and the result record.
+"""THE training loop of bab, and what it is made of.
 
-Each method keeps its own loop and objective (``bab.heads.train``, ``bab.context.train``,
-``bab.sparsifiner.train``); these helpers are the skeleton they repeat, so a loop reads top to bottom:
-seed -> Accelerator -> AdamW -> schedule -> prepare -> step ... -> unwrap.
+Every method trains through ``run_training``. A method supplies an ``Objective``: which weights learn,
+where its batches come from, the loss of one batch and the history row of a span of batches. The loop
+owns the rest, the same for every method:
+
+    seed -> Accelerator -> AdamW -> prepare -> schedule -> [step: loss, backward, clip, optimizer, schedule]
+         -> history rows (reduced over processes) -> validation and checkpoint selection -> unwrap
+
+Long runs survive interruption: with a ``Checkpointer`` the loop writes a resumable checkpoint (model,
+optimizer, schedule, every random state and the data position) every few minutes and on SIGINT / SIGTERM,
+and the next identical call resumes from it, ending with the weights, history and random states of an
+uninterrupted run.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import os
 import random
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 from accelerate import Accelerator, PartialState
+from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 
 @dataclass
 class TrainResult:
-    history: list[dict] = field(default_factory=list)  # one row per epoch (per ``log_every`` steps for the LM)
-    seconds: float = 0.0
-    selected_epoch: int | None = None  # the epoch whose weights were kept (None: the last)
+    history: list[dict] = field(default_factory=list)  # one row per epoch, or per ``log_every`` sampled steps
+    seconds: float = 0.0  # training time, summed over the sittings of a resumed run
+    selected_epoch: int | None = None  # the epoch whose weights were kept (None: the last; 0: the starting weights)
+    resumed_at: int | None = None  # the step a resumed run continued from (None: it ran in one sitting)
+
+
+# -- the pieces ----------------------------------------------------------------------------------------------
 
 
 def seed_everything(seed: int) -> None:
@@ -61,17 +80,6 @@ def warmup_cosine(optimizer, total: int, warmup: int) -> torch.optim.lr_schedule
         optimizer, lambda step: min((step + 1) / warmup, 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * step / total))))
 
 
-def optimizer_step(accelerator: Accelerator, loss: torch.Tensor, optimizer, scheduler, clip_params,
-                   grad_clip: float) -> None:
-    """zero_grad, backward, clip ``clip_params`` to norm ``grad_clip`` (0: no clipping), step, schedule."""
-    optimizer.zero_grad(set_to_none=True)
-    accelerator.backward(loss)
-    if grad_clip:
-        accelerator.clip_grad_norm_(clip_params, grad_clip)
-    optimizer.step()
-    scheduler.step()
-
-
 def frozen_copy(teacher: torch.nn.Module | None, device) -> torch.nn.Module | None:
     """A private, frozen, eval-mode copy of the teacher on ``device`` (the caller's model is left alone)."""
     if teacher is None:
@@ -79,12 +87,350 @@ def frozen_copy(teacher: torch.nn.Module | None, device) -> torch.nn.Module | No
     return copy.deepcopy(teacher).to(device).eval().requires_grad_(False)
 
 
-def progress_bar(iterable, desc: str, progress: bool) -> tqdm:
-    """A transient tqdm bar (gone when done); the loops put the running loss in its postfix."""
-    return tqdm(iterable, desc=desc, disable=not progress, leave=False)
+def progress_bar(iterable, desc: str, progress: bool, total: int | None = None, initial: int = 0) -> tqdm:
+    """A transient tqdm bar (gone when done) with the running loss in its postfix."""
+    return tqdm(iterable, desc=desc, disable=not progress, leave=False, total=total, initial=initial)
 
 
 def log_row(row: dict, progress: bool) -> None:
     """Print one history row above the bar, only in progress mode."""
     if progress:
         tqdm.write(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+
+
+# -- what a method supplies -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EpochBatches:
+    """``epochs`` shuffled passes over ``dataset`` in batches of ``batch_size`` (per process); a history row
+    per epoch. The shuffle order comes from a generator seeded with the run's seed."""
+
+    dataset: Dataset
+    batch_size: int
+    epochs: int
+
+
+@dataclass(frozen=True)
+class SampledBatches:
+    """``steps`` batches drawn by ``sample(generator)`` from a generator seeded with the run's seed (e.g. random
+    windows of a token stream); a history row every ``log_every`` steps and at the last."""
+
+    sample: Callable[[torch.Generator], tuple]
+    steps: int
+    log_every: int = 25
+
+
+class Objective:
+    """A method's part of training. ``config`` needs ``seed``, ``lr``, ``weight_decay``, ``warmup_fraction``
+    and ``grad_clip``; ``batches`` is an ``EpochBatches`` or a ``SampledBatches``."""
+
+    name: str = "train"  # the progress bar's label
+    schedule = staticmethod(warmup_linear_decay)
+    train_mode: bool = True  # False: the model trains in eval mode (no dropout), e.g. with a frozen backbone
+
+    def __init__(self, config, batches: EpochBatches | SampledBatches):
+        self.config, self.batches = config, batches
+
+    def prepare(self, model: torch.nn.Module) -> None:
+        """Checks and freezing before the run is seeded (nothing by default)."""
+
+    def parameter_groups(self, model: torch.nn.Module) -> list[dict]:
+        """AdamW's parameter groups. Only these parameters learn (and are clipped); the others are frozen for
+        the run and get their ``requires_grad`` back at the end."""
+        return [{"params": [p for p in model.parameters() if p.requires_grad]}]
+
+    def step(self, model, teacher, batch, rng: random.Random, step: int) -> tuple[torch.Tensor, dict]:
+        """The loss of one batch and its additive metrics (summed over a row's batches and processes)."""
+        raise NotImplementedError
+
+    def row(self, sums: dict, epoch: int, step: int) -> dict:
+        """The history row of summed metrics; ``epoch`` and ``step`` are 1-based counts of the ones finished."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which weights a run keeps. ``score(model) -> float`` (higher is better, on validation data) is taken
+    after every epoch (``each_epoch``) or after the last one only; with ``keep_start`` the starting weights
+    are a candidate too, scored before training as epoch 0, and win a tie: an adaptation that does not
+    raise the score is not kept."""
+
+    score: Callable[[torch.nn.Module], float]
+    keep_start: bool = False
+    each_epoch: bool = True
+
+
+# -- resumable checkpoints ------------------------------------------------------------------------------------
+
+CHECKPOINT_FORMAT = 1
+
+
+@dataclass
+class Checkpointer:
+    """Where the loop keeps a run's resumable checkpoint, and how often it writes it (every ``every_steps``
+    optimizer steps, or once ``every_seconds`` have passed since the last write, whichever comes first).
+
+    A checkpoint is written to a temporary file and renamed into place, so a kill while writing leaves the
+    previous one intact. Whoever stores the finished model calls ``clear()``."""
+
+    path: Path
+    label: str = "run"  # how the resume message names the run
+    every_steps: int | None = None
+    every_seconds: float = 300.0
+
+    def __post_init__(self):
+        self.path = Path(self.path)
+        if self.every_steps is not None and self.every_steps < 1:
+            raise ValueError(f"every_steps must be >= 1 (or None), got {self.every_steps}")
+        if self.every_seconds <= 0:
+            raise ValueError(f"every_seconds must be > 0, got {self.every_seconds}")
+
+    def load(self) -> dict | None:
+        if not self.path.exists():
+            return None
+        state = torch.load(self.path, weights_only=False, map_location="cpu")
+        if state.get("format") != CHECKPOINT_FORMAT:
+            return None  # written by another version of the loop: start again rather than resume wrongly
+        return state
+
+    def save(self, state: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        torch.save({**state, "format": CHECKPOINT_FORMAT}, tmp)
+        os.replace(tmp, self.path)
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
+        try:
+            self.path.parent.rmdir()  # the run's own folder in the partial area, when now empty
+        except OSError:
+            pass
+
+
+class _StopSignals:
+    """SIGINT / SIGTERM during a checkpointed run: remember the signal, let the current step finish, then the
+    loop writes a checkpoint and stops (KeyboardInterrupt for SIGINT, exit status 128 + 15 for SIGTERM)."""
+
+    def __init__(self, active: bool):
+        self.active = active and threading.current_thread() is threading.main_thread()
+        self.received: int | None = None
+        self._previous: dict = {}
+
+    def __enter__(self):
+        if self.active:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._remember)
+        return self
+
+    def _remember(self, signum, frame):
+        self.received = signum
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def stop(self):
+        if self.received == signal.SIGINT:
+            raise KeyboardInterrupt("training interrupted; its checkpoint is written, the same call resumes it")
+        raise SystemExit(128 + signal.SIGTERM)
+
+
+def _random_states(rng: random.Random) -> dict:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "objective": rng.getstate()}
+
+
+def _restore_random_states(states: dict, rng: random.Random) -> None:
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["torch"])
+    rng.setstate(states["objective"])
+
+
+# -- the loop -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Position:
+    """Where a run is: optimizer steps done, the epoch under way, batches of it done, and the shuffle
+    generator's state when that epoch's pass began (the pass is replayed from it on resume)."""
+
+    step: int = 0
+    epoch: int = 0
+    batch: int = 0
+    epoch_start: torch.Tensor | None = None
+
+
+def run_training(model: torch.nn.Module, objective: Objective, *, teacher: torch.nn.Module | None = None,
+                 selection: Selection | None = None, on_row: Callable[[torch.nn.Module], dict] | None = None,
+                 checkpoint: Checkpointer | None = None, progress: bool = True) -> TrainResult:
+    """Train ``model`` in place with ``objective``; returns the history and the selected epoch.
+
+    ``teacher``: a model the objective distils from (a private frozen copy is used). ``on_row(model) -> dict``
+    (e.g. a validation pass) is merged into each history row; ``selection`` picks the weights kept.
+    ``checkpoint``: write resumable checkpoints there, and resume from one found there.
+    """
+    config, plan = objective.config, objective.batches
+    objective.prepare(model)
+    seed_everything(config.seed)
+    accelerator = make_accelerator()
+    generator = torch.Generator().manual_seed(config.seed)
+    loader = None
+    if isinstance(plan, EpochBatches):
+        loader = DataLoader(plan.dataset, batch_size=_per_process(plan.batch_size, accelerator), shuffle=True,
+                            generator=generator)
+    groups = objective.parameter_groups(model)
+    learning = [p for g in groups for p in g["params"]]
+    learning_ids = {id(p) for p in learning}
+    requires_grad = [(p, p.requires_grad) for p in model.parameters()]
+    for p in model.parameters():
+        p.requires_grad_(id(p) in learning_ids)
+    clipped = [p for p in model.parameters() if id(p) in learning_ids]  # in the model's order, as the norm sums
+    optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
+    if loader is not None:
+        model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+        epochs, steps_per_epoch = plan.epochs, len(loader)
+    else:
+        model, optimizer = accelerator.prepare(model, optimizer)
+        epochs, steps_per_epoch = 1, plan.steps
+    total = epochs * steps_per_epoch
+    # The schedule counts optimizer steps (each one global batch, however many processes share it) and is
+    # stepped once per step: accelerate's prepared scheduler would step N times per step on N processes.
+    scheduler = objective.schedule(optimizer, total, warmup_steps(config.warmup_fraction, total))
+    teacher = frozen_copy(teacher, accelerator.device)
+    rng = random.Random(config.seed)
+
+    result, at, sums, best = TrainResult(), _Position(), {}, None
+    saved = checkpoint.load() if checkpoint is not None else None
+    if saved is not None:
+        accelerator.unwrap_model(model).load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        at, sums, best = saved["position"], saved["sums"], saved["best"]
+        result.history, result.seconds, result.resumed_at = saved["history"], saved["seconds"], at.step
+        print(f"resuming {checkpoint.label} ({objective.name}) at step {at.step}/{total}", file=sys.stderr,
+              flush=True)
+    elif selection is not None and selection.keep_start:
+        unwrapped = accelerator.unwrap_model(model)
+        best = _best_of(None, float(selection.score(unwrapped)), 0, unwrapped)
+        result.history.append({"epoch": 0, "selection": best[0]})
+
+    sitting_start, last_save = time.perf_counter(), time.perf_counter()
+
+    def checkpoint_state() -> dict:
+        return {"model": accelerator.unwrap_model(model).state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "position": copy.deepcopy(at), "sums": dict(sums),
+                "best": best, "history": copy.deepcopy(result.history), "random": _random_states(rng),
+                "generator": generator.get_state(),
+                "seconds": result.seconds + time.perf_counter() - sitting_start}
+
+    with _StopSignals(active=checkpoint is not None) as stop_signals:
+        while at.epoch < epochs:
+            model.train(objective.train_mode)
+            if at.batch == 0:
+                at.epoch_start = generator.get_state()
+            batches = _batches(plan, loader, generator, at)
+            if saved is not None:  # the pass is replayed up to the checkpoint, then every random state restored
+                _restore_random_states(saved["random"], rng)
+                generator.set_state(saved["generator"])
+                saved = None
+            bar = progress_bar(batches, f"{objective.name} epoch {at.epoch + 1}/{epochs}" if loader is not None
+                               else objective.name, progress, total=steps_per_epoch, initial=at.batch)
+            for batch in bar:
+                if loader is None:  # a sampled global batch: this process's shard, on its device
+                    batch = _shard(batch, accelerator)
+                loss, metrics = objective.step(model, teacher, batch, rng, at.step)
+                optimizer.zero_grad(set_to_none=True)
+                accelerator.backward(loss)
+                if config.grad_clip:
+                    accelerator.clip_grad_norm_(clipped, config.grad_clip)
+                optimizer.step()
+                scheduler.step()
+                for key, value in metrics.items():
+                    sums[key] = sums.get(key, 0) + value
+                bar.set_postfix(loss=f"{loss.item():.3f}")
+                at.step, at.batch = at.step + 1, at.batch + 1
+                if _row_due(plan, at, steps_per_epoch):
+                    unwrapped = accelerator.unwrap_model(model)
+                    row = objective.row(_reduced(accelerator, sums), at.epoch + 1, at.step)
+                    sums = {}
+                    if on_row is not None:
+                        row.update(on_row(unwrapped))
+                    if selection is not None and (selection.each_epoch or at.step == total):
+                        row["selection"] = float(selection.score(unwrapped))
+                        best = _best_of(best, row["selection"], at.epoch + 1, unwrapped)
+                    result.history.append(row)
+                    log_row(row, progress)
+                    model.train(objective.train_mode)
+                if at.batch == steps_per_epoch:
+                    at.epoch, at.batch = at.epoch + 1, 0
+                    at.epoch_start = generator.get_state()
+                if checkpoint is not None and at.step < total and (
+                        stop_signals.received is not None
+                        or (checkpoint.every_steps and at.step % checkpoint.every_steps == 0)
+                        or time.perf_counter() - last_save >= checkpoint.every_seconds):
+                    checkpoint.save(checkpoint_state())
+                    last_save = time.perf_counter()
+                    if stop_signals.received is not None:
+                        stop_signals.stop()
+    result.seconds += time.perf_counter() - sitting_start
+
+    model = accelerator.unwrap_model(model)
+    for p, flag in requires_grad:
+        p.requires_grad_(flag)
+    if best is not None:
+        model.load_state_dict(best[2])
+        result.selected_epoch = best[1]
+    model.eval()
+    return result
+
+
+def _batches(plan, loader, generator: torch.Generator, at: _Position):
+    """The rest of the current pass: a shuffled epoch replayed from its start (the batches a resumed run had
+    done are drawn and skipped, so the shuffle matches), or sampled batches from the generator."""
+    if loader is None:
+        return (plan.sample(generator) for _ in range(plan.steps - at.batch))
+    generator.set_state(at.epoch_start)
+    batches = iter(loader)
+    for _ in range(at.batch):
+        next(batches)
+    return batches
+
+
+def _per_process(batch_size: int, accelerator: Accelerator) -> int:
+    """A global batch's share of each process: N processes follow the optimisation of one."""
+    if batch_size % accelerator.num_processes:
+        raise ValueError(f"batch size {batch_size} does not split over {accelerator.num_processes} processes; "
+                         f"use a multiple of {accelerator.num_processes}")
+    return batch_size // accelerator.num_processes
+
+
+def _shard(batch, accelerator: Accelerator) -> list[torch.Tensor]:
+    """This process's contiguous share of a sampled global batch (every process drew the same one)."""
+    share = _per_process(len(batch[0]), accelerator)
+    start = accelerator.process_index * share
+    return [t[start:start + share].to(accelerator.device) for t in batch]
+
+
+def _row_due(plan, at: _Position, steps_per_epoch: int) -> bool:
+    if isinstance(plan, EpochBatches):
+        return at.batch == steps_per_epoch
+    return at.step % plan.log_every == 0 or at.step == plan.steps
+
+
+def _reduced(accelerator: Accelerator, sums: dict) -> dict:
+    """The row's sums over every process (each saw its own shard of the data)."""
+    if accelerator.num_processes == 1:
+        return sums
+    keys = sorted(sums)
+    totals = accelerator.reduce(torch.tensor([float(sums[k]) for k in keys], dtype=torch.float64,
+                                             device=accelerator.device), "sum")
+    return dict(zip(keys, totals.tolist(), strict=True))
+
+
+def _best_of(best, score: float, epoch: int, model) -> tuple:
+    """(score, epoch, weights) of the best candidate so far; the earlier one wins a tie."""
+    if best is None or score > best[0]:
+        return score, epoch, copy.deepcopy(model.state_dict())
+    return best

@@ -24,10 +24,8 @@ The skeleton (seeding, Accelerator, AdamW, warm-up then linear decay, the optimi
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import random
-import time
 from dataclasses import asdict, dataclass
 
 import torch
@@ -41,17 +39,7 @@ from bab.core.budget import (
     validate_budget,
 )
 from bab.core.losses import budget_loss, distillation_loss
-from bab.core.training import (
-    TrainResult,
-    frozen_copy,
-    log_row,
-    make_accelerator,
-    optimizer_step,
-    progress_bar,
-    seed_everything,
-    warmup_linear_decay,
-    warmup_steps,
-)
+from bab.core.training import Checkpointer, EpochBatches, Objective, Selection, TrainResult, run_training
 
 OBJECTIVES = ("dense", "budgeted", "static", "hard_adapt", "recovery")
 # How budgeted / static gates start (``initialise_gates_``): "flat" every head alike (the paper: theta ~ 0,
@@ -168,83 +156,57 @@ def warm_start(gated_model: torch.nn.Module, dense_model: torch.nn.Module) -> to
     return gated_model
 
 
-def train(
-    model: torch.nn.Module,
-    train_data: Dataset,
-    config: TrainConfig,
-    teacher: torch.nn.Module | None = None,
-    progress: bool = True,
-    on_epoch_end=None,
-    select=None,
-) -> TrainResult:
-    """Train ``model`` in place. ``teacher`` (a soft-gated model) is required for hard_adapt.
+class HeadsObjective(Objective):
+    """One budgeted-heads objective (the module docstring): which weights learn, the loss of one batch and the
+    epoch's row (mean loss, training accuracy and cost per example)."""
+
+    def __init__(self, config: TrainConfig, train_data: Dataset):
+        super().__init__(config, EpochBatches(train_data, config.batch_size, config.epochs))
+        self.name = config.objective
+        self.train_data = train_data
+
+    def prepare(self, model) -> None:
+        config = self.config
+        if config.freeze_gates and getattr(model, "gates", None) is not None:
+            model.gates.requires_grad_(False)
+        if config.objective == "hard_adapt":
+            model.min_per_layer = config.min_per_layer  # the floor training uses is the one evaluation uses
+        if config.gate_init != "flat":
+            initialise_gates_(model, self.train_data, config)
+
+    def parameter_groups(self, model) -> list[dict]:
+        return parameter_groups(model, self.config)
+
+    def step(self, model, teacher, batch, rng, step):
+        input_ids, labels = batch
+        out, loss = _objective_step(model, teacher, input_ids, labels, _step_budget(self.config, rng), self.config)
+        n = labels.numel()
+        return loss, {"loss": loss.item() * n, "correct": (out.logits.argmax(-1) == labels).sum().item(),
+                      "seen": n, "cost": out.cost.item() * n}
+
+    def row(self, sums, epoch, step):
+        return {"epoch": epoch, "loss": sums["loss"] / sums["seen"],
+                "train_accuracy": 100.0 * sums["correct"] / sums["seen"], "cost": sums["cost"] / sums["seen"]}
+
+
+def train(model: torch.nn.Module, train_data: Dataset, config: TrainConfig, teacher: torch.nn.Module | None = None,
+          progress: bool = True, on_epoch_end=None, select=None, checkpoint: Checkpointer | None = None
+          ) -> TrainResult:
+    """Train ``model`` in place (``bab.core.training.run_training``). ``teacher`` (a soft-gated model, or the
+    dense one) is required for hard_adapt and recovery.
 
     ``on_epoch_end(model) -> dict`` (optional, e.g. a validation pass) is merged into each
     epoch's history row. ``select(model) -> float`` (optional, higher is better, computed on
     validation data) picks the checkpoint: the best epoch's weights are restored at the end. For hard
     adaptation the unadapted checkpoint is a candidate too (``selected_epoch`` 0: adaptation was not kept).
+    ``checkpoint``: resumable checkpoints are written there, and a run found there is resumed.
     """
     _check_objective(model, config, teacher)
-    if config.freeze_gates and getattr(model, "gates", None) is not None:
-        model.gates.requires_grad_(False)
-    if config.objective == "hard_adapt":
-        model.min_per_layer = config.min_per_layer  # the floor training uses is the one evaluation uses
-    if config.gate_init != "flat":
-        initialise_gates_(model, train_data, config)
-
-    seed_everything(config.seed)
-    accelerator = make_accelerator()
-    loader = DataLoader(train_data, batch_size=config.batch_size, shuffle=True,
-                        generator=torch.Generator().manual_seed(config.seed))
-    optimizer = torch.optim.AdamW(parameter_groups(model, config), lr=config.lr, weight_decay=config.weight_decay)
-    model, prepared_optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    # The schedule counts optimizer steps of the prepared loader (each one global batch however many processes
-    # share it) and is stepped once per step. accelerate's prepared scheduler would instead step N times per
-    # step on N processes, so N processes would follow another warm-up than one process at the same global batch.
-    total = config.epochs * len(loader)
-    scheduler = warmup_linear_decay(optimizer, total, warmup_steps(config.warmup_fraction, total))
-    optimizer = prepared_optimizer
-    teacher = frozen_copy(teacher, accelerator.device)
-    budget_rng = random.Random(config.seed)
-
-    result, best, start = TrainResult(), None, time.perf_counter()
-    if select is not None and config.objective == "hard_adapt" and config.keep_unadapted:
-        # the unadapted checkpoint is a candidate too (epoch 0, which wins a tie): adaptation that does not
-        # raise the validation score is not kept
-        best = _best_of(None, float(select(accelerator.unwrap_model(model))), 0, accelerator.unwrap_model(model))
-        result.history.append({"epoch": 0, "selection": best[0]})
-    for epoch in range(config.epochs):
-        model.train()
-        sums = {"loss": 0.0, "correct": 0, "seen": 0, "cost": 0.0}
-        bar = progress_bar(loader, f"{config.objective} epoch {epoch + 1}/{config.epochs}", progress)
-        for input_ids, labels in bar:
-            budget = _step_budget(config, budget_rng)
-            out, loss = _objective_step(model, teacher, input_ids, labels, budget, config)
-            optimizer_step(accelerator, loss, optimizer, scheduler, model.parameters(), config.grad_clip)
-            _accumulate(sums, out, loss, labels)
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-        if accelerator.num_processes > 1:  # each process saw its shard: the epoch's row is over all of them
-            totals = accelerator.reduce(torch.tensor([sums[k] for k in ("loss", "correct", "seen", "cost")],
-                                                     dtype=torch.float64, device=accelerator.device), "sum")
-            sums = dict(zip(("loss", "correct", "seen", "cost"), totals.tolist(), strict=True))
-        row = {"epoch": epoch + 1, "loss": sums["loss"] / sums["seen"],
-               "train_accuracy": 100.0 * sums["correct"] / sums["seen"], "cost": sums["cost"] / sums["seen"]}
-        unwrapped = accelerator.unwrap_model(model)
-        if on_epoch_end is not None:
-            row.update(on_epoch_end(unwrapped))
-        if select is not None:
-            row["selection"] = float(select(unwrapped))
-            best = _best_of(best, row["selection"], epoch + 1, unwrapped)
-        result.history.append(row)
-        log_row(row, progress)
-    result.seconds = time.perf_counter() - start
-
-    model = accelerator.unwrap_model(model)
-    if best is not None:
-        model.load_state_dict(best[2])
-        result.selected_epoch = best[1]
-    model.eval()
-    return result
+    selection = None
+    if select is not None:
+        selection = Selection(select, keep_start=config.objective == "hard_adapt" and config.keep_unadapted)
+    return run_training(model, HeadsObjective(config, train_data), teacher=teacher, selection=selection,
+                        on_row=on_epoch_end, checkpoint=checkpoint, progress=progress)
 
 
 def _check_objective(model, config: TrainConfig, teacher) -> None:
@@ -256,22 +218,6 @@ def _check_objective(model, config: TrainConfig, teacher) -> None:
         raise ValueError("objective 'hard_adapt' needs teacher=<the frozen soft-gated checkpoint>")
     if config.objective == "recovery" and teacher is None:
         raise ValueError("objective 'recovery' needs teacher=<the dense model>")
-
-
-def _accumulate(sums: dict, out, loss: torch.Tensor, labels: torch.Tensor) -> None:
-    """Add one batch to the epoch's example-weighted sums."""
-    n = labels.numel()
-    sums["loss"] += loss.item() * n
-    sums["correct"] += (out.logits.argmax(-1) == labels).sum().item()
-    sums["cost"] += out.cost.item() * n
-    sums["seen"] += n
-
-
-def _best_of(best, score: float, epoch: int, model) -> tuple:
-    """(score, epoch, weights) of the best epoch so far; the earlier epoch wins a tie."""
-    if best is None or score > best[0]:
-        return score, epoch, copy.deepcopy(model.state_dict())
-    return best
 
 
 def parameter_groups(model: torch.nn.Module, config: TrainConfig) -> list[dict]:

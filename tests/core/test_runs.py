@@ -17,7 +17,7 @@ def test_round_trip_returns_the_trained_weights(tmp_path):
     trained = tiny_model(1)
     calls = []
 
-    def fit(model):
+    def fit(model, checkpoint):
         calls.append(1)
         model.load_state_dict(trained.state_dict())
         return {"accuracy": 99.0}
@@ -58,7 +58,7 @@ def test_key_is_order_independent_and_sensitive_to_values():
 def test_failed_training_leaves_no_partial_run(tmp_path):
     cache = RunCache(tmp_path)
 
-    def boom(model):
+    def boom(model, checkpoint):
         raise RuntimeError("diverged")
 
     with pytest.raises(RuntimeError):
@@ -94,7 +94,7 @@ def test_bad_run_names_raise(tmp_path):
 
 
 def counting_fit(calls):
-    def fit(model):
+    def fit(model, checkpoint):
         calls.append(1)
         with torch.no_grad():
             model.weight.add_(1.0)
@@ -126,12 +126,12 @@ def test_train_cached_seeds_before_building_the_model(tmp_path):
     def build():
         return torch.nn.Linear(3, 2)  # initialised from the global RNG
 
-    first, _, _ = train_cached(RunCache(enabled=False), "a", {}, build, lambda m: {}, seed=5, method="x", version=1)
+    first, _, _ = train_cached(RunCache(enabled=False), "a", {}, build, lambda m, _: {}, seed=5, method="x", version=1)
     torch.manual_seed(123)
-    second, _, _ = train_cached(RunCache(enabled=False), "a", {}, build, lambda m: {}, seed=5, method="x", version=1)
+    second, _, _ = train_cached(RunCache(enabled=False), "a", {}, build, lambda m, _: {}, seed=5, method="x", version=1)
     torch.testing.assert_close(first.weight, second.weight)
     with pytest.raises(TypeError, match="TRAINING_VERSION"):
-        train_cached(RunCache(tmp_path), "a", {}, build, lambda m: {}, seed=5, method="x", version="1")
+        train_cached(RunCache(tmp_path), "a", {}, build, lambda m, _: {}, seed=5, method="x", version="1")
 
 
 def test_bumping_a_methods_training_version_retrains_the_studys_runs(tmp_path, monkeypatch):

@@ -1,0 +1,204 @@
+"""The one training loop: a run interrupted in the middle resumes to exactly the uninterrupted run.
+
+Each method's objective is run three ways on a tiny model: in one sitting; killed from inside the loop
+at a step in the middle (an exception, or SIGTERM, after a checkpoint every few steps) and resumed by the
+same call; and, as a check that the comparison can fail, with the warm-up shifted by one step.
+"""
+
+import copy
+import os
+import random
+import signal
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import TensorDataset
+
+import bab.core.training as training
+from bab.context.gpt2 import GPT2Config, GPT2LM
+from bab.context.interaction import PruningConfig
+from bab.context.train import LMObjective, LMTrainConfig, train_lm
+from bab.core.runs import RunCache
+from bab.core.training import Checkpointer
+from bab.heads.encoder import EncoderClassifier, EncoderConfig
+from bab.heads.train import HeadsObjective, TrainConfig, train
+from bab.sparsifiner.train import ViTObjective, ViTTrainConfig, train_vit
+from bab.sparsifiner.vit import ViTClassifier, ViTClassifierConfig
+
+
+class Crash(RuntimeError):
+    pass
+
+
+def encoder(gates=None):
+    torch.manual_seed(0)
+    return EncoderClassifier(EncoderConfig(vocab_size=12, num_classes=2, max_len=8, d_model=16, num_heads=4,
+                                           num_layers=2, d_ff=32, gates=gates, dropout=0.1))
+
+
+def texts():
+    ids = torch.randint(1, 12, (48, 8), generator=torch.Generator().manual_seed(0))
+    return TensorDataset(ids, (ids == 5).any(1).long())
+
+
+def decoder():
+    torch.manual_seed(0)
+    return GPT2LM(GPT2Config(vocab_size=50, n_positions=32, n_embd=16, n_layer=2, n_head=2,
+                             pruning=PruningConfig(r=4, budget_conditioned=True)))
+
+
+STREAM = torch.randint(0, 50, (2000,), generator=torch.Generator().manual_seed(3))
+
+
+def vit(**extra):
+    torch.manual_seed(0)
+    return ViTClassifier(ViTClassifierConfig(image_size=8, patch_size=2, hidden_size=16, num_layers=2, num_heads=2,
+                                             intermediate_size=32, dropout=0.1, **extra))
+
+
+def images():
+    g = torch.Generator().manual_seed(0)
+    return TensorDataset(torch.randn(48, 1, 8, 8, generator=g), torch.randint(0, 10, (48,), generator=g))
+
+
+def heads_run(checkpoint=None):
+    """Hard adaptation with distillation, per-epoch validation selection and the unadapted candidate:
+    3 batches an epoch, 3 epochs."""
+    soft = encoder("budget")
+    model = copy.deepcopy(soft)
+    val = texts()
+
+    def score(m):
+        with torch.no_grad():
+            return float((m(val.tensors[0], budget=0.5, mode="hard").logits.argmax(-1) == val.tensors[1]).sum())
+
+    return model, train(model, texts(), TrainConfig(objective="hard_adapt", epochs=3, batch_size=16, seed=4),
+                        teacher=soft, progress=False, select=score, checkpoint=checkpoint)
+
+
+def lm_run(checkpoint=None):
+    """The budget-conditioned context-pruning objective: 14 sampled steps, a row every 4."""
+    model = decoder()
+    config = LMTrainConfig(objective="budget_context", steps=14, batch_size=4, context=16, lambda_viol=20.0,
+                           two_sided=True, seed=3)
+    return model, train_lm(model, STREAM, config, progress=False, log_every=4, checkpoint=checkpoint)
+
+
+def vit_run(checkpoint=None):
+    """Sparsifiner's phase 2 (keep rate drawn per batch, distilled from a teacher): 3 batches an epoch, 3 epochs."""
+    teacher, model = vit(), vit(predictor=True)
+    model.load_state_dict(teacher.state_dict(), strict=False)
+    config = ViTTrainConfig(objective="joint", epochs=3, batch_size=16, keep_rates=(0.25, 0.5), seed=3)
+    return model, train_vit(model, images(), config, teacher=teacher, progress=False, checkpoint=checkpoint)
+
+
+METHODS = {"heads": (heads_run, HeadsObjective, 9), "lm": (lm_run, LMObjective, 14),
+           "vit": (vit_run, ViTObjective, 9)}
+
+
+def finished_state(run, checkpoint=None):
+    model, result = run(checkpoint)
+    return {"weights": model.state_dict(), "history": result.history, "selected": result.selected_epoch,
+            "torch": torch.get_rng_state(), "python": random.getstate(), "numpy": repr(np.random.get_state()),
+            "resumed_at": result.resumed_at}
+
+
+def assert_same_run(a, b):
+    assert a["weights"].keys() == b["weights"].keys()
+    assert all(torch.equal(a["weights"][k], b["weights"][k]) for k in a["weights"])
+    assert a["history"] == b["history"]
+    assert a["selected"] == b["selected"]
+    assert torch.equal(a["torch"], b["torch"]) and a["python"] == b["python"] and a["numpy"] == b["numpy"]
+
+
+def crash_at(monkeypatch, objective, step_to_fail: int, how):
+    """Make ``objective.step`` fail at the 0-based optimizer step ``step_to_fail``."""
+    original = objective.step
+
+    def failing(self, model, teacher, batch, rng, step):
+        if step == step_to_fail:
+            how()
+        return original(self, model, teacher, batch, rng, step)
+
+    monkeypatch.setattr(objective, "step", failing)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("fail_at", [5, 7])  # checkpoints every 2 steps: the last mid-epoch, or at an epoch's end
+def test_a_run_killed_in_the_middle_resumes_to_the_uninterrupted_run(method, fail_at, tmp_path, monkeypatch):
+    run, objective, total = METHODS[method]
+    reference = finished_state(run)
+    checkpoint = Checkpointer(tmp_path / "partial" / "checkpoint.pt", every_steps=2)
+    with monkeypatch.context() as patch:
+        crash_at(patch, objective, fail_at, lambda: (_ for _ in ()).throw(Crash("killed")))
+        with pytest.raises(Crash):
+            run(checkpoint)
+    saved = checkpoint.load()
+    assert saved["position"].step == fail_at // 2 * 2  # the last multiple of every_steps before the failure
+    torch.manual_seed(999)  # the resumed process starts from other random states: the checkpoint restores them
+    random.seed(999)
+    resumed = finished_state(run, checkpoint)
+    assert resumed["resumed_at"] == fail_at // 2 * 2 and reference["resumed_at"] is None
+    assert_same_run(resumed, reference)
+    assert total > fail_at
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_sigterm_writes_a_checkpoint_at_the_step_and_stops(method, tmp_path, monkeypatch):
+    run, objective, _ = METHODS[method]
+    reference = finished_state(run)
+    checkpoint = Checkpointer(tmp_path / "checkpoint.pt", every_seconds=3600)  # only the signal writes one
+    with monkeypatch.context() as patch:
+        crash_at(patch, objective, 5, lambda: os.kill(os.getpid(), signal.SIGTERM))
+        with pytest.raises(SystemExit) as stopped:
+            run(checkpoint)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert checkpoint.load()["position"].step == 6  # the step under way finished first: nothing is lost
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the loop's handler is gone again
+    assert_same_run(finished_state(run, checkpoint), reference)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_the_comparison_sees_a_warmup_shifted_by_one_step(method, monkeypatch):
+    run, _, _ = METHODS[method]
+    reference = finished_state(run)
+    monkeypatch.setattr(training, "warmup_steps", lambda fraction, total: max(1, int(fraction * total)) + 1)
+    with pytest.raises(AssertionError):
+        assert_same_run(finished_state(run), reference)
+
+
+def test_a_checkpoint_of_another_loop_version_is_not_resumed(tmp_path):
+    checkpoint = Checkpointer(tmp_path / "c.pt")
+    checkpoint.save({"position": None})
+    assert checkpoint.load() is not None
+    torch.save({"format": 0}, checkpoint.path)
+    assert checkpoint.load() is None
+
+
+def test_the_run_cache_resumes_then_clears_the_partial_checkpoint(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("BAB_CHECKPOINT_SECONDS", "1e-9")  # a checkpoint after every step
+    cache, config = RunCache(tmp_path), {"method": "lm"}
+
+    def fit(model, checkpoint):
+        result = train_lm(model, STREAM, LMTrainConfig(objective="lm", steps=6, batch_size=2, context=16, seed=1),
+                          progress=False, log_every=3, checkpoint=checkpoint)
+        return {"history": result.history}
+
+    with monkeypatch.context() as patch:
+        crash_at(patch, LMObjective, 4, lambda: (_ for _ in ()).throw(Crash("killed")))
+        with pytest.raises(Crash):
+            cache.get_or_train("gpt2-dense", config, decoder(), fit)
+    partial = cache.checkpointer("gpt2-dense", config).path
+    assert partial.exists() and partial.parent.parent == tmp_path / "partial"
+    metrics = cache.get_or_train("gpt2-dense", config, decoder(), fit)
+    assert "resuming gpt2-dense (lm) at step 4/6" in capsys.readouterr().err
+    assert metrics["cached"] is False and not partial.parent.exists()
+    assert metrics["history"] == fit(decoder(), None)["history"]
+
+
+def test_bad_checkpoint_settings_raise(tmp_path):
+    with pytest.raises(ValueError, match="every_steps must be >= 1"):
+        Checkpointer(tmp_path / "c.pt", every_steps=0)
+    with pytest.raises(ValueError, match="every_seconds must be > 0"):
+        Checkpointer(tmp_path / "c.pt", every_seconds=0)
