@@ -23,26 +23,15 @@ Eq. 8-10 are the Sparsifiner paper's; Eq. 4-6 the budgeted-attention paper's:
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from bab.core.budget import validate_budget
 from bab.core.losses import attention_distillation_loss, budget_loss, kl_distillation_loss, token_distillation_loss
-from bab.core.training import (
-    TrainResult,
-    frozen_copy,
-    log_row,
-    make_accelerator,
-    optimizer_step,
-    progress_bar,
-    seed_everything,
-    warmup_linear_decay,
-    warmup_steps,
-)
+from bab.core.training import Checkpointer, EpochBatches, Objective, Selection, TrainResult, run_training
 from bab.sparsifiner.predictor import validate_keep_rate
 
 VIT_OBJECTIVES = ("dense", "predictor", "joint", "linformer", "budgeted", "heads_hard")
@@ -98,53 +87,49 @@ def trainable_parameters(model, config: ViTTrainConfig) -> list[dict]:
     return [{"params": [p for n, p in named if not n.startswith(("predictors.", "linformer.", "gates."))]}]
 
 
-def train_vit(model, train_data: Dataset, config: ViTTrainConfig, teacher=None, progress: bool = True) -> TrainResult:
-    """Train ``model`` (a ``ViTClassifier``) in place; ``teacher`` (the dense ViT) for joint and linformer."""
+class ViTObjective(Objective):
+    """One ViT objective (the module docstring): which weights learn, the loss of one batch (``_step``) and the
+    epoch's row (mean loss and training accuracy per example)."""
+
+    def __init__(self, config: ViTTrainConfig, train_data: Dataset):
+        super().__init__(config, EpochBatches(train_data, config.batch_size, config.epochs))
+        self.name = config.objective
+        # phase 1 freezes the backbone, so it runs without dropout (the predictor has none either)
+        self.train_mode = config.objective != "predictor"
+
+    def parameter_groups(self, model) -> list[dict]:
+        return trainable_parameters(model, self.config)
+
+    def step(self, model, teacher, batch, rng, step):
+        pixels, labels = batch
+        out, loss = _step(model, teacher, pixels, labels, self.config, rng)
+        n = labels.numel()
+        return loss, {"loss": loss.item() * n, "correct": (out.logits.argmax(-1) == labels).sum().item(), "seen": n}
+
+    def row(self, sums, epoch, step):
+        return {"epoch": epoch, "loss": sums["loss"] / sums["seen"],
+                "train_accuracy": 100.0 * sums["correct"] / sums["seen"]}
+
+
+def train_vit(model, train_data: Dataset, config: ViTTrainConfig, teacher=None, progress: bool = True,
+              select=None, checkpoint: Checkpointer | None = None) -> TrainResult:
+    """Train ``model`` (a ``ViTClassifier``) in place (``bab.core.training.run_training``); ``teacher`` (the dense
+    ViT) for joint, linformer and heads_hard.
+
+    ``select(model) -> float`` (optional, higher is better, on validation data) keeps the adaptation of
+    ``heads_hard`` only if it raises the score of the starting weights (scored before and after training;
+    ``selected_epoch`` 0: the starting weights were kept). ``checkpoint``: resumable checkpoints are written
+    there, and a run found there is resumed.
+    """
     if config.objective in ("joint", "linformer", "heads_hard") and teacher is None:
         raise ValueError(f"objective {config.objective!r} needs teacher=<the dense ViT>")
     if config.objective in ("predictor", "joint") and model.predictors is None:
         raise ValueError(f"objective {config.objective!r} needs a model with connectivity predictors")
-
-    seed_everything(config.seed)
-    accelerator = make_accelerator()
-    loader = DataLoader(train_data, batch_size=config.batch_size, shuffle=True,
-                        generator=torch.Generator().manual_seed(config.seed))
-    groups = trainable_parameters(model, config)
-    learning = [p for g in groups for p in g["params"]]  # only these get gradients, and only these are clipped
-    learning_ids = {id(p) for p in learning}
-    for p in model.parameters():
-        p.requires_grad_(id(p) in learning_ids)
-    optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
-    total = config.epochs * len(loader)
-    scheduler = warmup_linear_decay(optimizer, total, warmup_steps(config.warmup_fraction, total))
-    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
-    teacher = frozen_copy(teacher, accelerator.device)
-    rng = random.Random(config.seed)
-
-    result, start = TrainResult(), time.perf_counter()
-    for epoch in range(config.epochs):
-        # phase 1 freezes the backbone, so it runs without dropout (the predictor has none either)
-        model.train(config.objective != "predictor")
-        sums = {"loss": 0.0, "correct": 0, "seen": 0}
-        bar = progress_bar(loader, f"{config.objective} epoch {epoch + 1}/{config.epochs}", progress)
-        for pixels, labels in bar:
-            out, loss = _step(model, teacher, pixels, labels, config, rng)
-            optimizer_step(accelerator, loss, optimizer, scheduler, learning, config.grad_clip)
-            n = labels.numel()
-            sums["loss"] += loss.item() * n
-            sums["correct"] += (out.logits.argmax(-1) == labels).sum().item()
-            sums["seen"] += n
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-        row = {"epoch": epoch + 1, "loss": sums["loss"] / sums["seen"],
-               "train_accuracy": 100.0 * sums["correct"] / sums["seen"]}
-        result.history.append(row)
-        log_row(row, progress)
-    result.seconds = time.perf_counter() - start
-
-    model = accelerator.unwrap_model(model)
-    model.requires_grad_(True)
-    model.eval()
-    return result
+    selection = None
+    if select is not None:
+        selection = Selection(select, keep_start=True, each_epoch=False)
+    return run_training(model, ViTObjective(config, train_data), teacher=teacher, selection=selection,
+                        checkpoint=checkpoint, progress=progress)
 
 
 def _step(model, teacher, pixels, labels, config: ViTTrainConfig, rng: random.Random):
