@@ -105,7 +105,7 @@ def nest_gates_by_importance_(gates: BudgetGates | StaticGates, importance: torc
     """Initialise ``gates`` (in place) so the heads open one after another in order of ``importance``.
 
     With every head's gate at g_h(b) = 1/2 and the same slope at the start, the soft cost is met by shrinking
-    all heads alike and the hard top-k then picks almost at random (issue 14's diagnosis). Here head h, of
+    all heads alike and the hard top-k then picks almost at random (the flat-gate diagnosis). Here head h, of
     importance rank r_h (0 = most important) among N = L * H heads, opens at budget b_h = (r_h + 1/2) / N:
 
         sensitivity = sharpness * T,   theta_h = -sharpness * T * logit(b_h)

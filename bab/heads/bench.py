@@ -35,7 +35,7 @@ class Goal(NamedTuple):
     test: Callable[[float, float, float], bool]
 
 
-# Deployment goals (issue 14): batch 1 keeps 90% of the limit's speed-up everywhere; larger batches
+# Deployment goals of hard head skipping: batch 1 keeps 90% of the limit's speed-up everywhere; larger batches
 # reach the limit (custom encoder) or 95% of its time saving (pretrained encoder, structural pruning).
 ONE_REQUEST = Goal("speed-up >= 0.9 x limit", lambda speedup, limit, realised: speedup >= 0.9 * limit)
 HEADS_BATCHED = Goal("speed-up >= limit", lambda speedup, limit, realised: speedup >= limit)

@@ -19,7 +19,6 @@ The new report is built in `reports/.staging-<profile>-<random>/` and swapped in
 destroys the previous report.
 """
 
-import argparse
 import contextlib
 import os
 import re
@@ -274,9 +273,3 @@ def run(args):
         print("\ninterrupted: the previous report was kept", file=sys.stderr)
         return 130
 
-
-def main(argv=None):
-    """`python -m bab report ...`: parse arguments, build the report, return the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m bab report", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))

@@ -18,6 +18,7 @@ from pathlib import Path
 from bab.report.results import read_json
 
 PROGRESS_ENGINE = "bab-cell-progress"
+RESUME_PREFIX = "resuming "  # how bab.core.training.run_training announces a resumed run
 
 
 @functools.cache
@@ -41,6 +42,16 @@ def progress_engine():
                     return start(cell, cell_index, **kw)
 
                 nb_man.cell_start = cell_start
+                on_complete = getattr(on_cell, "completed", None)
+                if on_complete is not None:
+                    complete = nb_man.cell_complete
+
+                    def cell_complete(cell, cell_index=None, **kw):
+                        with contextlib.suppress(Exception):
+                            on_complete(cell)
+                        return complete(cell, cell_index, **kw)
+
+                    nb_man.cell_complete = cell_complete
             return super().execute_managed_notebook(nb_man, kernel_name, **kwargs)
 
     papermill_engines.register(PROGRESS_ENGINE, CellProgressEngine)
@@ -76,6 +87,15 @@ class CellProgress:
         elapsed = int(time.perf_counter() - self.start)
         line = f"{self.indent}cell {number:>2}/{total}  {elapsed // 60}:{elapsed % 60:02d}  {cell_summary(cell.source)}"
         print(line.rstrip(), file=self.stream or sys.stdout, flush=True)
+
+    def completed(self, cell):
+        """Repeat the lines of a finished cell that say a training run resumed from its checkpoint
+        ("resuming gpt2-dense (lm) at step 312/1000"), which the kernel wrote to the notebook only."""
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream":
+                for line in output.get("text", "").splitlines():
+                    if line.startswith(RESUME_PREFIX):
+                        print(f"{self.indent}      {line}", file=self.stream or sys.stdout, flush=True)
 
 
 def format_seconds(seconds):

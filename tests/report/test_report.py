@@ -254,6 +254,16 @@ def test_cell_summary_and_progress_line():
     assert stream.getvalue() == "      cell  1/2  0:00  a = 1\n      cell  2/2  0:00\n"
 
 
+def test_the_progress_repeats_a_cells_resume_lines():
+    stream = io.StringIO()
+    cell = nbformat.v4.new_code_cell("study.dense()")
+    cell.outputs = [nbformat.v4.new_output("stream", name="stderr",
+                                           text="some warning\nresuming gpt2-dense (lm) at step 312/1000\n"),
+                    nbformat.v4.new_output("execute_result", data={"text/plain": "resuming is not a stream"})]
+    progress.CellProgress(stream=stream).completed(cell)
+    assert stream.getvalue() == "            resuming gpt2-dense (lm) at step 312/1000\n"
+
+
 # ----------------------------------------------------------------------------- never lose the old report
 
 
