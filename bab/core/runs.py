@@ -6,7 +6,8 @@ config must equal the requested one exactly, so a key collision or a hand-edited
 never hand back a checkpoint trained for something else. Runs are written into a temporary
 folder and renamed into place, so a crash never leaves half a run behind.
 
-The root is ``$BAB_CACHE_DIR`` or ``.bab_cache/runs`` in the working directory's repository.
+The root is ``$BAB_CACHE_DIR``, else ``.bab_cache/runs`` in a source checkout, else the user's cache folder
+(``default_cache_root``).
 
 ``train_cached`` is how the studies train: it adds the method's code version to the key (each method
 package's ``TRAINING_VERSION``), seeds, builds the model and trains it on a miss.
@@ -31,11 +32,18 @@ CACHE_SCHEMA = 1
 PARTIAL = "partial"  # the folder of unfinished runs' resumable checkpoints, under the cache root
 
 
-def default_cache_root() -> Path:
+def default_cache_root(package_dir: Path | None = None) -> Path:
+    """``$BAB_CACHE_DIR``; else ``.bab_cache/runs`` at the root of a source checkout of bab (the folder with
+    ``pyproject.toml`` beside the package); else the user's cache folder, ``$XDG_CACHE_HOME`` or ``~/.cache``,
+    under ``bab/runs``. Never inside an installed package (site-packages is no place for checkpoints)."""
     env = os.environ.get("BAB_CACHE_DIR")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent / ".bab_cache" / "runs"
+    package_dir = Path(package_dir or Path(__file__).resolve().parents[1])
+    checkout = package_dir.parent
+    if (checkout / "pyproject.toml").is_file():
+        return checkout / ".bab_cache" / "runs"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bab" / "runs"
 
 
 def canonical(config) -> str:

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -179,3 +180,22 @@ def test_the_vit_studys_runs_are_keyed_on_sparsifiners_training_version(tmp_path
     monkeypatch.setattr(bab.sparsifiner, "TRAINING_VERSION", bab.sparsifiner.TRAINING_VERSION + 1)
     _, bumped, lineage = study.predictor()
     assert bumped["cached"] is False and lineage["code"]["version"] == bab.sparsifiner.TRAINING_VERSION
+
+
+def test_the_default_cache_is_never_inside_an_installed_package(tmp_path, monkeypatch):
+    from bab.core.runs import default_cache_root
+
+    monkeypatch.delenv("BAB_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    checkout = tmp_path / "checkout"
+    (checkout / "bab").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text("[project]\nname = 'bab'\n")
+    assert default_cache_root(checkout / "bab") == checkout / ".bab_cache" / "runs"
+    installed = tmp_path / "site-packages" / "bab"
+    installed.mkdir(parents=True)
+    assert default_cache_root(installed) == tmp_path / "xdg" / "bab" / "runs"
+    monkeypatch.setenv("BAB_CACHE_DIR", str(tmp_path / "mine"))
+    assert default_cache_root(installed) == tmp_path / "mine"
+    monkeypatch.delenv("BAB_CACHE_DIR")
+    repository = Path(__file__).resolve().parents[2]
+    assert default_cache_root() == repository / ".bab_cache" / "runs"  # this checkout
