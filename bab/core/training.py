@@ -88,8 +88,20 @@ def frozen_copy(teacher: torch.nn.Module | None, device) -> torch.nn.Module | No
 
 
 def progress_bar(iterable, desc: str, progress: bool, total: int | None = None, initial: int = 0) -> tqdm:
-    """A transient tqdm bar (gone when done) with the running loss in its postfix."""
-    return tqdm(iterable, desc=desc, disable=not progress, leave=False, total=total, initial=initial)
+    """A transient tqdm bar (gone when done) with the running loss in its postfix. Only where it can redraw
+    in place: in a terminal or a notebook. Written to a log file, a bar is a stream of carriage returns;
+    there the history rows (``log_row``) are the progress."""
+    return tqdm(iterable, desc=desc, disable=not (progress and live_output()), leave=False, total=total,
+                initial=initial)
+
+
+def live_output() -> bool:
+    """Whether stderr redraws a progress bar in place: a terminal, or a Jupyter kernel (widget bars)."""
+    if sys.stderr.isatty():
+        return True
+    ipython = sys.modules.get("IPython")  # imported by every Jupyter kernel, never imported here for this
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and hasattr(shell, "kernel")
 
 
 def log_row(row: dict, progress: bool) -> None:

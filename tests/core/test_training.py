@@ -202,3 +202,13 @@ def test_bad_checkpoint_settings_raise(tmp_path):
         Checkpointer(tmp_path / "c.pt", every_steps=0)
     with pytest.raises(ValueError, match="every_seconds must be > 0"):
         Checkpointer(tmp_path / "c.pt", every_seconds=0)
+
+
+def test_no_progress_bar_is_drawn_into_a_log_file(capsys):
+    assert not training.live_output()  # pytest captures stderr: what a log file sees
+    lm_model = decoder()
+    train_lm(lm_model, STREAM, LMTrainConfig(objective="lm", steps=4, batch_size=2, context=16), progress=True,
+             log_every=2)
+    out = capsys.readouterr()
+    assert "\r" not in out.err and "\r" not in out.out
+    assert out.out.count("step=") == 2  # the history rows are the progress a log shows
