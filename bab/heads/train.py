@@ -274,8 +274,8 @@ def initialise_gates_(model: torch.nn.Module, train_data: Dataset, config: Train
     model's current weights (after the warm start). Returns the importance [L, H] used.
 
     Why: with flat gates g(b) ~ b for every head, the soft cost is met by shrinking every head alike and
-    the hard top-k later picks heads almost at random (the hard-adaptation recipe's diagnosis); nested gates commit to an
-    order from the start, so the top-k sets of all budgets are nested and the soft model trains on them.
+    the hard top-k later picks heads almost at random; nested gates commit to an order from the start, so
+    the top-k sets of all budgets are nested and the soft model trains on them.
     """
     num_layers, num_heads = model.gates.theta.shape
     if config.gate_init == "random":  # the same spread without the order: does the order matter?

@@ -11,7 +11,7 @@ import sys
 import torch
 from torch.utils.data import TensorDataset
 
-from bab.context.gpt2 import GPT2Config, GPT2LM
+from bab.context.gpt2 import GPT2LM, GPT2Config
 from bab.context.interaction import PruningConfig
 from bab.context.train import LMTrainConfig, train_lm
 from bab.core.training import distributed_state

@@ -156,7 +156,8 @@ def test_bumping_a_methods_training_version_retrains_the_studys_runs(tmp_path, m
 
 
 def test_the_vit_studys_runs_are_keyed_on_sparsifiners_training_version(tmp_path, monkeypatch):
-    """Version 2 fixed the predictor's down-projection (it summed W_down over heads): no checkpoint trained before is served."""
+    """Version 2 fixed the predictor's down-projection (it summed W_down over heads): no checkpoint trained
+    before is served."""
     import bab.sparsifiner
     from bab.experiments.vit import ViTProfile, ViTStudy
     from bab.sparsifiner.train import ViTTrainConfig

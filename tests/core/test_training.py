@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 import bab.core.training as training
-from bab.context.gpt2 import GPT2Config, GPT2LM
+from bab.context.gpt2 import GPT2LM, GPT2Config
 from bab.context.interaction import PruningConfig
 from bab.context.train import LMObjective, LMTrainConfig, train_lm
 from bab.core.runs import RunCache
