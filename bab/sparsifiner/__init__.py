@@ -7,5 +7,5 @@ See docs/sparsifiner.md.
 # Part of the run-cache key of every model this method trains (bab.core.runs.train_cached). Bump it whenever
 # training semantics change (a loss, a schedule, an RNG draw, a fix), so a checkpoint trained before is never served.
 # 2: the connectivity predictor's down-projection uses each head's own W_down and each example's own token
-# positions (version 1 summed W_down over the heads, and over the batch after token pruning; issue 11).
+# positions (version 1 summed W_down over the heads, and over the batch after token pruning).
 TRAINING_VERSION = 2

@@ -24,11 +24,11 @@ interleaved round by round, all in one process. Variants:
 The predictor's state. Its freshly initialised weights are degenerate for timing: W_up starts below
 2.5 / n, under the prune threshold 0.01 for n >= 250, so the basis is all zero, every ranking key is
 zero, the top-k runs on constant rows and returns near-contiguous keys, and the CSR attention then
-reads K and V almost sequentially. That flattered the sparse path (before issue 11 item 5 the bench
-measured this state). By default (``predictor_state="realistic"``) the bench sets the sparsities that
-issue 11 cites for the paper's trained predictor: about 90% of the basis W_up below the prune threshold
-(the rest spread over [up_prune, 4 up_prune)) and about 87% of the coefficients A_down at or below tau
-(W_down scaled by bisection until 87% fall below, or as close as n_down and tau allow). The keys each
+reads K and V almost sequentially. That flattered the sparse path (the bench once measured this
+state). By default (``predictor_state="realistic"``) the bench sets the sparsities reported for the
+paper's trained predictor: about 90% of the basis W_up below the prune threshold (the rest spread over
+[up_prune, 4 up_prune)) and about 87% of the coefficients A_down at or below tau (W_down scaled by
+bisection until 87% fall below, or as close as n_down and tau allow). The keys each
 query keeps are then scattered over the sequence, as a trained predictor's are. ``"init"`` keeps the
 old state for comparison.
 

@@ -14,7 +14,8 @@ from bab.sparsifiner.predictor import num_connections
 
 @torch.no_grad()
 def evaluate_vit(model, data: Dataset, batch_size: int = 500, **forward) -> dict:
-    """Accuracy (%), mean loss and MHSA cost (multiply-adds per example and fraction of dense) on ``data``."""
+    """Accuracy (%), mean loss and MHSA cost (multiply-adds per example and fraction of dense) on ``data``, with
+    the forward's options ``forward`` (``bab.sparsifiner.vit.ViTForward``'s fields as keywords)."""
     model.eval()
     correct, loss_sum, seen, macs = 0, 0.0, 0, 0.0
     for pixels, labels in DataLoader(data, batch_size=batch_size):
@@ -52,10 +53,10 @@ def vit_head_importance(model, data: Dataset, num_examples: int = 2000, method: 
 
 @torch.no_grad()
 def attention_core_flops(model, pixels: torch.Tensor, **forward) -> dict:
-    """FlopCounterMode on one forward: total FLOPs, and the attention-core FLOPs (everything but the
-    q/k/v/o projections, MLPs, patch embedding and classifier) per example. FlopCounterMode counts
-    matrix products only (2 FLOPs per multiply-add) and sees the dense up-projection and the full
-    masked scores as they are computed, unlike the analytic count."""
+    """FlopCounterMode on one forward (options ``forward``, ``ViTForward``'s fields as keywords): total FLOPs,
+    and the attention-core FLOPs (everything but the q/k/v/o projections, MLPs, patch embedding and
+    classifier) per example. FlopCounterMode counts matrix products only (2 FLOPs per multiply-add) and sees
+    the dense up-projection and the full masked scores as they are computed, unlike the analytic count."""
     model.eval()
     with FlopCounterMode(display=False) as counter:  # return_internals: explicit matmuls, which it can count
         model(pixels, return_internals=True, **forward)

@@ -1,5 +1,4 @@
-"""Sparsifiner's whole inference path in one fused CPU kernel (issue 11, item 5): a predictor that really
-costs less than it saves.
+"""Sparsifiner's whole inference path in one fused CPU kernel: a predictor that really costs less than it saves.
 
 ``sparsifiner_attention(predictor, q, k, v, keep_rate, kernel="fused")`` returns what the reference path
 returns (``predictor(q, k, keep_rate)["index"]`` and ``attention_over_connections``, equal to
@@ -47,14 +46,15 @@ the coefficient rule (tau or top-m) and ``predictor_scale`` act through the pred
 ``basis_threshold_abs`` and ``up_prune`` in the kernel's pruning; ``positions`` (token pruning) select each
 example's W_down and W_up columns (one basis per example and head).
 
-Inference only: float32 CPU tensors, no autograd. The kernel is compiled on first use with
-``torch.utils.cpp_extension.load_inline`` (needs a C++ compiler and ninja; about 40 s once per machine). Build
-flags (``build_flags``): -O3 -fopenmp-simd -fno-trapping-math and, on x86-64 Linux, -march=native (AVX-512
-paths under ``#ifdef __AVX512F__``, plain loops elsewhere). torch caches the build under
-``TORCH_EXTENSIONS_DIR`` (default ~/.cache/torch_extensions) by extension name; the name carries a
-fingerprint of the CPU (model and instruction-set flags), so a home directory shared by machines with
-different CPUs never loads a build for the wrong instruction set. If the build fails (no compiler, no
-ninja), ``kernel="fused"`` warns once and runs the torch path.
+Inference only: float32 CPU tensors, no autograd. The kernel's C++ source is ``csrc/fused_forward.cpp`` (package
+data beside this module); it is compiled on first use with ``torch.utils.cpp_extension.load`` (needs a C++
+compiler and ninja; about 40 s once per machine). Build flags (``build_flags``): -O3 -fopenmp-simd
+-fno-trapping-math and, on x86-64 Linux, -march=native (AVX-512 paths under ``#ifdef __AVX512F__``, plain loops
+elsewhere). torch caches the build under ``TORCH_EXTENSIONS_DIR`` (default ~/.cache/torch_extensions) by
+extension name; the name carries a fingerprint of the CPU (model and instruction-set flags), so a home directory
+shared by machines with different CPUs never loads a build for the wrong instruction set. If the build fails (no
+compiler, no ninja), ``kernel="fused"`` warns once and runs the torch path, and the ViT's ``attention="fused"``
+raises an error saying why.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ import os
 import platform
 import shutil
 import warnings
+from pathlib import Path
 
 import torch
 
@@ -75,6 +76,7 @@ from bab.sparsifiner.predictor import (
 )
 
 INFERENCE_KERNELS = ("fused", "torch")
+SOURCES = [Path(__file__).with_name("csrc") / "fused_forward.cpp"]  # the kernel and its Python binding
 
 _state = {"module": None, "error": None, "warned": False}
 
@@ -105,9 +107,7 @@ def build_flags(portable: bool = False) -> list[str]:
 
 def _build(portable: bool = False):
     """Compile (or load the cached build of) the extension; raises whatever the toolchain raises."""
-    from torch.utils.cpp_extension import load_inline
-
-    from bab.sparsifiner.fused_kernel import CPP_SOURCE
+    from torch.utils.cpp_extension import load
 
     if shutil.which("ninja") is None:  # pip's ninja lives next to the interpreter, off PATH unless activated
         try:
@@ -115,11 +115,10 @@ def _build(portable: bool = False):
 
             os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
         except ImportError:
-            pass  # load_inline then raises, and the caller falls back
+            pass  # load then raises, and the caller falls back
 
     name = f"bab_sparsifiner_fused_{'portable' if portable else cpu_fingerprint()}"
-    return load_inline(name=name, cpp_sources=[CPP_SOURCE], functions=["fused_forward"],
-                       extra_cflags=build_flags(portable), verbose=False)
+    return load(name=name, sources=[str(path) for path in SOURCES], extra_cflags=build_flags(portable), verbose=False)
 
 
 def load_extension():
@@ -137,13 +136,26 @@ def fused_available() -> bool:
     return load_extension() is not None
 
 
+def _why_not_built() -> str:
+    error = _state["error"]
+    return (f"it could not be built here ({type(error).__name__}: {error}); it needs a C++ compiler (g++) and "
+            f"ninja (pip install -r requirements.txt)")
+
+
+def require_extension(instead: str = "kernel='torch'"):
+    """The compiled kernel module, or a RuntimeError saying why it is not built and what runs ``instead``."""
+    module = load_extension()
+    if module is None:
+        raise RuntimeError(f"the fused Sparsifiner kernel is not available: {_why_not_built()}. Use {instead} "
+                           f"instead (same results, slower).")
+    return module
+
+
 def _warn_fallback() -> None:
     if not _state["warned"]:
         _state["warned"] = True
-        warnings.warn(f"the fused Sparsifiner kernel could not be built ({type(_state['error']).__name__}: "
-                      f"{_state['error']}); running the torch path instead (same results, slower). It needs a "
-                      f"C++ compiler (g++) and ninja (pip install -r requirements.txt).", RuntimeWarning,
-                      stacklevel=3)
+        warnings.warn(f"the fused Sparsifiner kernel is not available: {_why_not_built()}. Running the torch path "
+                      f"instead (same results, slower).", RuntimeWarning, stacklevel=3)
 
 
 def validate_inputs(predictor, q, k, v, positions=None) -> None:
@@ -178,17 +190,15 @@ def validate_inputs(predictor, q, k, v, positions=None) -> None:
                            "torch.no_grad() (or torch.inference_mode()), or use kernel='torch' for training")
 
 
-def fused_sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,
-                                positions: torch.Tensor | None = None, with_attention: bool = True,
-                                module=None) -> tuple[torch.Tensor | None, torch.Tensor]:
-    """The fused kernel (raises if it is not built): q, k, v [B, H, n, d] -> (out [B, H, n, d],
-    index [B, H, n_q, k]) as ``sparsifiner_attention`` returns them. ``with_attention=False`` runs the
-    predictor and the selection only and returns (None, index): ``fused_selection``. ``module``: another
-    build of the kernel (the tests pass ``_build(portable=True)``); default ``load_extension()``."""
+def fused_inference(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,
+                    positions: torch.Tensor | None = None, with_attention: bool = True, module=None) -> dict:
+    """The fused kernel (raises if it is not built) on q, k, v [B, H, n, d], with what the predictor's forward
+    returns beside its output: {"out": [B, H, n, d] (None with ``with_attention=False``, which runs the predictor
+    and the selection only), "index": [B, H, n_q, k], "coefficients": A~_down [B, H, n_q, n_down],
+    "first_query": int}. ``module``: another build of the kernel (the tests pass ``_build(portable=True)``);
+    default ``require_extension()``."""
     validate_inputs(predictor, q, k, v, positions)
-    module = module or load_extension()
-    if module is None:
-        raise RuntimeError(f"the fused Sparsifiner kernel is not available: {_state['error']}")
+    module = module or require_extension()
     B, H, n, d = q.shape
     kk = num_connections(keep_rate, n)
     with torch.no_grad():
@@ -205,7 +215,18 @@ def fused_sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_
             *(t.float().contiguous().view(B * H, -1, n_down) for t in (a_down, coeff)), w_up.view(-1, n_down, n),
             H, kk, predictor.first_query, TIE_BREAK, predictor.up_prune, predictor.basis_threshold_abs,
             with_attention)
-    return (out.view(B, H, n, d) if with_attention else None), index.view(B, H, n - predictor.first_query, kk)
+    first = predictor.first_query
+    return {"out": out.view(B, H, n, d) if with_attention else None, "index": index.view(B, H, n - first, kk),
+            "coefficients": coeff, "first_query": first}
+
+
+def fused_sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,
+                                positions: torch.Tensor | None = None, with_attention: bool = True,
+                                module=None) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """``fused_inference``'s (out [B, H, n, d] or None, index [B, H, n_q, k]), as ``sparsifiner_attention``
+    returns them."""
+    result = fused_inference(predictor, q, k, v, keep_rate, positions, with_attention, module)
+    return result["out"], result["index"]
 
 
 def fused_selection(predictor: ConnectivityPredictor, q, k, keep_rate: float,

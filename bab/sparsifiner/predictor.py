@@ -292,7 +292,7 @@ def csr_sparse_attention(q, k, v, index: torch.Tensor) -> tuple[torch.Tensor, to
     The column indices of each row stay in the order of ``index`` (top-k's order), unsorted: both CPU kernels
     only visit a row's entries (a dot product per entry, a sum over the row), so the order does not change
     the result (tests/sparsifiner check it against masked dense attention), and sorting the [n, k] index per
-    row cost more than the attention itself at n >= 577 (issue 11, item 5). The tensors are built without
+    row cost more than the attention itself at n >= 577. The tensors are built without
     ``check_invariants``, which would reject unsorted columns.
 
     Same inputs and outputs as ``gathered_sparse_attention`` (q [B, H, n, d] may have fewer rows than k, v

@@ -4,47 +4,37 @@ The weights live in an unmodified ``ViTForImageClassification`` (``self.hf``), s
 checkpoint loads when online (``ViTClassifier.from_pretrained("facebook/deit-tiny-patch16-224")``);
 offline we train a small DeiT-tiny-like shape from scratch. The forward pass is ours: it runs the HF
 embeddings, each ``ViTLayer``'s layer norms, q/k/v/o projections and MLP, and swaps only the
-attention core (softmax(QK^T/sqrt(d)) V) for one of
-
-- ``dense``: ``F.scaled_dot_product_attention`` (what HF's SDPA path runs; equal to HF when nothing is on);
-- ``sparse``: Sparsifiner over the k = ceil(keep_rate * n) predicted keys per query only (CSR kernel at
-  inference, a gather when training; ``bab.sparsifiner.predictor.sparse_attention``);
-- ``masked``: Sparsifiner's reference, dense scores masked to the same connections;
-- ``linformer``: low-rank attention over ``linformer_len`` projected keys/values.
+attention core (softmax(QK^T/sqrt(d)) V) for one chosen by name from ``bab.sparsifiner.attention``:
+``dense`` (``F.scaled_dot_product_attention``, what HF's SDPA path runs; equal to HF when nothing is on),
+``sparse``, ``masked`` or ``fused`` (Sparsifiner's connections by three kernels) or ``linformer``.
 
 Two other knobs share the same forward: budgeted head gates (``bab.core.budget``; soft gate mass or hard
-top-k heads at a requested budget) and EViT-style token pruning at fixed layers. Every forward
-also returns the attention core's multiply-adds per example (the paper's "MHSA FLOPs"), counted
-from the shapes it actually ran.
+top-k heads at a requested budget) and EViT-style token pruning at fixed layers. The options of one forward
+are one ``ViTForward``: ``model(pixels, ViTForward(attention="masked", keep_rate=0.25))``, or its fields as
+keywords, ``model(pixels, attention="masked", keep_rate=0.25)``. Every forward also returns the attention
+core's multiply-adds per example (the paper's "MHSA FLOPs"), counted from the shapes it actually ran.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import ViTConfig, ViTForImageClassification
 
-from bab.core.budget import BudgetGates, hard_topk_mask, head_weights
-from bab.sparsifiner.linformer import LinformerProjection, linformer_macs
+from bab.core.budget import BudgetGates, hard_topk_mask, head_weights, validate_budget
+from bab.sparsifiner.attention import CORES_WITHOUT_PROBS, PREDICTOR_CORES, CoreInputs, attention_core
+from bab.sparsifiner.linformer import LinformerProjection
 from bab.sparsifiner.predictor import (
+    SPARSE_KERNELS,
     ConnectivityPredictor,
-    attention_over_connections,
-    connectivity_mask,
-    dense_attention,
     dense_attention_macs,
-    masked_dense_attention,
-    num_connections,
-    predictor_macs,
-    sparse_attention_macs,
     validate_keep_rate,
     validate_predictor_options,
 )
 from bab.sparsifiner.token_pruning import prune_tokens, validate_token_keep
 
-ATTENTION_PATHS = ("dense", "sparse", "masked", "linformer")
 HEAD_MODES = ("soft", "hard")
 
 
@@ -104,6 +94,85 @@ class ViTClassifierConfig:
         )
 
 
+@dataclass(frozen=True, eq=False)  # eq=False: a head_mask tensor has no single truth value to compare by
+class ViTForward:
+    """The options of one ``ViTClassifier`` forward, checked here: on their own when built, against the model
+    by ``check_model``.
+
+    attention: the attention core's name (``bab.sparsifiner.attention.ATTENTION_CORES``); keep_rate:
+    Sparsifiner's fraction of connections per query (sparse / masked / fused); budget + head_mode: head gates
+    (soft gate mass or hard top-k heads); head_mask: an explicit binary [L, H] mask instead of the top-k (hard
+    mode, no gates needed); token_keep + prune_layers: EViT pruning after the attention of those layers
+    (0-based); with_predictor: also compute the predictor's scores (Sparsifiner phase 1, on a dense pass);
+    sparse_kernel: the sparse core's "auto", "csr" or "gather" (``bab.sparsifiner.predictor.sparse_attention``);
+    return_internals: every layer's internals (probabilities, connections) in ``ViTOutput.layers``.
+    """
+
+    attention: str = "dense"
+    keep_rate: float = 1.0
+    budget: float | None = None
+    head_mode: str = "soft"
+    head_mask: torch.Tensor | None = None
+    token_keep: float | None = None
+    prune_layers: tuple[int, ...] = ()
+    with_predictor: bool = False
+    sparse_kernel: str = "auto"
+    return_internals: bool = False
+
+    def __post_init__(self):
+        attention_core(self.attention)  # an unknown name raises, listing the known ones
+        object.__setattr__(self, "keep_rate", validate_keep_rate(self.keep_rate))
+        if self.budget is not None:
+            object.__setattr__(self, "budget", validate_budget(self.budget))
+        if self.head_mode not in HEAD_MODES:
+            raise ValueError(f"head_mode must be one of {HEAD_MODES}, got {self.head_mode!r}")
+        if self.head_mask is not None and self.head_mode != "hard":
+            raise ValueError("head_mask is a hard mask: pass head_mode='hard' with it")
+        if self.token_keep is not None:
+            object.__setattr__(self, "token_keep", validate_token_keep(self.token_keep))
+        object.__setattr__(self, "prune_layers", tuple(self.prune_layers))
+        if self.sparse_kernel not in SPARSE_KERNELS:
+            raise ValueError(f"sparse_kernel must be one of {SPARSE_KERNELS}, got {self.sparse_kernel!r}")
+        if self.attention in CORES_WITHOUT_PROBS and self.prunes_tokens:
+            raise ValueError(f"token pruning needs a full CLS attention row, which attention={self.attention!r} "
+                             f"does not compute: prune tokens with attention='dense', 'sparse' or 'masked'")
+        if self.attention == "fused" and self.with_predictor:
+            raise ValueError("with_predictor trains the predictor on its dense scores, and the fused kernel is for "
+                             "inference: use attention='dense' with with_predictor=True")
+
+    @classmethod
+    def of(cls, options: ViTForward | None = None, **keywords) -> ViTForward:
+        """``options`` with the given fields replaced, or the options built from ``keywords`` alone."""
+        if options is None:
+            return cls(**keywords)
+        if not isinstance(options, cls):
+            raise TypeError(f"the forward's options must be a ViTForward, got {type(options).__name__}: pass e.g. "
+                            f"ViTForward(attention='masked'), or the fields as keywords (attention='masked')")
+        return replace(options, **keywords) if keywords else options
+
+    @property
+    def prunes_tokens(self) -> bool:
+        return self.token_keep is not None and len(self.prune_layers) > 0
+
+    def prunes_after(self, layer: int) -> bool:
+        """Whether tokens are pruned after the attention of ``layer`` (0-based)."""
+        return self.token_keep is not None and layer in self.prune_layers
+
+    def check_model(self, config: ViTClassifierConfig) -> None:
+        """Raise an error that says how to build the model when it lacks what these options use."""
+        if self.attention in PREDICTOR_CORES and not config.predictor:
+            raise ValueError(f"attention={self.attention!r} needs connectivity predictors: "
+                             "build the model with ViTClassifierConfig(predictor=True)")
+        if self.attention == "linformer" and not config.linformer_len:
+            raise ValueError("attention='linformer' needs ViTClassifierConfig(linformer_len=<projection length>)")
+        if self.budget is not None and self.head_mask is None and config.gates is None:
+            raise ValueError("budget= needs head gates: build the model with ViTClassifierConfig(gates='budget')")
+        if self.token_keep is not None:
+            bad = [i for i in self.prune_layers if not 0 <= i < config.num_layers]
+            if bad:
+                raise ValueError(f"prune_layers {bad} outside 0..{config.num_layers - 1}")
+
+
 @dataclass
 class ViTOutput:
     logits: torch.Tensor  # [B, num_classes]
@@ -144,10 +213,6 @@ class ViTClassifier(nn.Module):
     def layers(self):
         return self.hf.vit.layers
 
-    def backbone_parameters(self):
-        """Everything but the predictors (the frozen part of Sparsifiner's phase 1)."""
-        return [p for name, p in self.named_parameters() if not name.startswith("predictors.")]
-
     def head_mask_for(self, budget: float) -> torch.Tensor:
         """Hard top-k head mask [L, H] at ``budget`` (keeps ceil(b * L * H) heads)."""
         if self.gates is None:
@@ -158,36 +223,14 @@ class ViTClassifier(nn.Module):
         c = self.config
         return c.num_layers * dense_attention_macs(c.num_tokens, c.hidden_size)
 
-    def forward(self, pixel_values: torch.Tensor, attention: str = "dense", keep_rate: float = 1.0,
-                budget: float | None = None, head_mode: str = "soft", token_keep: float | None = None,
-                prune_layers: tuple[int, ...] = (), return_internals: bool = False,
-                with_predictor: bool = False, sparse_kernel: str = "auto",
-                head_mask: torch.Tensor | None = None) -> ViTOutput:
-        """pixel_values [B, C, H, W] -> ViTOutput.
-
-        attention: one of ATTENTION_PATHS; keep_rate: Sparsifiner's fraction of connections per query
-        (sparse / masked); budget + head_mode: head gates (soft gate mass or hard top-k heads);
-        token_keep + prune_layers: EViT pruning after the attention of those layers (0-based);
-        with_predictor: also compute the predictor's scores on a dense pass (Sparsifiner phase 1);
-        sparse_kernel: "auto", "csr" or "gather" (see ``bab.sparsifiner.predictor.sparse_attention``).
-        """
-        c = self.config
-        if attention not in ATTENTION_PATHS:
-            raise ValueError(f"attention must be one of {ATTENTION_PATHS}, got {attention!r}")
-        keep_rate = validate_keep_rate(keep_rate)
-        if attention in ("sparse", "masked") and self.predictors is None:
-            raise ValueError(f"attention={attention!r} needs connectivity predictors: "
-                             "build the model with ViTClassifierConfig(predictor=True)")
-        if attention == "linformer" and self.linformer is None:
-            raise ValueError("attention='linformer' needs ViTClassifierConfig(linformer_len=<projection length>)")
-        if head_mode not in HEAD_MODES:
-            raise ValueError(f"head_mode must be one of {HEAD_MODES}, got {head_mode!r}")
-        if token_keep is not None:
-            validate_token_keep(token_keep)
-            bad = [i for i in prune_layers if not 0 <= i < c.num_layers]
-            if bad:
-                raise ValueError(f"prune_layers {bad} outside 0..{c.num_layers - 1}")
-        weights = self._head_weights(budget, head_mode, head_mask)  # [L, H] or None
+    def forward(self, pixel_values: torch.Tensor, options: ViTForward | None = None, **keywords) -> ViTOutput:
+        """pixel_values [B, C, H, W] -> ViTOutput, with the options ``options`` (a ``ViTForward``; default: dense,
+        nothing on) and any of its fields given as ``keywords`` (they replace the options' values):
+        ``model(x, ViTForward(attention="sparse", keep_rate=0.25))`` is ``model(x, attention="sparse",
+        keep_rate=0.25)``."""
+        options = ViTForward.of(options, **keywords)
+        options.check_model(self.config)
+        weights = self._head_weights(options)  # [L, H] or None
 
         x = self.hf.vit.embeddings(pixel_values)  # [B, n, D]
         B = x.shape[0]
@@ -195,72 +238,48 @@ class ViTClassifier(nn.Module):
         total_macs, internals = 0.0, []
         for i, layer in enumerate(self.layers):
             h = layer.layernorm_before(x)
-            prune_here = token_keep is not None and i in prune_layers
-            out, info = self._attention_core(i, layer.attention, h, attention, keep_rate, positions,
-                                             need_probs=return_internals or prune_here,
-                                             with_predictor=with_predictor, sparse_kernel=sparse_kernel)
+            prune_here = options.prunes_after(i)
+            out, info = self._attention_core(i, layer.attention, h, options, positions,
+                                             need_probs=options.return_internals or prune_here)
             if weights is not None:
                 out = out * weights[i].view(1, -1, 1, 1)
-                if head_mode == "hard":  # skipped heads cost nothing
+                if options.head_mode == "hard":  # skipped heads cost nothing
                     info["macs"] *= float(weights[i].detach().gt(0).float().mean())
             total_macs += info["macs"]
             out = layer.attention.o_proj(out.transpose(1, 2).reshape(B, x.shape[1], -1))
             x = x + layer.dropout(out)
             x = x + layer.dropout(layer.mlp(layer.layernorm_after(x)))
             if prune_here:
-                x, kept = prune_tokens(x, info["cls_probs"], token_keep)
+                x, kept = prune_tokens(x, info["cls_probs"], options.token_keep)
                 base = positions if positions is not None else torch.arange(info["n"]).expand(B, -1)
                 positions = torch.cat([base[:, :1], torch.gather(base, 1, kept)], dim=1)
-            if return_internals or with_predictor:
+            if options.return_internals or options.with_predictor:
                 internals.append(info)
         tokens = self.hf.vit.layernorm(x)
         logits = self.hf.classifier(tokens[:, 0])
         return ViTOutput(logits, tokens, total_macs, total_macs / self.dense_mhsa_macs(), internals)
 
-    def _head_weights(self, budget, head_mode, head_mask):
+    def _head_weights(self, options: ViTForward):
         """[L, H] weights on the heads' outputs, or None: the soft gates, the hard top-k mask (straight-through
         to the gates), or an explicit binary ``head_mask`` (hard mode, no gates needed)."""
-        if budget is None and head_mask is None:
+        if options.budget is None and options.head_mask is None:
             return None
-        if head_mask is None and self.gates is None:
-            raise ValueError("budget= needs head gates: build the model with ViTClassifierConfig(gates='budget')")
-        if head_mask is not None and head_mode != "hard":
-            raise ValueError("head_mask is a hard mask: pass head_mode='hard' with it")
         c = self.config
-        return head_weights(self.gates, budget, head_mode, head_mask, (c.num_layers, c.num_heads),
-                            self.hf.classifier.weight.dtype)[0]
+        return head_weights(self.gates, options.budget, options.head_mode, options.head_mask,
+                            (c.num_layers, c.num_heads), self.hf.classifier.weight.dtype)[0]
 
-    def _attention_core(self, i, attn, h, path, keep_rate, positions, need_probs, with_predictor, sparse_kernel):
-        """h [B, n, D] -> (per-head outputs [B, H, n, d], info dict with macs and, if asked, probabilities)."""
-        B, n, D = h.shape
+    def _attention_core(self, i, attn, h, options: ViTForward, positions, need_probs):
+        """h [B, n, D] -> (per-head outputs [B, H, n, d], info dict with macs and, if asked, probabilities) from
+        layer ``i``'s core ``options.attention``."""
+        B, n, _ = h.shape
         H = self.config.num_heads
         q, k, v = (proj(h).view(B, n, H, -1).transpose(1, 2) for proj in (attn.q_proj, attn.k_proj, attn.v_proj))
-        info = {"n": n, "positions": positions}
-        predicted = None
-        if self.predictors is not None and (path in ("sparse", "masked") or with_predictor):
-            predicted = self.predictors[i](q, k, keep_rate, positions, with_scores=with_predictor)
-            info.update(predicted)
-        if path == "dense":
-            if need_probs or with_predictor:
-                out, info["probs"] = dense_attention(q, k, v)
-            else:
-                out = F.scaled_dot_product_attention(q, k, v)
-            info["macs"] = dense_attention_macs(n, D)
-        elif path == "linformer":
-            out, low_rank = self.linformer[i](q, k, v)
-            info.update(macs=linformer_macs(n, self.linformer[i].proj_len, D), low_rank_probs=low_rank)
-        else:
-            kk, first = num_connections(keep_rate, n), predicted["first_query"]  # queries < first attend densely
-            up = self.predictors[i].up_projection_macs(predicted["coefficients"], positions)
-            info["macs"] = sparse_attention_macs(n, kk, D, first) + predictor_macs(n, self.config.n_down, D, up, first)
-            if path == "sparse":
-                out, probs = attention_over_connections(q, k, v, predicted["index"], first, sparse_kernel, need_probs)
-                if need_probs:
-                    info["probs"] = probs
-            else:
-                out, info["probs"] = masked_dense_attention(q, k, v, connectivity_mask(predicted["index"], n, first))
+        layer = CoreInputs(predictor=self.predictors[i] if self.predictors is not None else None,
+                           linformer=self.linformer[i] if self.linformer is not None else None,
+                           keep_rate=options.keep_rate, positions=positions, need_probs=need_probs,
+                           with_predictor=options.with_predictor, sparse_kernel=options.sparse_kernel)
+        out, core_info = attention_core(options.attention)(q, k, v, layer)
+        info = {"n": n, "positions": positions, **core_info}
         if "probs" in info:
             info["cls_probs"] = info["probs"][:, :, 0]  # [B, H, n]
-        elif path == "linformer" and need_probs:
-            raise ValueError("token pruning needs a full CLS attention row, which Linformer does not compute")
         return out, info

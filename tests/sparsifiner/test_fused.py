@@ -2,8 +2,11 @@
 top-k index (``ConnectivityPredictor.forward``) and ``masked_dense_attention`` with ``connectivity_mask``."""
 
 import copy
+import fnmatch
 import shutil
+import tomllib
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -255,3 +258,14 @@ def test_the_portable_build_without_avx512_equals_the_reference(kernel):
                 out, index = fused.fused_sparsifiner_attention(predictor, q, k, v, keep_rate, module=portable)
             assert_same_selection(index, predictor, q, k, keep_rate)
             assert_output_is_masked_dense_attention(out, index, predictor, q, k, v)
+
+
+def test_the_kernel_source_is_package_data_so_an_installed_package_can_build_it():
+    """The C++ source lives beside the module (csrc/) and pyproject.toml's package-data ships it in a wheel."""
+    root = Path(fused.__file__).parent
+    with open(Path(__file__).resolve().parents[2] / "pyproject.toml", "rb") as f:
+        patterns = tomllib.load(f)["tool"]["setuptools"]["package-data"]["bab.sparsifiner"]
+    for source in fused.SOURCES:
+        assert source.is_file(), source
+        relative = source.relative_to(root).as_posix()
+        assert any(fnmatch.fnmatch(relative, pattern) for pattern in patterns), (relative, patterns)

@@ -221,7 +221,7 @@ def test_predictor_breakdown_times_every_part():
     assert (timed > 0).all()
 
 
-# ----------------------------------------------------------------------------- issue 11: per head, per example
+# ----------------------------------------------------------------------------- per head, per example
 # An independent reference of the predictor: explicit loops over examples and heads, one plain matmul per
 # equation and head, no einsum and no broadcasting over heads or examples. The predictor must equal it.
 
@@ -505,7 +505,7 @@ def test_bad_predictor_options_raise_errors_that_say_how_to_fix_them(options, er
         ConnectivityPredictor(2, 10, n_down=4, **options)
 
 
-# ----------------------------------------------------------------------------- issue 11, item 5: the bench's path
+# ----------------------------------------------------------------------------- the bench's path
 @pytest.mark.parametrize("n", [7, 64, 197])
 @pytest.mark.parametrize("keep_rate", [0.5, 0.25, 0.1])
 @pytest.mark.parametrize("order", ["topk", "descending", "shuffled"])

@@ -1,17 +1,20 @@
 """The ViT classifier on transformers' ViT, its attention paths, and the notebook-05 training steps."""
 
 import math
+import shutil
 
 import pytest
 import torch
 from torch.utils.data import TensorDataset
 
 from bab.core.losses import attention_distillation_loss, kl_distillation_loss, token_distillation_loss
+from bab.sparsifiner import fused
+from bab.sparsifiner.attention import ATTENTION_CORES
 from bab.sparsifiner.evaluate import attention_core_flops, attention_maps, evaluate_vit, mhsa_cost_table, topk_exact
 from bab.sparsifiner.predictor import num_connections
 from bab.sparsifiner.token_pruning import prune_tokens
 from bab.sparsifiner.train import ViTTrainConfig, train_vit
-from bab.sparsifiner.vit import ViTClassifier, ViTClassifierConfig
+from bab.sparsifiner.vit import ViTClassifier, ViTClassifierConfig, ViTForward
 
 TINY = dict(image_size=8, patch_size=2, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32)
 
@@ -246,7 +249,7 @@ def test_hard_head_adaptation_trains_gates_through_the_straight_through_estimato
     assert not torch.equal(model.gates.theta, theta)  # hard masks in the forward, gradients reach the soft gates
 
 
-# ----------------------------------------------------------------------------- issue 11: batch independence, options
+# ----------------------------------------------------------------------------- batch independence, predictor options
 
 OFFICIAL = dict(cls_dense=True, coefficients="topm", top_m=2, basis_threshold_abs=True, predictor_scale="num_heads")
 
@@ -320,3 +323,84 @@ def test_phase_one_with_cls_dense_distils_the_predicted_rows_only():
 def test_vit_config_rejects_bad_predictor_options(options, message):
     with pytest.raises(ValueError, match=message):
         ViTClassifierConfig(**TINY, predictor=True, **options)
+
+
+# ----------------------------------------------------------------------------- attention cores by name, ViTForward
+
+def test_the_options_object_and_keywords_are_the_same_call():
+    model, x = signed_predictors(tiny(predictor=True, n_down=4)), pixels()
+    options = ViTForward(attention="sparse", keep_rate=0.25, return_internals=True)
+    with torch.no_grad():
+        by_object, by_keywords = model(x, options), model(x, attention="sparse", keep_rate=0.25, return_internals=True)
+        overridden = model(x, options, keep_rate=0.5)  # keywords replace the object's fields
+        at_half = model(x, attention="sparse", keep_rate=0.5)
+    assert torch.equal(by_object.logits, by_keywords.logits) and by_object.mhsa_macs == by_keywords.mhsa_macs
+    assert torch.equal(overridden.logits, at_half.logits)
+    assert sorted(ATTENTION_CORES) == ["dense", "fused", "linformer", "masked", "sparse"]
+
+
+@pytest.mark.parametrize("options, error, message", [
+    (dict(attention="sparsest"), ValueError, r"attention must be one of \('dense', 'sparse', 'masked', 'fused'"),
+    (dict(head_mode="skip"), ValueError, "head_mode must be one of"),
+    (dict(sparse_kernel="cuda"), ValueError, "sparse_kernel must be one of"),
+    (dict(budget=1.5), ValueError, "budget must lie in"),
+    (dict(attention="fused", token_keep=0.5, prune_layers=(0,)), ValueError, "token pruning needs a full CLS"),
+    (dict(attention="linformer", token_keep=0.5, prune_layers=(0,)), ValueError, "token pruning needs a full CLS"),
+    (dict(attention="fused", with_predictor=True), ValueError, "use attention='dense' with with_predictor"),
+], ids=["name", "head_mode", "sparse_kernel", "budget", "fused pruning", "linformer pruning", "fused phase 1"])
+def test_forward_options_reject_bad_values_on_their_own(options, error, message):
+    with pytest.raises(error, match=message):
+        ViTForward(**options)
+
+
+def test_forward_options_say_what_the_model_lacks():
+    model, x = tiny(), pixels()
+    with pytest.raises(ValueError, match=r"attention='fused' needs connectivity predictors"):
+        model(x, attention="fused")
+    with pytest.raises(ValueError, match=r"prune_layers \[2\] outside 0..1"):
+        model(x, token_keep=0.5, prune_layers=(2,))
+    with pytest.raises(TypeError, match="must be a ViTForward.*attention='masked'"):
+        model(x, "masked")  # the attention name where the options object goes
+    with pytest.raises(TypeError, match="unexpected keyword argument 'keep'"):
+        model(x, keep=0.5)
+
+
+HAS_COMPILER = any(shutil.which(cc) for cc in ("g++", "c++", "clang++"))
+
+
+@pytest.mark.parametrize("options", [{}, OFFICIAL], ids=["defaults", "official options"])
+def test_the_fused_core_in_the_vit_equals_the_sparse_and_masked_cores(options):
+    if not HAS_COMPILER:
+        pytest.skip("no C++ compiler (g++, c++ or clang++) on PATH: the fused kernel cannot be built here")
+    assert fused.fused_available(), f"the fused kernel failed to build: {fused._state['error']!r}"
+    model, x = signed_predictors(tiny(predictor=True, n_down=4, **options)), pixels()
+    with torch.no_grad():
+        for rate in (1.0, 0.5, 0.25, 0.1):
+            by_kernel = model(x, attention="fused", keep_rate=rate, return_internals=True)
+            sparse = model(x, attention="sparse", keep_rate=rate, return_internals=True)
+            masked = model(x, attention="masked", keep_rate=rate)
+            torch.testing.assert_close(by_kernel.logits, sparse.logits, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(by_kernel.logits, masked.logits, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(by_kernel.tokens, sparse.tokens, atol=1e-5, rtol=1e-5)
+            assert by_kernel.mhsa_macs == pytest.approx(sparse.mhsa_macs)
+            # layer 0 sees the same q, k: the predictor's own A~_down and the same connections; later layers see
+            # the previous layer's outputs, equal only to float rounding
+            first, reference = by_kernel.layers[0], sparse.layers[0]
+            assert torch.equal(first["coefficients"], reference["coefficients"])
+            assert torch.equal(first["index"].sort(-1).values, reference["index"].sort(-1).values)
+            for ours, theirs in zip(by_kernel.layers, sparse.layers, strict=True):
+                torch.testing.assert_close(ours["coefficients"], theirs["coefficients"], atol=1e-5, rtol=1e-5)
+                assert "probs" not in ours  # the kernel never forms the attention matrix
+    with pytest.raises(RuntimeError, match=r"without autograd.*torch\.no_grad\(\)"):
+        model.train()(x, attention="fused", keep_rate=0.25)
+
+
+def test_the_fused_core_says_why_when_the_kernel_could_not_be_built(monkeypatch):
+    def no_build():
+        raise RuntimeError("Ninja is required to load C++ extensions (simulated)")
+
+    monkeypatch.setattr(fused, "_build", no_build)
+    monkeypatch.setattr(fused, "_state", {"module": None, "error": None, "warned": False})
+    model = tiny(predictor=True)
+    with torch.no_grad(), pytest.raises(RuntimeError, match=r"not available.*simulated.*attention='sparse'"):
+        model(pixels(), attention="fused", keep_rate=0.25)

@@ -1,11 +1,7 @@
-"""C++ source of the fused Sparsifiner inference kernel (compiled by ``bab.sparsifiner.fused``).
+// The fused Sparsifiner inference kernel: fused_forward, called by bab.sparsifiner.fused, which compiles this file
+// on first use (torch.utils.cpp_extension.load). The algorithm and its exactness argument are in that module's
+// docstring; the comments here say why each loop is written the way it is (mostly: so that g++ -O3 vectorizes it).
 
-Kept as a string in a .py file so an installed package carries it without package-data settings. The
-algorithm and its exactness argument are in ``bab.sparsifiner.fused``'s docstring; the comments here say
-why each loop is written the way it is (mostly: so that g++ -O3 vectorizes it).
-"""
-
-CPP_SOURCE = r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -654,4 +650,7 @@ std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v, 
   });
   return {out, index};
 }
-"""
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("fused_forward", torch::wrap_pybind_function(fused_forward), "fused_forward");
+}
