@@ -19,7 +19,7 @@
 # top-k with straight-through adaptation, the 19-budget sweep of one checkpoint, gate heatmaps,
 # the accuracy–cost Pareto plot, the deployment accounting, and our numbers beside the paper's.
 #
-# The logic lives in `bab` (`bab.experiments.study` holds the steps, `bab.experiments.synthetic` the
+# The logic lives in `bab` (`bab.experiments.heads_study` holds the steps, `bab.experiments.synthetic` the
 # data and model shape); trained models are cached
 # by their full config under `.bab_cache/runs`, so a second run of this notebook only evaluates.
 
@@ -39,8 +39,8 @@ import pandas as pd
 import torch
 from IPython.display import display
 
+from bab.experiments.heads_study import deployment_accounting, hard_topk_is_exact, monotone_verdict
 from bab.experiments.profiles import get_profile
-from bab.experiments.study import deployment_accounting, hard_topk_is_exact, monotone_verdict
 from bab.experiments.synthetic import SyntheticExperiment
 from bab.heads import plots
 from bab.heads.evaluate import evaluate, gates_are_monotone, gates_by_budget, spearman, topk_nested
@@ -135,7 +135,7 @@ warm, warm_metrics, _ = exp.warm_start_budgeted()
 warm_points = pd.DataFrame([evaluate(warm, val_set, budget=b, mode="soft") for b in (0.25, 0.5, 0.75, 1.0)])
 warm_points["|cost - b| <= 0.05"] = (warm_points.cost - warm_points.budget).abs() <= 0.05
 display(warm_points[["budget", "cost", "accuracy", "loss", "|cost - b| <= 0.05"]])
-paper_warm, _, _ = exp.warm_start_budgeted(replace(P.warm, gate_init="flat", two_sided=False))
+paper_warm, _, _ = exp.warm_start_budgeted(replace(P.warm, gate_start="flat", two_sided=False))
 paper_points = pd.DataFrame([evaluate(paper_warm, val_set, budget=b, mode="soft") for b in (0.25, 0.5, 0.75)])
 print("the paper's recipe (flat gates, one-sided term):")
 display(paper_points[["budget", "cost", "accuracy"]])

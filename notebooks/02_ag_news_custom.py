@@ -37,8 +37,8 @@ import torch
 from IPython.display import display
 
 from bab.experiments.hard_recipe import BASE, VARIANTS, adaptation_summary, choose_recipe, compact, recipe_ablation
+from bab.experiments.heads_study import deployment_accounting, monotone_verdict
 from bab.experiments.profiles import get_profile
-from bab.experiments.study import deployment_accounting, monotone_verdict
 from bab.experiments.text import TextStudy
 from bab.heads import plots
 from bab.heads.bench import latency_table
@@ -148,7 +148,7 @@ print(monotone_verdict(sweep))
 # %%
 hard, hard_metrics, _ = study.hard_adapted()
 static_hard = {b: study.static_hard_adapted(b)[0] for b in P.skip_budgets}
-print(f"soft phase: gate start {P.warm.gate_init!r}, two-sided budget term {P.warm.two_sided}; hard adaptation: "
+print(f"soft phase: gate start {P.warm.gate_start!r}, two-sided budget term {P.warm.two_sided}; hard adaptation: "
       f"{P.hard_adapt.epochs} epoch(s), lr {P.hard_adapt.lr:g}, "
       f"budgets {P.hard_adapt.budget_choices or f'U[{P.hard_adapt.budget_min}, 1]'}, teacher {P.hard_adapt.kd_teacher}, "
       f"beta {P.hard_adapt.kd_beta}, T {P.hard_adapt.kd_temperature}, controller "

@@ -48,8 +48,8 @@ from IPython.display import display
 
 from bab.experiments.bert import BertStudy, kept_heads_table
 from bab.experiments.hard_recipe import adaptation_summary
+from bab.experiments.heads_study import hard_topk_is_exact, monotone_verdict
 from bab.experiments.profiles import get_profile
-from bab.experiments.study import hard_topk_is_exact, monotone_verdict
 from bab.heads import plots
 from bab.heads.compute import pruning_compute_table
 from bab.heads.evaluate import evaluate, gate_ranking, gates_by_budget, is_monotone

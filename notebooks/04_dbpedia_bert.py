@@ -34,8 +34,8 @@ from IPython.display import display
 
 from bab.experiments.bert import BertStudy, kept_heads_table
 from bab.experiments.hard_recipe import adaptation_summary
+from bab.experiments.heads_study import hard_topk_is_exact, monotone_verdict
 from bab.experiments.profiles import get_profile
-from bab.experiments.study import hard_topk_is_exact, monotone_verdict
 from bab.heads import plots
 from bab.heads.evaluate import evaluate, gate_ranking, gates_by_budget
 from bab.heads.interactive import budget_explorer
@@ -135,7 +135,7 @@ print(f"latency table configurations: {list(latency.index)}")
 #
 # Read the Spearman value with the gate start in mind. The paper starts every gate flat, so its
 # 0.91 / 0.84 are a finding: training alone ordered the heads consistently across budgets. Our recipe
-# starts the gates nested (issue 14; `nest_gates_by_importance_`): every head gets the same slope in
+# starts the gates nested (`gate_start`, `nest_gates_by_importance_`): every head gets the same slope in
 # logit(b), so the order, and with it the top-k set, is the same at every budget *by construction*, and
 # Spearman starts at 1. A value below 1 here can only come from training pulling the slopes apart; 1.00
 # says training did not reorder the heads, not that it discovered a consistent order.

@@ -214,7 +214,7 @@ print(f"Linformer (projection length {study.linformer_len()}): {linformer_test['
 # How the gates start decides whether the hard top-k means anything. Started all open with one slope,
 # the soft model meets the cost by shrinking every head alike (gate spread about 0.002 at $b = 0.5$), the
 # top-k then picks nearly at random and the kept sets of different budgets need not nest. Here the gates
-# start **nested** (`head_gate_init`): the dense model's heads are ranked by greedy backward elimination
+# start **nested** (`gate_start`): the dense model's heads are ranked by greedy backward elimination
 # on training images, and head $h$ of rank $r_h$ opens at $b_h = (r_h + 1/2) / LH$, so at every budget the
 # top-k keeps the heads elimination kept longest (docs/sparsifiner.md, "Head gates that commit", has the
 # ablation that chose it on validation). As in notebooks 02–04, the adaptation is kept only if it raises the
@@ -225,7 +225,7 @@ print(f"Linformer (projection length {study.linformer_len()}): {linformer_test['
 heads, _, _ = study.budgeted_heads()
 heads_hard, heads_hard_metrics, _ = study.budgeted_heads_hard()
 val_mean = heads_hard_metrics["val_hard_mean"]
-print(f"gate init: {P.head_gate_init}; {adaptation_summary(heads, heads_hard_metrics)}")
+print(f"gate start: {P.gate_start}; {adaptation_summary(heads, heads_hard_metrics)}")
 print(f"mean hard top-k validation accuracy over b = {list(P.head_budgets)}: unadapted {val_mean['unadapted']:.2f}%, "
       f"adapted {val_mean['adapted']:.2f}%")
 head_rows = []

@@ -79,7 +79,7 @@ c = dense.config
 print(f"GPT-2: {c.n_layer} layers x {c.n_head} heads, width {c.n_embd}, {c.n_positions} positions, "
       f"{sum(p.numel() for p in dense.parameters()) / 1e6:.2f} M parameters; "
       f"trained {P.dense.steps} steps of {P.dense.batch_size} x {P.dense.context} tokens"
-      + (" (from the run cache)" if dense_metrics.get("cached") else f" in {dense_metrics['seconds']:.0f} s"))
+      + (" (from the run cache)" if dense_metrics.get("cached") else f" in {dense_metrics['train_seconds']:.0f} s"))
 print(f"dense validation perplexity: {dense_eval['perplexity']:.2f} over {dense_eval['windows']} windows")
 
 # %% [markdown]
@@ -308,20 +308,21 @@ else:
 # claims without a perplexity table, so the paper's row has no perplexity.
 
 # %%
-rows = [study.result_row("dense", dense_eval, budget=1.0, speedup=1.0, memory_ratio=1.0)]
+rows = [study.result_row("dense", 1.0, dense_eval, speedup=1.0, memory_ratio=1.0)]
 for r in rows_by_gamma:
     t = throughput[long_context].loc[f"gamma={r['gamma']:g}"]
-    rows.append(study.result_row(f"context pruning, gamma={r['gamma']:g}", r, speedup=t.throughput_ratio,
+    rows.append(study.result_row(f"context pruning, gamma={r['gamma']:g}", None, r, speedup=t.throughput_ratio,
                                  memory_ratio=t.memory_ratio))
-rows.append(study.result_row("context pruning, ~80% of context pruned", dict(headline), budget=0.2,
+rows.append(study.result_row("context pruning, ~80% of context pruned", 0.2, dict(headline),
                              speedup=long80.throughput_ratio, memory_ratio=long80.memory_ratio,
                              note=f"gamma={gamma80:g}; throughput at a {long_context}-token prompt"))
 for r in budget_rows:
-    rows.append(study.result_row("budget-conditioned context pruning", r, budget=r["budget"]))
+    rows.append(study.result_row("budget-conditioned context pruning", r["budget"], r))
 for r in ablation_rows:
-    rows.append(study.result_row(f"ablation {r['ablation']}, irreversible={r['irreversible']}", r))
+    rows.append(study.result_row(f"ablation {r['ablation']}, irreversible={r['irreversible']}", None, r))
 for r in static.itertuples():
-    rows.append(study.result_row(f"static {r.kind} at gamma={r.gamma:g}'s sparsity", r._asdict(), note=r.method))
+    rows.append(study.result_row(f"static {r.kind} at gamma={r.gamma:g}'s sparsity", None, r._asdict(),
+                                 note=r.method))
 comparison = paper.comparison_table(rows)
 display(comparison)
 save_results(rows, results_path)

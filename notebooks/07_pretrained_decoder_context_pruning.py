@@ -100,7 +100,7 @@ for gamma in P.gammas:
     specialists[gamma] = model
     for text in study.texts:
         rows.append({"gamma": gamma, "text": text, **study.evaluate(model, text=text),
-                     "fine-tune s": None if metrics["cached"] else round(metrics["seconds"])})
+                     "fine-tune s": None if metrics["cached"] else round(metrics["train_seconds"])})
 learned = pd.DataFrame(rows)
 dense_eval = {text: study.evaluate(dense, prune=False, text=text) for text in study.texts}
 learned["perplexity / dense"] = learned.perplexity / learned.text.map(lambda t: dense_eval[t]["perplexity"])
@@ -256,16 +256,16 @@ print(f"budget-conditioned rows: {len(budgeted)} budgets, columns {list(budgeted
 
 # %%
 austen = learned[learned.text == "austen"]
-result_rows = [study.result_row("dense", dense_eval["austen"], budget=1.0)]
+result_rows = [study.result_row("dense", 1.0, dense_eval["austen"])]
 for r in austen.itertuples():
-    result_rows.append(study.result_row(f"context pruning, gamma={r.gamma:g}", r._asdict()))
-result_rows.append(study.result_row("context pruning, ~80% of context pruned", dict(headline), budget=0.2,
+    result_rows.append(study.result_row(f"context pruning, gamma={r.gamma:g}", None, r._asdict()))
+result_rows.append(study.result_row("context pruning, ~80% of context pruned", 0.2, dict(headline),
                                     note=f"gamma={gamma80:g}; SmolLM2-135M, profile {P.name}"))
 for r in static[static.text == "austen"].itertuples():
-    result_rows.append(study.result_row(f"static {r.kind} at gamma={r.gamma:g}'s sparsity", r._asdict(),
+    result_rows.append(study.result_row(f"static {r.kind} at gamma={r.gamma:g}'s sparsity", None, r._asdict(),
                                         note=r.method))
 for r in budget_rows:
-    result_rows.append(study.result_row("budget-conditioned context pruning", r, budget=r["budget"]))
+    result_rows.append(study.result_row("budget-conditioned context pruning", r["budget"], r))
 comparison = paper.comparison_table(result_rows)
 display(comparison)
 save_results(result_rows, results_path)

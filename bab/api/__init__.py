@@ -10,7 +10,8 @@
   class); fit (dense -> predictors -> joint), sweep over keep rates, predict.
 - ``fit_heads`` (``bab.api.fit``): what ``python -m bab fit heads`` runs and writes.
 
-This room sits above the method rooms and ``experiments`` (it chains their steps) and below the CLI.
+This room sits above the method rooms and ``experiments`` (``fit`` runs a study's steps over your data) and below
+the CLI.
 """
 
 # Imported on first use, so `from bab import BudgetedClassifier` does not also import the ViT and decoder code.

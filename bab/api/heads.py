@@ -7,19 +7,20 @@
     clf.prune(0.5).save_pretrained(...)         # a plain, smaller transformers model
     clf.save_pretrained("runs/my")              # the gated checkpoint; BudgetedClassifier.from_pretrained("runs/my")
 
-It chains the steps notebook 03 shows one by one (``bab.heads``: ``GatedHFClassifier``, ``train``,
-``evaluate``, ``hf_pruning``, ``bench``), with one rule the notebook leaves to the reader: hard mode
-keeps at least one head in every layer (``min_per_layer=1``) in training, evaluation and prediction,
-so the hard accuracy of a budget is the accuracy of the model ``prune(budget)`` returns.
+``fit`` runs the steps notebook 03 shows one by one, as a study over your data
+(``bab.experiments.own_data.OwnDataStudy``: dense, warm-start budgeted, hard adaptation), each stage through
+the run cache, so an interrupted fit resumes and a repeated one is served from the cache. One rule the
+notebook leaves to the reader: hard mode keeps at least one head in every layer (``min_per_layer=1``) in
+training, evaluation and prediction, so the hard accuracy of a budget is the accuracy of the model
+``prune(budget)`` returns.
 
 Under ``accelerate launch`` each process trains on its shard of every global batch (``batch_size`` is
-the global batch, split over the processes), evaluation gathers across processes, and only the main
-process writes files (docs/scale-out.md).
+the global batch; the training loop splits it over the processes), evaluation gathers across processes,
+and only the main process writes files (docs/scale-out.md).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -29,13 +30,14 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bab.api.data import LabeledTexts, LabelMap, encode, holdout, read_labeled
-from bab.core.budget import validate_budget
+from bab.core.budget import GATE_STARTS, validate_budget
 from bab.core.training import distributed_state
 from bab.data.text import PretrainedTokenizer
+from bab.experiments.own_data import OwnDataProfile, OwnDataStudy
 from bab.heads.evaluate import evaluate, gates_by_budget
 from bab.heads.hf_encoder import GatedHFClassifier, load_classifier, load_tokenizer, resolve_encoder_source
 from bab.heads.hf_pruning import KEPT_HEADS_KEY, pruned_copy
-from bab.heads.train import GATE_INITS, TrainConfig, train
+from bab.heads.train import TrainConfig
 
 CHECKPOINT_KEY = "bab_budgeted"  # in config.json: marks a gated checkpoint and holds its gates' recipe
 GATES_FILE = "bab_gates.safetensors"
@@ -45,11 +47,12 @@ CHECKPOINT_FORMAT = 1
 
 @dataclass(frozen=True)
 class Recipe:
-    """How ``fit`` trains. The defaults are notebook 03's MiniLM recipe (bab.experiments.bert), including the
-    hard-adaptation recipe of issue 14 (docs/budgeted-heads.md, "The hard-adaptation recipe").
+    """How ``fit`` trains. The defaults are notebook 03's MiniLM recipe (bab.experiments.bert), including its
+    hard-adaptation recipe (docs/budgeted-heads.md, "The hard-adaptation recipe").
 
     ``batch_size`` is the global batch: under ``accelerate launch`` with N processes each takes
-    ``batch_size / N`` examples of every step, so N processes follow the same optimisation as one.
+    ``batch_size / N`` examples of every step (N must divide it), so N processes follow the same optimisation
+    as one.
     """
 
     max_len: int = 128  # tokens per text (longer texts are truncated, as in the paper's BERT protocol)
@@ -63,11 +66,11 @@ class Recipe:
     lambda_cost: float = 0.05
     lambda_viol: float = 20.0
     budget_min: float = 0.1  # budgeted training samples b ~ U[budget_min, 1]
-    # the soft phase of issue 14's recipe: a two-sided budget term, so the cost tracks the request from below
-    # too, and gates that start nested in order of head importance (one-at-a-time ablation on this many
+    # the soft phase of the hard-adaptation recipe: a two-sided budget term, so the cost tracks the request from
+    # below too, and gates that start nested in order of head importance (one-at-a-time ablation on this many
     # training examples), so the soft model commits to heads and the hard top-k keeps what it promised
     two_sided: bool = True
-    gate_start: str = "ablation"  # "flat" (the paper), "random", "ablation" or "elimination"
+    gate_start: str = "ablation"  # bab.core.budget.GATE_STARTS: "flat" (the paper), "random", "ablation", ...
     gate_start_examples: int = 128
     kd_beta: float = 0.5
     kd_temperature: float = 2.0
@@ -83,23 +86,20 @@ class Recipe:
         if not 0 <= self.val_fraction < 1:
             raise ValueError(f"Recipe.val_fraction must lie in [0, 1), got {self.val_fraction}")
         validate_budget(self.budget_min)
-        if self.gate_start not in GATE_INITS:
-            raise ValueError(f"Recipe.gate_start must be one of {GATE_INITS} (how the gates start), got "
+        if self.gate_start not in GATE_STARTS:
+            raise ValueError(f"Recipe.gate_start must be one of {GATE_STARTS} (how the gates start), got "
                              f"{self.gate_start!r}")
 
-    def train_configs(self, num_processes: int, hard_budgets=None) -> dict[str, TrainConfig]:
-        """The three stages' TrainConfigs; batch size per process. ``hard_budgets``: one budget adapts that
-        budget; several adapt b ~ U[min, 1], which covers each of them."""
-        if self.batch_size % num_processes:
-            raise ValueError(f"batch_size {self.batch_size} does not split over {num_processes} processes; use a "
-                             f"multiple of {num_processes}")
-        common = dict(batch_size=self.batch_size // num_processes, seed=self.seed, gate_lr=self.gate_lr)
+    def train_configs(self, hard_budgets=None) -> dict[str, TrainConfig]:
+        """The three stages' TrainConfigs (``batch_size``: the global batch). ``hard_budgets``: one budget adapts
+        that budget; several adapt b ~ U[min, 1], which covers each of them."""
+        common = dict(batch_size=self.batch_size, seed=self.seed, gate_lr=self.gate_lr)
         configs = {
             "dense": TrainConfig(objective="dense", epochs=self.dense_epochs, lr=self.dense_lr, **common),
             "budgeted": TrainConfig(objective="budgeted", epochs=self.budgeted_epochs, lr=self.lr,
                                     budget_min=self.budget_min, lambda_cost=self.lambda_cost,
                                     lambda_viol=self.lambda_viol, two_sided=self.two_sided,
-                                    gate_init=self.gate_start, gate_init_examples=self.gate_start_examples,
+                                    gate_start=self.gate_start, gate_start_examples=self.gate_start_examples,
                                     **common),
         }
         if self.hard_epochs:
@@ -197,13 +197,16 @@ class BudgetedClassifier:
     # -- training --------------------------------------------------------------------------------
 
     def fit(self, train_data, val=None, *, hard_budgets=None, text_column: str = "text", label_column: str = "label",
-            progress: bool = True, skip_malformed: bool = False) -> BudgetedClassifier:
+            progress: bool = True, skip_malformed: bool = False, cache=None) -> BudgetedClassifier:
         """Dense fine-tuning -> warm-started budgeted gates -> (``recipe.hard_epochs``) hard adaptation.
 
         ``train_data`` / ``val``: a CSV path, DataFrame, ``datasets.Dataset`` / ``DatasetDict`` (its "train"
         and "validation" splits). Without ``val`` a stratified ``recipe.val_fraction`` of the training data
         is held out to pick the best epoch of multi-epoch stages. ``hard_budgets``: the budgets to adapt
         the hard top-k to (default: every budget in [recipe.budget_min, 1]).
+        ``cache``: where each trained stage is kept (a ``bab.core.runs.RunCache`` or a folder; default the run
+        cache, ``$BAB_CACHE_DIR``; ``False``: nowhere). With a cache an interrupted fit resumes, and a fit of the
+        same data, encoder and recipe is loaded instead of trained again.
         """
         state = distributed_state()
         progress = progress and state.is_main_process
@@ -224,34 +227,13 @@ class BudgetedClassifier:
         train_set = encode(train_texts, self.label_map, self.tokenizer, r.max_len, "the training data")
         val_set = None if val_texts is None else encode(val_texts, self.label_map, self.tokenizer, r.max_len,
                                                         f"the validation data ({val_texts.source})", by_length=True)
-        configs = r.train_configs(state.num_processes, hard_budgets)
-
-        def select(config):
-            if val_set is None or config.epochs == 1:
-                return None
-            if config.objective == "dense":
-                return lambda m: evaluate(m, val_set)["accuracy"]
-            budgets = (0.25, 0.5, 0.75)  # the mean over low, middle and high budgets picks the epoch
-            mode = "hard" if config.objective == "hard_adapt" else "soft"
-            return lambda m: sum(evaluate(m, val_set, b, mode)["accuracy"] for b in budgets) / len(budgets)
-
-        torch.manual_seed(r.seed)  # the new classifier layer's initialisation
-        hf, _ = load_classifier(self.source, num_labels=len(self.labels))
-        hf.config.id2label = dict(enumerate(self.labels))
-        hf.config.label2id = {name: i for i, name in enumerate(self.labels)}
-        dense = GatedHFClassifier.from_hf(hf, self.source)
-        history = {"dense": train(dense, train_set, configs["dense"], progress=progress,
-                                  select=select(configs["dense"])).history}
-        # warm start: the gated model shares nothing with the dense one but starts from its weights
-        gated = GatedHFClassifier(copy.deepcopy(dense.hf), replace(dense.config, gates="budget"))
-        gated.min_per_layer = 1  # hard mode = what pruning materialises (module docstring)
-        history["budgeted"] = train(gated, train_set, configs["budgeted"], progress=progress,
-                                    select=select(configs["budgeted"])).history
-        if "hard" in configs:
-            teacher = copy.deepcopy(gated)
-            history["hard"] = train(gated, train_set, configs["hard"], teacher=teacher, progress=progress,
-                                    select=select(configs["hard"])).history
-        self.model, self.history = gated.eval(), history
+        configs = r.train_configs(hard_budgets)
+        profile = OwnDataProfile(dense=configs["dense"], warm=configs["budgeted"], hard_adapt=configs.get("hard"),
+                                 seed=r.seed)
+        study = OwnDataStudy(profile, self.source, self.labels, train_set, val_set, cache=cache,
+                             progress=progress)
+        model, self.history = study.fit()
+        self.model = model.eval()
         return self
 
     # -- using it --------------------------------------------------------------------------------

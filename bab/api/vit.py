@@ -7,9 +7,11 @@
 
 A small ViT is trained from scratch (no pretrained ViT is available offline; online,
 ``bab.sparsifiner.vit.ViTClassifier.from_pretrained`` loads a DeiT) with notebook 05's recipe: its
-``quick`` profile's three training phases and the official code's predictor options
-(``bab.experiments.vit``). Images: one folder per class, read with Pillow, converted to grayscale
-(``channels=1``) or RGB (3), resized to ``image_size`` and standardised with the training set's mean and std.
+``quick`` profile's three training phases and the official code's predictor options, run as notebook 05's
+study steps over your images (``bab.experiments.vit.OwnImagesStudy``), each through the run cache, so an
+interrupted fit resumes and a repeated one is loaded. Images: one folder per class, read with Pillow,
+converted to grayscale (``channels=1``) or RGB (3), resized to ``image_size`` and standardised with the training
+set's mean and std.
 """
 
 from __future__ import annotations
@@ -23,10 +25,9 @@ import torch
 from torch.utils.data import TensorDataset
 
 from bab.api.data import LabelMap
-from bab.experiments.vit import VIT
+from bab.experiments.vit import VIT, OwnImagesStudy
 from bab.sparsifiner.evaluate import evaluate_vit
 from bab.sparsifiner.predictor import validate_keep_rate
-from bab.sparsifiner.train import train_vit
 from bab.sparsifiner.vit import ViTClassifier, ViTClassifierConfig
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
@@ -93,10 +94,12 @@ class SparsifinerClassifier:
         return (x - self.mean) / self.std
 
     def fit(self, epochs: tuple[int, int, int] | None = None, batch_size: int | None = None, seed: int = 13,
-            progress: bool = True) -> SparsifinerClassifier:
+            progress: bool = True, cache=None) -> SparsifinerClassifier:
         """Dense ViT, then phase 1 (predictors on the frozen backbone), then phase 2 (joint, distilled from dense).
 
-        ``epochs``: (dense, phase 1, phase 2); default: the profile's.
+        ``epochs``: (dense, phase 1, phase 2); default: the profile's. ``batch_size``: the global batch of every
+        phase (default: the profile's). ``cache``: where each trained phase is kept (a ``RunCache`` or a folder;
+        default the run cache, ``$BAB_CACHE_DIR``; ``False``: nowhere).
         """
         p = self.profile
         configs = [p.dense, p.phase1, p.phase2]
@@ -104,14 +107,14 @@ class SparsifinerClassifier:
             if len(epochs) != 3 or min(epochs) < 1:
                 raise ValueError(f"epochs must be three positive integers (dense, phase 1, phase 2), got {epochs}")
             configs = [replace(c, epochs=int(e)) for c, e in zip(configs, epochs, strict=True)]
-        configs = [replace(c, seed=seed, batch_size=batch_size or c.batch_size) for c in configs]
-        torch.manual_seed(seed)
-        dense = ViTClassifier(replace(self.config, predictor=False))
-        self.history["dense"] = train_vit(dense, self.train_set, configs[0], progress=progress).history
-        model = ViTClassifier(self.config)
-        model.load_state_dict(dense.state_dict(), strict=False)  # the backbone; predictors start fresh
-        self.history["phase1"] = train_vit(model, self.train_set, configs[1], progress=progress).history
-        self.history["phase2"] = train_vit(model, self.train_set, configs[2], teacher=dense, progress=progress).history
+        configs = [replace(c, batch_size=batch_size or c.batch_size) for c in configs]
+        profile = replace(p, dense=configs[0], phase1=configs[1], phase2=configs[2], seed=seed)
+        study = OwnImagesStudy(profile, self.config, self.train_set, cache=cache, progress=progress)
+        _, dense_metrics, _ = study.dense()
+        _, phase1_metrics, _ = study.predictor()
+        model, phase2_metrics, _ = study.sparsifiner()
+        self.history = {"dense": dense_metrics["history"], "phase1": phase1_metrics["history"],
+                        "phase2": phase2_metrics["history"]}
         self.model = model.eval()
         return self
 

@@ -8,4 +8,6 @@ See docs/context-pruning.md.
 
 # Part of the run-cache key of every model this method trains (bab.core.runs.train_cached). Bump it whenever
 # training semantics change (a loss, a schedule, an RNG draw, a fix), so a checkpoint trained before is never served.
-TRAINING_VERSION = 1
+# 2: every LMTrainConfig and PruningConfig field enters the key (no field left out at a default any more), and
+# the study lineages are built by the one Study base.
+TRAINING_VERSION = 2

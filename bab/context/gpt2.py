@@ -82,10 +82,7 @@ class GPT2Config:
         return HFConfig(**fields, bos_token_id=self.vocab_size - 1, eos_token_id=self.vocab_size - 1)
 
     def to_dict(self) -> dict:
-        fields = asdict(self)
-        if self.pruning is not None:
-            fields["pruning"] = self.pruning.to_dict()  # its own dict (keeps run-cache keys stable)
-        return fields
+        return asdict(self)  # the pruning config too, as a nested dict
 
 
 class Conv1D(nn.Module):

@@ -51,12 +51,8 @@ class PruningConfig:
             raise ValueError(f"init_sensitivity must be > 0 (softplus cannot reach 0), got {self.init_sensitivity}")
 
     def to_dict(self) -> dict:
-        fields = asdict(self)
-        if not self.propagate_in_depth:
-            # left out at its default so the run-cache keys of checkpoints trained before the option existed
-            # (they hash this dict) stay valid
-            del fields["propagate_in_depth"]
-        return fields
+        """Every field (the run-cache key hashes them all)."""
+        return asdict(self)
 
 
 def validate_alpha(alpha) -> float:

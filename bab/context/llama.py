@@ -91,10 +91,7 @@ class LlamaDecoderConfig:
         return LlamaConfig(**fields, rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta})
 
     def to_dict(self) -> dict:
-        fields = asdict(self)
-        if self.pruning is not None:
-            fields["pruning"] = self.pruning.to_dict()
-        return fields
+        return asdict(self)  # the pruning config too, as a nested dict
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

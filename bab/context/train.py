@@ -79,12 +79,8 @@ class LMTrainConfig:
                              "objective never uses; use objective 'context_pruning' or 'budget_context'")
 
     def to_dict(self) -> dict:
-        fields = asdict(self)
-        for name in ("freeze_pretrained", "two_sided"):
-            if not fields[name]:
-                # left out at the default so the run-cache keys of checkpoints trained before the option stay valid
-                del fields[name]
-        return fields
+        """Every field (the run-cache key hashes them all)."""
+        return asdict(self)
 
 
 def random_batch(ids: torch.Tensor, batch_size: int, context: int, generator: torch.Generator):

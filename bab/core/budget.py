@@ -14,6 +14,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+# How budget-conditioned gates start, before training (every method with head gates takes one of these):
+# - "flat": as the model builds them, every head alike (the same slope, near-equal thresholds): the paper's start.
+#   With g(b) the same for every head, the soft cost is met by shrinking all heads alike.
+# - "random", "ablation", "elimination": nested (``nest_gates_by_importance_``), the heads opening one after another
+#   in the order of a random permutation, of one-at-a-time ablation importance (``head_ablation_importance``) or of
+#   greedy backward elimination (``head_elimination_importance``), scored on the starting model.
+GATE_STARTS = ("flat", "random", "ablation", "elimination")
+
 # Budgets are clipped to [eps, 1 - eps] before the logit so b = 1.0 stays finite. The paper does
 # not publish eps; 1e-3 keeps logit(b) within about +-6.9.
 DEFAULT_EPS = 1e-3

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from bab.core.training import Checkpointer, seed_everything
+from bab.core.training import Checkpointer, distributed_state, seed_everything
 
 # Bump when a change to the code makes old checkpoints mean something different.
 CACHE_SCHEMA = 1
@@ -119,16 +119,20 @@ class RunCache:
 
         ``checkpoint`` is this run's ``Checkpointer`` in the partial area (None when the cache is off): a
         training loop given it resumes an interrupted run. It is cleared once the finished run is stored.
-        Returns the metrics with ``"cached": True/False`` added (not stored).
+        Under ``accelerate launch`` every process trains (the same model) and the main process stores it; the
+        others wait for it. Returns the metrics with ``"cached": True/False`` added (not stored).
         """
         metrics = self.load(name, config, model)
         if metrics is not None:
             return {**metrics, "cached": True}
         checkpoint = self.checkpointer(name, config)
         metrics = train_fn(model, checkpoint)
-        self.save(name, config, model, metrics)
-        if checkpoint is not None:
-            checkpoint.clear()
+        state = distributed_state()
+        if state.is_main_process:
+            self.save(name, config, model, metrics)
+            if checkpoint is not None:
+                checkpoint.clear()
+        state.wait_for_everyone()
         return {**metrics, "cached": False}
 
 

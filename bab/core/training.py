@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -212,7 +212,16 @@ class Checkpointer:
         torch.save({**state, "format": CHECKPOINT_FORMAT}, tmp)
         os.replace(tmp, self.path)
 
+    def for_process(self, index: int, count: int) -> Checkpointer:
+        """The checkpoint of process ``index`` of ``count``: each process of an ``accelerate launch`` keeps its
+        own file, since its random states (dropout, its shard's order) are its own."""
+        if count == 1:
+            return self
+        return replace(self, path=self.path.with_name(f"{self.path.stem}.process{index}of{count}{self.path.suffix}"))
+
     def clear(self) -> None:
+        for path in self.path.parent.glob(f"{self.path.stem}.process*{self.path.suffix}"):
+            path.unlink(missing_ok=True)
         self.path.unlink(missing_ok=True)
         try:
             self.path.parent.rmdir()  # the run's own folder in the partial area, when now empty
@@ -314,6 +323,8 @@ def run_training(model: torch.nn.Module, objective: Objective, *, teacher: torch
     rng = random.Random(config.seed)
 
     result, at, sums, best = TrainResult(), _Position(), {}, None
+    if checkpoint is not None:
+        checkpoint = checkpoint.for_process(accelerator.process_index, accelerator.num_processes)
     saved = checkpoint.load() if checkpoint is not None else None
     if saved is not None:
         accelerator.unwrap_model(model).load_state_dict(saved["model"])

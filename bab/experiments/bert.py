@@ -16,8 +16,7 @@ from functools import cache
 import pandas as pd
 import torch
 
-import bab.heads
-from bab.core.runs import RunCache, train_cached
+from bab.core.runs import RunCache
 from bab.data.text import PretrainedTokenizer, build_text_classification, sort_by_length
 from bab.experiments.text import TextStudy
 from bab.heads.bench import reloaded_latency
@@ -25,7 +24,7 @@ from bab.heads.evaluate import SWEEP_BUDGETS, evaluate
 from bab.heads.hf_encoder import GatedHFClassifier, HFEncoderConfig, load_classifier, load_tokenizer
 from bab.heads.hf_pruning import kept_heads, prune_heads, pruned_copy
 from bab.heads.posthoc import head_importance, posthoc_mask
-from bab.heads.train import TrainConfig, train
+from bab.heads.train import TrainConfig
 
 # ----------------------------------------------------------------------------- profiles
 
@@ -68,7 +67,7 @@ class BertProfile:
 # On 2 CPU cores the 6 x 12-head MiniLM trains at roughly one batch of 16 per second at length 64,
 # so smoke and quick train on short texts (length 64: most AG News texts are shorter, see the notebook)
 # and few examples; latency is still measured at length 128, as in the paper.
-# The recipe of notebook 02's ablation (issue 14; docs/budgeted-heads.md "The hard-adaptation recipe"): gates
+# The recipe of notebook 02's ablation (docs/budgeted-heads.md "The hard-adaptation recipe"): gates
 # start nested, the budget term is two-sided, hard adaptation runs longer. Nested by one-at-a-time ablation on
 # 128 training examples (73 passes), not by elimination (about 2,600 passes over MiniLM's 72 heads). Chosen on
 # validation at quick (200 examples, so 0.5 points per example): mean hard accuracy over 0.25 / 0.5 / 0.75 of
@@ -76,7 +75,7 @@ class BertProfile:
 # The controller stays frozen (the paper's choice for pretrained encoders; on the nested start a
 # straight-through controller gave the same top-k sets and the same accuracy).
 _BERT_DENSE = TrainConfig(objective="dense", lr=1e-4, batch_size=16)
-_BERT_NESTED = dict(two_sided=True, gate_init="ablation", gate_init_examples=128)
+_BERT_NESTED = dict(two_sided=True, gate_start="ablation", gate_start_examples=128)
 _BERT_WARM = TrainConfig(objective="budgeted", lr=5e-5, batch_size=16, lambda_cost=0.05, lambda_viol=20.0,
                          **_BERT_NESTED)
 _BERT_STATIC = TrainConfig(objective="static", budget=0.5, lr=5e-5, batch_size=16, lambda_cost=0.05,
@@ -238,23 +237,16 @@ class BertStudy(TextStudy):
         """One recovery epoch of the pruned model with dense-teacher distillation, through the run cache."""
         _, _, dense_lineage = self.dense()
         config = replace(self.profile.recovery, seed=self.default_seed)
-        lineage = {"experiment": self.experiment, "data": self.data_lineage(), "train": config.to_dict(),
-                   "parent": dense_lineage, "kept_heads": [row.nonzero().flatten().tolist() for row in mask],
-                   "budget": budget}
+        lineage = {"train": config.to_dict(), "parent": dense_lineage, "budget": budget,
+                   "kept_heads": [row.nonzero().flatten().tolist() for row in mask]}
 
-        def pruned_student():
+        def pruned_student():  # the dense weights, pruned: the structure is the lineage's kept heads
             pruned = copy.deepcopy(dense.hf)
             prune_heads(pruned, mask)
             return GatedHFClassifier(pruned, replace(dense.config, gates=None))
 
-        def fit(model):
-            result = train(model, self.splits()["train"], config, teacher=dense, progress=self.progress,
-                           select=self.selection(config))
-            return {"history": result.history, "train_seconds": result.seconds,
-                    "selected_epoch": result.selected_epoch}
-
-        student, _, _ = train_cached(self.cache, f"{self.experiment}-recovered", lineage, pruned_student, fit,
-                                     seed=config.seed, method="heads", version=bab.heads.TRAINING_VERSION)
+        student, _, _ = self.train_cached("recovered", pruned_student, self.fitter(config, teacher=dense), lineage,
+                                          seed=config.seed)
         return student
 
 

@@ -1,8 +1,8 @@
 """What notebooks 06 and 07 measure the same way on any decoder with dynamic context pruning.
 
-A subclass provides the data (``build()`` -> LMData), the texts it evaluates on (``eval_ids(text)``),
-the evaluation window (``eval_context``), its profile (``eval_windows``, ``view_tokens``) and
-``experiment`` (the name its result rows carry). The rest is shared:
+A subclass of this ``bab.experiments.study.Study`` provides the data (``build()`` -> LMData), the texts it
+evaluates on (``eval_ids(text)``), the evaluation window (``eval_context``), its profile (``eval_windows``,
+``view_tokens``) and ``experiment`` (the name its result rows carry). The rest is shared:
 
 - ``evaluate(model, text, budget, prune, attn_mask)``: perplexity and fraction of context pruned on
   non-overlapping held-out windows, hard decisions (bab.context.evaluate);
@@ -12,7 +12,10 @@ the evaluation window (``eval_context``), its profile (``eval_windows``, ``view_
 - ``throughput``: generation tokens/s, end-to-end time and KV-cache bytes against dense, beside the
   analytic limit of a decode step (bab.context.bench; ``python -m bab bench generation``);
 - ``token_kinds``: which kinds of tokens the model drops (punctuation, stop words, others);
-- ``result_row``: one row of the report's results contract.
+- ``fine_tune(name, build, model_config, train_config, ...)``: one decoder trained on the training stream through
+  the run cache (``Study.train_cached``);
+- ``result_row(method, budget, metrics, ...)``: one row of the report's results contract, its cost the fraction
+  of context kept and its perplexity beside it.
 """
 
 from __future__ import annotations
@@ -26,17 +29,13 @@ from bab.context.evaluate import evaluate_lm
 from bab.context.static_masks import KINDS as STATIC_KINDS
 from bab.context.static_masks import match_stride, match_window, static_mask
 from bab.context.token_kinds import token_kind_breakdown
-from bab.core.runs import RunCache
+from bab.context.train import LMTrainConfig, train_lm
 from bab.core.training import seed_everything
+from bab.experiments.study import Study, trained
 
 
-class DecoderStudy:
-    experiment: str  # the result rows' experiment name
-
-    def __init__(self, profile, cache: RunCache | None = None, progress: bool = True):
-        self.profile = profile
-        self.cache = cache if cache is not None else RunCache()
-        self.progress = progress
+class DecoderStudy(Study):
+    method = "context"
 
     # ------------------------------------------------------------------ what a subclass provides
 
@@ -55,6 +54,22 @@ class DecoderStudy:
     def texts(self) -> tuple[str, ...]:
         """The texts ``evaluate`` knows, the first being the held-out split of the training text."""
         return ("val",)
+
+    # ------------------------------------------------------------------ training through the cache
+
+    def fine_tune(self, name: str, build, model_config, train_config: LMTrainConfig, *, parent=None, init=None,
+                  new_modules: tuple[str, ...] = (), trains=None, **lineage):
+        """Train one decoder of ``model_config`` on the training stream (``train_lm``), or load it from the run
+        cache: (what ``build`` made, metrics, lineage). ``build()`` makes what the cache stores (after seeding);
+        ``init``: the decoder it starts from (``new_modules``: what it adds); ``trains``: the decoder that
+        trains, when the cache stores only part of it; ``lineage``: what else determines the run."""
+        def fit(model, checkpoint):
+            return trained(train_lm(model if trains is None else trains(), self.build().train_ids, train_config,
+                                    progress=self.progress, checkpoint=checkpoint))
+
+        lineage = {"model": model_config.to_dict(), "train": train_config.to_dict(), "parent": parent, **lineage}
+        return self.train_cached(name, build, fit, lineage, seed=train_config.seed, init=init,
+                                 new_modules=new_modules)
 
     # ------------------------------------------------------------------ measurements
 
@@ -167,14 +182,9 @@ class DecoderStudy:
 
     # ------------------------------------------------------------------ rows for the report
 
-    def result_row(self, method: str, metrics: dict, budget: float | None = None, speedup: float | None = None,
-                   memory_ratio: float | None = None, note: str = "") -> dict:
-        row = {"experiment": self.experiment, "method": method, "budget": budget,
-               "cost": 1.0 - metrics["fraction_pruned"], "accuracy": None, "speedup": speedup,
-               "perplexity": metrics["perplexity"], "memory_ratio": memory_ratio}
-        if note:
-            row["note"] = note
-        return row
+    def row_columns(self, stats: dict) -> dict:
+        """An evaluation's (``evaluate``) columns: cost = fraction of context kept, its perplexity, no accuracy."""
+        return {"cost": 1.0 - stats["fraction_pruned"], "accuracy": None, "perplexity": stats["perplexity"]}
 
 
 def closest_to(points: pd.DataFrame, column: str, target: float):

@@ -1,5 +1,5 @@
-"""Which recipe makes hard head skipping keep what the soft gates promise (issue 14; docs/budgeted-heads.md,
-"The hard-adaptation recipe").
+"""Which recipe makes hard head skipping keep what the soft gates promise (docs/budgeted-heads.md, "The
+hard-adaptation recipe").
 
 Each ``RecipeVariant`` changes the soft phase (warm-start budgeted gates), the hard adaptation (Eq. 6), or both,
 relative to a study's profile. For every variant ``recipe_ablation`` reports, at each budget: the soft
@@ -32,23 +32,23 @@ class RecipeVariant:
 # epoch of straight-through adaptation with b ~ U[0.1, 1] per batch, distilled from the soft checkpoint at the
 # same budget, global top-k. Learning rate, distillation weight / temperature and whether the controller is
 # frozen are the profile's (the paper publishes none of them; it freezes the controller for pretrained BERT).
-PAPER_SOFT = dict(gate_init="flat", two_sided=False)
+PAPER_SOFT = dict(gate_start="flat", two_sided=False)
 PAPER_HARD = dict(epochs=1, budget=None, budget_choices=None, kd_teacher="soft", min_per_layer=0)
 BASE = RecipeVariant("paper recipe", "base")
 CHOSEN = RecipeVariant("chosen recipe (the profile's)", "chosen")
 
-# The rows of issue 14's diagnosis, in two blocks. First how the soft phase starts and which budget term it
+# The rows of the hard-adaptation diagnosis, in two blocks. First how the soft phase starts and which budget term it
 # uses (then adapted with the paper's hard recipe); then, on the best start of the first block (nested by
 # elimination, two-sided: ``NESTED``), one component of the hard adaptation at a time.
 GATE_START = (
-    RecipeVariant("gates nested, random order", "gate start", soft={"gate_init": "random"}),
-    RecipeVariant("gates nested by ablation", "gate start", soft={"gate_init": "ablation"}),
-    RecipeVariant("gates nested by elimination", "gate start", soft={"gate_init": "elimination"}),
+    RecipeVariant("gates nested, random order", "gate start", soft={"gate_start": "random"}),
+    RecipeVariant("gates nested by ablation", "gate start", soft={"gate_start": "ablation"}),
+    RecipeVariant("gates nested by elimination", "gate start", soft={"gate_start": "elimination"}),
     RecipeVariant("flat gates, two-sided budget term", "budget term", soft={"two_sided": True}),
     RecipeVariant("nested by elimination, two-sided", "budget term",
-                  soft={"gate_init": "elimination", "two_sided": True}),
+                  soft={"gate_start": "elimination", "two_sided": True}),
 )
-NESTED = {"gate_init": "elimination", "two_sided": True}
+NESTED = {"gate_start": "elimination", "two_sided": True}
 HARD_PHASE = tuple(RecipeVariant(f"nested + {name}", question, soft=NESTED, hard=hard) for name, question, hard in (
     ("budgets from {0.25, 0.5, 0.75}", "budget sampling", {"budget_choices": (0.25, 0.5, 0.75)}),
     ("budget fixed at 0.5", "budget sampling", {"budget": 0.5}),

@@ -25,12 +25,11 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-import bab.context
-from bab.context.decoder import load_checked
 from bab.context.interaction import PruningConfig
 from bab.context.pretrained import from_hf_model, load_hf_decoder
-from bab.context.train import LMTrainConfig, train_lm
-from bab.core.runs import RunCache, train_cached
+from bab.context.train import LMTrainConfig
+from bab.core.runs import RunCache
+from bab.core.warm_start import warm_start
 from bab.data.lm import LMData, LMDataConfig, LMTokenizer, load_lm_data
 from bab.experiments.context_pruning import BUDGETS
 from bab.experiments.decoder_study import DecoderStudy
@@ -62,7 +61,7 @@ class PretrainedContextProfile:
     # (steps of 0.06 in logit(b)) over 2 windows keep it to ~1 minute for the 7 budgets on one core
     calibration_windows: int = 2
     calibration_steps: int = 8
-    # generation bench (python -m bab bench generation --model smollm2; issue 12): batch 8, 128 new tokens,
+    # generation bench (python -m bab bench generation --model smollm2): batch 8, 128 new tokens,
     # prompts of 1024 and 2048 held-out tokens. One prefill of 8 x 2048 tokens takes minutes on one thread, so
     # one timed run per model and no warm-up run (its one-off costs are small against minutes).
     bench_gammas: tuple[float, ...] = ()  # () : the largest gamma (the most pruned)
@@ -216,25 +215,25 @@ class PretrainedContextStudy(DecoderStudy):
     def pruning_config(self, budget_conditioned: bool = False) -> PruningConfig:
         return PruningConfig(r=self.profile.r, init_bias=self.profile.init_bias, budget_conditioned=budget_conditioned)
 
+    def data_lineage(self) -> dict:
+        return self.profile.data.to_dict()
+
     def _fine_tune(self, run_name: str, pruning: PruningConfig, train_config: LMTrainConfig):
+        """The pretrained weights plus fresh interaction modules of ``pruning``, fine-tuned under ``train_config``.
+        With ``freeze_pretrained`` only the interaction modules are cached; the pretrained weights are copied in
+        on every call."""
         dense, info = self.dense()
         config = replace(dense.config, pruning=pruning)
         built = {}
 
         def build():
             model = type(dense)(config)  # seeded by train_cached: the fresh interactions are reproducible
-            load_checked(model, dense.state_dict(), "pretrained decoder")
+            warm_start(model, dense, new_modules=("interaction",))
             built["model"] = model
             return _Interactions(model) if train_config.freeze_pretrained else model
 
-        def fit(_):
-            result = train_lm(built["model"], self.build().train_ids, train_config, progress=self.progress)
-            return {"history": result.history, "seconds": result.seconds}
-
-        lineage = {"experiment": EXPERIMENT, "name": run_name, "decoder": info["source"],
-                   "model": config.to_dict(), "data": self.profile.data.to_dict(), "train": train_config.to_dict()}
-        _, metrics, _ = train_cached(self.cache, f"{EXPERIMENT}-{run_name}", lineage, build, fit,
-                                     seed=train_config.seed, method="context", version=bab.context.TRAINING_VERSION)
+        _, metrics, _ = self.fine_tune(run_name, build, config, train_config, trains=lambda: built["model"],
+                                       decoder=info["source"])
         return built["model"].eval(), metrics
 
     def pruned(self, gamma: float):

@@ -1,172 +1,120 @@
-"""The steps every budgeted-attention study shares, whatever the data.
+"""The one Study base: what every notebook's study shares, whatever its method and data.
 
-A study owns one profile (sizes, epochs, hyperparameters), a train / validation / evaluation
-split and an encoder shape. Each method trains one model of the paper's comparison (dense,
-warm-start budgeted, static specialists, hard adaptation, post-hoc pruning) through the run
-cache, keyed by the model's whole lineage: data, model, training, and for warm starts the run it
-started from. Subclasses say where the data comes from and how checkpoints are selected.
+A study owns one profile (sizes, epochs, hyperparameters), a run cache and a progress flag. It trains each
+model of its paper's comparison through the run cache (``train_cached``), keyed by the model's whole lineage:
+the experiment, the data, the model, the training config, the run it started from and the method's code
+version, so a notebook re-runs in seconds once its models exist and an interrupted run resumes. It writes
+its report rows in one shape (``result_row``). The subclasses hold only their experiments:
+
+- ``bab.experiments.heads_study.BudgetedStudy``: budgeted heads (notebooks 01-04, and ``bab.api``'s
+  ``BudgetedClassifier``);
+- ``bab.experiments.vit.ViTStudy``: Sparsifiner and its baselines on a ViT (notebook 05, ``SparsifinerClassifier``);
+- ``bab.experiments.decoder_study.DecoderStudy``: dynamic context pruning on a decoder (notebooks 06, 07).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import hashlib
+import os
 
-import pandas as pd
-import torch
-
+import bab.context
 import bab.heads
-from bab.core.budget import num_heads_to_keep
+import bab.sparsifiner
 from bab.core.runs import RunCache, train_cached
-from bab.heads.encoder import EncoderClassifier, EncoderConfig
-from bab.heads.evaluate import budget_sweep, evaluate, is_monotone
-from bab.heads.posthoc import head_importance, posthoc_mask
-from bab.heads.train import TrainConfig, train, warm_start
+from bab.core.training import TrainResult
+from bab.core.warm_start import warm_start
+
+# the method packages whose TRAINING_VERSION keys their runs (read at every call: a bump retrains)
+_METHODS = {"heads": bab.heads, "context": bab.context, "sparsifiner": bab.sparsifiner}
 
 
-class BudgetedStudy:
-    experiment: str = ""  # the name used in result rows and run-cache folders
-    eval_split: str = "val"  # the split results are reported on ("val" or "test")
+class Study:
+    experiment: str = ""  # the name result rows and run-cache folders carry
+    method: str = ""  # the method package that trains its models: "heads", "context" or "sparsifiner"
 
-    def __init__(self, profile, cache: RunCache | None = None, progress: bool = True):
+    def __init__(self, profile, cache: RunCache | str | os.PathLike | bool | None = None, progress: bool = True):
+        """``cache``: a RunCache, a folder for one, None or True for the default one (``$BAB_CACHE_DIR``), or False
+        for none (every model trained, nothing stored)."""
         self.profile = profile
-        self.cache = cache if cache is not None else RunCache()
+        self.cache = as_run_cache(cache)
         self.progress = progress
 
-    # -- what a subclass provides ----------------------------------------------------------
-
-    def splits(self, data_seed=None) -> dict:
-        """{"train": ..., "val": ..., "test": ...} TensorDatasets of (input_ids, labels)."""
-        raise NotImplementedError
-
-    def data_lineage(self, data_seed=None) -> dict:
+    def data_lineage(self) -> dict:
         """Everything that determines the data, for the run-cache key."""
         raise NotImplementedError
 
-    def model_config(self, gates: str | None = None) -> EncoderConfig:
-        raise NotImplementedError
+    # -- training through the cache ----------------------------------------------------------------------
 
-    def build_model(self, model_config) -> torch.nn.Module:
-        """A fresh (untrained or pretrained) model of ``model_config``."""
-        return EncoderClassifier(model_config)
+    def train_cached(self, name: str, build, fit, lineage: dict, *, seed: int, init=None,
+                     new_modules: tuple[str, ...] = ("gates",)):
+        """Build one model (after seeding with ``seed``), warm-start it from ``init`` and train it, or load it
+        from the run cache: ``(model in eval mode, metrics, lineage)``.
 
-    def selection(self, train_config: TrainConfig):
-        """``select(model) -> float`` on validation data, or None to keep the last epoch."""
-        return None
+        ``lineage``: what determines the run besides the experiment and the data (the model, the training
+        config, the run it started from as ``parent``, ...); ``experiment`` and ``data`` (``data_lineage()``
+        unless given) are added here, the method's code version by ``bab.core.runs.train_cached``.
+        ``fit(model, checkpoint) -> metrics`` trains in place (``trained(result)``: the usual metrics) and passes
+        ``checkpoint`` to its training loop, so an interrupted run resumes. ``init``: the trained model this
+        one starts from; its weights are checked and copied in (``bab.core.warm_start.warm_start``, with
+        ``new_modules`` the modules only this model has) before ``fit``, on a cache miss only.
+        """
+        lineage = {"experiment": self.experiment, **lineage}
+        if "data" not in lineage:
+            lineage["data"] = self.data_lineage()
 
-    @property
-    def default_seed(self) -> int:
-        return self.profile.seed
-
-    # -- training through the cache --------------------------------------------------------
-
-    def _train_cached(self, name, model_config, train_config, data_seed=None, parent=None, init=None, teacher=None):
-        """Build, (warm-)initialise and train one model, or load it from the run cache."""
-        lineage = {"experiment": self.experiment, "data": self.data_lineage(data_seed), "model": model_config.to_dict(),
-                   "train": train_config.to_dict(), "parent": parent}
-
-        def fit(model):
-            train_set = self.splits(data_seed)["train"]
+        def warm_fit(model, checkpoint):
             if init is not None:
-                warm_start(model, init)
-            result = train(model, train_set, train_config, teacher=teacher, progress=self.progress,
-                           select=self.selection(train_config))
-            return {"history": result.history, "train_seconds": result.seconds,
-                    "selected_epoch": result.selected_epoch}
+                warm_start(model, init, new_modules)
+            return fit(model, checkpoint)
 
-        return train_cached(self.cache, f"{self.experiment}-{name}", lineage, lambda: self.build_model(model_config),
-                            fit, seed=train_config.seed, method="heads", version=bab.heads.TRAINING_VERSION)
+        return train_cached(self.cache, f"{self.experiment}-{name}", lineage, build, warm_fit, seed=seed,
+                            method=self.method, version=_METHODS[self.method].TRAINING_VERSION)
 
-    # -- the methods of the paper's comparison ---------------------------------------------
+    # -- rows for the report -----------------------------------------------------------------------------
 
-    def dense(self, data_seed=None, opt_seed=None):
-        seed = self.default_seed if opt_seed is None else opt_seed
-        return self._train_cached("dense", self.model_config(), replace(self.profile.dense, seed=seed), data_seed)
+    def row_columns(self, stats: dict) -> dict:
+        """The contract's measured columns of ``stats`` (an evaluation's dict): cost and accuracy."""
+        return {"cost": stats.get("cost"), "accuracy": stats.get("accuracy")}
 
-    def budgeted_from_scratch(self, opt_seed=None, config: TrainConfig | None = None):
-        """Gates and weights trained together from random weights (``config``: the profile's ``scratch``)."""
-        seed = self.default_seed if opt_seed is None else opt_seed
-        return self._train_cached("scratch", self.model_config("budget"), replace(config or self.profile.scratch,
-                                                                                  seed=seed))
-
-    def warm_start_budgeted(self, config: TrainConfig | None = None):
-        """Dense weights into a budget-gated model, then Eq. 5 (``config``: the profile's ``warm`` unless given)."""
-        dense, _, dense_lineage = self.dense()
-        config = replace(config or self.profile.warm, seed=self.default_seed)
-        return self._train_cached("warm", self.model_config("budget"), config, parent=dense_lineage, init=dense)
-
-    def warm_start_static(self, budget: float):
-        dense, _, dense_lineage = self.dense()
-        config = replace(self.profile.static, budget=budget, seed=self.default_seed)
-        return self._train_cached("static", self.model_config("static"), config, parent=dense_lineage, init=dense)
-
-    def hard_adapted(self, config: TrainConfig | None = None, soft=None):
-        """Straight-through hard top-k with distillation (Eq. 6) from a soft checkpoint: ``soft`` (a
-        (model, metrics, lineage) triple; default the warm-start budgeted one) under ``config`` (default the
-        profile's ``hard_adapt``). The unadapted checkpoint is kept when adaptation does not raise validation
-        accuracy (``metrics["selected_epoch"] == 0``, for studies that select on validation)."""
-        soft_model, _, soft_lineage = soft or self.warm_start_budgeted()
-        config = replace(config or self.profile.hard_adapt, seed=self.default_seed)
-        teacher = self.dense()[0] if config.kd_teacher == "dense" else soft_model
-        gates = "static" if soft_model.config.gates == "static" else "budget"
-        model, metrics, lineage = self._train_cached("static-hard" if gates == "static" else "hard",
-                                                     self.model_config(gates), config, parent=soft_lineage,
-                                                     init=soft_model, teacher=teacher)
-        model.min_per_layer = config.min_per_layer  # not a weight: set again on a model served from the cache
-        return model, metrics, lineage
-
-    def static_hard_adapted(self, budget: float):
-        """One static specialist adapted to hard skipping at its own budget (the same recipe, b fixed)."""
-        config = replace(self.profile.hard_adapt, budget=budget, budget_choices=None)
-        return self.hard_adapted(config, soft=self.warm_start_static(budget))
-
-    def posthoc(self, budgets) -> tuple[pd.DataFrame, torch.Tensor]:
-        """Dense post-hoc pruning: rank heads by validation-loss increase, keep top-k per budget."""
-        dense, _, _ = self.dense()
-        data = self.splits()
-        importance = head_importance(dense, data["val"])
-        rows = []
-        for b in budgets:
-            mask = posthoc_mask(importance, b)
-            stats = evaluate(dense, data[self.eval_split], mode="hard", head_mask=mask)
-            rows.append({"budget": b, "heads_kept": int(mask.sum()), "cost": stats["cost"],
-                         "accuracy": stats["accuracy"]})
-        return pd.DataFrame(rows), importance
-
-    def sweep(self, model, budgets, mode: str = "soft") -> pd.DataFrame:
-        return budget_sweep(model, self.splits()[self.eval_split], budgets, mode=mode)
-
-    def result_row(self, method: str, budget: float, stats, speedup: float | None = None) -> dict:
-        """One row of the results JSON (see ``bab.report.save_results``)."""
-        return {"experiment": self.experiment, "method": method, "budget": round(float(budget), 4),
-                "cost": None if stats.get("cost") is None else float(stats["cost"]),
-                "accuracy": None if stats.get("accuracy") is None else float(stats["accuracy"]),
-                "speedup": None if speedup is None else float(speedup)}
+    def result_row(self, method: str, budget: float | None, stats: dict, speedup: float | None = None,
+                   **extra) -> dict:
+        """One row of the results contract (``bab.report.results``): ``method`` at ``budget`` (None: no budget),
+        the measured columns of ``stats`` (``row_columns``), the speed-up, and ``extra`` optional columns
+        (``perplexity``, ``memory_ratio``, ``note``; left out when None or empty)."""
+        row = {"experiment": self.experiment, "method": method,
+               "budget": None if budget is None else round(float(budget), 4)}
+        row.update({key: _number(value) for key, value in self.row_columns(stats).items()})
+        row["speedup"] = _number(speedup)
+        row.update({key: value if key == "note" else _number(value) for key, value in extra.items()
+                    if value is not None and value != ""})
+        return row
 
 
-def hard_topk_is_exact(sweep: pd.DataFrame, total_heads: int) -> bool:
-    """Hard sweep rows keep exactly ceil(b * L * H) heads at every budget.
-
-    The cost is a float32 mean of the 0/1 mask, so it carries rounding error of order 1e-7 * L * H;
-    one head is 1 / (L * H), far above that.
-    """
-    return all(abs(row.cost * total_heads - num_heads_to_keep(row.budget, total_heads)) < 1e-3
-               for row in sweep.itertuples())
-
-
-def monotone_verdict(sweep: pd.DataFrame) -> str:
-    return f"cost monotone over {len(sweep)} budgets: {is_monotone(sweep.cost)}"
+def as_run_cache(cache) -> RunCache:
+    """A study's ``cache`` argument as a RunCache (see ``Study.__init__``)."""
+    if isinstance(cache, RunCache):
+        return cache
+    if cache is None or cache is True:
+        return RunCache()
+    if cache is False:
+        return RunCache(enabled=False)
+    return RunCache(cache)
 
 
-def deployment_accounting(num_budgets: int) -> pd.DataFrame:
-    """Table 2 for K target budgets: fine-tune jobs and deployed artifacts of each method."""
-    K = num_budgets
-    rows = [
-        ("dense full", 1, 1, "single cost"),
-        ("dense post-hoc pruning", 1, K, "discrete (K masks)"),
-        ("dense post-hoc + recovery", 1 + K, K, "discrete (K recovered models)"),
-        ("warm-start static", 1 + K, K, "discrete (K specialists)"),
-        ("budgeted soft (warm start)", 2, 1, "continuous, estimated cost"),
-        ("budgeted hard-adapt", 3, 1, "continuous + structural"),
-    ]
-    return pd.DataFrame(rows, columns=["method", "fine-tune jobs", f"artifacts for {K} budgets", "control"])
+def trained(result: TrainResult) -> dict:
+    """The metrics a study stores with a trained model: its history, training time and selected epoch."""
+    return {"history": result.history, "train_seconds": result.seconds, "selected_epoch": result.selected_epoch}
 
+
+def tensors_digest(data) -> str:
+    """SHA-256 of a TensorDataset's tensors (shapes, dtypes and values): the data lineage of a caller's own data."""
+    digest = hashlib.sha256()
+    for tensor in data.tensors:
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{tuple(tensor.shape)} {tensor.dtype}".encode())
+        digest.update(tensor.numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _number(value) -> float | None:
+    return None if value is None else float(value)

@@ -15,7 +15,7 @@ import torch
 from bab.core.runs import RunCache
 from bab.data.text import build_text_classification
 from bab.experiments.hard_recipe import VARIANTS as ALL_VARIANTS
-from bab.experiments.study import BudgetedStudy
+from bab.experiments.heads_study import BudgetedStudy
 from bab.heads.encoder import EncoderConfig
 from bab.heads.evaluate import SWEEP_BUDGETS, evaluate
 from bab.heads.train import TrainConfig
@@ -59,15 +59,15 @@ class TextProfile:
 # 128 attention is a large share of each layer, so skipping heads can show up as wall time.
 _TEXT_MODEL = dict(d_model=64, num_heads=4, num_layers=4, d_ff=128, positions="sinusoidal", dropout=0.1)
 # Default cost pressure is weaker than the synthetic "rescue" setting, as in the paper's text.
-# The recipe (issue 14; chosen on validation by notebook 02's ablation at quick, docs/budgeted-heads.md "The
+# The hard-adaptation recipe (chosen on validation by notebook 02's ablation at quick, docs/budgeted-heads.md "The
 # hard-adaptation recipe"): gates start nested in the order of greedy backward elimination on the dense model,
 # so the soft model commits to heads (flat gates kept a std of 0.015 across heads at b = 0.5 and their top-k
 # lost up to 16 points), and the budget term is two-sided so the cost tracks the request from both sides.
 _TEXT_DENSE = TrainConfig(objective="dense", lr=2e-3, batch_size=64)
 _TEXT_WARM = TrainConfig(objective="budgeted", lr=1e-3, batch_size=64, lambda_cost=0.05, lambda_viol=20.0,
-                         two_sided=True, gate_init="elimination")
+                         two_sided=True, gate_start="elimination")
 _TEXT_STATIC = TrainConfig(objective="static", budget=0.5, lr=1e-3, batch_size=64, lambda_cost=0.05,
-                           lambda_viol=20.0, two_sided=True, gate_init="elimination")
+                           lambda_viol=20.0, two_sided=True, gate_start="elimination")
 # Hard adaptation keeps the paper's components (b ~ U[0.1, 1] per batch, the soft checkpoint as teacher at the
 # same budget, beta 0.5, T 2, straight-through controller, global top-k) but runs 3 epochs at quick and paper:
 # on the nested start, 3 epochs were the best single change on validation (mean hard accuracy 75.6% vs 74.6%

@@ -1,7 +1,7 @@
 """Notebook 05's study: a small ViT on Fashion-MNIST, Sparsifiner, and its baselines on one cost axis.
 
-Every trained model goes through the run cache, keyed by its whole lineage (data, model, training,
-and the run it started from), so the notebook re-runs in seconds once its models exist:
+Every trained model goes through the run cache (``bab.experiments.study.Study``), keyed by its whole lineage
+(data, model, training, and the run it started from), so the notebook re-runs in seconds once its models exist:
 
     dense teacher -> Sparsifiner phase 1 (predictor) -> phase 2 (joint)
                   -> Linformer at the same budget (warm start, same recipe as phase 2)
@@ -14,20 +14,18 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 
 import pandas as pd
+import torch
 
-import bab.sparsifiner
-from bab.core.budget import nest_gates_by_importance_
-from bab.core.runs import RunCache, train_cached
+from bab.core.budget import GATE_STARTS, nest_gates_by_importance_
+from bab.core.runs import RunCache
 from bab.data.images import image_splits, load_fashion_mnist
+from bab.experiments.study import Study, tensors_digest, trained
 from bab.sparsifiner.evaluate import evaluate_vit, vit_head_importance
 from bab.sparsifiner.predictor import num_connections
 from bab.sparsifiner.train import ViTTrainConfig, train_vit
 from bab.sparsifiner.vit import ViTClassifier, ViTClassifierConfig
 
 # ----------------------------------------------------------------------------- profiles
-
-
-HEAD_GATE_INITS = ("open", "ablation", "elimination")
 
 
 @dataclass(frozen=True)
@@ -59,26 +57,27 @@ class ViTProfile:
     prune_layers: tuple[int, ...] = (1, 2)  # after the attention of these layers (EViT: layers 4, 7, 10 of 12)
     combo_keep_rate: float = 0.25  # Sparsifiner keep rate combined with token pruning (Table 1)
     head_budgets: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25)
-    # How the head gates start (docs/sparsifiner.md, "Head gates that commit"): "open" (every gate at
-    # sigmoid(2), the same slope: the soft cost is then met by shrinking all heads alike), or nested: heads
-    # open one after another in order of the dense model's head importance (bab.core.budget.
-    # nest_gates_by_importance_, with this slope in logit(b)), "ablation" (loss increase when one head alone
-    # is masked) or "elimination" (greedy backward elimination), measured on this many training examples.
-    head_gate_init: str = "open"
-    head_gate_sharpness: float = 4.0
-    importance_examples: int = 2000
-
-    def __post_init__(self):
-        if self.head_gate_init not in HEAD_GATE_INITS:
-            raise ValueError(f"head_gate_init must be one of {HEAD_GATE_INITS}, got {self.head_gate_init!r}")
-        if self.head_gate_sharpness <= 0 or self.importance_examples < 1:
-            raise ValueError(f"need head_gate_sharpness > 0 and importance_examples >= 1, got "
-                             f"{self.head_gate_sharpness} and {self.importance_examples}")
+    # How the head gates start (bab.core.budget.GATE_STARTS; docs/sparsifiner.md, "Head gates that commit"):
+    # "flat" (as the ViT builds them: every gate at sigmoid(2), the same slope, so the soft cost is met by
+    # shrinking all heads alike), or nested: heads open one after another (bab.core.budget.
+    # nest_gates_by_importance_, with this slope in logit(b)) in a "random" order or in order of the dense
+    # model's head importance, "ablation" (loss increase when one head alone is masked) or "elimination"
+    # (greedy backward elimination), measured on this many training examples.
+    gate_start: str = "flat"
+    gate_start_sharpness: float = 4.0
+    gate_start_examples: int = 2000
     flop_examples: int = 16  # examples FlopCounterMode runs on
     # the attention-core speed benchmark (bab.sparsifiner.bench) the notebook runs; the CLI runs the full grid
     bench_tokens: tuple[int, ...] = (197, 577, 1025)
     bench_keep_rates: tuple[float, ...] = (0.5, 0.25, 0.1)
     bench_repeats: int = 10
+
+    def __post_init__(self):
+        if self.gate_start not in GATE_STARTS:
+            raise ValueError(f"gate_start must be one of {GATE_STARTS}, got {self.gate_start!r}")
+        if self.gate_start_sharpness <= 0 or self.gate_start_examples < 1:
+            raise ValueError(f"need gate_start_sharpness > 0 and gate_start_examples >= 1, got "
+                             f"{self.gate_start_sharpness} and {self.gate_start_examples}")
 
 
 # A DeiT-tiny-like shape sized for 2 CPU cores: 28x28 images in 4x4 patches = 49 patches + CLS = 50 tokens,
@@ -106,13 +105,13 @@ _VIT_HEADS = ViTTrainConfig(objective="budgeted", lr=3e-4, batch_size=128, lambd
 # The gates start nested by greedy backward elimination on the dense model (slope 4 in logit(b)), and soft and
 # hard phases run 6 epochs at quick: chosen on validation at quick (docs/sparsifiner.md, "Head gates that
 # commit"; head_gate_ablation below): mean hard accuracy over b = 0.25 / 0.5 / 0.75 / 1.0 of 82.1% against
-# 68.2% with the gates started open (3 epochs), whose soft model shrank every head alike.
-_NESTED_HEADS = dict(head_gate_init="elimination", head_gate_sharpness=4.0)
+# 68.2% with flat gates (3 epochs), whose soft model shrank every head alike.
+_NESTED_HEADS = dict(gate_start="elimination", gate_start_sharpness=4.0)
 
 VIT = {
     "smoke": ViTProfile(
         name="smoke", num_train=3000, num_val=200, num_test=500, model=_VIT_MODEL,
-        predictor_options=_OFFICIAL_PREDICTOR, **_NESTED_HEADS, importance_examples=500,
+        predictor_options=_OFFICIAL_PREDICTOR, **_NESTED_HEADS, gate_start_examples=500,
         dense=replace(_VIT_DENSE, epochs=8), phase1=replace(_VIT_PHASE1, epochs=1),
         phase2=replace(_VIT_PHASE2, epochs=1), heads=replace(_VIT_HEADS, epochs=2),
         bench_tokens=(197, 577), bench_keep_rates=(0.1,), bench_repeats=3,
@@ -143,13 +142,12 @@ def _cached_splits(num_train: int, num_val: int, num_test: int, seed: int, path:
     return image_splits(load_fashion_mnist(path), num_train, num_val, num_test, seed)
 
 
-class ViTStudy:
+class ViTStudy(Study):
     experiment = "vit_sparsifiner"
+    method = "sparsifiner"
 
     def __init__(self, profile, cache: RunCache | None = None, progress: bool = True, data_path=None):
-        self.profile = profile
-        self.cache = cache if cache is not None else RunCache()
-        self.progress = progress
+        super().__init__(profile, cache, progress)
         self.data_path = data_path
 
     # -- data and shapes --------------------------------------------------------------------
@@ -178,94 +176,96 @@ class ViTStudy:
 
     # -- training through the cache ---------------------------------------------------------
 
-    def _train_cached(self, name, model_config, train_config, parent=None, init=None, teacher=None,
-                      prepare=None, prepare_lineage=None):
-        """Build, warm-start and train one ViT, or load it from the run cache. ``prepare(model)`` runs after
-        the warm start and before training (e.g. a gate initialisation); ``prepare_lineage`` describes it."""
-        lineage = {"experiment": self.experiment, "data": self.data_lineage(), "model": model_config.to_dict(),
-                   "train": train_config.to_dict(), "parent": parent}
-        if prepare_lineage is not None:
-            lineage["prepare"] = prepare_lineage
+    def _train(self, name, model_config, train_config, parent=None, init=None, new_modules=(), teacher=None,
+               prepare=None, select=None, **lineage):
+        """Build, warm-start (from ``init``, adding ``new_modules``) and train one ViT, or load it from the run
+        cache. ``prepare(model)`` runs after the warm start and before training (e.g. the gate start);
+        ``select``: train_vit's selection; ``lineage``: what else determines the run (how ``prepare`` and
+        ``select`` work)."""
+        lineage = {"model": model_config.to_dict(), "train": train_config.to_dict(), "parent": parent, **lineage}
 
-        def fit(model):
-            if init is not None:
-                missing, unexpected = model.load_state_dict(init.state_dict(), strict=False)
-                if unexpected:
-                    raise ValueError(f"warm start from a model with weights this one lacks: {unexpected}")
+        def fit(model, checkpoint):
             if prepare is not None:
                 prepare(model)
-            result = train_vit(model, self.splits()["train"], train_config, teacher=teacher, progress=self.progress)
-            return {"history": result.history, "train_seconds": result.seconds}
+            return trained(train_vit(model, self.splits()["train"], train_config, teacher=teacher,
+                                     progress=self.progress, select=select, checkpoint=checkpoint))
 
-        return train_cached(self.cache, f"{self.experiment}-{name}", lineage, lambda: ViTClassifier(model_config), fit,
-                            seed=train_config.seed, method="sparsifiner", version=bab.sparsifiner.TRAINING_VERSION)
+        return self.train_cached(name, lambda: ViTClassifier(model_config), fit, lineage, seed=train_config.seed,
+                                 init=init, new_modules=new_modules)
 
     def dense(self):
-        return self._train_cached("dense", self.model_config(), replace(self.profile.dense, seed=self.profile.seed))
+        return self._train("dense", self.model_config(), replace(self.profile.dense, seed=self.profile.seed))
 
     def predictor(self):
         """Phase 1: predictors trained on the frozen dense backbone (attention distillation)."""
         dense, _, dense_lineage = self.dense()
         config = replace(self.profile.phase1, seed=self.profile.seed)
-        return self._train_cached("phase1", self.sparsifiner_config(), config, parent=dense_lineage, init=dense)
+        return self._train("phase1", self.sparsifiner_config(), config, parent=dense_lineage, init=dense,
+                           new_modules=("predictors",))
 
     def sparsifiner(self):
         """Phase 2: backbone and (frozen) predictors under sparse attention, distilled from the dense teacher."""
         dense, _, _ = self.dense()
         phase1, _, phase1_lineage = self.predictor()
         config = replace(self.profile.phase2, seed=self.profile.seed)
-        return self._train_cached("phase2", self.sparsifiner_config(), config, parent=phase1_lineage, init=phase1,
-                                  teacher=dense)
+        return self._train("phase2", self.sparsifiner_config(), config, parent=phase1_lineage, init=phase1,
+                           teacher=dense)
 
     def linformer(self):
         dense, _, dense_lineage = self.dense()
         config = replace(self.profile.phase2, objective="linformer", seed=self.profile.seed)
-        return self._train_cached("linformer", self.model_config(linformer_len=self.linformer_len()), config,
-                                  parent=dense_lineage, init=dense, teacher=dense)
+        return self._train("linformer", self.model_config(linformer_len=self.linformer_len()), config,
+                           parent=dense_lineage, init=dense, new_modules=("linformer",), teacher=dense)
 
     def budgeted_heads(self):
-        """Budgeted head gates (Eq. 5) warm-started from the dense ViT, gates started as ``head_gate_init`` says."""
+        """Budgeted head gates (Eq. 5) warm-started from the dense ViT, gates started as ``gate_start`` says."""
         p = self.profile
         dense, _, dense_lineage = self.dense()
         config = replace(p.heads, seed=p.seed)
-        prepare = prepare_lineage = None
-        if p.head_gate_init != "open":
-            prepare_lineage = {"gate_init": p.head_gate_init, "sharpness": p.head_gate_sharpness,
-                               "importance_examples": p.importance_examples}
 
-            def prepare(model):
-                importance = vit_head_importance(dense, self.splits()["train"], p.importance_examples,
-                                                 method=p.head_gate_init)
-                nest_gates_by_importance_(model.gates, importance, p.head_gate_sharpness)
-        return self._train_cached("heads", self.model_config(gates="budget"), config, parent=dense_lineage,
-                                  init=dense, prepare=prepare, prepare_lineage=prepare_lineage)
+        def start_gates(model):
+            if p.gate_start == "flat":
+                return  # as the model builds them
+            if p.gate_start == "random":  # the same spread without the order
+                importance = torch.rand(*model.gates.theta.shape, generator=torch.Generator().manual_seed(config.seed))
+            else:
+                importance = vit_head_importance(dense, self.splits()["train"], p.gate_start_examples,
+                                                 method=p.gate_start)
+            nest_gates_by_importance_(model.gates, importance, p.gate_start_sharpness)
+
+        gate_start = {"gate_start": p.gate_start, "sharpness": p.gate_start_sharpness,
+                      "examples": p.gate_start_examples}
+        return self._train("heads", self.model_config(gates="budget"), config, parent=dense_lineage, init=dense,
+                           new_modules=("gates",), prepare=start_gates, gate_start=gate_start)
 
     def budgeted_heads_hard(self, select: bool = True):
         """The soft budgeted-head checkpoint adapted to hard top-k heads (straight-through, KL to the teacher).
 
         ``select``: keep the adaptation only if it raises the mean hard top-k accuracy on validation over
-        ``head_budgets`` (as the text studies' ``keep_unadapted``); otherwise the soft checkpoint, which runs
-        hard top-k just as well, is returned. ``metrics["selected_epoch"]`` is then 0 (what
-        ``bab.experiments.hard_recipe.adaptation_kept`` reads), and ``metrics["val_hard_mean"]`` holds both
-        means. ``select=False``: the adapted model whatever validation says (the gate-start ablation).
+        ``head_budgets`` (train_vit's selection, as the text studies' ``keep_unadapted``); otherwise the soft
+        checkpoint's weights, which run hard top-k just as well, are returned. ``metrics["selected_epoch"]`` is
+        then 0 (what ``bab.experiments.hard_recipe.adaptation_kept`` reads), and ``metrics["val_hard_mean"]``
+        holds both means. ``select=False``: the adapted model whatever validation says (the gate-start
+        ablation); a run of its own in the cache (the lineage says whether it selected).
         """
         dense, _, _ = self.dense()
         soft, _, soft_lineage = self.budgeted_heads()
         config = replace(self.profile.heads, objective="heads_hard", seed=self.profile.seed)
-        hard, metrics, lineage = self._train_cached("heads-hard", self.model_config(gates="budget"), config,
-                                                    parent=soft_lineage, init=soft, teacher=dense)
-        if not select:
-            return hard, metrics, lineage
-        val, budgets = self.splits()["val"], self.profile.head_budgets
-
-        def mean_hard_accuracy(model):
-            return sum(evaluate_vit(model, val, budget=b, head_mode="hard")["accuracy"] for b in budgets) / len(budgets)
-
-        before, after = mean_hard_accuracy(soft), mean_hard_accuracy(hard)
-        kept = after > before  # a tie keeps the unadapted checkpoint: adaptation has to earn its place
-        metrics = {**metrics, "val_hard_mean": {"unadapted": before, "adapted": after},
-                   "selected_epoch": config.epochs if kept else 0}
-        return (hard if kept else soft), metrics, lineage
+        budgets = self.profile.head_budgets
+        score = None
+        if select:
+            def score(model):
+                val = self.splits()["val"]
+                return sum(evaluate_vit(model, val, budget=b, head_mode="hard")["accuracy"]
+                           for b in budgets) / len(budgets)
+        hard, metrics, lineage = self._train(
+            "heads-hard", self.model_config(gates="budget"), config, parent=soft_lineage, init=soft, teacher=dense,
+            select=score, selection={"mean hard validation accuracy at": list(budgets)} if select else None)
+        if select:
+            history = metrics["history"]  # epoch 0: the unadapted weights; the last row: the adapted ones
+            metrics = {**metrics, "val_hard_mean": {"unadapted": history[0]["selection"],
+                                                    "adapted": history[-1]["selection"]}}
+        return hard, metrics, lineage
 
     # -- evaluation -------------------------------------------------------------------------
 
@@ -278,14 +278,30 @@ class ViTStudy:
             rows.append({"keep_rate": rate, "connections": num_connections(rate, model.config.num_tokens), **stats})
         return pd.DataFrame(rows)
 
-    def result_row(self, method: str, budget: float, stats: dict, speedup: float | None = None, note: str = ""):
-        row = {"experiment": self.experiment, "method": method, "budget": round(float(budget), 4),
-               "cost": None if stats.get("cost") is None else float(stats["cost"]),
-               "accuracy": None if stats.get("accuracy") is None else float(stats["accuracy"]),
-               "speedup": None if speedup is None else float(speedup)}
-        if note:
-            row["note"] = note
-        return row
+
+class OwnImagesStudy(ViTStudy):
+    """The dense -> phase 1 -> phase 2 steps on a caller's own training images (``SparsifinerClassifier.fit``):
+    ``config`` is the Sparsifiner model (the dense one is it without predictors), ``train`` a TensorDataset of
+    (pixels, label ids). No validation split: the last epoch is kept. Runs are keyed by the digest of ``train``."""
+
+    experiment = "own_images"
+
+    def __init__(self, profile: ViTProfile, config: ViTClassifierConfig, train, cache: RunCache | None = None,
+                 progress: bool = True):
+        super().__init__(profile, cache, progress)
+        self.config, self.train_set = config, train
+
+    def splits(self) -> dict:
+        return {"train": self.train_set}
+
+    def data_lineage(self) -> dict:
+        return {"train": tensors_digest(self.train_set)}
+
+    def model_config(self, **extra) -> ViTClassifierConfig:
+        return replace(self.config, predictor=False, **extra)
+
+    def sparsifiner_config(self) -> ViTClassifierConfig:
+        return self.config
 
 
 # ----------------------------------------------------------------------------- what closes the gap to dense
@@ -344,11 +360,11 @@ def predictor_ablation(profile: ViTProfile, keep_rates=(0.25, 0.1), progress: bo
 def head_gate_variants(profile: ViTProfile) -> dict[str, ViTProfile]:
     """The head-gate recipes of docs/sparsifiner.md ("Head gates that commit"): how the gates start."""
     def init(how, sharpness=4.0):  # the soft and hard phases at 3 epochs each, as before the recipe
-        return replace(profile, head_gate_init=how, head_gate_sharpness=sharpness,
+        return replace(profile, gate_start=how, gate_start_sharpness=sharpness,
                        heads=replace(profile.heads, epochs=3))
 
     return {
-        "open gates (before)": init("open"),
+        "flat gates (before)": init("flat"),
         "nested by one-at-a-time ablation, slope 4": init("ablation"),
         "nested by greedy elimination, slope 4": init("elimination"),
         "nested by greedy elimination, slope 8": init("elimination", 8.0),

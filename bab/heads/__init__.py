@@ -6,4 +6,6 @@ See docs/budgeted-heads.md.
 
 # Part of the run-cache key of every model this method trains (bab.core.runs.train_cached). Bump it whenever
 # training semantics change (a loss, a schedule, an RNG draw, a fix), so a checkpoint trained before is never served.
-TRAINING_VERSION = 1
+# 2: every TrainConfig field enters the key (no field left out at a default any more), and the gate start is
+# named ``gate_start`` (it was ``gate_init``); the study lineages name their selection and warm starts alike.
+TRAINING_VERSION = 2

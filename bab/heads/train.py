@@ -6,8 +6,9 @@ Objectives (equation numbers are those of the budgeted-attention paper):
 - ``budgeted``: Eq. 5 (CE + lambda_cost * cost + lambda_viol * max(0, cost - b)^2) with
   b ~ U[budget_min, 1] sampled per batch, soft gates; ``two_sided`` penalises any miss (C - b)^2.
   From scratch or from a dense warm start (copy the dense weights into a gated model first).
-  ``gate_init`` decides how the gates start: alike ("flat", the paper), or nested so the heads open
-  one after another in order of their importance in the starting model (``initialise_gates_``).
+  ``gate_start`` decides how the gates start (``bab.core.budget.GATE_STARTS``): alike ("flat", the paper), or
+  nested so the heads open one after another in order of their importance in the starting model
+  (``initialise_gates_``).
 - ``static``: Eq. 5 at one fixed budget with budget-free gates (one specialist per budget).
 - ``hard_adapt``: Eq. 6; b sampled per batch (or fixed, for a static specialist), the forward
   pass uses the hard top-k mask with a straight-through gradient to the soft gates, distilled
@@ -33,6 +34,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from bab.core.budget import (
+    GATE_STARTS,
     head_ablation_importance,
     head_elimination_importance,
     nest_gates_by_importance_,
@@ -42,10 +44,6 @@ from bab.core.losses import budget_loss, distillation_loss
 from bab.core.training import Checkpointer, EpochBatches, Objective, Selection, TrainResult, run_training
 
 OBJECTIVES = ("dense", "budgeted", "static", "hard_adapt", "recovery")
-# How budgeted / static gates start (``initialise_gates_``): "flat" every head alike (the paper: theta ~ 0,
-# slope 1, so g(b) ~ b for every head and the soft cost is met without choosing heads); nested in the order of
-# a "random" permutation, of one-at-a-time "ablation" importance, or of greedy backward "elimination".
-GATE_INITS = ("flat", "random", "ablation", "elimination")
 KD_TEACHERS = ("soft", "dense")
 
 
@@ -71,9 +69,11 @@ class TrainConfig:
     budget_choices: tuple[float, ...] | None = None  # budgeted / hard_adapt: b drawn from these, not U[budget_min, 1]
     min_per_layer: int = 0  # hard_adapt: keep at least this many heads per layer in the top-k (0: global top-k)
     two_sided: bool = False  # budgeted / static: lambda_viol * (C - b)^2 instead of max(0, C - b)^2
-    gate_init: str = "flat"  # budgeted / static: how the gates start (GATE_INITS)
-    gate_init_sharpness: float = 4.0  # nested inits: the gates' common slope in logit(b)
-    gate_init_examples: int = 512  # nested importance inits: training examples the head importance is scored on
+    # budgeted / static: how the gates start (bab.core.budget.GATE_STARTS). "flat": theta ~ 0 and slope 1, so
+    # g(b) ~ b for every head (the paper); the others nest the gates (``initialise_gates_``)
+    gate_start: str = "flat"
+    gate_start_sharpness: float = 4.0  # nested starts: the gates' common slope in logit(b)
+    gate_start_examples: int = 512  # nested importance starts: training examples the head importance is scored on
     keep_unadapted: bool = True  # hard_adapt with validation selection: the unadapted checkpoint is a candidate
 
     def __post_init__(self):
@@ -99,14 +99,14 @@ class TrainConfig:
     def _check_recipe_options(self) -> None:
         if self.kd_teacher not in KD_TEACHERS:
             raise ValueError(f"TrainConfig.kd_teacher must be one of {KD_TEACHERS}, got {self.kd_teacher!r}")
-        if self.gate_init not in GATE_INITS:
-            raise ValueError(f"TrainConfig.gate_init must be one of {GATE_INITS}, got {self.gate_init!r}")
-        if self.gate_init != "flat" and self.objective not in ("budgeted", "static"):
-            raise ValueError(f"gate_init={self.gate_init!r} initialises the gates of a budgeted or static run; "
-                             f"objective {self.objective!r} starts from its parent's gates, leave gate_init='flat'")
-        if self.gate_init_sharpness <= 0 or self.gate_init_examples < 1:
-            raise ValueError(f"need gate_init_sharpness > 0 and gate_init_examples >= 1, got "
-                             f"{self.gate_init_sharpness} and {self.gate_init_examples}")
+        if self.gate_start not in GATE_STARTS:
+            raise ValueError(f"TrainConfig.gate_start must be one of {GATE_STARTS}, got {self.gate_start!r}")
+        if self.gate_start != "flat" and self.objective not in ("budgeted", "static"):
+            raise ValueError(f"gate_start={self.gate_start!r} initialises the gates of a budgeted or static run; "
+                             f"objective {self.objective!r} starts from its parent's gates, leave gate_start='flat'")
+        if self.gate_start_sharpness <= 0 or self.gate_start_examples < 1:
+            raise ValueError(f"need gate_start_sharpness > 0 and gate_start_examples >= 1, got "
+                             f"{self.gate_start_sharpness} and {self.gate_start_examples}")
         if self.budget_choices is not None:
             if not isinstance(self.budget_choices, tuple) or not self.budget_choices:
                 raise ValueError(f"budget_choices must be a non-empty tuple of budgets, e.g. (0.25, 0.5, 0.75), "
@@ -119,41 +119,8 @@ class TrainConfig:
             raise ValueError(f"min_per_layer must be >= 0 (0: the global top-k), got {self.min_per_layer}")
 
     def to_dict(self) -> dict:
-        """The fields that decide what this run trains (its run-cache key). Options added with issue 14 are
-        left out while they hold the value that trains as before, so checkpoints cached earlier stay valid."""
-        fields = asdict(self)
-        for name, unchanged in _LATER_DEFAULTS.items():
-            if fields[name] == unchanged:
-                del fields[name]
-        if self.gate_init == "flat":  # the nested inits' settings do nothing
-            del fields["gate_init_sharpness"], fields["gate_init_examples"]
-        if self.objective != "hard_adapt":
-            del fields["keep_unadapted"]
-        return fields
-
-
-_LATER_DEFAULTS = {"kd_teacher": "soft", "budget_choices": None, "min_per_layer": 0, "two_sided": False,
-                   "gate_init": "flat"}
-
-
-def warm_start(gated_model: torch.nn.Module, dense_model: torch.nn.Module) -> torch.nn.Module:
-    """Copy every weight of ``dense_model`` into a gated model of the same shape.
-
-    Gates are copied too when the source has them (hard adaptation starts from the soft
-    checkpoint); from a dense source they keep their initialisation.
-    """
-    gated_state, dense_state = gated_model.state_dict(), dense_model.state_dict()
-    missing = [k for k in gated_state if k not in dense_state and not k.startswith("gates.")]
-    unexpected = [k for k in dense_state if k not in gated_state]
-    mismatched = [k for k in dense_state if k in gated_state and dense_state[k].shape != gated_state[k].shape]
-    if missing or unexpected or mismatched:
-        raise ValueError(
-            "dense and gated models differ beyond the gates: "
-            f"missing {missing}, unexpected {unexpected}, shape mismatch {mismatched}; "
-            "build the gated model from the dense model's config with only `gates` changed"
-        )
-    gated_model.load_state_dict(dense_state, strict=False)
-    return gated_model
+        """Every field (the run-cache key hashes them all)."""
+        return asdict(self)
 
 
 class HeadsObjective(Objective):
@@ -171,7 +138,7 @@ class HeadsObjective(Objective):
             model.gates.requires_grad_(False)
         if config.objective == "hard_adapt":
             model.min_per_layer = config.min_per_layer  # the floor training uses is the one evaluation uses
-        if config.gate_init != "flat":
+        if config.gate_start != "flat":
             initialise_gates_(model, self.train_data, config)
 
     def parameter_groups(self, model) -> list[dict]:
@@ -270,7 +237,7 @@ def _objective_step(model, teacher, input_ids, labels, budget, config: TrainConf
 
 def initialise_gates_(model: torch.nn.Module, train_data: Dataset, config: TrainConfig) -> torch.Tensor:
     """Start ``model``'s gates nested (``bab.core.budget.nest_gates_by_importance_``) in the order
-    ``config.gate_init`` names, scored on the first ``gate_init_examples`` training examples with the
+    ``config.gate_start`` names, scored on the first ``gate_start_examples`` training examples with the
     model's current weights (after the warm start). Returns the importance [L, H] used.
 
     Why: with flat gates g(b) ~ b for every head, the soft cost is met by shrinking every head alike and
@@ -278,12 +245,12 @@ def initialise_gates_(model: torch.nn.Module, train_data: Dataset, config: Train
     the top-k sets of all budgets are nested and the soft model trains on them.
     """
     num_layers, num_heads = model.gates.theta.shape
-    if config.gate_init == "random":  # the same spread without the order: does the order matter?
+    if config.gate_start == "random":  # the same spread without the order: does the order matter?
         generator = torch.Generator().manual_seed(config.seed)
         importance = torch.rand(num_layers, num_heads, generator=generator)
     else:
-        importance = _scored_importance(model, train_data, config.gate_init, config.gate_init_examples)
-    nest_gates_by_importance_(model.gates, importance, config.gate_init_sharpness, budget=config.budget)
+        importance = _scored_importance(model, train_data, config.gate_start, config.gate_start_examples)
+    nest_gates_by_importance_(model.gates, importance, config.gate_start_sharpness, budget=config.budget)
     return importance
 
 

@@ -8,4 +8,4 @@ See docs/sparsifiner.md.
 # training semantics change (a loss, a schedule, an RNG draw, a fix), so a checkpoint trained before is never served.
 # 2: the connectivity predictor's down-projection uses each head's own W_down and each example's own token
 # positions (version 1 summed W_down over the heads, and over the batch after token pruning).
-TRAINING_VERSION = 2
+TRAINING_VERSION = 3  # 3: ViT study lineages name the gate start (gate_start) and whether heads-hard selects

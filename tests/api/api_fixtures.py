@@ -1,5 +1,6 @@
 """Fixtures of the API tests (imported by each test module: a conftest.py here would shadow the root one, which
-tests import as `conftest`): a tiny random-initialised BERT saved as a local model folder, small labelled CSVs.
+tests import as `conftest`): a tiny random-initialised BERT saved as a local model folder, small labelled CSVs,
+and a run cache of the module's own (``fit`` trains through the run cache; tests never write the user's).
 
 The folder is what a user's own encoder looks like to ``BudgetedClassifier.from_pretrained`` (config.json,
 model.safetensors, a WordPiece vocabulary), so every code path of a hub or packaged model runs here in
@@ -43,3 +44,12 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def run_cache(tmp_path_factory):
+    """``$BAB_CACHE_DIR``: a fresh folder per test module, so ``fit`` trains (and caches) there."""
+    with pytest.MonkeyPatch.context() as patch:
+        folder = tmp_path_factory.mktemp("run-cache")
+        patch.setenv("BAB_CACHE_DIR", str(folder))
+        yield folder

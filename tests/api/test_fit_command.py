@@ -13,6 +13,7 @@ from bab.api.heads import BudgetedClassifier
 
 # pytest fixtures shared by the API tests (a conftest.py here would shadow the root one)
 one_thread = api_fixtures.one_thread
+run_cache = api_fixtures.run_cache
 tiny_encoder = api_fixtures.tiny_encoder
 topic_csvs = api_fixtures.topic_csvs
 

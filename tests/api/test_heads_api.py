@@ -18,6 +18,7 @@ from bab.heads.hf_pruning import kept_heads, load_pruned
 
 # pytest fixtures shared by the API tests (a conftest.py here would shadow the root one)
 one_thread = api_fixtures.one_thread
+run_cache = api_fixtures.run_cache
 tiny_encoder = api_fixtures.tiny_encoder
 topic_csvs = api_fixtures.topic_csvs
 
@@ -148,6 +149,23 @@ def test_bad_training_data_says_what_to_fix(tiny_encoder, tmp_path, make, error,
         clf.fit(make(tmp_path), progress=False)
 
 
+def test_a_second_fit_is_served_from_the_run_cache(tiny_encoder, topic_csvs, tmp_path, monkeypatch):
+    import bab.experiments.heads_study as heads_study
+
+    recipe = {**FAST, "dense_epochs": 1, "hard_epochs": 2}
+    first = BudgetedClassifier.from_pretrained(str(tiny_encoder), **recipe).fit(topic_csvs[0], progress=False,
+                                                                                 cache=tmp_path)
+    runs = sorted(p.name.rsplit("-", 1)[0] for p in tmp_path.iterdir() if p.is_dir() and p.name != "partial")
+    assert runs == ["own_data-dense", "own_data-hard", "own_data-warm"]
+    monkeypatch.setattr(heads_study, "train", lambda *a, **k: pytest.fail("a cached stage was trained again"))
+    again = BudgetedClassifier.from_pretrained(str(tiny_encoder), **recipe).fit(topic_csvs[0], progress=False,
+                                                                                 cache=tmp_path)
+    assert again.history == first.history and again.model.min_per_layer == 1
+    texts = [t for t, _ in topic_texts(4, seed=9)]
+    for budget in (None, 0.5):
+        assert torch.equal(again.logits(texts, budget), first.logits(texts, budget))
+
+
 def test_bad_budgets_models_and_order_of_calls(fitted, tiny_encoder):
     for budget in (0.0, 1.5, -0.2, math.nan):
         with pytest.raises(ValueError, match=r"budget"):
@@ -158,8 +176,6 @@ def test_bad_budgets_models_and_order_of_calls(fitted, tiny_encoder):
         BudgetedClassifier.from_pretrained("./no/such/model")
     with pytest.raises(ValueError, match="call fit"):
         BudgetedClassifier.from_pretrained(str(tiny_encoder)).predict(["goal"])
-    with pytest.raises(ValueError, match="multiple of 3"):
-        Recipe(batch_size=8).train_configs(num_processes=3)
 
 
 def test_heatmap_and_latency_table(fitted):
@@ -171,13 +187,14 @@ def test_heatmap_and_latency_table(fitted):
 
 
 def test_default_recipe_is_the_hard_adaptation_recipe_of_the_notebooks():
-    # issue 14: nested gate start and two-sided term in the soft phase, the per-layer floor the API's hard mode
-    # and structural pruning use, and the unadapted checkpoint kept when adaptation does not help
-    configs = Recipe().train_configs(num_processes=1, hard_budgets=[0.25, 0.5])
+    # the hard-adaptation recipe: nested gate start and two-sided term in the soft phase, the per-layer floor the
+    # API's hard mode and structural pruning use, and the unadapted checkpoint kept when adaptation does not help
+    configs = Recipe().train_configs(hard_budgets=[0.25, 0.5])
     soft, hard = configs["budgeted"], configs["hard"]
-    assert (soft.gate_init, soft.two_sided, soft.gate_init_examples) == ("ablation", True, 128)
+    assert (soft.gate_start, soft.two_sided, soft.gate_start_examples) == ("ablation", True, 128)
     assert (hard.epochs, hard.min_per_layer, hard.keep_unadapted, hard.freeze_gates) == (2, 1, True, True)
-    flat = Recipe(gate_start="flat", two_sided=False).train_configs(num_processes=1)["budgeted"]
-    assert (flat.gate_init, flat.two_sided) == ("flat", False)
+    assert soft.batch_size == hard.batch_size == Recipe().batch_size  # the global batch: the loop splits it
+    flat = Recipe(gate_start="flat", two_sided=False).train_configs()["budgeted"]
+    assert (flat.gate_start, flat.two_sided) == ("flat", False)
     with pytest.raises(ValueError, match="gate_start must be one of"):
         Recipe(gate_start="importance")

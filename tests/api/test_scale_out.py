@@ -22,6 +22,7 @@ from bab.__main__ import main
 
 # pytest fixtures shared by the API tests (a conftest.py here would shadow the root one)
 one_thread = api_fixtures.one_thread
+run_cache = api_fixtures.run_cache
 tiny_encoder = api_fixtures.tiny_encoder
 topic_csvs = api_fixtures.topic_csvs
 
@@ -45,8 +46,9 @@ def test_two_processes_match_one(tiny_encoder, tmp_path):
     data = ["--train", str(train), "--val", str(val), "--test", str(val), "--model", str(tiny_encoder)]
     assert main(["fit", "heads", *data, *ARGS, "--out", str(tmp_path / "one")]) == 0
     # --multi_gpu picks accelerate's torchrun launcher; without a GPU bab's Accelerator(cpu=True) joins a gloo group
+    # a run cache of its own: the two processes train, rather than load what the one process stored
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-           "OMP_NUM_THREADS": "1"}
+           "OMP_NUM_THREADS": "1", "BAB_CACHE_DIR": str(tmp_path / "cache-two")}
     launched = subprocess.run(
         [accelerate, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
          "--dynamo_backend", "no", "-m", "bab", "fit", "heads", *data, *ARGS, "--out", str(tmp_path / "two")],

@@ -10,6 +10,7 @@ from bab.api.vit import SparsifinerClassifier, read_image_folder
 
 # pytest fixtures shared by the API tests (a conftest.py here would shadow the root one)
 one_thread = api_fixtures.one_thread
+run_cache = api_fixtures.run_cache
 
 
 def pattern(kind: str, rng) -> np.ndarray:

@@ -212,3 +212,15 @@ def test_no_progress_bar_is_drawn_into_a_log_file(capsys):
     out = capsys.readouterr()
     assert "\r" not in out.err and "\r" not in out.out
     assert out.out.count("step=") == 2  # the history rows are the progress a log shows
+
+
+def test_each_process_keeps_its_own_checkpoint_and_clear_removes_them_all(tmp_path):
+    checkpoint = Checkpointer(tmp_path / "run" / "checkpoint.pt")
+    assert checkpoint.for_process(0, 1) is checkpoint
+    ranks = [checkpoint.for_process(i, 2) for i in range(2)]
+    assert [c.path.name for c in ranks] == ["checkpoint.process0of2.pt", "checkpoint.process1of2.pt"]
+    for i, c in enumerate(ranks):
+        c.save({"rank": i})
+    assert [c.load()["rank"] for c in ranks] == [0, 1]
+    checkpoint.clear()
+    assert not (tmp_path / "run").exists()

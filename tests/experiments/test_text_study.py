@@ -89,10 +89,10 @@ def test_variant_configs_depart_from_the_paper_recipe(study):
     from bab.experiments.hard_recipe import BASE, CHOSEN, VARIANTS, variant_configs
 
     soft, hard = variant_configs(study, BASE)
-    assert (soft.gate_init, soft.two_sided) == ("flat", False)
+    assert (soft.gate_start, soft.two_sided) == ("flat", False)
     assert (hard.epochs, hard.budget_choices, hard.kd_teacher, hard.min_per_layer) == (1, None, "soft", 0)
     soft, hard = variant_configs(study, VARIANTS["nested + lr x 2"])
-    assert (soft.gate_init, soft.two_sided) == ("elimination", True)
+    assert (soft.gate_start, soft.two_sided) == ("elimination", True)
     assert hard.lr == pytest.approx(2 * study.profile.hard_adapt.lr)
     _, hard = variant_configs(study, VARIANTS["nested + budget fixed at 0.5"])
     assert (hard.budget, hard.budget_choices) == (0.5, None)

@@ -50,31 +50,33 @@ def test_nbval_skips_notebook_05_without_fashion_mnist(tmp_path, monkeypatch):
     assert conftest._missing_data("05_vit_sparsifiner.ipynb") is None
 
 
-def test_vit_profile_rejects_an_unknown_gate_init_with_the_choices():
+def test_vit_profile_rejects_an_unknown_gate_start_with_the_choices():
     from dataclasses import replace
 
     quick = get_profile("vit_sparsifiner", "quick")
-    assert quick.head_gate_init == "elimination"  # the recipe chosen on validation (docs/sparsifiner.md)
-    with pytest.raises(ValueError, match="'open', 'ablation', 'elimination'"):
-        replace(quick, head_gate_init="nested")
-    with pytest.raises(ValueError, match="head_gate_sharpness > 0"):
-        replace(quick, head_gate_sharpness=0.0)
+    assert quick.gate_start == "elimination"  # the recipe chosen on validation (docs/sparsifiner.md)
+    with pytest.raises(ValueError, match="'flat', 'random', 'ablation', 'elimination'"):
+        replace(quick, gate_start="nested")
+    with pytest.raises(ValueError, match="gate_start_sharpness > 0"):
+        replace(quick, gate_start_sharpness=0.0)
 
 
 def test_nested_gates_reach_the_budgeted_heads_lineage_and_the_model(tmp_path):
-    """A tiny study end to end: the gate initialisation reaches the lineage (so the run cache keys it and
-    another init trains another checkpoint) and the model (nested gates are spread, open ones are not)."""
+    """A tiny study end to end: the gate start reaches the lineage (so the run cache keys it and another start
+    trains another checkpoint) and the model (nested gates are spread, flat ones are not)."""
     from dataclasses import replace
 
     study, _ = _tiny_vit_study(tmp_path)
     tiny, cache, TinyStudy = study.profile, study.cache, type(study)
     soft, _, lineage = study.budgeted_heads()
-    assert lineage["prepare"] == {"gate_init": "elimination", "sharpness": 4.0, "importance_examples": 8}
-    open_soft, _, open_lineage = TinyStudy(replace(tiny, head_gate_init="open"), cache=cache,
-                                           progress=False).budgeted_heads()
-    assert "prepare" not in open_lineage
-    # nested gates spread the heads apart; open gates start (and, after one epoch, stay) nearly equal
-    assert float(soft.gates(0.5).detach().std()) > 10 * float(open_soft.gates(0.5).detach().std())
+    assert lineage["gate_start"] == {"gate_start": "elimination", "sharpness": 4.0, "examples": 8}
+    flat_soft, metrics, flat_lineage = TinyStudy(replace(tiny, gate_start="flat"), cache=cache,
+                                                 progress=False).budgeted_heads()
+    assert metrics["cached"] is False and flat_lineage["gate_start"]["gate_start"] == "flat"
+    random_soft, _, _ = TinyStudy(replace(tiny, gate_start="random"), cache=cache, progress=False).budgeted_heads()
+    # nested gates spread the heads apart; flat gates start (and, after one epoch, stay) nearly equal
+    assert float(soft.gates(0.5).detach().std()) > 10 * float(flat_soft.gates(0.5).detach().std())
+    assert float(random_soft.gates(0.5).detach().std()) > 10 * float(flat_soft.gates(0.5).detach().std())
 
 
 def _tiny_vit_study(tmp_path):
@@ -90,7 +92,7 @@ def _tiny_vit_study(tmp_path):
     smoke = get_profile("vit_sparsifiner", "smoke")
     model = dict(smoke.model, image_size=8, patch_size=4, hidden_size=16, num_layers=2, num_heads=2,
                  intermediate_size=16)
-    tiny = replace(smoke, model=model, importance_examples=8, dense=replace(smoke.dense, epochs=1),
+    tiny = replace(smoke, model=model, gate_start_examples=8, dense=replace(smoke.dense, epochs=1),
                    heads=replace(smoke.heads, epochs=1))
     generator = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(24, 1, 8, 8, generator=generator),
@@ -111,8 +113,9 @@ def test_vit_hard_heads_keep_the_adaptation_only_when_validation_rises(tmp_path,
 
     study, data = _tiny_vit_study(tmp_path)
     soft, _, _ = study.budgeted_heads()
-    adapted, raw_metrics, _ = study.budgeted_heads_hard(select=False)
-    assert "selected_epoch" not in raw_metrics
+    adapted, raw_metrics, raw_lineage = study.budgeted_heads_hard(select=False)
+    assert raw_metrics["selected_epoch"] is None and "val_hard_mean" not in raw_metrics
+    assert raw_lineage["selection"] is None
 
     # the recorded means against a loop written out here: hard top-k accuracy per budget, averaged
     pixels, labels = data.tensors
@@ -122,24 +125,35 @@ def test_vit_hard_heads_keep_the_adaptation_only_when_validation_rises(tmp_path,
             return sum(100.0 * (model(pixels, budget=b, head_mode="hard").logits.argmax(-1) == labels).float().mean()
                        for b in study.profile.head_budgets).item() / len(study.profile.head_budgets)
 
-    chosen, metrics, _ = study.budgeted_heads_hard()
+    chosen, metrics, lineage = study.budgeted_heads_hard()
+    assert metrics["cached"] is False and lineage["selection"] is not None  # a run of its own: it selects
     expected = {"unadapted": mean_hard_accuracy(soft), "adapted": mean_hard_accuracy(adapted)}
     assert metrics["val_hard_mean"] == pytest.approx(expected, abs=1e-3)
     kept = expected["adapted"] > expected["unadapted"]
     assert adaptation_kept(metrics) == kept
     assert metrics["selected_epoch"] == (study.profile.heads.epochs if kept else 0)
+    assert _same_weights(chosen, adapted if kept else soft)
 
-    # the rule itself, on controlled scores: strictly higher keeps the adaptation, a tie keeps the soft checkpoint
-    original, seen = study.budgeted_heads, {}
+    # the rule itself, on controlled scores (the training loop's selection: the starting weights are scored
+    # first, the adapted ones last): strictly higher keeps the adaptation, a tie keeps the soft weights
+    budgets = len(study.profile.head_budgets)
+    for run, (adapted_score, want_adapted) in enumerate(((60.0, True), (50.0, False), (40.0, False))):
+        calls = []
 
-    def remember_soft():
-        seen["soft"] = original()
-        return seen["soft"]
+        def scored(model, data, score=adapted_score, calls=calls, **forward):
+            calls.append(1)
+            return {"accuracy": 50.0 if len(calls) <= budgets else score}
 
-    monkeypatch.setattr(study, "budgeted_heads", remember_soft)
-    for adapted_score, want_adapted in ((60.0, True), (50.0, False), (40.0, False)):
-        monkeypatch.setattr(vit_study, "evaluate_vit", lambda model, data, score=adapted_score, **forward:
-                            {"accuracy": 50.0 if model is seen["soft"][0] else score})
+        monkeypatch.setattr(vit_study, "evaluate_vit", scored)
+        study.cache = type(study.cache)(tmp_path / f"rule-{run}")  # retrained, not served from the cache
         model, metrics, _ = study.budgeted_heads_hard()
         assert adaptation_kept(metrics) is want_adapted
-        assert (model is seen["soft"][0]) is (not want_adapted)
+        assert metrics["val_hard_mean"] == {"unadapted": 50.0, "adapted": adapted_score}
+        assert _same_weights(model, adapted) is want_adapted and _same_weights(model, soft) is not want_adapted
+
+
+def _same_weights(a, b) -> bool:
+    import torch
+
+    state = b.state_dict()
+    return all(torch.equal(value, state[name]) for name, value in a.state_dict().items())

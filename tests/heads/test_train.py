@@ -9,8 +9,9 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
+from bab.core.warm_start import warm_start
 from bab.heads.encoder import EncoderClassifier, EncoderConfig
-from bab.heads.train import TrainConfig, initialise_gates_, parameter_groups, train, warm_start
+from bab.heads.train import TrainConfig, initialise_gates_, parameter_groups, train
 
 
 def tiny(gates=None, seed=0):
@@ -76,7 +77,7 @@ def test_warm_start_copies_dense_weights_and_keeps_gates():
     warm_start(gated, dense)
     assert torch.equal(gated.layers[0].attn.qkv.weight, dense.layers[0].attn.qkv.weight)
     assert torch.equal(gated.gates.theta, gates_before)
-    with pytest.raises(ValueError, match="differ beyond the gates"):
+    with pytest.raises(ValueError, match=r"differ beyond the new modules \(`gates`\)"):
         warm_start(EncoderClassifier(EncoderConfig(vocab_size=12, num_classes=3, max_len=8, d_model=16, num_heads=4,
                                                    num_layers=1, d_ff=32, gates="budget")), dense)
 
@@ -99,9 +100,9 @@ def test_gates_get_their_own_learning_rate_without_weight_decay():
         (dict(lr=-1.0), "lr"),
         (dict(budget_min=0.0), r"\(0, 1\]"),
         (dict(objective="hard_adapt", kd_teacher="bert"), "kd_teacher must be one of"),
-        (dict(objective="budgeted", gate_init="importance"), "gate_init must be one of"),
-        (dict(objective="hard_adapt", gate_init="elimination"), "starts from its parent's gates"),
-        (dict(objective="budgeted", gate_init="ablation", gate_init_examples=0), "gate_init_examples"),
+        (dict(objective="budgeted", gate_start="importance"), "gate_start must be one of"),
+        (dict(objective="hard_adapt", gate_start="elimination"), "starts from its parent's gates"),
+        (dict(objective="budgeted", gate_start="ablation", gate_start_examples=0), "gate_start_examples"),
         (dict(objective="hard_adapt", budget_choices=()), "non-empty tuple"),
         (dict(objective="hard_adapt", budget_choices=(0.5, 1.5)), r"\(0, 1\]"),
         (dict(objective="hard_adapt", budget=0.5, budget_choices=(0.5,)), "not both"),
@@ -176,15 +177,15 @@ def test_warmup_schedules_follow_their_formulas():
     assert cosine[0] == 0.5 and cosine[1] > cosine[5] > cosine[9] > 0.1  # cosine decay towards 10%
 
 
-def test_run_cache_key_leaves_out_options_that_train_as_before():
-    # a config written before issue 14's options keeps its key; a changed option, or a relevant new one, enters it
-    plain = TrainConfig(objective="budgeted", lambda_cost=0.05).to_dict()
-    assert "two_sided" not in plain and "gate_init" not in plain and "gate_init_sharpness" not in plain
-    assert "keep_unadapted" not in plain
-    nested = TrainConfig(objective="budgeted", gate_init="elimination").to_dict()
-    assert nested["gate_init"] == "elimination" and nested["gate_init_sharpness"] == 4.0
-    assert TrainConfig(objective="budgeted", two_sided=True).to_dict()["two_sided"] is True
-    assert TrainConfig(objective="hard_adapt").to_dict()["keep_unadapted"] is True
+def test_run_cache_key_hashes_every_field():
+    # every field enters the key, whether or not the objective uses it: no option is left out at a default
+    from dataclasses import asdict, fields
+
+    plain = TrainConfig(objective="budgeted", lambda_cost=0.05)
+    assert plain.to_dict() == asdict(plain) and set(plain.to_dict()) == {f.name for f in fields(TrainConfig)}
+    assert plain.to_dict()["gate_start"] == "flat" and plain.to_dict()["keep_unadapted"] is True
+    nested = TrainConfig(objective="budgeted", gate_start="elimination").to_dict()
+    assert nested["gate_start"] == "elimination" and nested["gate_start_sharpness"] == 4.0
 
 
 def test_hard_adaptation_keeps_the_unadapted_checkpoint_when_validation_does_not_improve():
@@ -259,7 +260,7 @@ def test_hard_adaptation_with_a_floor_trains_and_evaluates_with_it():
 
 
 def test_nested_gate_start_orders_heads_by_the_masked_loss_written_out():
-    # gate_init="ablation": the importance is the loss increase when each head alone is masked, computed
+    # gate_start="ablation": the importance is the loss increase when each head alone is masked, computed
     # here with a loop over heads and an explicit hard forward; the nested gates open in that order
     model = tiny("budget", seed=1)
     data = toy_data(n=64)
@@ -276,8 +277,8 @@ def test_nested_gate_start_orders_heads_by_the_masked_loss_written_out():
             mask = torch.ones(2, 4)
             mask[layer, head] = 0
             expected[layer, head] = loss(mask) - full
-    importance = initialise_gates_(model, data, TrainConfig(objective="budgeted", gate_init="ablation",
-                                                            gate_init_examples=64))
+    importance = initialise_gates_(model, data, TrainConfig(objective="budgeted", gate_start="ablation",
+                                                            gate_start_examples=64))
     torch.testing.assert_close(importance, expected, atol=1e-5, rtol=0)
     order = torch.argsort(expected.flatten(), descending=True)
     gates = model.gates(0.5).detach().flatten()
@@ -286,7 +287,7 @@ def test_nested_gate_start_orders_heads_by_the_masked_loss_written_out():
 
 def test_random_nested_start_spreads_the_gates_and_is_seeded():
     a, b = tiny("budget"), tiny("budget")
-    config = TrainConfig(objective="budgeted", gate_init="random", seed=5)
+    config = TrainConfig(objective="budgeted", gate_start="random", seed=5)
     initialise_gates_(a, toy_data(), config)
     initialise_gates_(b, toy_data(), config)
     assert torch.equal(a.gates(0.5), b.gates(0.5))
@@ -301,7 +302,7 @@ def test_head_importance_is_scored_once_for_the_same_weights_and_examples(monkey
     monkeypatch.setattr(train_module, "head_ablation_importance",
                         lambda *args: calls.append(1) or real(*args))
     monkeypatch.setattr(train_module, "_IMPORTANCE_MEMO", {})
-    config = TrainConfig(objective="budgeted", gate_init="ablation", gate_init_examples=32)
+    config = TrainConfig(objective="budgeted", gate_start="ablation", gate_start_examples=32)
     first, second = tiny("budget", seed=1), tiny("budget", seed=1)
     a = initialise_gates_(first, toy_data(), config)
     b = initialise_gates_(second, toy_data(), config)  # same weights, same examples: served from the memo
