@@ -102,8 +102,10 @@ def as_run_cache(cache) -> RunCache:
 
 
 def trained(result: TrainResult) -> dict:
-    """The metrics a study stores with a trained model: its history, training time and selected epoch."""
-    return {"history": result.history, "train_seconds": result.seconds, "selected_epoch": result.selected_epoch}
+    """The metrics a study stores with a trained model: its history, training time, selected epoch, and the
+    step an interrupted run resumed from (None: trained in one sitting)."""
+    return {"history": result.history, "train_seconds": result.seconds, "selected_epoch": result.selected_epoch,
+            "resumed_at": result.resumed_at}
 
 
 def tensors_digest(data) -> str:
