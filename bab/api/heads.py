@@ -30,6 +30,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bab.api.data import LabeledTexts, LabelMap, encode, holdout, read_labeled
+from bab.core import strict_json
 from bab.core.budget import GATE_STARTS, validate_budget
 from bab.core.training import distributed_state
 from bab.data.text import PretrainedTokenizer
@@ -190,7 +191,7 @@ class BudgetedClassifier:
             save_file({k: v.detach().contiguous() for k, v in self.model.gates.state_dict().items()},
                       folder / GATES_FILE, metadata={"format": "pt"})
             self.tokenizer.hf.save_pretrained(folder)
-            (folder / HISTORY_FILE).write_text(json.dumps(self.history, indent=1, default=float))
+            (folder / HISTORY_FILE).write_text(strict_json.dumps(self.history, indent=1, default=float))
         state.wait_for_everyone()
         return folder
 

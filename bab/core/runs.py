@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from bab.core import strict_json
 from bab.core.training import Checkpointer, distributed_state, seed_everything
 
 # Bump when a change to the code makes old checkpoints mean something different.
@@ -104,7 +105,7 @@ class RunCache:
         try:
             state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
             save_file(state, tmp / "model.safetensors")
-            (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
+            (tmp / "metrics.json").write_text(strict_json.dumps(metrics, indent=2, sort_keys=True))
             (tmp / "config.json").write_text(canonical(config))
             if folder.exists():
                 shutil.rmtree(folder)

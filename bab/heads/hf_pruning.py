@@ -8,8 +8,13 @@ head_mask=mask)``), which the tests check for BERT and DistilBERT, eager and SDP
 
 The kept heads (indices into the original heads of each layer) are recorded in the model's
 config as ``bab_kept_heads``, so ``save_pruned`` / ``load_pruned`` rebuild the right shapes
-before loading the weights. A layer is never emptied: a mask that keeps no head of some layer
-raises (use a per-layer floor, ``head_mask_for(budget, min_per_layer=1)``).
+before loading the weights. ``save_pruned`` also copies ``modeling_pruned.py`` (transformers'
+classes, narrowed per layer from that list) into the folder and names it in config.json's
+``auto_map``, so ``AutoModelForSequenceClassification.from_pretrained(folder,
+trust_remote_code=True)`` and ``pipeline(..., trust_remote_code=True)`` load it without bab.
+
+A layer is never emptied: a mask that keeps no head of some layer raises (use a per-layer
+floor, ``head_mask_for(budget, min_per_layer=1)``).
 
 Shapes: d model width, n heads kept in a layer, Dh head width, T sequence length.
 """
@@ -17,6 +22,7 @@ Shapes: d model width, n heads kept in a layer, Dh head width, T sequence length
 from __future__ import annotations
 
 import copy
+import shutil
 from pathlib import Path
 
 import torch
@@ -27,6 +33,9 @@ from bab.heads.hf_encoder import HeadGatedLinear, attention_blocks, classifier_f
 
 KEPT_HEADS_KEY = "bab_kept_heads"
 WEIGHTS_NAME = "model.safetensors"
+MODELING_FILE = Path(__file__).with_name("modeling_pruned.py")  # copied into every pruned folder
+REMOTE_CLASSES = {"bert": "PrunedBertForSequenceClassification",
+                  "distilbert": "PrunedDistilBertForSequenceClassification"}
 
 
 def kept_heads(model) -> list[list[int]]:
@@ -121,11 +130,15 @@ def pruned_copy(model, budget: float, min_per_layer: int = 1):
 
 
 def save_pruned(model, folder, tokenizer=None) -> Path:
-    """Write config.json (with the kept heads), model.safetensors and optionally the tokenizer."""
+    """Write config.json (kept heads, auto_map), model.safetensors, modeling_pruned.py and optionally the tokenizer."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     setattr(model.config, KEPT_HEADS_KEY, kept_heads(model))
-    model.config.save_pretrained(folder)
+    config = copy.deepcopy(model.config)  # the model in memory stays a plain transformers model
+    config.auto_map = {"AutoModelForSequenceClassification":
+                       f"{MODELING_FILE.stem}.{REMOTE_CLASSES[config.model_type]}"}
+    config.save_pretrained(folder)
+    shutil.copyfile(MODELING_FILE, folder / MODELING_FILE.name)
     state = {name: tensor.detach().contiguous() for name, tensor in model.state_dict().items()}
     save_file(state, folder / WEIGHTS_NAME, metadata={"format": "pt"})
     if tokenizer is not None:
@@ -141,6 +154,8 @@ def load_pruned(folder, attn_implementation: str = "sdpa"):
     if not (folder / WEIGHTS_NAME).is_file() or not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{folder} must hold config.json and {WEIGHTS_NAME} (written by save_pruned)")
     config = AutoConfig.from_pretrained(folder)
+    if hasattr(config, "auto_map"):  # bab rebuilds the shapes itself; the model in memory is plain transformers
+        del config.auto_map
     recorded = getattr(config, KEPT_HEADS_KEY, None)
     model = classifier_from_config(config, attn_implementation=attn_implementation)
     if recorded is not None:

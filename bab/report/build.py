@@ -29,10 +29,11 @@ import time
 import traceback
 from pathlib import Path
 
+from bab.core.folders import current_umask, swap_into_place
 from bab.experiments.profiles import PROFILE_NAMES as PROFILES
 from bab.report.index import git_commit, write_index
 from bab.report.progress import CellProgress, estimate_line, last_run, last_run_note, progress_engine
-from bab.report.results import current_umask, now_iso, write_json_atomic
+from bab.report.results import now_iso, write_json_atomic
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 # the inline backend renders figures as PNG outputs without a display; plain Agg would drop them
@@ -192,22 +193,6 @@ def clear_outputs(staging, stem):
         staging / "results" / f"{stem}.json",
     ):
         path.unlink(missing_ok=True)
-
-
-def swap_into_place(staging, final):
-    """Move the complete staging folder to `final`; the old report is removed only afterwards."""
-    aside = None
-    if final.exists():
-        aside = final.with_name(f".old-{final.name}-{os.getpid()}-{time.time_ns()}")
-        os.rename(final, aside)
-    try:
-        os.rename(staging, final)
-    except BaseException:
-        if aside is not None:
-            os.rename(aside, final)
-        raise
-    if aside is not None:
-        shutil.rmtree(aside, ignore_errors=True)
 
 
 def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only=None):

@@ -15,6 +15,9 @@ import os
 import tempfile
 from pathlib import Path
 
+from bab.core import strict_json
+from bab.core.folders import current_umask
+
 # one result row: required keys and their types (float columns may be None)
 ROW_STR_KEYS = ("experiment", "method")
 ROW_FLOAT_KEYS = ("budget", "cost", "accuracy", "speedup")
@@ -76,20 +79,13 @@ def write_json_atomic(path, obj):
     try:
         os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; give the usual permissions
         with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2)
-            f.write("\n")
+            f.write(strict_json.dumps(obj, indent=2) + "\n")
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
     return path
-
-
-def current_umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def save_results(rows, path):

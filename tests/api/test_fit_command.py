@@ -2,6 +2,10 @@
 
 import json
 import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
 
 import api_fixtures
 import pandas as pd
@@ -9,6 +13,7 @@ import pytest
 from api_topics import write_csv
 
 from bab.__main__ import main
+from bab.api import fit as fit_module
 from bab.api.heads import BudgetedClassifier
 
 # pytest fixtures shared by the API tests (a conftest.py here would shadow the root one)
@@ -16,6 +21,14 @@ one_thread = api_fixtures.one_thread
 run_cache = api_fixtures.run_cache
 tiny_encoder = api_fixtures.tiny_encoder
 topic_csvs = api_fixtures.topic_csvs
+
+def strict_loads(text):
+    """json.loads that rejects NaN and infinities, as JSON.parse and jq do."""
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
 
 FAST = ["--max-len", "16", "--batch-size", "8", "--epochs", "1,1,1", "--dense-lr", "3e-3", "--lr", "1e-3",
         "--timing-examples", "8", "--timing-len", "16", "--timing-repeats", "1", "--quiet"]
@@ -33,7 +46,8 @@ def test_fit_heads_writes_every_artefact(tiny_encoder, topic_csvs, tmp_path):
     sweep = pd.read_csv(out / "sweep.csv")
     assert sweep["mode"].tolist() == ["dense", "soft", "soft", "hard", "hard"]
     assert sweep["budget"].tolist()[1:] == [0.25, 0.5, 0.25, 0.5]  # budgets sorted
-    metrics = json.loads((out / "metrics.json").read_text())
+    metrics = strict_loads((out / "metrics.json").read_text())
+    strict_loads((out / "gated" / "bab_history.json").read_text())
     assert metrics["reload"]["gated_logits_max_abs_diff"] == 0.0
     assert metrics["reload"]["pruned_predictions_equal"] is True
     assert metrics["reload"]["pruned_id2label"] == {"0": "music", "1": "science", "2": "sports"}
@@ -89,3 +103,60 @@ def test_without_a_test_file_it_reports_on_the_held_out_validation(tiny_encoder,
     assert metrics["reported_on"].startswith("validation")
     assert "latency" not in metrics and not (out / "latency.csv").exists()  # --prune 0: nothing pruned or timed
     assert len(pd.read_csv(out / "sweep.csv")) == 7  # dense + soft and hard at the three default budgets
+
+
+def test_a_non_empty_out_is_kept_unless_overwrite_and_replaced_only_when_complete(tiny_encoder, topic_csvs,
+                                                                                  tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    argv = ["fit", "heads", "--train", str(topic_csvs[0]), "--test", str(topic_csvs[1]), "--model",
+            str(tiny_encoder), "--budgets", "0.5,0.25", "--prune", "0.5", "--out", str(out), *FAST]
+
+    def untouched():
+        return sorted(p.name for p in tmp_path.iterdir()) == ["run"] and (out / "notes.txt").read_text() == "mine"
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--out " + str(out) + " is not empty (it holds notes.txt); pass --overwrite" in err
+    assert "or choose another folder" in err
+    assert untouched()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # Ctrl-C while the last file is written
+    monkeypatch.setattr(fit_module, "summary_html", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        main([*argv, "--overwrite"])
+    assert untouched()  # the old folder as it was, and no staging folder left beside it
+    monkeypatch.undo()
+
+    assert main([*argv, "--overwrite"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert not (out / "notes.txt").exists() and (out / "summary.html").is_file()
+    assert (out / "pruned-0.50" / "modeling_pruned.py").is_file()
+
+
+@pytest.mark.parametrize("command, shown", [
+    (["fit", "heads"], ["(default: 0.25,0.5,0.75)", "(default: 2,1,1)", "(default: 13)", "--overwrite"]),
+    (["bench", "heads"], ["(default: 1,64)", "(default: 20)"]),
+    (["bench", "bert"], ["(default: 1,16)", "(default: 5)"]),
+    (["bench", "sparse"], ["(default: [197, 577, 1025])", "(default: 32)"]),
+    (["bench", "generation"], ["(default: gpt2)", "(default: the profile's)"]),
+])
+def test_help_shows_the_defaults(command, shown, capsys):
+    assert main([*command, "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for piece in shown:
+        assert piece in text, piece
+    assert "(default: None)" not in text and "(default: False)" not in text
+
+
+def test_bab_is_a_console_script():
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert pyproject["project"]["scripts"]["bab"] == "bab.__main__:main"
+    script = Path(sys.executable).with_name("bab")
+    if not script.is_file():
+        pytest.skip(f"{script} is not installed here: pip install -e . (re)creates it")
+    result = subprocess.run([str(script), "fit", "heads", "--help"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: bab fit heads")

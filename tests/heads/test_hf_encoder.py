@@ -2,6 +2,9 @@
 
 import copy
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -19,7 +22,7 @@ from bab.heads.hf_encoder import (
     load_classifier,
     resolve_encoder_source,
 )
-from bab.heads.hf_pruning import KEPT_HEADS_KEY, kept_heads, load_pruned, prune_heads, save_pruned
+from bab.heads.hf_pruning import KEPT_HEADS_KEY, MODELING_FILE, kept_heads, load_pruned, prune_heads, save_pruned
 
 VOCAB = 97
 
@@ -114,6 +117,93 @@ def test_save_reload_gives_equal_logits(kind, attn, tmp_path):
 def test_load_pruned_needs_the_saved_files(tmp_path):
     with pytest.raises(FileNotFoundError, match="save_pruned"):
         load_pruned(tmp_path)
+
+
+# Run by a Python that cannot import bab: transformers alone loads each pruned folder (its auto_map and
+# modeling_pruned.py), prints its logits on the saved ids and what the pipeline predicts for the saved texts.
+LOAD_WITHOUT_BAB = """
+import importlib.abc, json, sys
+
+class NoBab(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "bab" or name.startswith("bab."):
+            raise ImportError("the pruned folder must load without bab")
+
+sys.meta_path.insert(0, NoBab())
+import torch
+from transformers import AutoModelForSequenceClassification, pipeline
+
+found = {}
+for folder in sys.argv[1:]:
+    saved = torch.load(folder + "/reference.pt")
+    model = AutoModelForSequenceClassification.from_pretrained(folder, trust_remote_code=True).eval()
+    with torch.no_grad():
+        logits = model(input_ids=saved["ids"], attention_mask=saved["ids"].ne(0).long()).logits
+    classify = pipeline("text-classification", model=folder, trust_remote_code=True)
+    found[folder] = {"max_abs_diff": float((logits - saved["hard"]).abs().max()), "class": type(model).__name__,
+                     "labels": [row["label"] for row in classify(saved["texts"])]}
+print(json.dumps({"bab_imported": "bab" in sys.modules, "folders": found}))
+"""
+
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(VOCAB - 5)]
+
+
+def tiny_tokenizer(kind):
+    from transformers import BertTokenizer, DistilBertTokenizer
+
+    tokenizer = BertTokenizer if kind == "bert" else DistilBertTokenizer  # DistilBERT takes no token_type_ids
+    return tokenizer(vocab={word: i for i, word in enumerate(WORDS)})
+
+
+def test_pruned_folders_load_with_transformers_alone(tmp_path):
+    texts = ["w1 w7 w30 w2", "w88 w3", "w5 w5 w61 w12 w40 w9"]
+    folders = {}
+    for kind in ("bert", "distilbert"):
+        model, ids, tokenizer = gated(kind), batch(), tiny_tokenizer(kind)
+        mask = model.head_mask_for(0.4, min_per_layer=1)
+        pruned = copy.deepcopy(model.hf)
+        prune_heads(pruned, mask)
+        pruned.config.id2label = {0: "sad", 1: "calm", 2: "glad"}
+        pruned.config.label2id = {v: k for k, v in pruned.config.id2label.items()}
+        folder = save_pruned(pruned, tmp_path / kind, tokenizer=tokenizer)
+        encoded = tokenizer(texts, padding=True, return_tensors="pt", return_token_type_ids=False)
+        with torch.no_grad():
+            hard = model(ids, mode="hard", head_mask=mask).logits
+            text_logits = model(encoded["input_ids"], mode="hard", head_mask=mask).logits
+        torch.save({"ids": ids, "hard": hard, "texts": texts}, folder / "reference.pt")
+        folders[str(folder)] = [pruned.config.id2label[i] for i in text_logits.argmax(-1).tolist()]
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", HF_MODULES_CACHE=str(tmp_path / "modules"), OMP_NUM_THREADS="1")
+    result = subprocess.run([sys.executable, "-c", LOAD_WITHOUT_BAB, *folders], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert loaded["bab_imported"] is False
+    for folder, expected_labels in folders.items():
+        found = loaded["folders"][folder]
+        print(f"{folder}: {found['class']}, max |logits - hard mode| = {found['max_abs_diff']:.2e}")
+        assert found["class"].startswith("Pruned")
+        assert found["max_abs_diff"] < 1e-5
+        assert found["labels"] == expected_labels  # the pipeline's predictions are the hard-mode model's
+
+
+def test_the_modeling_file_knows_where_the_kept_heads_are():
+    from bab.heads import modeling_pruned
+
+    assert modeling_pruned.KEPT_HEADS_KEY == KEPT_HEADS_KEY
+    assert not [line for line in MODELING_FILE.read_text().splitlines() if "import bab" in line or "from bab" in line]
+
+
+def test_load_pruned_keeps_a_plain_transformers_model(tmp_path):
+    pruned = copy.deepcopy(gated("bert").hf)
+    prune_heads(pruned, [[0, 2], [1], [3]])
+    save_pruned(pruned, tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["auto_map"] == {
+        "AutoModelForSequenceClassification": "modeling_pruned.PrunedBertForSequenceClassification"}
+    assert not hasattr(pruned.config, "auto_map")  # saving leaves the model in memory as it was
+    reloaded = load_pruned(tmp_path)
+    assert type(reloaded).__module__.startswith("transformers.") and not hasattr(reloaded.config, "auto_map")
 
 
 def test_pruning_never_empties_a_layer():

@@ -1,0 +1,48 @@
+"""Output folders that appear whole or not at all: built in a staging folder beside, then renamed into place.
+
+A run that is killed, or fails, half-way leaves its final folder as it was (absent, or the previous
+one); only a complete staging folder replaces it, by renames within one parent folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+
+def non_empty(folder: Path) -> list[str]:
+    """The names in ``folder`` (sorted), [] when it does not exist or is empty."""
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def staging_beside(final: Path) -> Path:
+    """A fresh, empty folder ``.<name>.staging-<random>`` next to ``final`` (same file system, so renames work)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.staging-", dir=final.parent))
+    os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp makes 0700; the result is shared like any folder
+    return staging
+
+
+def swap_into_place(staging: Path, final: Path) -> None:
+    """Move the complete staging folder to ``final``; an old ``final`` is removed only afterwards."""
+    aside = None
+    if final.exists():
+        aside = final.with_name(f".old-{final.name}-{os.getpid()}-{time.time_ns()}")
+        os.rename(final, aside)
+    try:
+        os.rename(staging, final)
+    except BaseException:
+        if aside is not None:
+            os.rename(aside, final)
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
