@@ -12,6 +12,7 @@ it becomes one token stream, cut into windows of ``context`` tokens.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +24,20 @@ from bab.context.interaction import PruningConfig
 from bab.context.pretrained import load_decoder
 from bab.context.train import LMTrainConfig, train_lm
 from bab.core.budget import validate_budget
+from bab.core.runs import RunCache
+
+
+def state_digest(model: torch.nn.Module) -> str:
+    """SHA-256 of a model's state dict (names, shapes, values): which weights a fit starts from."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(f"{name} {tuple(tensor.shape)} {tensor.dtype}".encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def tensors_digest_of(ids: torch.Tensor) -> str:
+    return hashlib.sha256(ids.cpu().contiguous().numpy().tobytes()).hexdigest()
 
 
 def read_text(text, text_column: str = "text") -> str:
@@ -83,13 +98,23 @@ class ContextPruner:
                              f"give more text or a shorter context=")
         return torch.tensor(ids, dtype=torch.long)
 
-    def fit(self, text, steps: int = 200, progress: bool = True, text_column: str = "text", **overrides):
+    def fit(self, text, steps: int = 200, progress: bool = True, text_column: str = "text", resume: bool = True,
+            **overrides):
         """Fine-tune on ``text``; ``overrides`` change the LMTrainConfig (gamma=, lr=, batch_size=, seed= ...).
 
-        gamma (the keep-mass weight) sets how much context is dropped: larger prunes more.
+        gamma (the keep-mass weight) sets how much context is dropped: larger prunes more. With ``resume`` the
+        run keeps a resumable checkpoint in the run cache's partial area, keyed by the starting weights, the
+        text and the config: a fit that was killed continues where it stopped when called again the same way.
         """
         self.config = replace(self.config, steps=steps, **overrides)
-        result = train_lm(self.model, self.token_ids(text, text_column), self.config, progress=progress)
+        ids = self.token_ids(text, text_column)
+        checkpoint = None
+        if resume:
+            key = {"weights": state_digest(self.model), "text": tensors_digest_of(ids), "train": self.config.to_dict()}
+            checkpoint = RunCache().checkpointer("context_pruner", key)
+        result = train_lm(self.model, ids, self.config, progress=progress, checkpoint=checkpoint)
+        if checkpoint is not None:
+            checkpoint.clear()
         self.history = result.history
         return self
 

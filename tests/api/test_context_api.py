@@ -78,3 +78,34 @@ def test_bad_text_says_what_to_fix(tiny_llama, tmp_path):
         pruner.evaluate("   ")
     with pytest.raises(ValueError, match="budget"):
         pruner.evaluate(text(100, seed=4), budget=1.5)
+
+
+def test_a_killed_fit_resumes_where_it_stopped(tiny_llama, tmp_path, monkeypatch, capsys):
+    from bab.context.train import LMObjective
+
+    monkeypatch.setenv("BAB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("BAB_CHECKPOINT_SECONDS", "1e-9")  # a checkpoint after every step
+    corpus = text(2000, seed=3)
+
+    def pruner():
+        torch.manual_seed(0)  # the fresh interaction modules
+        return ContextPruner.from_pretrained(tiny_llama[0], r=4, context=16)
+
+    reference = pruner().fit(corpus, steps=8, progress=False, resume=False)
+    original = LMObjective.step
+
+    def killed_at_step_5(self, model, teacher, batch, rng, step):
+        if step == 5:
+            raise KeyboardInterrupt
+        return original(self, model, teacher, batch, rng, step)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(LMObjective, "step", killed_at_step_5)
+        with pytest.raises(KeyboardInterrupt):
+            pruner().fit(corpus, steps=8, progress=False)
+    resumed = pruner().fit(corpus, steps=8, progress=False)
+    assert "resuming context_pruner (context_pruning) at step 5/8" in capsys.readouterr().err
+    assert resumed.history == reference.history
+    for (name, a), b in zip(resumed.model.state_dict().items(), reference.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    assert not list((tmp_path / "partial").glob("*/checkpoint.pt"))  # cleared once finished
