@@ -16,6 +16,7 @@ set's mean and std.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,6 +32,29 @@ from bab.sparsifiner.predictor import validate_keep_rate
 from bab.sparsifiner.vit import ViTClassifier, ViTClassifierConfig
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
+
+
+# A small folder still trains: the default batch gives each epoch at least this many optimizer steps (the profile's
+# batch of 128 would give one step an epoch on a few hundred images), and no batch is smaller than MIN_BATCH.
+MIN_STEPS_PER_EPOCH = 20
+MIN_BATCH = 8
+
+
+def default_batch_size(num_images: int, profile_batch: int) -> int:
+    """The profile's batch, or a smaller one that gives ``MIN_STEPS_PER_EPOCH`` steps an epoch (at least
+    ``MIN_BATCH`` images, and never more than the folder holds)."""
+    return max(1, min(profile_batch, num_images, max(MIN_BATCH, num_images // MIN_STEPS_PER_EPOCH)))
+
+
+def image_sizes(paths) -> set[tuple[int, int]]:
+    """The (width, height) sizes of image files, read from their headers."""
+    from PIL import Image
+
+    sizes = set()
+    for path in paths:
+        with Image.open(path) as img:
+            sizes.add(img.size)
+    return sizes
 
 
 def read_image_folder(folder, image_size: int, channels: int = 1) -> tuple[np.ndarray, list[str], list[Path]]:
@@ -81,7 +105,13 @@ class SparsifinerClassifier:
     def from_folder(cls, folder, image_size: int = 28, patch_size: int = 4, channels: int = 1,
                     profile: str = "quick") -> SparsifinerClassifier:
         """Read the training images of ``folder/<label>/*``; the model shape is notebook 05's at ``image_size``."""
-        images, names, _ = read_image_folder(folder, image_size, channels)
+        images, names, paths = read_image_folder(folder, image_size, channels)
+        sizes = image_sizes(paths)
+        if sizes != {(image_size, image_size)}:
+            shown = ", ".join(f"{w} x {h}" for w, h in sorted(sizes)[:3]) + (" ..." if len(sizes) > 3 else "")
+            warnings.warn(f"the images in {folder} are {shown}, resized to {image_size} x {image_size}; pass "
+                          f"image_size= (a multiple of patch_size={patch_size}) to train at their own size",
+                          stacklevel=2)
         labels = LabelMap.fit(names, f"the images in {folder}").names
         p = VIT[profile]
         shape = {**p.model, "image_size": image_size, "patch_size": patch_size, "num_channels": channels,
@@ -98,8 +128,9 @@ class SparsifinerClassifier:
         """Dense ViT, then phase 1 (predictors on the frozen backbone), then phase 2 (joint, distilled from dense).
 
         ``epochs``: (dense, phase 1, phase 2); default: the profile's. ``batch_size``: the global batch of every
-        phase (default: the profile's). ``cache``: where each trained phase is kept (a ``RunCache`` or a folder;
-        default the run cache, ``$BAB_CACHE_DIR``; ``False``: nowhere).
+        phase; default the profile's, made smaller for a small folder so every epoch has at least
+        ``MIN_STEPS_PER_EPOCH`` steps (``default_batch_size``). ``cache``: where each trained phase is kept (a
+        ``RunCache`` or a folder; default the run cache, ``$BAB_CACHE_DIR``; ``False``: nowhere).
         """
         p = self.profile
         configs = [p.dense, p.phase1, p.phase2]
@@ -107,7 +138,10 @@ class SparsifinerClassifier:
             if len(epochs) != 3 or min(epochs) < 1:
                 raise ValueError(f"epochs must be three positive integers (dense, phase 1, phase 2), got {epochs}")
             configs = [replace(c, epochs=int(e)) for c, e in zip(configs, epochs, strict=True)]
-        configs = [replace(c, batch_size=batch_size or c.batch_size) for c in configs]
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1 (or None for the default), got {batch_size}")
+        num_images = len(self.train_set)
+        configs = [replace(c, batch_size=batch_size or default_batch_size(num_images, c.batch_size)) for c in configs]
         profile = replace(p, dense=configs[0], phase1=configs[1], phase2=configs[2], seed=seed)
         study = OwnImagesStudy(profile, self.config, self.train_set, cache=cache, progress=progress)
         _, dense_metrics, _ = study.dense()
@@ -146,6 +180,13 @@ class SparsifinerClassifier:
         forward = {} if keep_rate is None else {"attention": "masked", "keep_rate": validate_keep_rate(keep_rate)}
         logits = self.model.eval()(x, **forward).logits
         return [self.labels[i] for i in logits.argmax(-1).tolist()]
+
+    def __repr__(self) -> str:
+        c, more = self.config, " ..." if len(self.labels) > 5 else ""
+        return (f"SparsifinerClassifier({len(self.labels)} classes {self.labels[:5]}{more}, "
+                f"{len(self.train_set)} training images {c.image_size} x {c.image_size} x {c.num_channels}, "
+                f"ViT {c.num_layers} layers x {c.num_heads} heads, patch {c.patch_size}, {c.num_tokens} tokens, "
+                f"{'fitted' if self.model is not None else 'not fitted: call fit()'})")
 
     def _require_fitted(self) -> None:
         if self.model is None:

@@ -1,5 +1,7 @@
 """SparsifinerClassifier on a tiny image folder: stripes and dots in three class sub-folders."""
 
+import warnings
+
 import api_fixtures
 import numpy as np
 import pytest
@@ -66,3 +68,51 @@ def test_bad_folders(tmp_path):
     Image.fromarray(np.zeros((8, 8), np.uint8)).save(tmp_path / "empty" / "a" / "0.png")
     with pytest.raises(ValueError, match="one class only"):
         SparsifinerClassifier.from_folder(tmp_path / "empty", image_size=8, patch_size=2)
+
+
+def stripes(horizontal: bool, rng, size: int = 28) -> np.ndarray:
+    """A size x size grayscale image of stripes 2 pixels wide, at a random phase, with noise."""
+    img = rng.integers(0, 80, (size, size))
+    phase = int(rng.integers(0, 4))
+    lines = (np.arange(size) + phase) % 4 < 2
+    if horizontal:
+        img[lines] += 160
+    else:
+        img[:, lines] += 160
+    return img.clip(0, 255).astype(np.uint8)
+
+
+def test_the_readme_snippet_learns_a_small_two_class_folder(tmp_path):
+    rng = np.random.default_rng(1)
+    for split, n in (("train", 60), ("test", 20)):
+        for kind in ("horizontal", "vertical"):
+            (tmp_path / split / kind).mkdir(parents=True)
+            for i in range(n):
+                Image.fromarray(stripes(kind == "horizontal", rng)).save(tmp_path / split / kind / f"{i}.png")
+    torch.manual_seed(0)
+    vit = SparsifinerClassifier.from_folder(tmp_path / "train")  # 28 x 28, as the images are: no warning
+    assert "2 classes ['horizontal', 'vertical'], 120 training images 28 x 28 x 1" in repr(vit)
+    assert repr(vit).endswith("not fitted: call fit())")
+    vit.fit(progress=False)  # the defaults: 120 images give batches of 8, 15 steps an epoch (not 1 of 128)
+    assert repr(vit).endswith("fitted)")
+    sweep = vit.sweep(tmp_path / "test", keep_rates=[1.0, 0.5, 0.25, 0.1])
+    assert (sweep["accuracy"] >= 85).all(), sweep  # two balanced classes: chance is 50%
+
+
+def test_small_folders_get_batches_with_enough_steps():
+    from bab.api.vit import default_batch_size
+
+    assert default_batch_size(10_000, 128) == 128  # a large folder keeps the profile's batch
+    assert default_batch_size(1_000, 128) == 50  # 20 steps an epoch
+    assert default_batch_size(120, 128) == 8  # never below 8 images ...
+    assert default_batch_size(5, 128) == 5  # ... nor above the folder
+
+
+def test_a_folder_of_another_size_warns(image_folders):
+    with pytest.warns(UserWarning, match=r"are 8 x 8, resized to 28 x 28; pass image_size="):
+        SparsifinerClassifier.from_folder(image_folders[1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SparsifinerClassifier.from_folder(image_folders[1], image_size=8, patch_size=2)
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        SparsifinerClassifier.from_folder(image_folders[1], image_size=8, patch_size=2).fit(batch_size=0)
