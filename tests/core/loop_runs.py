@@ -59,4 +59,8 @@ if __name__ == "__main__":
                       "weights": {k: v.double().sum().item() for k, v in model.state_dict().items()}}
     state = distributed_state()
     if state.is_main_process:
-        json.dump({"processes": state.num_processes, "runs": runs}, open(sys.argv[1], "w"))
+        with open(sys.argv[1], "w") as out:
+            json.dump({"processes": state.num_processes, "runs": runs}, out)
+    # leave the process group together and explicitly: a gloo group left to the interpreter's exit can abort
+    state.wait_for_everyone()
+    state.destroy_process_group()
