@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from torch.utils.data import TensorDataset
 
 from bab.context.evaluate import evaluate_lm
 from bab.context.interaction import PruningConfig
@@ -25,6 +26,7 @@ from bab.context.pretrained import load_decoder
 from bab.context.train import LMTrainConfig, train_lm
 from bab.core.budget import validate_budget
 from bab.core.runs import RunCache
+from bab.experiments.study import tensors_digest
 
 
 def state_digest(model: torch.nn.Module) -> str:
@@ -34,10 +36,6 @@ def state_digest(model: torch.nn.Module) -> str:
         digest.update(f"{name} {tuple(tensor.shape)} {tensor.dtype}".encode())
         digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
-
-
-def tensors_digest_of(ids: torch.Tensor) -> str:
-    return hashlib.sha256(ids.cpu().contiguous().numpy().tobytes()).hexdigest()
 
 
 def read_text(text, text_column: str = "text") -> str:
@@ -110,7 +108,8 @@ class ContextPruner:
         ids = self.token_ids(text, text_column)
         checkpoint = None
         if resume:
-            key = {"weights": state_digest(self.model), "text": tensors_digest_of(ids), "train": self.config.to_dict()}
+            key = {"weights": state_digest(self.model), "text": tensors_digest(TensorDataset(ids)),
+                   "train": self.config.to_dict()}
             checkpoint = RunCache().checkpointer("context_pruner", key)
         result = train_lm(self.model, ids, self.config, progress=progress, checkpoint=checkpoint)
         if checkpoint is not None:
