@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Set up .venv when missing, then regenerate the report or run the tests.
 #
-#   ./run_all.sh [--profile smoke|quick|paper] [--only 01,03]   build reports/<profile>/ (default: quick)
+#   ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N]   build reports/<profile>/ (default: quick)
 #   ./run_all.sh test [extra pytest args]                       unit tests + nbval over notebooks/
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
 usage() {
     cat <<'USAGE'
-usage: ./run_all.sh [--profile smoke|quick|paper] [--only 01,03]
+usage: ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N]
        ./run_all.sh test [extra pytest args]
 
   --profile P   smoke (CI-sized), quick (default, under an hour) or paper (the papers' protocols)
   --only LIST   re-run only the notebooks with these two-digit prefixes; keep the others' results
+  --jobs N      notebooks run at once, the cores divided among them (default: the faster split measured
+                on 2 cores: 2 jobs of 1 thread; never more jobs than cores)
 USAGE
 }
 
@@ -23,6 +25,7 @@ die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 mode=report
 profile=quick
 only=""
+jobs=""
 if [[ "${1:-}" == "test" ]]; then
     mode=test
     shift
@@ -33,6 +36,8 @@ else
             --profile=*) profile="${1#*=}"; shift ;;
             --only) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; only="$2"; shift 2 ;;
             --only=*) only="${1#*=}"; shift ;;
+            --jobs) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; jobs="$2"; shift 2 ;;
+            --jobs=*) jobs="${1#*=}"; shift ;;
             -h|--help) usage; exit 0 ;;
             *) printf 'unknown option: %s\n' "$1" >&2; usage >&2; exit 2 ;;
         esac
@@ -41,6 +46,10 @@ else
         smoke|quick|paper) ;;
         *) printf 'unknown profile: %s\n' "$profile" >&2; usage >&2; exit 2 ;;
     esac
+    if [[ -n "$jobs" && ! "$jobs" =~ ^[1-9][0-9]*$ ]]; then
+        printf -- '--jobs must be a positive whole number of notebooks to run at once, got %s\n' "$jobs" >&2
+        usage >&2; exit 2
+    fi
 fi
 
 # ---------------------------------------------------------------- python 3.11 virtual environment
@@ -115,5 +124,6 @@ fi
 
 args=(--profile "$profile")
 [[ -n "$only" ]] && args+=(--only "$only")
+[[ -n "$jobs" ]] && args+=(--jobs "$jobs")
 say "building the report: $PY -m bab report ${args[*]}"
 exec "$PY" -m bab report "${args[@]}"

@@ -30,7 +30,6 @@ results_path = None  # where the report wants this notebook's result rows (JSON)
 interactive = None  # None: budget slider in JupyterLab, static figure when headless
 
 # %%
-import os
 import time
 from dataclasses import replace
 
@@ -39,6 +38,7 @@ import pandas as pd
 import torch
 from IPython.display import display
 
+from bab.core.threads import set_threads
 from bab.experiments.heads_study import deployment_accounting, hard_topk_is_exact, monotone_verdict
 from bab.experiments.profiles import get_profile
 from bab.experiments.synthetic import SyntheticExperiment
@@ -49,7 +49,8 @@ from bab.report import paper
 from bab.report.results import save_results
 
 notebook_start = time.perf_counter()
-torch.set_num_threads(min(2, os.cpu_count()))  # a fixed thread count keeps runs reproducible
+threads = set_threads()  # $BAB_THREADS (run_all.sh --jobs divides the cores), else every core
+print(f"torch threads: {threads} (part of every trained run's cache key: bab.core.threads)")
 pd.set_option("display.precision", 3)
 
 P = get_profile("synthetic", profile)

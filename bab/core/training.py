@@ -11,6 +11,9 @@ Long runs survive interruption: with a ``Checkpointer`` the loop writes a resuma
 optimizer, schedule, every random state and the data position) every few minutes and on SIGINT / SIGTERM,
 and the next identical call resumes from it, ending with the weights, history and random states of an
 uninterrupted run.
+
+Every run says early how long it will take, from its first few timed steps, and where no progress bar can
+redraw in place (a log file) it prints a plain line every few percent instead (``bab.core.step_clock``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import torch
 from accelerate import Accelerator, PartialState
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
+
+from bab.core.step_clock import StepClock
 
 
 @dataclass
@@ -340,6 +345,7 @@ def run_training(model: torch.nn.Module, objective: Objective, *, teacher: torch
         result.history.append({"epoch": 0, "selection": best[0]})
 
     sitting_start, last_save = time.perf_counter(), time.perf_counter()
+    step_clock = StepClock(objective.name, total, start_step=at.step, progress=progress, live=live_output())
 
     def checkpoint_state() -> dict:
         return {"model": accelerator.unwrap_model(model).state_dict(), "optimizer": optimizer.state_dict(),
@@ -372,8 +378,10 @@ def run_training(model: torch.nn.Module, objective: Objective, *, teacher: torch
                 scheduler.step()
                 for key, value in metrics.items():
                     sums[key] = sums.get(key, 0) + value
-                bar.set_postfix(loss=f"{loss.item():.3f}")
+                loss_value = loss.item()
+                bar.set_postfix(loss=f"{loss_value:.3f}")
                 at.step, at.batch = at.step + 1, at.batch + 1
+                step_clock.tick(at.step, loss_value)
                 if _row_due(plan, at, steps_per_epoch):
                     unwrapped = accelerator.unwrap_model(model)
                     row = objective.row(_reduced(accelerator, sums), at.epoch + 1, at.step)

@@ -14,7 +14,7 @@ import torch
 
 from bab.core.runs import RunCache
 from bab.data.text import build_text_classification
-from bab.experiments.hard_recipe import VARIANTS as ALL_VARIANTS
+from bab.experiments.hard_recipe import DECISIVE
 from bab.experiments.heads_study import BudgetedStudy
 from bab.heads.encoder import EncoderConfig
 from bab.heads.evaluate import SWEEP_BUDGETS, evaluate
@@ -86,7 +86,7 @@ AG_NEWS = {
         name="quick", dataset="ag_news", num_train=6000, num_val=1000, num_test=2000, max_len=128, model=_TEXT_MODEL,
         dense=replace(_TEXT_DENSE, epochs=4), warm=replace(_TEXT_WARM, epochs=2),
         static=replace(_TEXT_STATIC, epochs=2), hard_adapt=replace(_TEXT_HARD, epochs=3),
-        timing_repeats=3, recipe_variants=tuple(ALL_VARIANTS),
+        timing_repeats=3, recipe_variants=DECISIVE,
     ),
     "paper": TextProfile(
         name="paper", dataset="ag_news", num_train=10000, num_val=2000, num_test=2000, max_len=128, model=_TEXT_MODEL,

@@ -1,6 +1,6 @@
 """Build the HTML report: run the numbered notebooks, convert them, write index.html.
 
-    python -m bab report --profile smoke|quick|paper [--only 01,03]
+    python -m bab report --profile smoke|quick|paper [--only 01,03] [--jobs N]
 
 Every notebook `notebooks/NN_name.ipynb` is executed with papermill, which injects three
 parameters: `profile`, `results_path` and `interactive`. A notebook hands its numbers to the
@@ -14,6 +14,11 @@ per code cell as it starts (plain lines, so a log file reads like the terminal):
           cell  4/20  0:12  study = BertStudy(P, progress=False)
     [3/6] 03_bert_ag_news ... ok (215.3 s)
 
+``--jobs N`` runs N notebooks at once, the longest first (by the last report's times), with the cores
+divided among them through ``$BAB_THREADS`` (``bab.core.threads``); cell lines then carry the notebook's
+number. The default is ``default_jobs()``: on 2 cores, 2 jobs of 1 thread each, the faster of the two
+splits measured on the quick report (``DEFAULT_JOBS`` says by how much).
+
 The new report is built in `reports/.staging-<profile>-<random>/` and swapped into
 `reports/<profile>/` only once it is complete, so an interrupted or crashing run never
 destroys the previous report.
@@ -25,11 +30,14 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from bab.core.folders import current_umask, swap_into_place
+from bab.core.threads import THREADS_ENV, available_cores
 from bab.experiments.profiles import PROFILE_NAMES as PROFILES
 from bab.report.index import git_commit, write_index
 from bab.report.progress import CellProgress, estimate_line, last_run, last_run_note, progress_engine
@@ -74,6 +82,41 @@ def check_profile(profile):
 
 
 # -----------------------------------------------------------------------------
+# how many notebooks at once
+
+# Notebooks at once on a 2-core machine, measured: the quick report from an empty run cache, on an otherwise
+# idle 2-core machine (see README, "Run time"), with 1 job x 2 threads and with 2 jobs x 1 thread.
+DEFAULT_JOBS = 2
+
+
+def default_jobs(cores: int | None = None) -> int:
+    """Notebooks to run at once: ``DEFAULT_JOBS``, or fewer when there are fewer cores."""
+    return max(1, min(DEFAULT_JOBS, cores or available_cores()))
+
+
+def check_jobs(jobs) -> int:
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ValueError(f"--jobs must be a positive whole number of notebooks to run at once, got {jobs!r} "
+                         f"(this machine has {available_cores()} cores; e.g. --jobs 1 or --jobs 2)")
+    return jobs
+
+
+def threads_per_job(jobs: int, cores: int | None = None) -> int:
+    """The cores divided among ``jobs`` notebooks (at least one thread each)."""
+    return max(1, (cores or available_cores()) // jobs)
+
+
+def longest_first(notebooks, previous):
+    """``notebooks`` in the order to start them with several jobs: longest last run first (no run: first of
+    all, as it may be long), then by name; the longest-first rule keeps one long notebook from starting last."""
+    def key(item):
+        src, record = item
+        seconds = record["seconds"] if record is not None else float("inf")
+        return (-seconds, src.name)
+    return [src for src, _ in sorted(zip(notebooks, previous, strict=True), key=key)]
+
+
+# -----------------------------------------------------------------------------
 # running one notebook
 
 
@@ -114,8 +157,9 @@ def one_line(error, limit=200):
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def execute_notebook(src, out, profile, results_path, cwd):
-    """Execute src into out with papermill, injecting the report's parameters; a line per code cell on stdout."""
+def execute_notebook(src, out, profile, results_path, cwd, label=""):
+    """Execute src into out with papermill, injecting the report's parameters; a line per code cell on stdout
+    (prefixed with ``label`` when several notebooks run at once)."""
     import papermill
 
     papermill.execute_notebook(
@@ -125,7 +169,7 @@ def execute_notebook(src, out, profile, results_path, cwd):
         kernel_name="python3",
         cwd=str(cwd),
         engine_name=progress_engine(),
-        on_cell=CellProgress(),  # a plain line per cell, in a terminal and in a log
+        on_cell=CellProgress(indent=f"      {label}"),  # a plain line per cell, in a terminal and in a log
         progress_bar=False,
         log_output=False,
         extra_arguments=["--IPKernelApp.log_level=CRITICAL"],  # quiet kernel start/stop chatter on stderr
@@ -142,8 +186,10 @@ def convert_to_html(ipynb, out):
     Path(out).write_text(body, encoding="utf-8")
 
 
-def run_notebook(src, staging, profile):
-    """Execute one notebook into staging, convert it to HTML, write runs/<stem>.json; return that record."""
+def run_notebook(src, staging, profile, label="", jobs=1, threads=None):
+    """Execute one notebook into staging, convert it to HTML, write runs/<stem>.json; return that record.
+
+    ``jobs`` and ``threads`` are recorded: how many notebooks ran at once, and the torch threads each had."""
     stem = src.stem
     out = staging / f"{stem}.ipynb"
     results_path = (staging / "results" / f"{stem}.json").resolve()
@@ -151,8 +197,7 @@ def run_notebook(src, staging, profile):
     commit = git_commit(src.parent.parent)  # before the run: the code it ran with
     error = None
     try:
-        with kernel_env():
-            execute_notebook(src, out, profile, results_path, src.parent.resolve())
+        execute_notebook(src, out, profile, results_path, src.parent.resolve(), label=label)
     except Exception as exc:  # a failed notebook is recorded; KeyboardInterrupt propagates
         error = error_info(exc)
     if out.exists():
@@ -167,6 +212,8 @@ def run_notebook(src, staging, profile):
         "error": error,
         "finished_at": now_iso(),
         "commit": commit,
+        "jobs": jobs,
+        "threads": threads,
     }
     write_json_atomic(staging / "runs" / f"{stem}.json", record)
     return record
@@ -195,35 +242,34 @@ def clear_outputs(staging, stem):
         path.unlink(missing_ok=True)
 
 
-def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only=None):
+def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only=None, jobs=1):
     """Run the (selected) notebooks and swap a complete new reports/<profile>/ into place.
 
+    ``jobs`` notebooks run at once, each kernel with the cores divided among them (``$BAB_THREADS``).
     Returns 0 when every selected notebook succeeded (and the comparison table rendered), else 1.
-    Raises ValueError for an unknown profile or --only prefix. On an exception or Ctrl-C the
+    Raises ValueError for an unknown profile, --only prefix or --jobs. On an exception or Ctrl-C the
     staging folder is removed and the previous report is left as it was.
     """
     check_profile(profile)
+    jobs = check_jobs(jobs)
     notebooks_dir, reports_dir = Path(notebooks_dir).resolve(), Path(reports_dir).resolve()
     notebooks = discover_notebooks(notebooks_dir)
     selected = select_notebooks(notebooks, only)
+    jobs = min(jobs, len(selected))
+    threads = threads_per_job(jobs)
     final = reports_dir / profile
     staging = make_staging(reports_dir, profile)
     try:
         if only is not None and final.is_dir():  # keep the other notebooks' pages and results
             shutil.copytree(final, staging, dirs_exist_ok=True)
-        failures = 0
         previous = [last_run(reports_dir, profile, src.stem) for src in selected]
         print(estimate_line(previous, profile), flush=True)
-        for i, (src, before) in enumerate(zip(selected, previous, strict=True), 1):
-            tag = f"[{i}/{len(selected)}] {src.stem} ..."
-            print(f"{tag} {last_run_note(before)}", flush=True)
-            clear_outputs(staging, src.stem)
-            record = run_notebook(src, staging, profile)
-            if record["status"] == "ok":
-                print(f"{tag} ok ({record['seconds']:.1f} s)", flush=True)
-            else:
-                failures += 1
-                print(f"{tag} FAILED ({record['seconds']:.1f} s): {one_line(record['error'])}", flush=True)
+        print(f"{jobs} notebook{'s' if jobs > 1 else ''} at once, {threads} torch thread{'s' if threads > 1 else ''} "
+              f"each ({available_cores()} cores)", flush=True)
+        t0 = time.perf_counter()
+        with kernel_env(**{THREADS_ENV: str(threads)}):
+            failures = run_all_notebooks(selected, previous, staging, profile, jobs, threads)
+        print(f"notebooks done in {time.perf_counter() - t0:.0f} s", flush=True)
         table_error = write_index(staging, profile, notebooks, notebooks_dir.parent)
         if table_error:
             print(f"comparison table FAILED: {table_error}", flush=True)
@@ -235,6 +281,35 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
     return 1 if failures or table_error else 0
 
 
+def run_all_notebooks(selected, previous, staging, profile, jobs, threads) -> int:
+    """Run ``selected`` into ``staging``, ``jobs`` at a time; print a line as each starts and ends; return the
+    number that failed. With one job they run in name order, with several the longest first."""
+    numbers = {src: i for i, src in enumerate(selected, 1)}
+    before = dict(zip(selected, previous, strict=True))
+    order = selected if jobs == 1 else longest_first(selected, previous)
+    lock = threading.Lock()
+
+    def one(src):
+        tag = f"[{numbers[src]}/{len(selected)}] {src.stem} ..."
+        with lock:
+            print(f"{tag} {last_run_note(before[src])}", flush=True)
+        clear_outputs(staging, src.stem)
+        record = run_notebook(src, staging, profile, label="" if jobs == 1 else f"{src.name[:2]} ", jobs=jobs,
+                              threads=threads)
+        with lock:
+            if record["status"] == "ok":
+                print(f"{tag} ok ({record['seconds']:.1f} s)", flush=True)
+            else:
+                print(f"{tag} FAILED ({record['seconds']:.1f} s): {one_line(record['error'])}", flush=True)
+        return record["status"] != "ok"
+
+    if jobs == 1:
+        return sum(one(src) for src in order)
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="notebook") as pool:
+        futures = [pool.submit(one, src) for src in order]  # the pool starts them in this order
+        return sum(future.result() for future in as_completed(futures))
+
+
 # -----------------------------------------------------------------------------
 # command line
 
@@ -243,6 +318,9 @@ def add_arguments(parser):
     """The options of `python -m bab report`."""
     parser.add_argument("--profile", default="quick", help=f"one of {', '.join(PROFILES)} (default: quick)")
     parser.add_argument("--only", default=None, help="comma-separated two-digit notebook prefixes, e.g. 01,03")
+    parser.add_argument("--jobs", type=int, default=default_jobs(),
+                        help="notebooks run at once, the cores divided among them (default: %(default)s on this "
+                             "machine, the faster split measured on 2 cores)")
     parser.add_argument("--reports-dir", default="reports")
     parser.add_argument("--notebooks-dir", default="notebooks")
 
@@ -250,7 +328,7 @@ def add_arguments(parser):
 def run(args):
     """Build the report for parsed ``args``; return the exit code."""
     try:
-        return build_report(args.profile, args.notebooks_dir, args.reports_dir, only=args.only)
+        return build_report(args.profile, args.notebooks_dir, args.reports_dir, only=args.only, jobs=args.jobs)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -111,7 +111,9 @@ def test_train_cached_keys_on_the_code_version(tmp_path):
     model, metrics, stored = train_cached(cache, "dense", lineage, lambda: tiny_model(0), counting_fit(calls),
                                           seed=3, method="heads", version=1)
     assert metrics["cached"] is False and not model.training
-    assert stored == {"train": {"lr": 0.1}, "code": {"method": "heads", "version": 1}} and "code" not in lineage
+    threads = torch.get_num_threads()
+    assert stored == {"train": {"lr": 0.1}, "code": {"method": "heads", "version": 1, "threads": threads}}
+    assert "code" not in lineage
     again, metrics, _ = train_cached(cache, "dense", lineage, lambda: tiny_model(0), counting_fit(calls),
                                      seed=3, method="heads", version=1)
     assert metrics["cached"] is True and len(calls) == 1
@@ -119,6 +121,21 @@ def test_train_cached_keys_on_the_code_version(tmp_path):
     _, metrics, _ = train_cached(cache, "dense", lineage, lambda: tiny_model(0), counting_fit(calls),
                                  seed=3, method="heads", version=2)
     assert metrics["cached"] is False and len(calls) == 2  # a bumped version never gets the old checkpoint
+
+
+def test_train_cached_keys_on_the_thread_count(tmp_path):
+    from bab.core.runs import train_cached
+
+    cache, calls, saved = RunCache(tmp_path), [], torch.get_num_threads()
+    try:
+        for threads, expect_cached in ((1, False), (2, False), (1, True)):
+            torch.set_num_threads(threads)
+            _, metrics, stored = train_cached(cache, "dense", {}, lambda: tiny_model(0), counting_fit(calls),
+                                              seed=3, method="heads", version=1)
+            assert metrics["cached"] is expect_cached and stored["code"]["threads"] == threads
+    finally:
+        torch.set_num_threads(saved)
+    assert len(calls) == 2  # one training per thread count: 1 and 2 threads sum in different orders
 
 
 def test_train_cached_seeds_before_building_the_model(tmp_path):
@@ -149,7 +166,8 @@ def test_bumping_a_methods_training_version_retrains_the_studys_runs(tmp_path, m
     _, first, lineage = study.dense()
     _, same, _ = study.dense()
     assert (first["cached"], same["cached"]) == (False, True)
-    assert lineage["code"] == {"method": "heads", "version": bab.heads.TRAINING_VERSION}
+    assert lineage["code"] == {"method": "heads", "version": bab.heads.TRAINING_VERSION,
+                               "threads": torch.get_num_threads()}
     monkeypatch.setattr(bab.heads, "TRAINING_VERSION", bab.heads.TRAINING_VERSION + 1)
     _, bumped, lineage = study.dense()
     assert bumped["cached"] is False and lineage["code"]["version"] == bab.heads.TRAINING_VERSION
@@ -176,7 +194,8 @@ def test_the_vit_studys_runs_are_keyed_on_sparsifiners_training_version(tmp_path
     _, first, lineage = study.predictor()
     _, same, _ = study.predictor()
     assert (first["cached"], same["cached"]) == (False, True)
-    assert lineage["code"] == {"method": "sparsifiner", "version": bab.sparsifiner.TRAINING_VERSION}
+    assert lineage["code"] == {"method": "sparsifiner", "version": bab.sparsifiner.TRAINING_VERSION,
+                               "threads": torch.get_num_threads()}
     assert lineage["parent"]["code"] == lineage["code"]  # the dense teacher it starts from is keyed on it too
     monkeypatch.setattr(bab.sparsifiner, "TRAINING_VERSION", bab.sparsifiner.TRAINING_VERSION + 1)
     _, bumped, lineage = study.predictor()

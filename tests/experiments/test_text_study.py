@@ -107,3 +107,13 @@ def test_recipe_is_chosen_on_validation_only():
     table = pd.DataFrame({"mean hard val": [70.0, 72.0, 71.0], "hard test @0.5": [90.0, 60.0, 99.0]},
                          index=["a", "b", "c"])
     assert choose_recipe(table) == "b"
+
+
+def test_the_quick_ablation_runs_the_rows_that_carry_the_choice():
+    from bab.experiments.hard_recipe import BASE, CHOSEN, DECISIVE, VARIANTS
+    from bab.experiments.text import AG_NEWS
+
+    assert set(DECISIVE) <= set(VARIANTS) and len(set(DECISIVE)) == len(DECISIVE)
+    assert DECISIVE[0] == BASE.name and DECISIVE[-1] == CHOSEN.name
+    assert AG_NEWS["quick"].recipe_variants == DECISIVE
+    assert len(VARIANTS) == 20  # the full table stays available (notebook 02: -p recipe_rows all)

@@ -92,7 +92,7 @@ def copy_reports(first_run, tmp_path):
     return dst
 
 
-def fake_execute(src, out, profile, results_path, cwd):
+def fake_execute(src, out, profile, results_path, cwd, label=""):
     """Execution without a kernel: copy the input notebook as 'executed'."""
     shutil.copy(src, out)
 
@@ -114,7 +114,8 @@ def test_failed_notebook_gives_exit_code_1_and_a_complete_report(first_run):
 def test_progress_names_each_notebook_and_each_code_cell_as_plain_lines(first_run):
     lines = first_run.stdout.splitlines()
     assert lines[0] == "running 2 notebooks at profile smoke; no earlier successful runs to estimate from"
-    assert lines[1] == "[1/2] 01_ok ... (no previous run)"
+    assert re.fullmatch(r"1 notebook at once, \d+ torch threads? each \(\d+ cores?\)", lines[1])
+    assert lines[2] == "[1/2] 01_ok ... (no previous run)"
     # the parameters cell, papermill's injected parameters, the code cell: numbered like In [n]
     cells = [line for line in lines if line.startswith("      cell ")]
     assert [line.split()[1] for line in cells[:3]] == ["1/3", "2/3", "3/3"]
@@ -238,7 +239,7 @@ def test_a_rerun_shows_the_last_runs_time(first_run, tmp_path, monkeypatch, caps
     out = capsys.readouterr().out.splitlines()
     estimate = f"the last report took {ok:.0f} s for the 1 of them that ran ok"
     assert out[0] == f"running 2 notebooks at profile smoke; {estimate}"
-    assert out[1] == f"[1/2] 01_ok ... (last run {ok:.0f} s)"
+    assert out[2] == f"[1/2] 01_ok ... (last run {ok:.0f} s)"
     assert f"[2/2] 02_fail ... (last run failed after {failed:.0f} s)" in out
 
 
@@ -309,7 +310,7 @@ def test_new_report_without_previous_and_broken_comparison_table(notebooks, tmp_
 
 
 def test_index_escapes_error_text(notebooks, tmp_path, monkeypatch):
-    def execute(src, out, profile, results_path, cwd):
+    def execute(src, out, profile, results_path, cwd, label=""):
         raise ValueError("<script>alert(1)</script>")
 
     monkeypatch.setattr(report, "execute_notebook", execute)
@@ -333,6 +334,50 @@ def test_unknown_profile_and_prefix_raise_clear_errors(notebooks, tmp_path, caps
     assert bab_main(["report", "--profile", "fast", "--notebooks-dir", str(notebooks)]) == 2
     assert "unknown profile" in capsys.readouterr().err
     assert bab_main([]) == 2 and bab_main(["nope"]) == 2
+
+
+THREADS_CODE = """\
+import os, time
+import torch
+time.sleep(3)  # long enough that both kernels are alive at once
+print("threads", os.environ.get("BAB_THREADS"), torch.get_num_threads())
+"""
+
+
+def test_two_jobs_run_notebooks_at_once_with_the_cores_divided(tmp_path, monkeypatch):
+    nb_dir = tmp_path / "notebooks"
+    nb_dir.mkdir()
+    for name in ("01_a", "02_b", "03_c"):
+        write_notebook(nb_dir / f"{name}.ipynb", THREADS_CODE)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setattr(report, "available_cores", lambda: 4)
+    monkeypatch.setitem(sys.modules, "bab.report.paper", fake_paper())
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = report.build_report("smoke", nb_dir, tmp_path / "reports", jobs=2)
+    assert code == 0
+    stdout = out.getvalue()
+    assert "2 notebooks at once, 2 torch threads each (4 cores)" in stdout
+    assert re.search(r"^      0[123] cell  2/3  ", stdout, re.M)  # cell lines carry the notebook's number
+    runs = tmp_path / "reports" / "smoke" / "runs"
+    records = [json.loads((runs / f"{name}.json").read_text()) for name in ("01_a", "02_b", "03_c")]
+    assert [(r["status"], r["jobs"], r["threads"]) for r in records] == [("ok", 2, 2)] * 3
+    for name in ("01_a", "02_b", "03_c"):
+        executed = nbformat.read(str(tmp_path / "reports" / "smoke" / f"{name}.ipynb"), as_version=4)
+        assert executed.cells[-1].outputs[0]["text"].strip() == "threads 2 2"  # the variable reached the kernel
+    starts = [float(json.loads((runs / f"{n}.json").read_text())["seconds"]) for n in ("01_a", "02_b", "03_c")]
+    assert sum(starts) > 1.4 * float(re.search(r"notebooks done in (\d+) s", stdout).group(1))  # overlapped
+
+
+def test_longest_first_and_the_jobs_default():
+    a, b, c = Path("01_a.ipynb"), Path("02_b.ipynb"), Path("03_c.ipynb")
+    order = report.longest_first([a, b, c], [{"seconds": 10.0}, None, {"seconds": 99.0}])
+    assert order == [b, c, a]  # never run first (it may be long), then the longest last run
+    assert report.default_jobs(cores=1) == 1 and report.default_jobs(cores=2) == min(2, report.DEFAULT_JOBS)
+    assert report.threads_per_job(2, cores=2) == 1 and report.threads_per_job(3, cores=2) == 1
+    for bad in (0, -1, 1.5, "2"):
+        with pytest.raises(ValueError, match="--jobs must be a positive whole number"):
+            report.check_jobs(bad)
 
 
 def test_select_notebooks_by_prefix(notebooks):

@@ -1,0 +1,101 @@
+"""How long a training run will take, said early, and progress a log file can hold.
+
+The training loop (``bab.core.training.run_training``) ticks a ``StepClock`` after every optimizer step. After
+the first few steps it prints one estimate of the whole run, timed on those steps (the very first step is left
+out: it pays for allocations and lazy initialisation):
+
+    dense: 240 steps, about 3 min on 2 threads (0.74 s a step, timed over steps 2-4)
+
+Where no progress bar can redraw in place (stdout or stderr is a file), it also prints a plain line every 5% of
+the run instead of a bar's carriage returns:
+
+    dense: step 120/240 (50%), 1:29 elapsed, about 1:29 left, loss 0.412
+"""
+
+from __future__ import annotations
+
+import time
+
+from tqdm.auto import tqdm
+
+from bab.core.threads import describe_threads
+
+WARMUP_STEPS = 1  # the first step is not timed
+TIMED_STEPS = 3  # then the estimate is made over this many steps ...
+MIN_TIMED_SECONDS = 2.0  # ... or more, until they took at least this long
+LINE_EVERY = 0.05  # a progress line every 5% of the run, when no bar redraws in place
+
+
+def about(seconds: float) -> str:
+    """A duration as a person says it: "about 40 s", "about 9 min", "about 1.6 h"."""
+    if seconds < 90:
+        return f"about {max(1, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"about {round(seconds / 60)} min"
+    return f"about {seconds / 3600:.1f} h"
+
+
+def clock(seconds: float) -> str:
+    """m:ss, or h:mm:ss from an hour."""
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+class StepClock:
+    """Times the steps of one run (``total`` steps, starting at ``start_step`` when resumed).
+
+    ``progress``: print at all; ``live``: a bar redraws in place (then only the estimate is printed, above
+    the bar). ``write``: where lines go (default ``tqdm.write``, which keeps a live bar intact)."""
+
+    def __init__(self, label: str, total: int, start_step: int = 0, progress: bool = True, live: bool = True,
+                 write=None):
+        self.label, self.total, self.start_step = label, total, start_step
+        self.progress, self.live = progress, live
+        self.write = write or tqdm.write
+        self.started = time.perf_counter()
+        self.timing_from: tuple[int, float] | None = None  # (step, time) where the timed steps begin
+        self.seconds_per_step: float | None = None
+        every = max(1, round(total * LINE_EVERY))
+        self.next_line = (start_step // every + 1) * every
+        self.every = every
+
+    def tick(self, step: int, loss: float | None = None) -> None:
+        """Step ``step`` (counted from 1 over the whole run) has finished."""
+        now = time.perf_counter()
+        done_here = step - self.start_step
+        if done_here == WARMUP_STEPS:
+            self.timing_from = (step, now)
+        elif self.seconds_per_step is None and self.timing_from is not None:
+            first_step, first_time = self.timing_from
+            timed, seconds = step - first_step, now - first_time
+            if timed >= TIMED_STEPS and seconds >= MIN_TIMED_SECONDS or step == self.total:
+                self.seconds_per_step = seconds / timed
+                if self.progress:
+                    self.write(self.estimate_line(first_step + 1, step))
+        if self.progress and not self.live and step >= self.next_line:
+            self.write(self.progress_line(step, now, loss))
+            while self.next_line <= step:
+                self.next_line += self.every
+
+    def remaining_seconds(self, step: int) -> float | None:
+        if self.seconds_per_step is None:
+            return None
+        return (self.total - step) * self.seconds_per_step
+
+    def estimate_line(self, first: int, last: int) -> str:
+        left = self.total - self.start_step
+        resumed = f" left of {self.total}" if self.start_step else ""
+        timed = f"step {first}" if first == last else f"steps {first}-{last}"
+        return (f"{self.label}: {left} steps{resumed}, {about(left * self.seconds_per_step)} on "
+                f"{describe_threads()} ({self.seconds_per_step:.3g} s a step, timed over {timed})")
+
+    def progress_line(self, step: int, now: float, loss: float | None) -> str:
+        line = (f"{self.label}: step {step}/{self.total} ({100 * step / self.total:.0f}%), "
+                f"{clock(now - self.started)} elapsed")
+        remaining = self.remaining_seconds(step)
+        if remaining is not None:
+            line += f", about {clock(remaining)} left"
+        if loss is not None:
+            line += f", loss {loss:.3f}"
+        return line

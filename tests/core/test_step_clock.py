@@ -1,0 +1,79 @@
+"""The run-time estimate and the log-friendly progress lines of the training loop."""
+
+import pytest
+
+from bab.core import step_clock
+from bab.core.step_clock import StepClock, about, clock
+
+
+class FakeTime:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def fake_time(monkeypatch):
+    fake = FakeTime()
+    monkeypatch.setattr(step_clock.time, "perf_counter", fake)
+    return fake
+
+
+def run(clock_, fake_time, steps, seconds_per_step, first_step_seconds=5.0):
+    for step in steps:
+        fake_time.now += first_step_seconds if step == clock_.start_step + 1 else seconds_per_step
+        clock_.tick(step, loss=1.0 / step)
+
+
+def test_the_estimate_leaves_out_the_first_step_and_times_the_next_ones(fake_time):
+    lines = []
+    c = StepClock("dense", total=100, progress=True, live=True, write=lines.append)
+    run(c, fake_time, range(1, 101), seconds_per_step=0.75)
+    # steps 2..4 took 0.75 s each; 100 steps at 0.75 s = 75 s (the slow first step does not count)
+    assert c.seconds_per_step == pytest.approx(0.75)
+    assert len(lines) == 1 and lines[0].startswith("dense: 100 steps, about 75 s on ")
+    assert "(0.75 s a step, timed over steps 2-4)" in lines[0]
+
+
+def test_short_steps_are_timed_until_two_seconds_have_passed(fake_time):
+    lines = []
+    c = StepClock("lm", total=1000, progress=True, live=True, write=lines.append)
+    run(c, fake_time, range(1, 30), seconds_per_step=0.125)
+    assert "timed over steps 2-17" in lines[0]  # 16 steps of 0.125 s reach the 2 s floor
+    assert "1000 steps, about 2 min" in lines[0]
+
+
+def test_without_a_live_bar_a_line_every_five_percent(fake_time):
+    lines = []
+    c = StepClock("hard", total=40, progress=True, live=False, write=lines.append)
+    run(c, fake_time, range(1, 41), seconds_per_step=1.0)
+    progress = [line for line in lines if "elapsed" in line]
+    assert [line.split(" (")[0] for line in progress] == [f"hard: step {s}/40" for s in range(2, 41, 2)]
+    assert progress[-1].startswith("hard: step 40/40 (100%), 0:44 elapsed, about 0:00 left, loss 0.025")
+    assert not any("\r" in line for line in lines)
+
+
+def test_a_resumed_run_estimates_what_is_left(fake_time):
+    lines = []
+    c = StepClock("dense", total=100, start_step=60, progress=True, live=True, write=lines.append)
+    run(c, fake_time, range(61, 101), seconds_per_step=1.0)
+    assert lines[0].startswith("dense: 40 steps left of 100, about 40 s")
+
+
+def test_quiet_prints_nothing(fake_time):
+    lines = []
+    c = StepClock("dense", total=10, progress=False, live=False, write=lines.append)
+    run(c, fake_time, range(1, 11), seconds_per_step=1.0)
+    assert lines == [] and c.seconds_per_step == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("seconds, said", [(0.2, "about 1 s"), (40, "about 40 s"), (540, "about 9 min"),
+                                           (3 * 3600 + 600, "about 3.2 h")])
+def test_durations_read_as_a_person_says_them(seconds, said):
+    assert about(seconds) == said
+
+
+def test_clock_format():
+    assert clock(89) == "1:29" and clock(3600 + 61) == "1:01:01"
