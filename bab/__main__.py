@@ -261,16 +261,19 @@ def _add_fit_heads(sub) -> None:
     p.add_argument("--seed", type=int, default=13, help="seed of the split, the new weights and the batch order")
     p.add_argument("--skip-malformed", action="store_true", help="skip malformed CSV rows instead of failing")
     p.add_argument("--timing-examples", type=int, default=64, help="examples per timed pass of the latency measurement")
-    p.add_argument("--timing-len", type=int, default=128, help="sequence length of the latency measurement")
+    p.add_argument("--timing-len", type=int, default=None,
+                   help="sequence length of the latency measurement (default: --max-len, the length the model was "
+                        "trained at; the API's latency() uses the same)")
     p.add_argument("--timing-repeats", type=int, default=5, help="interleaved timed repeats; the median is reported")
-    p.add_argument("--threads", type=int, default=None, help="torch threads per process (default: torch's own)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars or step lines")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads per process (default: $BAB_THREADS, else torch's own: every core; with two runs "
+                        "at once on 2 cores give each 1)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress, estimates or step lines; the final summary line is still printed")
     p.set_defaults(run=_fit_heads, errors=(ValueError, TypeError, OSError))
 
 
 def _fit_heads(args) -> int:
-    import torch
-
     from bab.api.fit import fit_heads, parse_budgets
     from bab.core.training import distributed_state
 
@@ -280,8 +283,6 @@ def _fit_heads(args) -> int:
     except ValueError:
         raise ValueError(f"--epochs must be three integers dense,budgeted,hard (e.g. 2,1,1), got {args.epochs!r}")\
             from None
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
     state = distributed_state()
     try:
         fit_heads(args.train, args.out, test=args.test, val=args.val, model=args.model,
@@ -290,7 +291,7 @@ def _fit_heads(args) -> int:
                   timing_repeats=args.timing_repeats, progress=not args.quiet, skip_malformed=args.skip_malformed,
                   overwrite=args.overwrite, max_len=args.max_len, batch_size=args.batch_size, lr=args.lr,
                   dense_lr=args.dense_lr, seed=args.seed, dense_epochs=dense_epochs,
-                  budgeted_epochs=budgeted_epochs, hard_epochs=hard_epochs)
+                  budgeted_epochs=budgeted_epochs, hard_epochs=hard_epochs, threads=args.threads)
     finally:
         if state.num_processes > 1:  # without it the gloo / NCCL group aborts at interpreter exit
             state.destroy_process_group()

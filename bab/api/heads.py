@@ -32,6 +32,8 @@ from safetensors.torch import load_file, save_file
 from bab.api.data import LabeledTexts, LabelMap, encode, holdout, read_labeled
 from bab.core import strict_json
 from bab.core.budget import GATE_STARTS, validate_budget
+from bab.core.step_clock import fit_plan, steps_per_epoch
+from bab.core.threads import apply_threads
 from bab.core.training import distributed_state
 from bab.data.text import PretrainedTokenizer
 from bab.experiments.own_data import OwnDataProfile, OwnDataStudy
@@ -198,7 +200,8 @@ class BudgetedClassifier:
     # -- training --------------------------------------------------------------------------------
 
     def fit(self, train_data, val=None, *, hard_budgets=None, text_column: str = "text", label_column: str = "label",
-            progress: bool = True, skip_malformed: bool = False, cache=None) -> BudgetedClassifier:
+            progress: bool = True, skip_malformed: bool = False, cache=None,
+            threads: int | None = None) -> BudgetedClassifier:
         """Dense fine-tuning -> warm-started budgeted gates -> (``recipe.hard_epochs``) hard adaptation.
 
         ``train_data`` / ``val``: a CSV path, DataFrame, ``datasets.Dataset`` / ``DatasetDict`` (its "train"
@@ -208,7 +211,10 @@ class BudgetedClassifier:
         ``cache``: where each trained stage is kept (a ``bab.core.runs.RunCache`` or a folder; default the run
         cache, ``$BAB_CACHE_DIR``; ``False``: nowhere). With a cache an interrupted fit resumes, and a fit of the
         same data, encoder and recipe is loaded instead of trained again.
+        ``threads``: torch threads (default ``$BAB_THREADS``, else torch's current setting; ``bab.core.threads``).
+        With ``progress`` each stage prints how long it will take after its first few steps.
         """
+        apply_threads(threads)
         state = distributed_state()
         progress = progress and state.is_main_process
         train_texts = read_labeled(train_data, text_column, label_column, "train", skip_malformed)
@@ -233,7 +239,9 @@ class BudgetedClassifier:
                                  seed=r.seed)
         study = OwnDataStudy(profile, self.source, self.labels, train_set, val_set, cache=cache,
                              progress=progress)
-        model, self.history = study.fit()
+        stages = [(c.objective, c.epochs * steps_per_epoch(len(train_set), c.batch_size)) for c in configs.values()]
+        with fit_plan("fit", stages, progress):
+            model, self.history = study.fit()
         self.model = model.eval()
         return self
 

@@ -26,6 +26,8 @@ import torch
 from torch.utils.data import TensorDataset
 
 from bab.api.data import LabelMap
+from bab.core.step_clock import fit_plan, steps_per_epoch
+from bab.core.threads import apply_threads
 from bab.experiments.vit import VIT, OwnImagesStudy
 from bab.sparsifiner.evaluate import evaluate_vit
 from bab.sparsifiner.predictor import validate_keep_rate
@@ -124,14 +126,17 @@ class SparsifinerClassifier:
         return (x - self.mean) / self.std
 
     def fit(self, epochs: tuple[int, int, int] | None = None, batch_size: int | None = None, seed: int = 13,
-            progress: bool = True, cache=None) -> SparsifinerClassifier:
+            progress: bool = True, cache=None, threads: int | None = None) -> SparsifinerClassifier:
         """Dense ViT, then phase 1 (predictors on the frozen backbone), then phase 2 (joint, distilled from dense).
 
         ``epochs``: (dense, phase 1, phase 2); default: the profile's. ``batch_size``: the global batch of every
         phase; default the profile's, made smaller for a small folder so every epoch has at least
         ``MIN_STEPS_PER_EPOCH`` steps (``default_batch_size``). ``cache``: where each trained phase is kept (a
         ``RunCache`` or a folder; default the run cache, ``$BAB_CACHE_DIR``; ``False``: nowhere).
+        ``threads``: torch threads (default ``$BAB_THREADS``, else torch's current setting; ``bab.core.threads``).
+        With ``progress`` each phase prints how long it will take after its first few steps.
         """
+        apply_threads(threads)
         p = self.profile
         configs = [p.dense, p.phase1, p.phase2]
         if epochs is not None:
@@ -144,9 +149,11 @@ class SparsifinerClassifier:
         configs = [replace(c, batch_size=batch_size or default_batch_size(num_images, c.batch_size)) for c in configs]
         profile = replace(p, dense=configs[0], phase1=configs[1], phase2=configs[2], seed=seed)
         study = OwnImagesStudy(profile, self.config, self.train_set, cache=cache, progress=progress)
-        _, dense_metrics, _ = study.dense()
-        _, phase1_metrics, _ = study.predictor()
-        model, phase2_metrics, _ = study.sparsifiner()
+        stages = [(c.objective, c.epochs * steps_per_epoch(num_images, c.batch_size)) for c in configs]
+        with fit_plan("fit", stages, progress):
+            _, dense_metrics, _ = study.dense()
+            _, phase1_metrics, _ = study.predictor()
+            model, phase2_metrics, _ = study.sparsifiner()
         self.history = {"dense": dense_metrics["history"], "phase1": phase1_metrics["history"],
                         "phase2": phase2_metrics["history"]}
         self.model = model.eval()

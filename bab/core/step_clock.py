@@ -6,15 +6,25 @@ out: it pays for allocations and lazy initialisation):
 
     dense: 240 steps, about 3 min on 2 threads (0.74 s a step, timed over steps 2-4)
 
+A fit of several stages (dense, then budgeted, then hard adaptation) runs inside a ``fit_plan``: the first stage
+to time its steps also estimates the whole fit at its pace, and the plan says at the end how long it took:
+
+    fit: about 9 min in all on 2 threads (255 training steps in 3 stages, at this stage's pace)
+    fit: took 8:41 (estimated about 9 min)
+
 Where no progress bar can redraw in place (stdout or stderr is a file), it also prints a plain line every 5% of
-the run instead of a bar's carriage returns:
+the run (at most one each 10 s, and the last step) instead of a bar's carriage returns:
 
     dense: step 120/240 (50%), 1:29 elapsed, about 1:29 left, loss 0.412
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import math
 import time
+from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
@@ -23,7 +33,8 @@ from bab.core.threads import describe_threads
 WARMUP_STEPS = 1  # the first step is not timed
 TIMED_STEPS = 3  # then the estimate is made over this many steps ...
 MIN_TIMED_SECONDS = 2.0  # ... or more, until they took at least this long
-LINE_EVERY = 0.05  # a progress line every 5% of the run, when no bar redraws in place
+LINE_EVERY = 0.05  # a progress line every 5% of the run, when no bar redraws in place ...
+LINE_SECONDS = 10.0  # ... and at least this long after the previous one (a short run prints its last step only)
 
 
 def about(seconds: float) -> str:
@@ -42,6 +53,47 @@ def clock(seconds: float) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
+@dataclass
+class FitPlan:
+    """The training steps of a fit's stages, in order: (objective name, steps)."""
+
+    label: str
+    stages: list[tuple[str, int]]
+    started: float
+    estimate: float | None = None  # seconds for the whole fit, once a stage has timed its steps
+
+    def steps_from(self, stage: str) -> tuple[int, int] | None:
+        """(steps, stages) from ``stage`` to the end of the plan; None for a stage the plan does not name."""
+        names = [name for name, _ in self.stages]
+        if stage not in names:
+            return None
+        rest = self.stages[names.index(stage):]
+        return sum(steps for _, steps in rest), len(rest)
+
+
+_PLAN: contextvars.ContextVar[FitPlan | None] = contextvars.ContextVar("bab_fit_plan", default=None)
+
+
+def steps_per_epoch(examples: int, batch_size: int) -> int:
+    """Optimizer steps in one epoch of ``examples`` in global batches of ``batch_size`` (the last one short)."""
+    return math.ceil(examples / batch_size)
+
+
+@contextlib.contextmanager
+def fit_plan(label: str, stages: list[tuple[str, int]], progress: bool = True, write=None):
+    """Run a fit's stages inside: the first stage that times its steps estimates the whole fit (stages found in
+    the run cache take no time and are left out), and the end says how long the fit took against that."""
+    plan = FitPlan(label, [(name, int(steps)) for name, steps in stages], time.perf_counter())
+    token = _PLAN.set(plan)
+    try:
+        yield plan
+    finally:
+        _PLAN.reset(token)
+    if progress:
+        estimated = f" (estimated {about(plan.estimate)})" if plan.estimate is not None else " (every stage cached)"
+        (write or tqdm.write)(f"{label}: took {clock(time.perf_counter() - plan.started)}{estimated}")
+
+
 class StepClock:
     """Times the steps of one run (``total`` steps, starting at ``start_step`` when resumed).
 
@@ -53,7 +105,7 @@ class StepClock:
         self.label, self.total, self.start_step = label, total, start_step
         self.progress, self.live = progress, live
         self.write = write or tqdm.write
-        self.started = time.perf_counter()
+        self.started = self.last_line = time.perf_counter()
         self.timing_from: tuple[int, float] | None = None  # (step, time) where the timed steps begin
         self.seconds_per_step: float | None = None
         every = max(1, round(total * LINE_EVERY))
@@ -73,10 +125,28 @@ class StepClock:
                 self.seconds_per_step = seconds / timed
                 if self.progress:
                     self.write(self.estimate_line(first_step + 1, step))
-        if self.progress and not self.live and step >= self.next_line:
+                self.estimate_plan(step, now)
+        if self.progress and not self.live and step >= self.next_line and (
+                now - self.last_line >= LINE_SECONDS or step == self.total):
             self.write(self.progress_line(step, now, loss))
+            self.last_line = now
             while self.next_line <= step:
                 self.next_line += self.every
+
+    def estimate_plan(self, step: int, now: float) -> None:
+        """The first stage of a ``fit_plan`` to time its steps estimates the whole fit at its own pace."""
+        plan = _PLAN.get()
+        if plan is None or plan.estimate is not None:
+            return
+        left = plan.steps_from(self.label)
+        if left is None:
+            return
+        steps, stages = left
+        steps_left = steps - step  # the steps of this stage done so far are behind us
+        plan.estimate = (now - plan.started) + steps_left * self.seconds_per_step
+        if self.progress:
+            self.write(f"{plan.label}: {about(plan.estimate)} in all on {describe_threads()} ({steps} training steps "
+                       f"in {stages} stage{'s' if stages != 1 else ''}, at this stage's pace)")
 
     def remaining_seconds(self, step: int) -> float | None:
         if self.seconds_per_step is None:

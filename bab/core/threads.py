@@ -58,6 +58,14 @@ def set_threads(threads: int | None = None) -> int:
     return count
 
 
+def apply_threads(threads: int | None = None) -> int:
+    """What the API's ``fit(threads=...)`` does: an explicit count or ``$BAB_THREADS`` is set; with neither,
+    torch's current setting is left as the caller made it. Returns the count now in use."""
+    if threads is None and not os.environ.get(THREADS_ENV, "").strip():
+        return torch.get_num_threads()
+    return set_threads(threads)
+
+
 def describe_threads() -> str:
     """"2 threads" / "1 thread": what a log or an estimate says about the current setting."""
     n = torch.get_num_threads()

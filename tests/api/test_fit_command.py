@@ -31,17 +31,21 @@ def strict_loads(text):
 
 
 FAST = ["--max-len", "16", "--batch-size", "8", "--epochs", "1,1,1", "--dense-lr", "3e-3", "--lr", "1e-3",
-        "--timing-examples", "8", "--timing-len", "16", "--timing-repeats", "1", "--quiet"]
+        "--timing-examples", "8", "--timing-repeats", "1", "--quiet"]
 
 
-def test_fit_heads_writes_every_artefact(tiny_encoder, topic_csvs, tmp_path):
+def test_fit_heads_writes_every_artefact(tiny_encoder, topic_csvs, tmp_path, capsys):
     out = tmp_path / "run"
     code = main(["fit", "heads", "--train", str(topic_csvs[0]), "--test", str(topic_csvs[1]), "--model",
                  str(tiny_encoder), "--budgets", "0.5,0.25", "--prune", "0.5", "--out", str(out), *FAST])
     assert code == 0
+    printed = capsys.readouterr()
+    # --quiet: the one summary line, nothing else (no stage lines, estimates or transformers' bars)
+    assert printed.out.splitlines() == [line for line in printed.out.splitlines() if line.startswith("wrote ")]
+    assert len(printed.out.splitlines()) == 1 and "summary.html (0:" in printed.out and "\r" not in printed.err
     for name in ("gated/config.json", "gated/bab_gates.safetensors", "pruned-0.50/model.safetensors",
-                 "pruned-0.50/tokenizer.json", "sweep.csv", "heatmap.png", "latency.csv", "metrics.json",
-                 "summary.html"):
+                 "pruned-0.50/tokenizer.json", "sweep.csv", "heatmap.png", "accuracy_cost.png", "latency.csv",
+                 "metrics.json", "summary.html"):
         assert (out / name).is_file(), name
     sweep = pd.read_csv(out / "sweep.csv")
     assert sweep["mode"].tolist() == ["dense", "soft", "soft", "hard", "hard"]
@@ -52,7 +56,13 @@ def test_fit_heads_writes_every_artefact(tiny_encoder, topic_csvs, tmp_path):
     assert metrics["reload"]["pruned_predictions_equal"] is True
     assert metrics["reload"]["pruned_id2label"] == {"0": "music", "1": "science", "2": "sports"}
     assert metrics["latency"]["config"] == ["dense", "pruned @0.50"]
-    assert "<table" in (out / "summary.html").read_text()
+    summary = (out / "summary.html").read_text()
+    assert "<table" in summary and "<NA>" not in summary and "nan" not in summary.lower()
+    assert f"Trained on <code>{topic_csvs[0]}</code> (" in summary
+    assert f"test file <code>{topic_csvs[1]}</code>" in summary
+    assert "<b>dense</b>: 1 epoch(s) of fine-tuning" in summary and "accuracy_cost.png" in summary
+    # the latency is timed at the recipe's length (--max-len 16) unless --timing-len says otherwise, as latency()
+    assert "length 16" in metrics["latency"]["shape"]
     assert metrics["reported_on"] == "test"
     # the written checkpoint sweeps to the same numbers
     again = BudgetedClassifier.from_pretrained(out / "gated").sweep(topic_csvs[1], budgets=[0.25, 0.5])

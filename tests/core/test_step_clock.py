@@ -48,11 +48,20 @@ def test_short_steps_are_timed_until_two_seconds_have_passed(fake_time):
 def test_without_a_live_bar_a_line_every_five_percent(fake_time):
     lines = []
     c = StepClock("hard", total=40, progress=True, live=False, write=lines.append)
-    run(c, fake_time, range(1, 41), seconds_per_step=1.0)
+    run(c, fake_time, range(1, 41), seconds_per_step=12.0)
     progress = [line for line in lines if "elapsed" in line]
     assert [line.split(" (")[0] for line in progress] == [f"hard: step {s}/40" for s in range(2, 41, 2)]
-    assert progress[-1].startswith("hard: step 40/40 (100%), 0:44 elapsed, about 0:00 left, loss 0.025")
+    assert progress[-1].startswith("hard: step 40/40 (100%), 7:53 elapsed, about 0:00 left, loss 0.025")
     assert not any("\r" in line for line in lines)
+
+
+def test_fast_steps_print_at_most_a_line_each_ten_seconds_and_the_last_step(fake_time):
+    lines = []
+    c = StepClock("hard", total=200, progress=True, live=False, write=lines.append)
+    run(c, fake_time, range(1, 201), seconds_per_step=0.125, first_step_seconds=0.125)
+    progress = [line.split(" (")[0] for line in lines if "elapsed" in line]
+    # 5% is 10 steps, 1.25 s: 10 s have passed at step 80, again at 160, and the last step always prints
+    assert progress == ["hard: step 80/200", "hard: step 160/200", "hard: step 200/200"]
 
 
 def test_a_resumed_run_estimates_what_is_left(fake_time):

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bab.core.threads import THREADS_ENV, available_cores, check_threads, default_threads, set_threads
+from bab.core.threads import THREADS_ENV, apply_threads, available_cores, check_threads, default_threads, set_threads
 
 
 @pytest.fixture
@@ -39,3 +39,11 @@ def test_bad_environment_names_the_variable(monkeypatch):
     monkeypatch.setenv(THREADS_ENV, "many")
     with pytest.raises(ValueError, match=r"\$BAB_THREADS must be a positive whole number"):
         default_threads()
+
+
+def test_the_api_leaves_a_callers_setting_alone_unless_asked(monkeypatch, restore_threads):
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    torch.set_num_threads(1)
+    assert apply_threads() == 1  # nothing asked: the caller's own setting stays
+    monkeypatch.setenv(THREADS_ENV, "2")
+    assert apply_threads() == 2 and apply_threads(1) == 1 and torch.get_num_threads() == 1
