@@ -11,10 +11,11 @@ usage() {
 usage: ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N]
        ./run_all.sh test [extra pytest args]
 
-  --profile P   smoke (CI-sized), quick (default, under an hour) or paper (the papers' protocols)
+  --profile P   smoke (CI-sized), quick (default; 65 min on 2 cores, README "Run time at quick") or paper
+                (the papers' protocols, hours)
   --only LIST   re-run only the notebooks with these two-digit prefixes; keep the others' results
-  --jobs N      notebooks run at once, the cores divided among them (default: the faster split measured
-                on 2 cores: 2 jobs of 1 thread; never more jobs than cores)
+  --jobs N      notebooks run at once, the cores divided among them (default on 2 cores: 2 jobs of 1
+                thread each; never more jobs than cores)
 USAGE
 }
 

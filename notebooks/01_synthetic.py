@@ -25,7 +25,8 @@
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these; see run_all.sh)
-profile = "smoke"  # smoke (CI, < 2 min) | quick (default report, < 10 min) | paper (the paper's protocol)
+# smoke: CI, ~4 min on 2 threads; quick: the default report, ~19 min on 1 thread; paper: the paper's protocol
+profile = "smoke"
 results_path = None  # where the report wants this notebook's result rows (JSON); None: don't write
 interactive = None  # None: budget slider in JupyterLab, static figure when headless
 

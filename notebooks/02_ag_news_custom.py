@@ -22,7 +22,8 @@
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these; see run_all.sh)
-profile = "smoke"  # smoke (CI, < 2 min) | quick (default report, < 15 min) | paper (10k/2k/2k, the paper's sizes)
+# smoke: CI, ~4 min on 2 threads; quick: the default report, ~32 min on 1 thread; paper: 10k/2k/2k, the paper's sizes
+profile = "smoke"
 results_path = None  # where the report wants this notebook's result rows (JSON); None: don't write
 interactive = None  # None: budget slider in JupyterLab, static figure when headless
 seed = None  # None: the profile's seed (13); the paper averages seeds 7, 13 and 21

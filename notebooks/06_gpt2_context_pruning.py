@@ -31,7 +31,8 @@
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these; see run_all.sh)
-profile = "smoke"  # smoke (CI, < 2 min) | quick (default report, < 15 min) | paper (ablations, longer training)
+# smoke: CI, ~48 s on 2 threads; quick: the default report, ~9 min on 1 thread; paper: ablations, longer training
+profile = "smoke"
 results_path = None  # where the report wants this notebook's result rows (JSON); None: don't write
 interactive = None  # unused here (no widget); the report passes it to every notebook
 base = "scratch"  # "scratch": a small GPT-2 trained here (offline) | "gpt2": pretrained GPT-2 from the hub (online)

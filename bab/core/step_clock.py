@@ -9,8 +9,11 @@ out: it pays for allocations and lazy initialisation):
 A fit of several stages (dense, then budgeted, then hard adaptation) runs inside a ``fit_plan``: the first stage
 to time its steps also estimates the whole fit at its pace, and the plan says at the end how long it took:
 
-    fit: about 9 min in all on 2 threads (255 training steps in 3 stages, at this stage's pace)
-    fit: took 8:41 (estimated about 9 min)
+    fit: about 5 min of training steps in all on 2 threads (340 steps in 3 stages, at this stage's pace; ...)
+    fit: took 8:26 (training steps estimated at about 5 min)
+
+The estimate covers optimizer steps only; validation passes, and the gate start's ranking of heads (forward
+passes over a few examples for every head), come on top.
 
 Where no progress bar can redraw in place (stdout or stderr is a file), it also prints a plain line every 5% of
 the run (at most one each 10 s, and the last step) instead of a bar's carriage returns:
@@ -90,7 +93,8 @@ def fit_plan(label: str, stages: list[tuple[str, int]], progress: bool = True, w
     finally:
         _PLAN.reset(token)
     if progress:
-        estimated = f" (estimated {about(plan.estimate)})" if plan.estimate is not None else " (every stage cached)"
+        estimated = (f" (training steps estimated at {about(plan.estimate)})" if plan.estimate is not None
+                     else " (every stage cached)")
         (write or tqdm.write)(f"{label}: took {clock(time.perf_counter() - plan.started)}{estimated}")
 
 
@@ -145,8 +149,9 @@ class StepClock:
         steps_left = steps - step  # the steps of this stage done so far are behind us
         plan.estimate = (now - plan.started) + steps_left * self.seconds_per_step
         if self.progress:
-            self.write(f"{plan.label}: {about(plan.estimate)} in all on {describe_threads()} ({steps} training steps "
-                       f"in {stages} stage{'s' if stages != 1 else ''}, at this stage's pace)")
+            self.write(f"{plan.label}: {about(plan.estimate)} of training steps in all on {describe_threads()} "
+                       f"({steps} steps in {stages} stage{'s' if stages != 1 else ''}, at this stage's pace; "
+                       f"evaluation and other passes come on top)")
 
     def remaining_seconds(self, step: int) -> float | None:
         if self.seconds_per_step is None:

@@ -86,3 +86,27 @@ def test_durations_read_as_a_person_says_them(seconds, said):
 
 def test_clock_format():
     assert clock(89) == "1:29" and clock(3600 + 61) == "1:01:01"
+
+
+def test_a_fit_plan_estimates_every_stage_from_the_first_timed_one(fake_time):
+    lines = []
+    with step_clock.fit_plan("fit", [("dense", 100), ("budgeted", 50), ("hard_adapt", 50)], write=lines.append):
+        c = StepClock("dense", total=100, progress=True, live=True, write=lines.append)
+        run(c, fake_time, range(1, 101), seconds_per_step=1.0)  # the first step: 5 s, then 1 s a step
+        later = StepClock("budgeted", total=50, progress=True, live=True, write=lines.append)
+        run(later, fake_time, range(1, 51), seconds_per_step=1.0)
+    plan_lines = [line for line in lines if line.startswith("fit:")]
+    # at step 4 of dense: 8 s have passed, 196 steps of the plan are left at 1 s each
+    assert plan_lines[0].startswith("fit: about 3 min of training steps in all on ")
+    assert "(200 steps in 3 stages, at this stage's pace" in plan_lines[0]
+    assert plan_lines[1] == "fit: took 2:38 (training steps estimated at about 3 min)"  # 104 s + 54 s
+    assert len(plan_lines) == 2  # a later stage does not estimate the plan again
+
+
+def test_a_plan_whose_first_stages_were_cached_counts_only_what_is_left(fake_time):
+    lines = []
+    with step_clock.fit_plan("fit", [("dense", 100), ("budgeted", 50)], write=lines.append) as plan:
+        c = StepClock("budgeted", total=50, progress=False, live=True, write=lines.append)
+        run(c, fake_time, range(1, 51), seconds_per_step=1.0)
+    assert plan.estimate == pytest.approx(8.0 + 46.0)  # dense was cached: only budgeted's 50 steps count
+    assert lines == ["fit: took 0:54 (training steps estimated at about 54 s)"]
