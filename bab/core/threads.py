@@ -6,9 +6,9 @@ notebook one thread). An explicit ``threads=`` / ``--threads`` wins over the var
 every core this process may run on.
 
 The thread count is part of a training run's identity. CPU kernels split reductions across threads, so one seed
-trains slightly different weights on 1 and on 2 threads (a 4-layer encoder after 15 AdamW steps: 52 of its 55
-tensors differ, by up to 3e-5). ``bab.core.runs.train_cached`` therefore keys every run by the count it trained
-with, and a notebook prints the count it ran with.
+trains slightly different weights on 1 and on 2 threads (a 4-layer encoder after 15 AdamW steps: 44 of its 55
+tensors differ, by up to 5.5e-6; ``python tests/core/thread_effects.py numerics``). ``bab.core.runs.train_cached``
+therefore keys every run by the count it trained with, and a notebook prints the count it ran with.
 """
 
 from __future__ import annotations

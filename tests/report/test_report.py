@@ -338,9 +338,10 @@ def test_unknown_profile_and_prefix_raise_clear_errors(notebooks, tmp_path, caps
 
 THREADS_CODE = """\
 import os, time
-import torch
+from bab.core.threads import set_threads
+threads = set_threads()  # as every notebook starts
 time.sleep(3)  # long enough that both kernels are alive at once
-print("threads", os.environ.get("BAB_THREADS"), torch.get_num_threads())
+print("threads", os.environ.get("BAB_THREADS"), threads)
 """
 
 
