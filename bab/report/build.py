@@ -274,12 +274,32 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
         table_error = write_index(staging, profile, notebooks, notebooks_dir.parent)
         if table_error:
             print(f"comparison table FAILED: {table_error}", flush=True)
+        scrub_machine_paths(staging, notebooks_dir.parent)
         swap_into_place(staging, final)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     print(f"report: {final / 'index.html'} ({len(selected) - failures} ok, {failures} failed)", flush=True)
     return 1 if failures or table_error else 0
+
+
+def scrub_machine_paths(folder, checkout) -> None:
+    """Replace this machine's absolute paths in a report's pages and notebooks (papermill records the injected
+    ``results_path`` and the input path; the index shows ``$BAB_DATA_DIR``) by names a reader can place:
+    ``$BAB_DATA_DIR`` and ``<checkout>``. A committed record then says nothing about the machine's folders."""
+    replacements = []
+    data_dir = os.environ.get("BAB_DATA_DIR")
+    if data_dir:
+        replacements.append((str(Path(data_dir).resolve()), "$BAB_DATA_DIR"))
+    replacements.append((str(Path(checkout).resolve()), "<checkout>"))
+    for path in Path(folder).rglob("*"):
+        if path.suffix in (".html", ".ipynb", ".json") and path.is_file():
+            text = path.read_text(encoding="utf-8")
+            scrubbed = text
+            for absolute, name in replacements:
+                scrubbed = scrubbed.replace(absolute, name)
+            if scrubbed != text:
+                path.write_text(scrubbed, encoding="utf-8")
 
 
 def run_all_notebooks(selected, previous, staging, profile, jobs, threads) -> int:

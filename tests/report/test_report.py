@@ -533,3 +533,19 @@ def test_save_results_rejects_bad_rows(tmp_path, row, message):
 def test_save_results_rejects_a_single_dict(tmp_path):
     with pytest.raises(ValueError, match="list of dicts"):
         save_results(GOOD, tmp_path / "r.json")
+
+
+def test_a_report_keeps_no_absolute_path_of_the_machine(tmp_path, monkeypatch):
+    checkout, data = tmp_path / "checkout", tmp_path / "data"
+    pages = checkout / "reports" / "paper"
+    pages.mkdir(parents=True)
+    data.mkdir()
+    monkeypatch.setenv("BAB_DATA_DIR", str(data))
+    (pages / "02.ipynb").write_text(json.dumps({"results_path": f"{checkout}/reports/.staging-x/results/02.json",
+                                                "data": f"{data}/ag_news"}))
+    (pages / "index.html").write_text(f"<td>{data}</td><td>{checkout}/notebooks/02.ipynb</td>")
+    report.scrub_machine_paths(pages, checkout)
+    assert json.loads((pages / "02.ipynb").read_text()) == {
+        "results_path": "<checkout>/reports/.staging-x/results/02.json", "data": "$BAB_DATA_DIR/ag_news"}
+    assert (pages / "index.html").read_text() == "<td>$BAB_DATA_DIR</td><td><checkout>/notebooks/02.ipynb</td>"
+    assert str(tmp_path) not in (pages / "02.ipynb").read_text() + (pages / "index.html").read_text()
