@@ -8,8 +8,8 @@
 # 0.91 ± 0.01 on AG News and 0.84 ± 0.04 on DBpedia14, every low-budget head retained.
 #
 # Steps (test split; checkpoints selected on validation): dense fine-tune; warm-start budgeted gates;
-# hard adaptation with the controller frozen; the 19-budget sweep and its monotonicity verdict;
-# structural pruning at 0.50 and 0.75 with measured single-thread latency; the ranking analysis.
+# hard adaptation with the controller frozen; the budget sweep (19 budgets, every 0.1 at quick) and its
+# monotonicity verdict; structural pruning at 0.50 and 0.75 with measured single-thread latency; the ranking analysis.
 #
 # Data: the original DBpedia14 CSVs from `$BAB_DATA_DIR/dbpedia_14` (or an explicit path, or the
 # hub). The local training file has 10,000 rows (see the data folder's own README.md), enough for the

@@ -8,4 +8,5 @@ See docs/budgeted-heads.md.
 # training semantics change (a loss, a schedule, an RNG draw, a fix), so a checkpoint trained before is never served.
 # 2: every TrainConfig field enters the key (no field left out at a default any more), and the gate start is
 # named ``gate_start`` (it was ``gate_init``); the study lineages name their selection and warm starts alike.
-TRAINING_VERSION = 2
+# 3: the custom encoder trims the trailing padding a batch shares, so dropout draws (and float rounding) differ.
+TRAINING_VERSION = 3

@@ -163,8 +163,9 @@ def bench_custom(
         model.gates.theta.copy_(torch.randn_like(model.gates.theta))
     masks = {budget: model.head_mask_for(budget) for budget in budgets}
     kept = {budget: f"{int(mask.sum())}/{mask.numel()}" for budget, mask in masks.items()}
-    configs = {"dense": (model, {"mode": "dense"})}
-    configs |= {budget_label(b): (model, {"mode": "skip", "head_mask": masks[b]}) for b in budgets}
+    full = {"trim_padding": False}  # real texts keep their padding: every pass runs at length seq_len
+    configs = {"dense": (model, {"mode": "dense", **full})}
+    configs |= {budget_label(b): (model, {"mode": "skip", "head_mask": masks[b], **full}) for b in budgets}
     grid, passes = timed_grid(configs, ids, batch_sizes, examples, budgets, kept, heads_goal, "hard", warmup,
                               repeats)
     grid.attrs["shape"] = (f"custom encoder, dense vs hard skipping; length {seq_len}, d_model {d_model}, "

@@ -253,13 +253,24 @@ class EncoderClassifier(nn.Module):
         budget: float | None = None,
         mode: str = "dense",
         head_mask: torch.Tensor | None = None,
+        trim_padding: bool = True,
     ) -> EncoderOutput:
-        """input_ids [B, T]. ``head_mask`` [L, H] (binary) replaces the gates' top-k in hard/skip mode."""
+        """input_ids [B, T]. ``head_mask`` [L, H] (binary) replaces the gates' top-k in hard/skip mode.
+
+        ``trim_padding`` drops the trailing columns that are padding in every row before the first layer. Padded
+        keys are masked and only the first token is classified, so the logits are those of the full-width
+        batch (to float rounding), at the cost of the batch's longest text instead of ``T``. Off: every batch
+        runs at its full width, as a latency protocol at a fixed length needs.
+        """
         B, T = input_ids.shape
         if T > self.config.max_len:
             raise ValueError(f"sequence length {T} exceeds max_len {self.config.max_len}; truncate the input")
         weights, gates = self._head_weights(budget, mode, head_mask)
         key_padding_mask = input_ids.eq(self.config.pad_id)
+        if trim_padding:
+            used = (~key_padding_mask).any(0).nonzero()  # columns where some row has a real token
+            T = int(used[-1]) + 1 if len(used) else 1
+            input_ids, key_padding_mask = input_ids[:, :T], key_padding_mask[:, :T]
         if not key_padding_mask.any():
             key_padding_mask = None  # lets SDPA take its fastest kernel
         x = self.tok_emb(input_ids) + self.pos_emb[:T]

@@ -195,3 +195,35 @@ def test_skip_with_autograd_slices_afresh_so_gradients_reach_the_full_weights():
     grad = model.layers[0].attn.qkv.weight.grad.view(3, 4, 8, 32)
     assert grad[:, [0, 2]].abs().sum() > 0
     assert torch.all(grad[:, [1, 3]] == 0)  # skipped heads get no gradient
+
+
+@pytest.mark.parametrize("positions", ["relative", "sinusoidal", "learned"])
+@pytest.mark.parametrize("mode, budget", [("dense", None), ("soft", 0.5), ("hard", 0.5), ("skip", 0.25)])
+def test_trimmed_batch_gives_each_text_the_logits_it_gets_alone(positions, mode, budget):
+    """Reference: every text run by itself at its own length, with no padding and no mask at all."""
+    model = make_model(positions=positions)
+    ids = batch(B=4, T=24, pad_tail=False)
+    lengths = [17, 9, 12, 3]  # the longest is 17: the batch's last 7 columns are padding in every row
+    for row, length in enumerate(lengths):
+        ids[row, length:] = 0
+    with torch.no_grad():
+        trimmed = model(ids, budget=budget, mode=mode).logits
+        full_width = model(ids, budget=budget, mode=mode, trim_padding=False).logits
+        alone = torch.cat([model(ids[row:row + 1, :length], budget=budget, mode=mode).logits
+                           for row, length in enumerate(lengths)])
+    torch.testing.assert_close(trimmed, alone, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(full_width, alone, rtol=1e-5, atol=1e-5)
+
+
+def test_trimming_drops_only_columns_that_are_padding_in_every_row():
+    model = make_model(positions="learned")
+    seen = []
+    model.tok_emb.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[1]))
+    ids = batch(B=3, T=24, pad_tail=False)
+    ids[:, 10:] = 0
+    ids[1, 15] = 7  # a real token after a pad: columns up to 15 must stay
+    with torch.no_grad():
+        model(ids)
+        model(ids, trim_padding=False)
+        model(torch.zeros(2, 24, dtype=torch.long))  # nothing but padding: one column is kept
+    assert seen == [16, 24, 1]
