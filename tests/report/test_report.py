@@ -374,6 +374,11 @@ def test_longest_first_and_the_jobs_default():
     a, b, c = Path("01_a.ipynb"), Path("02_b.ipynb"), Path("03_c.ipynb")
     order = report.longest_first([a, b, c], [{"seconds": 10.0}, None, {"seconds": 99.0}])
     assert order == [b, c, a]  # never run first (it may be long), then the longest last run
+    # a first run: the package's notebooks in FIRST_RUN_ORDER, an unknown one before them
+    stems = ("06_gpt2_context_pruning", "01_synthetic", "99_new", "03_bert_ag_news")
+    first = report.longest_first([Path(f"{s}.ipynb") for s in stems], [None] * 4)
+    assert [p.stem for p in first] == ["99_new", "03_bert_ag_news", "01_synthetic", "06_gpt2_context_pruning"]
+    assert sorted(report.FIRST_RUN_ORDER) == sorted(p.stem for p in (ROOT / "notebooks").glob("0*.ipynb"))
     assert report.default_jobs(cores=1) == 1 and report.default_jobs(cores=2) == min(2, report.DEFAULT_JOBS)
     assert report.threads_per_job(2, cores=2) == 1 and report.threads_per_job(3, cores=2) == 1
     for bad in (0, -1, 1.5, "2"):
