@@ -88,6 +88,8 @@ def pytest_pycollect_makemodule(module_path, parent):
 
 
 def pytest_collection_modifyitems(config, items):
+    # checks of what the notebooks wrote (the smoke regression check) run after every notebook cell
+    items.sort(key=lambda item: item.get_closest_marker("after_notebooks") is not None)  # stable: order kept
     reasons = {}
     for item in items:
         name = Path(str(item.fspath)).name

@@ -109,6 +109,9 @@ export BAB_HEADLESS=1 MPLBACKEND=Agg PYTHONHASHSEED=0
 
 # ---------------------------------------------------------------- run
 if [[ "$mode" == "test" ]]; then
+    # the rows nbval's notebooks save, for the smoke regression check that runs after them
+    BAB_RESULTS_DIR="${BAB_RESULTS_DIR:-$(mktemp -d -t bab-smoke-rows-XXXXXX)}"
+    export BAB_RESULTS_DIR
     targets=(tests)
     [[ -d notebooks ]] && targets+=(notebooks)
     say "running: $PY -m pytest ${targets[*]} --nbval-lax $*"

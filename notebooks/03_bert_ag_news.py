@@ -47,7 +47,7 @@ import torch
 from IPython.display import display
 
 from bab.core.threads import set_threads
-from bab.experiments.bert import BertStudy, kept_heads_table
+from bab.experiments.bert import BertStudy, kept_heads_table, pilot_unavailable_row
 from bab.experiments.hard_recipe import adaptation_summary
 from bab.experiments.heads_study import hard_topk_is_exact, monotone_verdict
 from bab.experiments.profiles import get_profile
@@ -269,15 +269,15 @@ try:
     pilot_warm, _, _ = pilot.warm_start_budgeted()
     pilot_importance = pilot.head_importance(pilot_dense)
     pilot_posthoc, _, _ = pilot.posthoc_structural(pilot_dense, pilot_importance, 0.75)
-    pilot_rows = [pilot.result_row("dense", 1.0, evaluate(pilot_dense, pilot_test)),
-                  *[pilot.result_row("warm-start budgeted", b, evaluate(pilot_warm, pilot_test, budget=b, mode="soft"))
+    PM = pilot.methods
+    pilot_rows = [pilot.result_row(PM.dense, 1.0, evaluate(pilot_dense, pilot_test)),
+                  *[pilot.result_row(PM.warm, b, evaluate(pilot_warm, pilot_test, budget=b, mode="soft"))
                     for b in (0.50, 0.75)],
-                  pilot.result_row("dense post-hoc", 0.75, {"cost": 0.75, **pilot.evaluate_plain(pilot_posthoc)})]
+                  pilot.result_row(PM.posthoc, 0.75, {"cost": 0.75, **pilot.evaluate_plain(pilot_posthoc)})]
     pilot_rows = [{**row, "note": f"model: {pilot.source}"} for row in pilot_rows]
     display(pd.DataFrame(pilot_rows))
 except ModelUnavailableError as exc:
-    pilot_rows = [{"experiment": "distilbert_ag_news", "method": "dense", "budget": 1.0, "cost": None,
-                   "accuracy": None, "speedup": None, "note": "unavailable: no DistilBERT weights offline"}]
+    pilot_rows = [pilot_unavailable_row("unavailable: no DistilBERT weights offline")]
     print(f"DistilBERT pilot unavailable here: {str(exc).splitlines()[0][:300]}")
 
 # %% [markdown]
@@ -288,27 +288,29 @@ except ModelUnavailableError as exc:
 
 # %%
 note = f"model: {study.source}"
-speed = latency["speedup"]
-row = study.result_row
+speed, limit = latency["speedup"], latency["analytic_limit"]
+row, M = study.result_row, study.methods  # M: the rows this experiment declares (bab.experiments.methods)
 rows = [
-    row("dense", 1.0, dense_test),
-    *[row("budgeted hard-adapted", b, {"cost": r["heads kept"] / (L * H), "accuracy": r["hard top-k, adapted"]})
+    row(M.dense, 1.0, dense_test),
+    *[row(M.hard_adapted, b, {"cost": r["heads kept"] / (L * H), "accuracy": r["hard top-k, adapted"]})
       for b, r in budgeted.iterrows()],
-    *[row("warm-start budgeted", b, {"cost": r["soft cost"], "accuracy": r["soft acc"]}) for b, r in budgeted.iterrows()],
-    *[row("static hard specialist", b, {"cost": b, "accuracy": r["hard top-k acc"]}) for b, r in static.iterrows()],
-    *[row("soft sweep", r.budget, r._asdict()) for r in soft_sweep.itertuples() if r.budget in (0.1, 0.5, 1.0)],
-    *[row("budgeted structural", b, {"cost": float(kept_heads_table(m)["heads kept"].sum()) / (L * H),
-                                     "accuracy": structural_acc[b]}, speedup=speed[f"budgeted structural @{b:.2f}"])
+    *[row(M.warm, b, {"cost": r["soft cost"], "accuracy": r["soft acc"]}) for b, r in budgeted.iterrows()],
+    *[row(M.static_hard, b, {"cost": b, "accuracy": r["hard top-k acc"]}) for b, r in static.iterrows()],
+    *[row(M.soft_sweep, r.budget, r._asdict()) for r in soft_sweep.itertuples() if r.budget in (0.1, 0.5, 1.0)],
+    *[row(M.structural, b, {"cost": float(kept_heads_table(m)["heads kept"].sum()) / (L * H),
+                                     "accuracy": structural_acc[b]}, speedup=speed[f"budgeted structural @{b:.2f}"],
+          analytic_limit=limit[f"budgeted structural @{b:.2f}"])
       for b, m in pruned.items()],
-    *[row("dense post-hoc structural", r["budget"], {"cost": r["heads kept"] / (L * H), "accuracy": r["zero-shot acc"]})
+    *[row(M.posthoc, r["budget"], {"cost": r["heads kept"] / (L * H), "accuracy": r["zero-shot acc"]})
       for r in posthoc_rows],
-    *[row("dense post-hoc + recovery", r["budget"], {"cost": r["heads kept"] / (L * H), "accuracy": r["recovered acc"]},
-          speedup=speed[f"post-hoc recovered @{r['budget']:.2f}"]) for r in posthoc_rows],
+    *[row(M.posthoc_recovered, r["budget"], {"cost": r["heads kept"] / (L * H), "accuracy": r["recovered acc"]},
+          speedup=speed[f"post-hoc recovered @{r['budget']:.2f}"],
+          analytic_limit=limit[f"post-hoc recovered @{r['budget']:.2f}"]) for r in posthoc_rows],
 ]
 rows = [{**r, "note": note} for r in rows] + pilot_rows
 points = pd.DataFrame(rows)
 points = points[points.experiment == "bert_ag_news"]
-fig = plots.pareto_plot(points[points.method != "soft sweep"], sweep=soft_sweep,
+fig = plots.pareto_plot(points[points.method != M.soft_sweep.name], sweep=soft_sweep,
                         title=f"AG News, {cfg.model_type} {L}x{H}, profile {P.name}")
 plt.show()
 comparison = paper.comparison_table(rows)

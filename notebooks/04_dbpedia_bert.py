@@ -168,20 +168,21 @@ print(f"ranking table: {list(ranking.index)} x {list(ranking.columns[:2])}")
 
 # %%
 note = f"model: {study.source}"
-row = study.result_row
+row, M = study.result_row, study.methods  # M: the rows this experiment declares (bab.experiments.methods)
 rows = [
-    row("dense", 1.0, dense_test),
-    *[row("budgeted hard-adapted", b, {"cost": r["heads kept"] / (L * H), "accuracy": r["hard top-k, adapted"]})
+    row(M.dense, 1.0, dense_test),
+    *[row(M.hard_adapted, b, {"cost": r["heads kept"] / (L * H), "accuracy": r["hard top-k, adapted"]})
       for b, r in budgeted.iterrows()],
-    *[row("warm-start budgeted", b, {"cost": r["soft cost"], "accuracy": r["soft acc"]}) for b, r in budgeted.iterrows()],
-    *[row("soft sweep", r.budget, r._asdict()) for r in soft_sweep.itertuples() if r.budget in (0.1, 0.5, 1.0)],
-    *[row("budgeted structural", b, {"cost": float(kept_heads_table(m)["heads kept"].sum()) / (L * H),
+    *[row(M.warm, b, {"cost": r["soft cost"], "accuracy": r["soft acc"]}) for b, r in budgeted.iterrows()],
+    *[row(M.soft_sweep, r.budget, r._asdict()) for r in soft_sweep.itertuples() if r.budget in (0.1, 0.5, 1.0)],
+    *[row(M.structural, b, {"cost": float(kept_heads_table(m)["heads kept"].sum()) / (L * H),
                                      "accuracy": structural_acc[b]},
-          speedup=latency.loc[f"budgeted structural @{b:.2f}", "speedup"]) for b, m in pruned.items()],
+          speedup=latency.loc[f"budgeted structural @{b:.2f}", "speedup"],
+          analytic_limit=latency.loc[f"budgeted structural @{b:.2f}", "analytic_limit"]) for b, m in pruned.items()],
 ]
 rows = [{**r, "note": note} for r in rows]
 points = pd.DataFrame(rows)
-fig = plots.pareto_plot(points[points.method != "soft sweep"], sweep=soft_sweep,
+fig = plots.pareto_plot(points[points.method != M.soft_sweep.name], sweep=soft_sweep,
                         title=f"DBpedia14, {cfg.model_type} {L}x{H}, profile {P.name}")
 plt.show()
 comparison = paper.comparison_table(rows)

@@ -320,24 +320,29 @@ print(f"fewer FLOPs at every point (FLOP ratio > 1): {bool((bench['FLOP ratio'] 
 # compare the *shape* (how far accuracy falls and cost drops as the keep rate shrinks), not the level.
 
 # %%
-rows = [study.result_row("dense", 1.0, dense_test)]
-rows += [study.result_row("sparsifiner", r.keep_rate, {"cost": r.cost, "accuracy": r.accuracy})
+M = study.methods  # the rows this experiment declares (bab.experiments.methods)
+rows = [study.result_row(M.dense, 1.0, dense_test)]
+rows += [study.result_row(M.sparsifiner, r.keep_rate, {"cost": r.cost, "accuracy": r.accuracy})
          for r in sweep.itertuples()]
-rows += [study.result_row("sparsifiner, phase 1 only", r.keep_rate, {"cost": r.cost, "accuracy": r.accuracy})
+rows += [study.result_row(M.phase1_only, r.keep_rate, {"cost": r.cost, "accuracy": r.accuracy})
          for r in phase1_sweep.itertuples()]
 for r in token_rows:
-    rows.append(study.result_row("token pruning (EViT)", r["token keep"],
+    rows.append(study.result_row(M.evit, r["token keep"],
                                  {"cost": r["EViT cost"], "accuracy": r["EViT accuracy"]}, note="no fine-tuning"))
-    rows.append(study.result_row(f"EViT {r['token keep']:g} + sparsifiner", P.combo_keep_rate,
+    rows.append(study.result_row(M.evit_sparsifiner, P.combo_keep_rate,
                                  {"cost": r[f"EViT + Sparsifiner@{P.combo_keep_rate} cost"],
-                                  "accuracy": r[f"EViT + Sparsifiner@{P.combo_keep_rate} accuracy"]}))
-rows.append(study.result_row("linformer (equal budget)", P.linformer_keep_rate, linformer_test))
-rows += [study.result_row("budgeted heads (hard top-k)", r["budget"], {"cost": r["hard cost"], "accuracy": r["hard accuracy"]})
+                                  "accuracy": r[f"EViT + Sparsifiner@{P.combo_keep_rate} accuracy"]},
+                                 settings={"token_keep": r["token keep"]}))
+rows.append(study.result_row(M.linformer, None, linformer_test,
+                             note=f"projection length {study.linformer_len()}: Sparsifiner's connections at keep "
+                                  f"{P.linformer_keep_rate:g}"))
+rows += [study.result_row(M.heads, r["budget"], {"cost": r["hard cost"], "accuracy": r["hard accuracy"]})
          for r in head_rows]
 # the fused kernel's speed-up where it could be built, else the torch path's (the note says which)
-rows += [study.result_row(f"attention core speed, n={int(r.tokens)}", r.keep_rate,
+rows += [study.result_row(M.attention_speed, r.keep_rate,
                           {"cost": 1 / r["FLOP ratio"], "accuracy": None},
                           speedup=r["measured speed-up"] if pd.isna(r["fused speed-up"]) else r["fused speed-up"],
+                          analytic_limit=r["FLOP ratio"], settings={"tokens": int(r.tokens)},
                           note="one MHSA layer, DeiT-S shape, 1 thread; cost = counted FLOP fraction; "
                                + ("torch path (no fused build)" if pd.isna(r["fused speed-up"]) else "fused kernel"))
          for _, r in bench.iterrows()]
@@ -361,8 +366,10 @@ print(f"Sparsifiner@{P.linformer_keep_rate} beats Linformer at equal budget: "
 at_577 = bench[(bench.tokens == 577) & (bench.keep_rate == 0.1)]
 if len(at_577):
     r = at_577.iloc[0]
-    print(f"n=577, keep 0.1: fused kernel {r['fused speed-up']:.2f}x over dense SDPA (faster: {r['fused speed-up'] > 1}, "
-          f">= 2x: {r['fused speed-up'] >= 2}); torch path {r['measured speed-up']:.2f}x; attention alone "
+    fused = ("not measured (no build)" if pd.isna(r["fused speed-up"]) else
+             f"{r['fused speed-up']:.2f}x over dense SDPA (faster: {r['fused speed-up'] > 1}, "
+             f">= 2x: {r['fused speed-up'] >= 2})")
+    print(f"n=577, keep 0.1: fused kernel {fused}; torch path {r['measured speed-up']:.2f}x; attention alone "
           f"{r['attention-only speed-up']:.2f}x; analytic limit {r['analytic limit']:.2f}x")
 
 # %%

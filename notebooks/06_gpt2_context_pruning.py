@@ -310,20 +310,23 @@ else:
 # claims without a perplexity table, so the paper's row has no perplexity.
 
 # %%
-rows = [study.result_row("dense", 1.0, dense_eval, speedup=1.0, memory_ratio=1.0)]
+M = study.methods  # the rows this experiment declares (bab.experiments.methods)
+rows = [study.result_row(M.dense, 1.0, dense_eval, speedup=1.0, memory_ratio=1.0)]
 for r in rows_by_gamma:
     t = throughput[long_context].loc[f"gamma={r['gamma']:g}"]
-    rows.append(study.result_row(f"context pruning, gamma={r['gamma']:g}", None, r, speedup=t.throughput_ratio,
-                                 memory_ratio=t.memory_ratio))
-rows.append(study.result_row("context pruning, ~80% of context pruned", 0.2, dict(headline),
+    rows.append(study.result_row(M.specialist, None, r, speedup=t.throughput_ratio, memory_ratio=t.memory_ratio,
+                                 analytic_limit=t.decode_limit, settings={"gamma": r["gamma"]}))
+rows.append(study.result_row(M.headline, 0.2, dict(headline),
                              speedup=long80.throughput_ratio, memory_ratio=long80.memory_ratio,
+                             analytic_limit=long80.decode_limit,
                              note=f"gamma={gamma80:g}; throughput at a {long_context}-token prompt"))
 for r in budget_rows:
-    rows.append(study.result_row("budget-conditioned context pruning", r["budget"], r))
+    rows.append(study.result_row(M.budgeted, r["budget"], r))
 for r in ablation_rows:
-    rows.append(study.result_row(f"ablation {r['ablation']}, irreversible={r['irreversible']}", None, r))
+    rows.append(study.result_row(M.ablation, None, r,
+                                 settings={"ablation": r["ablation"], "irreversible": bool(r["irreversible"])}))
 for r in static.itertuples():
-    rows.append(study.result_row(f"static {r.kind} at gamma={r.gamma:g}'s sparsity", None, r._asdict(),
+    rows.append(study.result_row(M.static, None, r._asdict(), settings={"kind": r.kind, "gamma": r.gamma},
                                  note=r.method))
 comparison = paper.comparison_table(rows)
 display(comparison)

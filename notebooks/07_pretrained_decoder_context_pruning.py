@@ -258,16 +258,17 @@ print(f"budget-conditioned rows: {len(budgeted)} budgets, columns {list(budgeted
 
 # %%
 austen = learned[learned.text == "austen"]
-result_rows = [study.result_row("dense", 1.0, dense_eval["austen"])]
+M = study.methods  # the rows this experiment declares (bab.experiments.methods)
+result_rows = [study.result_row(M.dense, 1.0, dense_eval["austen"])]
 for r in austen.itertuples():
-    result_rows.append(study.result_row(f"context pruning, gamma={r.gamma:g}", None, r._asdict()))
-result_rows.append(study.result_row("context pruning, ~80% of context pruned", 0.2, dict(headline),
+    result_rows.append(study.result_row(M.specialist, None, r._asdict(), settings={"gamma": r.gamma}))
+result_rows.append(study.result_row(M.headline, 0.2, dict(headline),
                                     note=f"gamma={gamma80:g}; SmolLM2-135M, profile {P.name}"))
 for r in static[static.text == "austen"].itertuples():
-    result_rows.append(study.result_row(f"static {r.kind} at gamma={r.gamma:g}'s sparsity", None, r._asdict(),
+    result_rows.append(study.result_row(M.static, None, r._asdict(), settings={"kind": r.kind, "gamma": r.gamma},
                                         note=r.method))
 for r in budget_rows:
-    result_rows.append(study.result_row("budget-conditioned context pruning", r["budget"], r))
+    result_rows.append(study.result_row(M.budgeted, r["budget"], r))
 comparison = paper.comparison_table(result_rows)
 display(comparison)
 save_results(result_rows, results_path)

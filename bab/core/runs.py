@@ -20,12 +20,14 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
 from bab.core import strict_json
+from bab.core.provenance import git_commit, now_iso
 from bab.core.training import Checkpointer, distributed_state, seed_everything
 
 # Bump when a change to the code makes old checkpoints mean something different.
@@ -127,7 +129,11 @@ class RunCache:
         if metrics is not None:
             return {**metrics, "cached": True}
         checkpoint = self.checkpointer(name, config)
+        started, t0 = now_iso(), time.perf_counter()
         metrics = train_fn(model, checkpoint)
+        # which code trained it, when, and how long the sitting that finished it took (stored with the model)
+        metrics = {**metrics, "trained_by": {"commit": git_commit(), "started_at": started,
+                                             "wall_seconds": round(time.perf_counter() - t0, 1)}}
         state = distributed_state()
         if state.is_main_process:
             self.save(name, config, model, metrics)

@@ -18,6 +18,7 @@ import torch
 
 from bab.core.runs import RunCache
 from bab.data.text import PretrainedTokenizer, build_text_classification, sort_by_length
+from bab.experiments.methods import methods
 from bab.experiments.text import TextStudy
 from bab.heads.bench import reloaded_latency
 from bab.heads.evaluate import SWEEP_BUDGETS, evaluate
@@ -120,6 +121,39 @@ def _bert_profiles(dataset: str, quick: dict | None = None, **overrides) -> dict
 BERT_AG_NEWS = _bert_profiles("ag_news", quick=dict(static_budgets=(0.50,)))
 # DBpedia14: the paper's rows are dense, budgeted hard-adapted and the soft sweep; no specialists
 BERT_DBPEDIA = _bert_profiles("dbpedia_14", static_budgets=(), posthoc_budgets=())
+
+
+# The rows notebooks 03 and 04 report: (attribute, method name, mechanism, budget kind, origin)
+_BERT_ROWS = (
+    ("dense", "dense", "none", "dense", "paper"),
+    ("hard_adapted", "budgeted hard-adapted", "heads", "fraction", "paper"),
+    ("warm", "warm-start budgeted", "heads", "fraction", "paper"),
+    ("soft_sweep", "soft sweep", "heads", "fraction", "paper"),
+    ("structural", "budgeted structural", "heads", "fraction", "paper"),
+)
+BERT_AG_NEWS_METHODS = methods(
+    "bert_ag_news", *_BERT_ROWS,
+    ("static_hard", "static hard specialist", "heads", "fraction", "baseline"),
+    ("posthoc", "dense post-hoc structural", "heads", "fraction", "baseline"),
+    ("posthoc_recovered", "dense post-hoc + recovery", "heads", "fraction", "baseline"),
+)
+BERT_DBPEDIA_METHODS = methods("bert_dbpedia14", *_BERT_ROWS)
+# the DistilBERT pilot of section 6.5 (hub only; notebook 03)
+PILOT_EXPERIMENT = "distilbert_ag_news"
+PILOT_METHODS = methods(
+    PILOT_EXPERIMENT,
+    ("dense", "dense", "none", "dense", "paper"),
+    ("dense_continued", "dense continued", "none", "dense", "paper"),  # the paper's longer-trained control
+    ("warm", "warm-start budgeted", "heads", "fraction", "paper"),
+    ("posthoc", "dense post-hoc", "heads", "fraction", "baseline"),
+)
+METHOD_SETS = (BERT_AG_NEWS_METHODS, BERT_DBPEDIA_METHODS, PILOT_METHODS)
+
+
+def pilot_unavailable_row(note: str) -> dict:
+    """The pilot's dense row with no numbers, for a machine without its weights: the report shows it as not run."""
+    return {"experiment": PILOT_EXPERIMENT, "method": PILOT_METHODS.dense.name, "budget": 1.0, "cost": None,
+            "accuracy": None, "speedup": None, "note": note}
 
 
 # ----------------------------------------------------------------------------- the study

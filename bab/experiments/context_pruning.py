@@ -26,7 +26,12 @@ from bab.context.interaction import PruningConfig
 from bab.context.train import LMTrainConfig
 from bab.core.runs import RunCache
 from bab.data.lm import LMData, LMDataConfig, load_lm_data
-from bab.experiments.decoder_study import DecoderStudy, closest_to, interpolate_specialists  # noqa: F401 (re-exported)
+from bab.experiments.decoder_study import (  # noqa: F401 (closest_to, interpolate_specialists re-exported)
+    DecoderStudy,
+    closest_to,
+    context_pruning_methods,
+    interpolate_specialists,
+)
 
 # ----------------------------------------------------------------------------- profiles
 
@@ -128,6 +133,8 @@ GPT2_CONTEXT_PRUNING = {
 
 
 EXPERIMENT = "gpt2_context_pruning"
+GPT2_METHODS = context_pruning_methods(EXPERIMENT)
+METHOD_SETS = (GPT2_METHODS,)
 
 
 class ContextPruningStudy(DecoderStudy):

@@ -31,7 +31,24 @@ from bab.context.static_masks import match_stride, match_window, static_mask
 from bab.context.token_kinds import token_kind_breakdown
 from bab.context.train import LMTrainConfig, train_lm
 from bab.core.training import seed_everything
+from bab.experiments.methods import methods
 from bab.experiments.study import Study, trained
+
+
+def context_pruning_methods(experiment: str, ablations: bool = True):
+    """The rows notebooks 06 and 07 report: (attribute, method name, mechanism, budget kind, origin[, settings]).
+    Specialists are told apart by gamma; the headline row is the specialist closest to 80% pruned (its note
+    names the gamma)."""
+    return methods(
+        experiment,
+        ("dense", "dense", "none", "dense", "paper"),
+        ("specialist", "context pruning", "context tokens", "none", "paper", ("gamma",)),
+        ("headline", "context pruning, ~80% of context pruned", "context tokens", "fraction", "paper"),
+        ("budgeted", "budget-conditioned context pruning", "context tokens", "fraction", "ours"),
+        ("static", "static context mask", "context tokens", "none", "baseline", ("kind", "gamma")),
+        *([("ablation", "context pruning ablation", "context tokens", "none", "ours", ("ablation", "irreversible"))]
+          if ablations else []),
+    )
 
 
 class DecoderStudy(Study):

@@ -86,6 +86,15 @@ def variant_configs(study, variant: RecipeVariant):
     return replace(p.warm, **{**PAPER_SOFT, **variant.soft}), replace(p.hard_adapt, **hard)
 
 
+def paper_recipe_models(study):
+    """(soft model, hard-adapted model) of the paper's recipe on ``study``'s profile: the ablation's first row,
+    served by the run cache when the ablation has run (trained otherwise)."""
+    soft_config, hard_config = variant_configs(study, BASE)
+    soft = study.warm_start_budgeted(soft_config)
+    hard, _, _ = study.hard_adapted(hard_config, soft=soft)
+    return soft[0], hard
+
+
 def gate_spread(model, budget: float = 0.5) -> float:
     """Std of the soft gates g_lh(b) across all heads: ~0 when every head is shrunk alike."""
     return float(model.gates(budget).detach().std())

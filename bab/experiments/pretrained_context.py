@@ -32,9 +32,11 @@ from bab.core.runs import RunCache
 from bab.core.warm_start import warm_start
 from bab.data.lm import LMData, LMDataConfig, LMTokenizer, load_lm_data
 from bab.experiments.context_pruning import BUDGETS
-from bab.experiments.decoder_study import DecoderStudy
+from bab.experiments.decoder_study import DecoderStudy, context_pruning_methods
 
 EXPERIMENT = "pretrained_context_pruning"
+PRETRAINED_METHODS = context_pruning_methods(EXPERIMENT, ablations=False)
+METHOD_SETS = (PRETRAINED_METHODS,)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import bab.sparsifiner
 from bab.core.runs import RunCache, train_cached
 from bab.core.training import TrainResult
 from bab.core.warm_start import warm_start
+from bab.experiments.methods import Method, MethodSet, registry
 
 # the method packages whose TRAINING_VERSION keys their runs (read at every call: a bump retrains)
 _METHODS = {"heads": bab.heads, "context": bab.context, "sparsifiner": bab.sparsifiner}
@@ -72,19 +73,35 @@ class Study:
 
     # -- rows for the report -----------------------------------------------------------------------------
 
+    @property
+    def methods(self) -> MethodSet:
+        """The methods this study's experiment declares (``bab.experiments.methods``): ``study.methods.dense``."""
+        return registry()[self.experiment]
+
     def row_columns(self, stats: dict) -> dict:
         """The contract's measured columns of ``stats`` (an evaluation's dict): cost and accuracy."""
         return {"cost": stats.get("cost"), "accuracy": stats.get("accuracy")}
 
-    def result_row(self, method: str, budget: float | None, stats: dict, speedup: float | None = None,
-                   **extra) -> dict:
-        """One row of the results contract (``bab.report.results``): ``method`` at ``budget`` (None: no budget),
-        the measured columns of ``stats`` (``row_columns``), the speed-up, and ``extra`` optional columns
-        (``perplexity``, ``memory_ratio``, ``note``; left out when None or empty)."""
-        row = {"experiment": self.experiment, "method": method,
-               "budget": None if budget is None else round(float(budget), 4)}
+    def result_row(self, method: Method, budget: float | None, stats: dict, speedup: float | None = None,
+                   settings: dict | None = None, **extra) -> dict:
+        """One row of the results contract (``bab.report.results``): the declared ``method`` of this study's
+        experiment (``bab.experiments.methods``) at ``budget`` (None for a method without one), the measured
+        columns of ``stats`` (``row_columns``), the speed-up, the method's ``settings`` and ``extra`` optional
+        columns (``perplexity``, ``memory_ratio``, ``note``; left out when None or empty).
+
+        ValueError when ``method`` is text or belongs to another experiment, or when the budget or the settings
+        do not fit it, so a wrong row fails here, in the cell that builds it."""
+        if not isinstance(method, Method):
+            raise ValueError(f"result_row takes a declared Method (e.g. {type(self).__name__}'s experiment's "
+                             f"METHODS.dense, bab.experiments.methods), got {method!r}")
+        if method.experiment != self.experiment:
+            raise ValueError(f"method {method.name!r} belongs to {method.experiment!r}, this study is "
+                             f"{self.experiment!r}")
+        row = {"experiment": self.experiment, "method": method.name, "budget": method.check_budget(budget)}
         row.update({key: _number(value) for key, value in self.row_columns(stats).items()})
         row["speedup"] = _number(speedup)
+        if method.settings or settings:
+            row["settings"] = method.check_settings(settings)
         row.update({key: value if key == "note" else _number(value) for key, value in extra.items()
                     if value is not None and value != ""})
         return row

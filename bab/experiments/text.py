@@ -16,6 +16,7 @@ from bab.core.runs import RunCache
 from bab.data.text import build_text_classification
 from bab.experiments.hard_recipe import DECISIVE
 from bab.experiments.heads_study import BudgetedStudy
+from bab.experiments.methods import methods
 from bab.heads.encoder import EncoderConfig
 from bab.heads.evaluate import SWEEP_BUDGETS, evaluate
 from bab.heads.train import TrainConfig
@@ -95,6 +96,25 @@ AG_NEWS = {
         timing_repeats=5,
     ),
 }
+
+
+# The rows notebook 02 reports: (attribute, method name, mechanism, budget kind, origin)
+AG_NEWS_METHODS = methods(
+    "ag_news_custom",
+    ("dense", "dense", "none", "dense", "paper"),
+    # the paper's names hold the paper's recipe (the ablation's first row); this package's recipe stands beside
+    ("warm", "warm-start budgeted", "heads", "fraction", "paper"),
+    ("warm_ours", "warm-start budgeted, our recipe", "heads", "fraction", "ours"),
+    ("static", "warm-start static", "heads", "fraction", "baseline"),
+    ("posthoc", "post-hoc pruning", "heads", "fraction", "baseline"),
+    ("soft_latency", "budgeted soft (latency)", "heads", "fraction", "ours"),
+    ("hard_unadapted", "hard skip, no adaptation", "heads", "fraction", "paper"),
+    ("hard_unadapted_ours", "hard skip, no adaptation, our recipe", "heads", "fraction", "ours"),
+    ("hard_adapted", "budgeted hard skip, adapted", "heads", "fraction", "paper"),
+    ("hard_adapted_ours", "budgeted hard skip, adapted, our recipe", "heads", "fraction", "ours"),
+    ("static_hard", "static hard skip", "heads", "fraction", "baseline"),
+)
+METHOD_SETS = (AG_NEWS_METHODS,)
 
 
 # ----------------------------------------------------------------------------- the study

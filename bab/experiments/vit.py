@@ -19,6 +19,7 @@ import torch
 from bab.core.budget import GATE_STARTS, nest_gates_by_importance_
 from bab.core.runs import RunCache
 from bab.data.images import image_splits, load_fashion_mnist
+from bab.experiments.methods import methods
 from bab.experiments.study import Study, tensors_digest, trained
 from bab.sparsifiner.evaluate import evaluate_vit, vit_head_importance
 from bab.sparsifiner.predictor import num_connections
@@ -142,6 +143,24 @@ VIT = {
 @cache
 def _cached_splits(num_train: int, num_val: int, num_test: int, seed: int, path: str | None):
     return image_splits(load_fashion_mnist(path), num_train, num_val, num_test, seed)
+
+
+# The rows notebook 05 reports: (attribute, method name, mechanism, budget kind, origin[, settings]). Budgets are
+# attention keep rates, token keep rates (EViT) or head budgets; EViT + Sparsifiner rows carry their token keep rate.
+VIT_METHODS = methods(
+    "vit_sparsifiner",
+    ("dense", "dense", "none", "dense", "paper"),
+    ("sparsifiner", "sparsifiner", "connections", "fraction", "paper"),
+    ("phase1_only", "sparsifiner, phase 1 only", "connections", "fraction", "paper"),
+    ("evit", "token pruning (EViT)", "tokens", "fraction", "baseline"),
+    ("evit_sparsifiner", "EViT + sparsifiner", "tokens + connections", "fraction", "paper", ("token_keep",)),
+    # its projection length is the connection count of Sparsifiner at linformer_keep_rate (the note says which);
+    # the paper's Table 4 gives no rate, so neither row carries a budget
+    ("linformer", "linformer (equal budget)", "low rank", "none", "baseline"),
+    ("heads", "budgeted heads (hard top-k)", "heads", "fraction", "ours"),
+    ("attention_speed", "attention core speed", "connections", "fraction", "paper", ("tokens",)),
+)
+METHOD_SETS = (VIT_METHODS,)
 
 
 class ViTStudy(Study):

@@ -36,10 +36,12 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from bab.core.folders import current_umask, swap_into_place
+from bab.core.provenance import git_commit
 from bab.core.threads import THREADS_ENV, available_cores
 from bab.experiments.profiles import PROFILE_NAMES as PROFILES
-from bab.report.index import git_commit, write_index
+from bab.report.index import write_index
 from bab.report.progress import CellProgress, estimate_line, last_run, last_run_note, progress_engine
+from bab.report.record import write_record
 from bab.report.results import now_iso, write_json_atomic
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
@@ -283,6 +285,7 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
         if table_error:
             print(f"comparison table FAILED: {table_error}", flush=True)
         scrub_machine_paths(staging, notebooks_dir.parent)
+        write_record(staging)
         swap_into_place(staging, final)
     finally:
         if staging.exists():
@@ -352,13 +355,19 @@ def add_arguments(parser):
                              "machine)")
     parser.add_argument("--reports-dir", default="reports")
     parser.add_argument("--notebooks-dir", default="notebooks")
+    parser.add_argument("--record-only", default=None, metavar="FOLDER",
+                        help="run nothing: rewrite FOLDER/RECORD.md from its results.json and runs/ (e.g. "
+                             "reports/paper)")
 
 
 def run(args):
     """Build the report for parsed ``args``; return the exit code."""
     try:
+        if args.record_only is not None:
+            print(f"wrote {write_record(args.record_only)}")
+            return 0
         return build_report(args.profile, args.notebooks_dir, args.reports_dir, only=args.only, jobs=args.jobs)
-    except ValueError as exc:
+    except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -9,11 +9,13 @@ import importlib
 import importlib.metadata
 import os
 import platform
-import subprocess
 from importlib import resources
 from pathlib import Path
 
-from bab.report.results import now_iso, read_json, write_json_atomic
+from bab.core.provenance import git_commit
+from bab.report.results import RESULTS_CONTRACT, now_iso, read_json, write_json_atomic
+
+COST_AXIS_FIGURE = "cost_axis.png"
 
 
 def collect_runs(staging, notebooks):
@@ -37,12 +39,47 @@ def collect_runs(staging, notebooks):
 
 def collect_results(staging):
     """{stem: rows} from every results/<stem>.json in the staging folder."""
+    return {stem: rows for stem, (_, rows) in collect_results_with_contract(staging).items()}
+
+
+def collect_results_with_contract(staging):
+    """{stem: (results contract version or None, rows)} from every results/<stem>.json in the staging folder."""
     results = {}
     for path in sorted((staging / "results").glob("*.json")):
         data = read_json(path)
         if data is not None:
-            results[path.stem] = data.get("rows", [])
+            results[path.stem] = (data.get("contract"), data.get("rows", []))
     return results
+
+
+def current_rows(results):
+    """(the rows of notebooks written under the current results contract, the notebooks left out)."""
+    current = {stem: rows for stem, (contract, rows) in results.items() if contract == RESULTS_CONTRACT}
+    older = sorted(stem for stem in results if stem not in current)
+    return [row for stem_rows in current.values() for row in stem_rows], older
+
+
+def judged_claims(results):
+    """The claims (bab.report.claims) judged on the rows of notebooks written under the current results
+    contract, as plain dicts; and the notebooks left out because their rows are older. Rows of an older contract
+    can mean something else under the same method name (the paper's recipe, since version 2)."""
+    from bab.report.claims import judge_all
+
+    rows, older = current_rows(results)
+    claims = [{"id": j.claim.id, "paper": j.claim.paper, "where": j.claim.where, "claim": j.claim.statement,
+               "metric": j.claim.metric, "setup": j.claim.setup, "verdict": j.verdict.status,
+               "ours": j.verdict.ours, "theirs": j.verdict.theirs, "why": j.verdict.why} for j in judge_all(rows)]
+    return claims, older
+
+
+def claims_summary(claims):
+    """{paper: {verdict: count}} of judged claims (plain dicts), every verdict present."""
+    from bab.report.claims import PAPERS, VERDICTS
+
+    counts = {paper: dict.fromkeys(VERDICTS, 0) for paper in PAPERS}
+    for claim in claims:
+        counts[claim["paper"]][claim["verdict"]] += 1
+    return counts
 
 
 def comparison_html(rows):
@@ -71,22 +108,6 @@ def cpu_name():
     return platform.processor() or platform.machine()
 
 
-def git_commit(cwd):
-    """The checkout's commit (short hash), with "+dirty" when tracked files outside reports/ differ from it
-    (the code that ran is then not the commit's); "unknown" outside a git checkout."""
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=5)
-
-    with contextlib.suppress(Exception):
-        head = git("rev-parse", "--short", "HEAD")
-        if head.returncode == 0:
-            # reports/ is left out: a committed report folder changes with every run, not the code
-            changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)reports")
-            dirty = changed.returncode == 0 and changed.stdout.strip()
-            return head.stdout.strip() + ("+dirty" if dirty else "")
-    return "unknown"
-
-
 def environment_info(profile, repo_dir):
     """Versions and machine facts shown at the bottom of the index page."""
     return {
@@ -104,8 +125,10 @@ def environment_info(profile, repo_dir):
 
 
 
-def render_index(profile, generated_at, runs, table_html, table_error, env):
-    """The index page as a string (jinja2, autoescaped)."""
+def render_index(profile, generated_at, runs, table_html, table_error, env, claims=(), older=(), claims_error=None,
+                 figure=None):
+    """The index page as a string (jinja2, autoescaped): the claims first, then the notebooks, then the long
+    paper-vs-reproduction table (collapsed), then the machine."""
     import jinja2
 
     source = resources.files("bab.report").joinpath("template.html").read_text(encoding="utf-8")
@@ -118,6 +141,11 @@ def render_index(profile, generated_at, runs, table_html, table_error, env):
         table_html=table_html,
         table_error=table_error,
         env=env,
+        claims=list(claims),
+        summary=claims_summary(claims) if claims else {},
+        older=list(older),
+        claims_error=claims_error,
+        figure=figure,
         n_ok=count("ok"),
         n_failed=count("failed"),
         n_not_run=count("not run"),
@@ -128,16 +156,30 @@ def write_index(staging, profile, notebooks, repo_dir):
     """Write index.html and results.json into staging; return the comparison-table error (or None)."""
     generated_at = now_iso()
     runs = collect_runs(staging, notebooks)
-    results = collect_results(staging)
+    with_contract = collect_results_with_contract(staging)
+    results = {stem: rows for stem, (_, rows) in with_contract.items()}
     rows = [row for stem_rows in results.values() for row in stem_rows]
     table_html, table_error = comparison_html(rows)
+    claims, older, claims_error, figure = [], [], None, None
+    try:
+        claims, older = judged_claims(with_contract)
+        if current_rows(with_contract)[0]:
+            from bab.report.figures import cost_axis_figure
+
+            cost_axis_figure(current_rows(with_contract)[0], staging / COST_AXIS_FIGURE)
+            figure = COST_AXIS_FIGURE
+    except Exception as exc:  # the page still shows the notebooks and the rows
+        claims_error = f"{type(exc).__name__}: {exc}"
     merged = {
         "profile": profile,
         "generated_at": generated_at,
         "notebooks": {r["notebook"]: r["status"] for r in runs},
+        "contracts": {stem: contract for stem, (contract, _) in with_contract.items()},
+        "claims": claims,
         "rows": [{"notebook": stem, **row} for stem, stem_rows in results.items() for row in stem_rows],
     }
     write_json_atomic(staging / "results.json", merged)
-    page = render_index(profile, generated_at, runs, table_html, table_error, environment_info(profile, repo_dir))
+    page = render_index(profile, generated_at, runs, table_html, table_error, environment_info(profile, repo_dir),
+                        claims, older, claims_error, figure)
     (staging / "index.html").write_text(page, encoding="utf-8")
     return table_error

@@ -19,7 +19,9 @@ in JupyterLab refuses a pair whose text file is older).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import os
 import sys
 import tempfile
@@ -28,6 +30,8 @@ from pathlib import Path
 
 from bab.report.build import discover_notebooks, error_info, kernel_env, one_line, select_notebooks
 from bab.report.progress import CellProgress, progress_engine
+from bab.report.regression import store_reference
+from bab.report.results import ROWS_DIR_ENV
 
 DEFAULT_NOTEBOOKS = Path("notebooks")
 PAIRED_FORMAT = "py:percent"
@@ -126,9 +130,10 @@ def strip_volatile_metadata(nb):
 
 
 def refresh_notebook(path, cache_dir, on_cell=None) -> float:
-    """Execute ``path`` at profile smoke with run cache ``cache_dir``; store its outputs in place. Seconds taken.
+    """Execute ``path`` at profile smoke with run cache ``cache_dir``; store its outputs in place, and the result
+    rows it saves as its entry of the smoke regression reference (``bab.report.regression``). Seconds taken.
 
-    On any error the stored notebook (and its .py) stay as they were.
+    On any error the stored notebook (and its .py) and its reference rows stay as they were.
     """
     import nbformat
     import papermill
@@ -136,20 +141,24 @@ def refresh_notebook(path, cache_dir, on_cell=None) -> float:
     path = Path(path).resolve()
     script = paired_script(path)
     start = time.perf_counter()
-    with kernel_env(BAB_CACHE_DIR=str(cache_dir)):
-        with tempfile.TemporaryDirectory(dir=path.parent, prefix=".refresh-") as tmp:
-            out = Path(tmp) / path.name
-            papermill.execute_notebook(str(path), str(out), kernel_name="python3", cwd=str(path.parent),
-                                       engine_name=progress_engine(), on_cell=on_cell, progress_bar=False,
-                                       extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
-            nbformat.write(strip_volatile_metadata(nbformat.read(out, as_version=4)), out)
-            if script.exists():
-                differences = pair_differences(out, script)
-                if differences:
-                    raise RuntimeError(f"the executed notebook's sources differ from {script.name}: {differences[0]}")
-            os.replace(out, path)
-            if script.exists():
-                os.utime(script)  # same sources; not older than the new .ipynb
+    with contextlib.ExitStack() as stack:
+        rows_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bab-refresh-rows-")))
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=path.parent, prefix=".refresh-")))
+        stack.enter_context(kernel_env(BAB_CACHE_DIR=str(cache_dir), **{ROWS_DIR_ENV: str(rows_dir)}))
+        out = tmp / path.name
+        papermill.execute_notebook(str(path), str(out), kernel_name="python3", cwd=str(path.parent),
+                                   engine_name=progress_engine(), on_cell=on_cell, progress_bar=False,
+                                   extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
+        nbformat.write(strip_volatile_metadata(nbformat.read(out, as_version=4)), out)
+        if script.exists():
+            differences = pair_differences(out, script)
+            if differences:
+                raise RuntimeError(f"the executed notebook's sources differ from {script.name}: {differences[0]}")
+        os.replace(out, path)
+        if script.exists():
+            os.utime(script)  # same sources; not older than the new .ipynb
+        for rows_file in sorted(rows_dir.glob("*.json")):
+            store_reference(rows_file.stem, json.loads(rows_file.read_text())["rows"])
     return time.perf_counter() - start
 
 

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import pandas as pd
 
-KEYS = ("experiment", "method", "budget")
+# a row's identity: its experiment, its method (declared in bab.experiments.methods), its budget and its settings
+# as canonical text (``settings_text``: "token_keep=0.7"; empty for a method without settings)
+KEYS = ("experiment", "method", "budget", "settings")
 OPTIONAL_COLUMNS = ("perplexity", "memory_ratio")  # language-model rows (context pruning)
 
 
 def _row(experiment, method, budget, cost=None, accuracy=None, speedup=None, note="", perplexity=None,
-         memory_ratio=None):
+         memory_ratio=None, settings=None):
     row = {"experiment": experiment, "method": method, "budget": budget, "cost": cost,
            "accuracy": accuracy, "speedup": speedup, "note": note}
+    if settings:
+        row["settings"] = dict(settings)
     if perplexity is not None or memory_ratio is not None:  # language-model rows only
         row.update(perplexity=perplexity, memory_ratio=memory_ratio)
     return row
@@ -88,14 +92,16 @@ SPARSIFINER = [
     # at attention keep rate 0.25 (budget = attention keep rate; the token keep rate is in the method name)
     _row("vit_sparsifiner", "token pruning (EViT)", 0.70, round(193.1 / _DEIT_S_MHSA_MFLOPS, 4), 79.5),
     _row("vit_sparsifiner", "token pruning (EViT)", 0.50, round(149.1 / _DEIT_S_MHSA_MFLOPS, 4), 78.5),
-    _row("vit_sparsifiner", "EViT 0.7 + sparsifiner", 0.25, round(113.3 / _DEIT_S_MHSA_MFLOPS, 4), 79.5,
-         note="Sparsif-EViT"),
-    _row("vit_sparsifiner", "EViT 0.5 + sparsifiner", 0.25, round(86.6 / _DEIT_S_MHSA_MFLOPS, 4), 78.7,
-         note="Sparsif-EViT"),
+    _row("vit_sparsifiner", "EViT + sparsifiner", 0.25, round(113.3 / _DEIT_S_MHSA_MFLOPS, 4), 79.5,
+         note="Sparsif-EViT", settings={"token_keep": 0.7}),
+    _row("vit_sparsifiner", "EViT + sparsifiner", 0.25, round(86.6 / _DEIT_S_MHSA_MFLOPS, 4), 78.7,
+         note="Sparsif-EViT", settings={"token_keep": 0.5}),
     # Table 4: Linformer with its reduced dimension equal to Sparsifiner's budget, trained identically
     _row("vit_sparsifiner", "linformer (equal budget)", None, round(246.73 / _DEIT_S_MHSA_MFLOPS, 4), 77.54,
          note="Table 4; keep rate not stated; Sparsifiner-S there: 224.04 MFLOPs, 79.79"),
 ]
+# Table 4's Sparsifiner-S beside that Linformer (224.04 MHSA MFLOPs; its keep rate is not stated either)
+SPARSIFINER_S_TABLE4_ACCURACY = 79.79
 
 # Dynamic Context Pruning (arXiv 2305.15805; docs/context-pruning.md). The text we have
 # states the headline claims only, without a perplexity table: GPT-2 fine-tuned with up to 80% of the
@@ -118,6 +124,30 @@ PAPER_RESULTS = BUDGETED_ATTENTION + SPARSIFINER + CONTEXT_PRUNING
 # does (offline we fine-tune the packaged 6 x 12-head MiniLM where the paper used BERT-Mini; the
 # rows' notes name the model that was actually used).
 COUNTERPARTS = {"bert_ag_news": "bert_mini_ag_news", "bert_dbpedia14": "bert_mini_dbpedia14"}
+# The papers' experiments with no run of ours (BERT-Tiny's latency row: hub only).
+NOT_RUN_HERE = ("bert_tiny_ag_news",)
+
+
+def check_paper_rows(rows=None) -> None:
+    """Every paper row names a method our counterpart experiment declares, with a budget and settings that fit
+    it, and no two rows share a key: a row the report could never join fails here, not as an empty cell."""
+    from bab.experiments.methods import method_of
+
+    ours_of = {paper_name: ours for ours, paper_name in COUNTERPARTS.items()}
+    seen = set()
+    for i, row in enumerate(PAPER_RESULTS if rows is None else rows):
+        key = tuple(_keyed(row)[k] for k in KEYS)
+        if key in seen:
+            raise ValueError(f"paper row {i}: key {key} repeats")
+        seen.add(key)
+        if row["experiment"] in NOT_RUN_HERE:
+            continue
+        try:
+            method = method_of(ours_of.get(row["experiment"], row["experiment"]), row["method"])
+            method.check_budget(row["budget"])
+            method.check_settings(row.get("settings"))
+        except ValueError as exc:
+            raise ValueError(f"paper row {i} ({row['experiment']}, {row['method']}): {exc}") from None
 
 
 def paper_frame(experiment: str | None = None) -> pd.DataFrame:
@@ -125,26 +155,40 @@ def paper_frame(experiment: str | None = None) -> pd.DataFrame:
     return frame if experiment is None else frame[frame.experiment == experiment].reset_index(drop=True)
 
 
+def _keyed(row: dict) -> dict:
+    """``row`` with its settings as canonical text, the form the join key holds."""
+    from bab.experiments.methods import settings_text
+
+    return {**row, "settings": settings_text(row.get("settings"))}
+
+
 def comparison_table(rows, experiments=None) -> pd.DataFrame:
-    """Our result rows beside the paper's, joined on (experiment, method, budget).
+    """Our result rows beside the paper's, joined on (experiment, method, budget, settings).
 
     Keeps every row of ours and every paper row of the experiments we ran (or ``experiments``),
-    so a paper number we did not reproduce shows up as a gap rather than disappearing.
+    so a paper number we did not reproduce shows up as a gap rather than disappearing. ``vs dense`` is each
+    side's accuracy minus its own dense model's (points): the like-for-like comparison of a method's cost in
+    accuracy, where the levels themselves come from different models and data.
     """
-    ours = pd.DataFrame(list(rows), columns=[*KEYS, "cost", "accuracy", "speedup", *OPTIONAL_COLUMNS, "note"])
+    ours = pd.DataFrame([_keyed(r) for r in rows],
+                        columns=[*KEYS, "cost", "accuracy", "speedup", *OPTIONAL_COLUMNS, "note"])
     ours["experiment"] = ours["experiment"].map(lambda name: COUNTERPARTS.get(name, name))
     ours = ours.rename(columns={"note": "note (ours)"})
     if experiments is None:
         experiments = sorted(set(ours.experiment))
-    paper = paper_frame()
+    paper = pd.DataFrame([_keyed(r) for r in PAPER_RESULTS])
     paper = paper.reindex(columns=[*KEYS, "cost", "accuracy", "speedup", *OPTIONAL_COLUMNS])
     paper = paper[paper.experiment.isin(list(experiments))]
     for frame in (ours, paper):
         frame["budget"] = frame["budget"].astype(float).round(4)
     table = paper.merge(ours, on=list(KEYS), how="outer", suffixes=(" (paper)", " (ours)"))
-    table["accuracy gap"] = table["accuracy (ours)"] - table["accuracy (paper)"]
-    columns = [*KEYS, "cost (paper)", "cost (ours)", "accuracy (paper)", "accuracy (ours)", "accuracy gap",
-               "speedup (paper)", "speedup (ours)"]
+    # like for like: each side's accuracy against its own dense model, never our level against the paper's
+    for side in ("paper", "ours"):
+        frame = table[(table.method == "dense") & table[f"accuracy ({side})"].notna()]
+        dense = frame.drop_duplicates("experiment").set_index("experiment")[f"accuracy ({side})"]
+        table[f"vs dense ({side})"] = table[f"accuracy ({side})"] - table.experiment.map(dense)
+    columns = [*KEYS, "cost (paper)", "cost (ours)", "accuracy (paper)", "accuracy (ours)", "vs dense (paper)",
+               "vs dense (ours)", "speedup (paper)", "speedup (ours)"]
     for name in OPTIONAL_COLUMNS:  # shown only where some row has them (all-empty columns are dropped below)
         columns += [f"{name} (paper)", f"{name} (ours)"]
     columns.append("note (ours)")
@@ -152,4 +196,6 @@ def comparison_table(rows, experiments=None) -> pd.DataFrame:
     table = table[columns].sort_values(
         ["experiment", "method", "budget"], key=lambda s: s.map(order) if s.name == "experiment" else s
     )
+    if (table["settings"].fillna("") == "").all():
+        table = table.drop(columns="settings")
     return table.dropna(axis=1, how="all").reset_index(drop=True)

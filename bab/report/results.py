@@ -18,13 +18,24 @@ from pathlib import Path
 from bab.core import strict_json
 from bab.core.folders import current_umask
 
+# The version of the rows' meaning: 2 = methods are declared typed ids (bab.experiments.methods), the papers'
+# method names hold the papers' recipes, settings are typed values. Rows of an older version are not judged.
+RESULTS_CONTRACT = 2
+
+# Where a notebook run without a results_path (nbval, a notebook refresh) still writes its rows, when set: the
+# smoke regression check compares them with tests/reference/smoke_rows.json (bab.report.regression).
+ROWS_DIR_ENV = "BAB_RESULTS_DIR"
+
 # one result row: required keys and their types (float columns may be None)
 ROW_STR_KEYS = ("experiment", "method")
 ROW_FLOAT_KEYS = ("budget", "cost", "accuracy", "speedup")
 ROW_OPTIONAL_KEYS = ("note",)
-# optional float columns (None or absent when they do not apply): language-model perplexity and the
-# KV-cache memory ratio (dense bytes / ours) of context pruning
-ROW_OPTIONAL_FLOAT_KEYS = ("perplexity", "memory_ratio")
+# optional float columns (None or absent when they do not apply): language-model perplexity, the
+# KV-cache memory ratio (dense bytes / ours) of context pruning, and beside a measured speed-up its analytic
+# limit (dense FLOPs / ours on the same passes)
+ROW_OPTIONAL_FLOAT_KEYS = ("perplexity", "memory_ratio", "analytic_limit")
+# the values that tell a method's rows apart beyond the budget (a dict; the method declares its keys)
+ROW_SETTINGS_KEY = "settings"
 
 # -----------------------------------------------------------------------------
 # the results contract: what a notebook writes
@@ -33,11 +44,14 @@ ROW_OPTIONAL_FLOAT_KEYS = ("perplexity", "memory_ratio")
 def validate_rows(rows):
     """Check result rows against the contract; return clean copies (floats as float).
 
-    Raises ValueError naming the row index and the offending key.
+    Every row names a method its experiment declares (``bab.experiments.methods``), with a budget and settings
+    that fit that method. Raises ValueError naming the row index and what was wrong.
     """
+    from bab.experiments.methods import method_of
+
     if isinstance(rows, dict) or not hasattr(rows, "__iter__"):
         raise ValueError(f"rows must be a list of dicts, got {type(rows).__name__}")
-    allowed = set(ROW_STR_KEYS + ROW_FLOAT_KEYS + ROW_OPTIONAL_KEYS + ROW_OPTIONAL_FLOAT_KEYS)
+    allowed = set(ROW_STR_KEYS + ROW_FLOAT_KEYS + ROW_OPTIONAL_KEYS + ROW_OPTIONAL_FLOAT_KEYS + (ROW_SETTINGS_KEY,))
     clean = []
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
@@ -67,6 +81,14 @@ def validate_rows(rows):
             if not isinstance(row["note"], str):
                 raise ValueError(f"row {i}: key 'note' must be a str, got {row['note']!r}")
             out["note"] = row["note"]
+        try:
+            method = method_of(out["experiment"], out["method"])
+            out["budget"] = method.check_budget(out["budget"])
+            settings = method.check_settings(row.get(ROW_SETTINGS_KEY))
+        except ValueError as exc:
+            raise ValueError(f"row {i}: {exc}") from None
+        if settings:
+            out[ROW_SETTINGS_KEY] = settings
         clean.append(out)
     return clean
 
@@ -89,15 +111,20 @@ def write_json_atomic(path, obj):
 
 
 def save_results(rows, path):
-    """Write a notebook's result rows to `path` as {"notebook": <stem>, "rows": rows}.
+    """Write a notebook's result rows to `path` as {"notebook": <stem>, "contract": RESULTS_CONTRACT, "rows": rows}.
 
-    `path` is the `results_path` parameter papermill injects; when it is None (the notebook
-    runs interactively) nothing is written and None is returned.
+    `path` is the `results_path` parameter papermill injects. When it is None (the notebook runs interactively,
+    or under nbval) the rows go to `$BAB_RESULTS_DIR/<experiments>.json` if that variable is set, else nothing is
+    written and None is returned.
     """
     if path is None:
-        return None
+        folder = os.environ.get(ROWS_DIR_ENV)
+        if not folder:
+            return None
+        rows = validate_rows(rows)
+        path = Path(folder) / ("+".join(sorted({row["experiment"] for row in rows})) + ".json")
     path = Path(path)
-    return write_json_atomic(path, {"notebook": path.stem, "rows": validate_rows(rows)})
+    return write_json_atomic(path, {"notebook": path.stem, "contract": RESULTS_CONTRACT, "rows": validate_rows(rows)})
 
 
 def now_iso():

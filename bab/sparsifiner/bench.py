@@ -227,9 +227,13 @@ def predictor_breakdown(tokens=TOKENS, keep_rate: float = 0.1, num_heads: int = 
 
 def crossover(table: pd.DataFrame, column: str = "measured speed-up") -> str:
     """Where the full sparse path (``column``: "measured speed-up" for the torch path, "fused speed-up" for the
-    fused kernel) starts to beat dense SDPA, in words (from the measured rows)."""
+    fused kernel) starts to beat dense SDPA, in words (from the measured rows). Lengths with no measured ratio
+    (the fused kernel could not be built) say "not measured", never "slower"."""
     lines = []
     for n, group in table.groupby("tokens"):
+        if group[column].isna().all():
+            lines.append(f"n={n}: not measured (no build)")
+            continue
         faster = group[group[column] > 1.0]
         if faster.empty:
             lines.append(f"n={n}: sparse slower than dense at every keep rate measured")

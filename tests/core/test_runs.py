@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bab.core.provenance import git_commit
 from bab.core.runs import RunCache, config_key
 
 
@@ -25,10 +26,13 @@ def test_round_trip_returns_the_trained_weights(tmp_path):
 
     first = tiny_model(0)
     metrics = cache.get_or_train("dense", config, first, fit)
+    trained_by = metrics.pop("trained_by")  # which code trained it, when, how long: stored with the model
     assert metrics == {"accuracy": 99.0, "cached": False}
+    assert set(trained_by) == {"commit", "started_at", "wall_seconds"} and trained_by["wall_seconds"] >= 0
+    assert trained_by["commit"] == git_commit() and trained_by["started_at"].startswith("20")
     second = tiny_model(2)
     metrics = cache.get_or_train("dense", config, second, fit)
-    assert metrics == {"accuracy": 99.0, "cached": True}
+    assert metrics == {"accuracy": 99.0, "cached": True, "trained_by": trained_by}  # a hit says who trained it
     assert len(calls) == 1
     torch.testing.assert_close(second.weight, trained.weight)
 

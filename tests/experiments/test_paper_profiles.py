@@ -3,14 +3,18 @@ import math
 import pytest
 
 from bab.experiments.profiles import EXPERIMENTS, PROFILE_NAMES, get_profile, profiles_of
-from bab.report.paper import PAPER_RESULTS, comparison_table
-from bab.report.results import validate_rows
+from bab.report.paper import PAPER_RESULTS, check_paper_rows, comparison_table
 
 
-def test_paper_rows_are_valid_result_rows_and_unique():
-    validate_rows([{k: v for k, v in row.items() if k != "note" or v} for row in PAPER_RESULTS])
-    keys = [(r["experiment"], r["method"], r["budget"]) for r in PAPER_RESULTS]
-    assert len(keys) == len(set(keys))
+def test_paper_rows_name_declared_methods_with_fitting_budgets_and_unique_keys():
+    check_paper_rows()
+    bad_budget = [{**PAPER_RESULTS[0], "budget": 0.5}]  # the synthetic dense row at 0.5
+    with pytest.raises(ValueError, match="dense reference: its budget is 1.0"):
+        check_paper_rows(bad_budget)
+    with pytest.raises(ValueError, match="declares no method 'warm start budgeted'"):
+        check_paper_rows([{**PAPER_RESULTS[2], "method": "warm start budgeted"}])
+    with pytest.raises(ValueError, match="repeats"):
+        check_paper_rows(PAPER_RESULTS[:2] + PAPER_RESULTS[:1])
 
 
 def test_paper_headline_numbers_are_recorded():
@@ -21,7 +25,9 @@ def test_paper_headline_numbers_are_recorded():
 
 
 def test_comparison_table_joins_ours_to_the_papers_and_keeps_gaps():
-    ours = [{"experiment": "synthetic", "method": "warm-start budgeted", "budget": 0.5, "cost": 0.45,
+    ours = [{"experiment": "synthetic", "method": "dense", "budget": 1.0, "cost": 1.0, "accuracy": 99.0,
+             "speedup": None},
+            {"experiment": "synthetic", "method": "warm-start budgeted", "budget": 0.5, "cost": 0.45,
              "accuracy": 98.0, "speedup": None},
             {"experiment": "synthetic", "method": "something new", "budget": 0.3, "cost": 0.3,
              "accuracy": 90.0, "speedup": None}]
@@ -29,7 +35,9 @@ def test_comparison_table_joins_ours_to_the_papers_and_keeps_gaps():
     assert set(table.experiment) == {"synthetic"}  # other experiments are not dragged in
     row = table[(table.method == "warm-start budgeted") & (table.budget == 0.5)].iloc[0]
     assert row["accuracy (paper)"] == 100.0 and row["accuracy (ours)"] == 98.0
-    assert row["accuracy gap"] == pytest.approx(-2.0)
+    # each side against its own dense model: the paper 100.0 - 99.4, ours 98.0 - 99.0
+    assert row["vs dense (paper)"] == pytest.approx(0.6) and row["vs dense (ours)"] == pytest.approx(-1.0)
+    assert "accuracy gap" not in table and "settings" not in table  # no level-vs-level column; no settings here
     # a paper row we did not reproduce stays visible, with no number of ours
     missing = table[(table.method == "warm-start static") & (table.budget == 0.25)].iloc[0]
     assert math.isnan(missing["accuracy (ours)"])

@@ -1,20 +1,19 @@
 """Sparsifiner's paper rows, notebook 05's profiles, and nbval's data check for Fashion-MNIST."""
 
+import pandas as pd
 import pytest
 
 import conftest
 from bab.data import images
 from bab.experiments.profiles import get_profile
 from bab.report import paper
-from bab.report.results import validate_rows
 from bab.sparsifiner.predictor import num_connections
 from bab.sparsifiner.vit import ViTClassifierConfig
 
 
 def test_sparsifiner_rows_are_valid_and_reach_the_comparison_table():
-    rows = [{k: v for k, v in row.items() if k != "note" or v} for row in paper.SPARSIFINER]
-    validate_rows(rows)
-    find = {(r["experiment"], r["method"], r["budget"]): r for r in paper.SPARSIFINER}
+    paper.check_paper_rows(paper.SPARSIFINER)
+    find = {(r["experiment"], r["method"], r["budget"]): r for r in paper.SPARSIFINER if "settings" not in r}
     assert find[("vit_sparsifiner", "sparsifiner", 0.1)]["accuracy"] == 79.42
     assert find[("vit_sparsifiner", "sparsifiner", 0.1)]["cost"] == pytest.approx(111.4 / 357.7, abs=1e-4)
     assert find[("vit_sparsifiner", "dense", 1.0)]["accuracy"] == 79.82
@@ -22,7 +21,15 @@ def test_sparsifiner_rows_are_valid_and_reach_the_comparison_table():
              "accuracy": 80.0, "speedup": None}]
     table = paper.comparison_table(ours)
     row = table[(table.method == "sparsifiner") & (table.budget == 0.1)].iloc[0]
-    assert row["accuracy gap"] == pytest.approx(80.0 - 79.42)
+    assert row["vs dense (paper)"] == pytest.approx(79.42 - 79.82)
+    # EViT + Sparsifiner rows are told apart by their token keep rate, a typed setting joined as text
+    combo = [{"experiment": "vit_sparsifiner", "method": "EViT + sparsifiner", "budget": 0.25, "cost": 0.2,
+              "accuracy": 84.0, "speedup": None, "settings": {"token_keep": 0.7}}]
+    table = paper.comparison_table(combo)
+    joined = table[table.method == "EViT + sparsifiner"].set_index("settings")
+    assert joined.loc["token_keep=0.7", "accuracy (ours)"] == 84.0
+    assert joined.loc["token_keep=0.7", "accuracy (paper)"] == 79.5
+    assert pd.isna(joined.loc["token_keep=0.5", "accuracy (ours)"])
 
 
 def test_vit_profiles_build_valid_models_and_the_paper_budgets():

@@ -18,15 +18,15 @@ import pytest
 import bab.report.build as report
 from bab.__main__ import main as bab_main
 from bab.report import progress
-from bab.report.results import save_results
+from bab.report.results import ROWS_DIR_ENV, save_results
 
 ROOT = Path(__file__).resolve().parents[2]
 
 OK_CODE = """\
 import os
-from bab.report.results import save_results
+from bab.report.results import ROWS_DIR_ENV, save_results
 note = f"profile={profile} headless={os.environ.get('BAB_HEADLESS')} mpl={os.environ.get('MPLBACKEND')}"
-save_results([{"experiment": "synthetic", "method": "dense", "budget": None, "cost": 1.0,
+save_results([{"experiment": "synthetic", "method": "dense", "budget": 1.0, "cost": 1.0,
                "accuracy": 99.5, "speedup": 1.0, "note": note}], results_path)
 print("saved", interactive)
 """
@@ -189,7 +189,7 @@ def write_run(reports, profile, stem, status, seconds):
 def test_git_commit_names_the_checkout_and_says_when_code_differs_from_it(tmp_path):
     import subprocess
 
-    from bab.report.index import git_commit
+    from bab.core.provenance import git_commit
 
     def git(*args):
         return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args], cwd=tmp_path,
@@ -505,7 +505,8 @@ GOOD = {
 }
 
 
-def test_save_results_writes_atomically_and_creates_dirs(tmp_path):
+def test_save_results_writes_atomically_and_creates_dirs(tmp_path, monkeypatch):
+    monkeypatch.delenv(ROWS_DIR_ENV, raising=False)  # ./run_all.sh test sets it for the notebooks
     path = tmp_path / "deep" / "results" / "03_bert.json"
     assert save_results([GOOD, {**GOOD, "budget": 1, "note": "ints are fine"}], path) == path
     data = json.loads(path.read_text())
@@ -513,6 +514,10 @@ def test_save_results_writes_atomically_and_creates_dirs(tmp_path):
     assert data["rows"][0] == GOOD and data["rows"][1]["budget"] == 1.0
     assert [p.name for p in path.parent.iterdir()] == ["03_bert.json"]  # no temp files left
     assert save_results([GOOD], None) is None
+    # without a results_path, under nbval: the rows go to $BAB_RESULTS_DIR, named by their experiments
+    monkeypatch.setenv(ROWS_DIR_ENV, str(tmp_path / "rows"))
+    written = save_results([GOOD], None)
+    assert written == tmp_path / "rows" / "synthetic.json" and json.loads(written.read_text())["rows"] == [GOOD]
 
 
 @pytest.mark.parametrize(
@@ -526,6 +531,15 @@ def test_save_results_writes_atomically_and_creates_dirs(tmp_path):
         ({**GOOD, "note": 1}, "row 1: key 'note' must be a str"),
         ({**GOOD, "acuracy": 1.0}, "row 1: unknown key 'acuracy'"),
         ("not a dict", "row 1: must be a dict"),
+        # typed ids: the experiment must declare the method, and the budget and settings must fit it
+        ({**GOOD, "method": "warm start budgeted"}, "row 1: experiment 'synthetic' declares no method"),
+        ({**GOOD, "experiment": "synthtic"}, "row 1: unknown experiment 'synthtic'"),
+        ({**GOOD, "method": "dense", "budget": 0.5}, "row 1: .*dense reference: its budget is 1.0"),
+        ({**GOOD, "budget": None}, r"row 1: .*needs a budget in \(0, 1\]"),
+        ({**GOOD, "budget": 1.5}, r"row 1: .*needs a budget in \(0, 1\], got 1.5"),
+        ({**GOOD, "settings": {"gamma": 0.1}}, r"row 1: .*takes the settings \[\], got \['gamma'\]"),
+        ({**GOOD, "experiment": "gpt2_context_pruning", "method": "context pruning", "budget": None},
+         r"row 1: .*takes the settings \['gamma'\], got \[\]"),
     ],
 )
 def test_save_results_rejects_bad_rows(tmp_path, row, message):

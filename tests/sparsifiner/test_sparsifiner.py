@@ -2,6 +2,7 @@
 
 import math
 
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -563,3 +564,11 @@ def test_bench_prints_the_limits_and_the_predictor_state(capsys):
     out = capsys.readouterr().out
     assert "predictor state 'init'" in out and "analytic limit" in out
     assert bab_main(["bench", "sparse", "--predictor-state", "trained"]) == 2
+
+
+def test_crossover_says_not_measured_where_the_fused_kernel_has_no_timing():
+    table = pd.DataFrame({"tokens": [197, 197, 577, 577], "keep_rate": [0.5, 0.1, 0.5, 0.1],
+                          "measured speed-up": [0.4, 0.9, 0.8, 1.3], "fused speed-up": [float("nan")] * 4})
+    assert crossover(table, "fused speed-up") == "n=197: not measured (no build); n=577: not measured (no build)"
+    assert crossover(table) == ("n=197: sparse slower than dense at every keep rate measured; "
+                                "n=577: sparse faster than dense for keep rate <= 0.1")

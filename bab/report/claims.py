@@ -1,0 +1,399 @@
+"""The papers' headline claims, each with a rule that judges it on our result rows.
+
+A claim names where a paper makes it, says it in one sentence, and points at the rows that test it by typed
+ids: our rows by the ``Method`` objects the experiments declare (``bab.experiments.methods``), the paper's by the
+same objects in ``bab.report.paper``. Its rule is code (``judge(rows) -> Verdict``):
+
+- accuracy claims compare *retention*: (ours - our dense) against (theirs - their dense), within a stated
+  tolerance in points, never our accuracy level against the paper's (other models, other data);
+- speed claims compare our measured ratio with the paper's and show our analytic limit beside it;
+- a claim whose rows are missing is "not run", with the row it needs.
+
+Verdicts: reproduced, partly, not reproduced, not comparable (with why), not run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bab.experiments.bert import BERT_AG_NEWS_METHODS as BERT
+from bab.experiments.bert import BERT_DBPEDIA_METHODS as DBPEDIA
+from bab.experiments.context_pruning import GPT2_METHODS as GPT2
+from bab.experiments.methods import Method, settings_text
+from bab.experiments.pretrained_context import PRETRAINED_METHODS as DECODER
+from bab.experiments.synthetic import SYNTHETIC_METHODS as SYN
+from bab.experiments.text import AG_NEWS_METHODS as AGN
+from bab.experiments.vit import VIT_METHODS as VIT
+from bab.report import paper as paper_numbers
+
+VERDICTS = ("reproduced", "partly", "not reproduced", "not comparable", "not run")
+PAPERS = ("budgeted attention", "dynamic context pruning", "sparsifiner")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str  # one of VERDICTS
+    ours: float | None  # our value of the claim's metric (None: not measured)
+    theirs: float | None  # the paper's value of the same metric
+    why: str  # one line a reader can check against the rows
+
+
+@dataclass(frozen=True)
+class Row:
+    """A typed pointer at one result row: a declared method at a budget, with its settings."""
+
+    method: Method
+    budget: float | None = None
+    settings: tuple = ()  # (key, value) pairs
+
+    def find(self, rows) -> dict | None:
+        """Our row this points at (the experiment's and the method's own), or None."""
+        return _find(rows, self.method.experiment, self.method.name, self.budget, dict(self.settings))
+
+    def paper(self) -> dict:
+        """The paper's row for the same method, budget and settings (KeyError naming it when there is none)."""
+        experiment = paper_numbers.COUNTERPARTS.get(self.method.experiment, self.method.experiment)
+        found = _find(paper_numbers.PAPER_RESULTS, experiment, self.method.name, self.budget, dict(self.settings))
+        if found is None:
+            raise KeyError(f"no paper row for {experiment} / {self.method.name} / {self.budget}")
+        return found
+
+    def label(self) -> str:
+        budget = "" if self.budget is None else f" @{self.budget:g}"
+        settings = settings_text(dict(self.settings))
+        return f"{self.method.name}{budget}" + (f" ({settings})" if settings else "")
+
+
+def _find(rows, experiment, method, budget, settings) -> dict | None:
+    for row in rows:
+        if (row.get("experiment") == experiment and row.get("method") == method
+                and _same_budget(row.get("budget"), budget) and (row.get("settings") or {}) == settings):
+            return row
+    return None
+
+
+def _same_budget(a, b) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and abs(float(a) - float(b)) < 1e-6)
+
+
+def dense_of(method: Method) -> Row:
+    return Row(_dense(method), 1.0)
+
+
+def _dense(method: Method) -> Method:
+    from bab.experiments.methods import registry
+
+    return registry()[method.experiment]["dense"]
+
+
+def _value(row: dict | None, metric: str) -> float | None:
+    return None if row is None or row.get(metric) is None else float(row[metric])
+
+
+def _not_run(*missing: Row) -> Verdict:
+    return Verdict("not run", None, None, "no row of ours: " + "; ".join(
+        f"{r.method.experiment} / {r.label()}" for r in missing))
+
+
+def _graded(ours: float, theirs: float, tolerance: float, higher_is_better: bool = True) -> str:
+    """reproduced within ``tolerance`` of the paper (or better), partly within twice it, else not reproduced."""
+    shortfall = (theirs - ours) if higher_is_better else (ours - theirs)
+    if shortfall <= tolerance:
+        return "reproduced"
+    return "partly" if shortfall <= 2 * tolerance else "not reproduced"
+
+
+# ----------------------------------------------------------------------------- claim kinds
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One headline claim: where the paper makes it, the sentence, and the metric compared."""
+
+    id: str
+    paper: str  # one of PAPERS
+    where: str  # table, figure or section
+    statement: str
+    metric: str  # what the numbers in the verdict are, in words
+    setup: str = ""  # what differs between the paper's setup and ours, when it matters for the verdict
+
+    def judge(self, rows) -> Verdict:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Retention(Claim):
+    """``row``'s accuracy minus its own dense model's, ours against the paper's, within ``tolerance`` points.
+    ``reference``: the row to subtract instead of dense (e.g. EViT alone, for EViT + Sparsifiner)."""
+
+
+    row: Row = None
+    reference: Row | None = None
+    tolerance: float = 1.0
+    theirs: Row | None = None  # the paper's row when ``row`` is this package's recipe of the same method
+
+    def judge(self, rows) -> Verdict:
+        reference = self.reference or dense_of(self.row.method)
+        ours_row, ours_reference = self.row.find(rows), reference.find(rows)
+        theirs = (self.theirs or self.row).paper()["accuracy"] - reference.paper()["accuracy"]
+        missing = [r for r, found in ((self.row, ours_row), (reference, ours_reference))
+                   if _value(found, "accuracy") is None]
+        if missing:
+            return _not_run(*missing)
+        ours = _value(ours_row, "accuracy") - _value(ours_reference, "accuracy")
+        status = _graded(ours, theirs, self.tolerance)
+        return Verdict(status, ours, theirs, f"{ours:+.2f} vs {theirs:+.2f} points against "
+                       f"{reference.label()}; tolerance {self.tolerance:g}")
+
+
+@dataclass(frozen=True)
+class Margin(Claim):
+    """``better`` beats ``worse`` in accuracy: reproduced when our margin is positive and within ``tolerance``
+    points of the paper's (or larger), partly when positive but smaller, not reproduced otherwise."""
+
+    better: Row = None
+    worse: Row = None
+    tolerance: float = 1.0
+    theirs_better: float | None = None  # the paper's accuracy for ``better`` when it has no row of the same key
+
+    def judge(self, rows) -> Verdict:
+        found = {r: _value(r.find(rows), "accuracy") for r in (self.better, self.worse)}
+        if None in found.values():
+            return _not_run(*[r for r, v in found.items() if v is None])
+        ours = found[self.better] - found[self.worse]
+        better = self.better.paper()["accuracy"] if self.theirs_better is None else self.theirs_better
+        theirs = better - self.worse.paper()["accuracy"]
+        if ours <= 0:
+            status = "not reproduced"
+        else:
+            status = "reproduced" if ours >= theirs - self.tolerance else "partly"
+        return Verdict(status, ours, theirs, f"{self.better.label()} minus {self.worse.label()}: {ours:+.2f} "
+                       f"vs {theirs:+.2f} points; tolerance {self.tolerance:g}")
+
+
+@dataclass(frozen=True)
+class CostTracks(Claim):
+    """The soft cost of each row is within ``tolerance`` of its requested budget (the largest miss is judged)."""
+
+    rows: tuple[Row, ...] = ()
+    tolerance: float = 0.06
+    theirs: tuple[Row, ...] = ()  # the paper's rows when ``rows`` are this package's recipe
+
+    def judge(self, rows) -> Verdict:
+        found = {r: _value(r.find(rows), "cost") for r in self.rows}
+        if None in found.values():
+            return _not_run(*[r for r, v in found.items() if v is None])
+        ours = max(abs(cost - r.budget) for r, cost in found.items())
+        theirs = max(abs(r.paper()["cost"] - r.budget) for r in (self.theirs or self.rows))
+        status = "reproduced" if ours <= self.tolerance else ("partly" if ours <= 2 * self.tolerance
+                                                              else "not reproduced")
+        costs = ", ".join(f"{cost:.3f} @{r.budget:g}" for r, cost in found.items())
+        return Verdict(status, ours, theirs, f"largest |cost - b| {ours:.3f} (paper {theirs:.3f}): {costs}; "
+                       f"tolerance {self.tolerance:g}")
+
+
+@dataclass(frozen=True)
+class Speed(Claim):
+    """A measured speed-up, ours against the paper's: reproduced at ``share`` of the paper's ratio or more,
+    partly when faster than dense but less, not reproduced when not faster. Our analytic limit is shown."""
+
+    row: Row = None
+    share: float = 0.9
+    theirs: Row | None = None  # the paper's row when ``row`` is this package's recipe
+
+    def judge(self, rows) -> Verdict:
+        found = self.row.find(rows)
+        ours = _value(found, "speedup")
+        if ours is None:
+            return _not_run(self.row)
+        theirs = (self.theirs or self.row).paper()["speedup"]
+        limit = _value(found, "analytic_limit")
+        status = ("reproduced" if ours >= self.share * theirs else "partly" if ours > 1.0 else "not reproduced")
+        beside = "" if limit is None else f", analytic limit {limit:.2f}x"
+        return Verdict(status, ours, theirs, f"{ours:.2f}x measured vs the paper's {theirs:.2f}x{beside}")
+
+
+@dataclass(frozen=True)
+class CostAtMost(Claim):
+    """Our cost (e.g. the MHSA FLOP fraction) is at most the paper's plus ``tolerance``."""
+
+    row: Row = None
+    tolerance: float = 0.05
+
+    def judge(self, rows) -> Verdict:
+        ours = _value(self.row.find(rows), "cost")
+        if ours is None:
+            return _not_run(self.row)
+        theirs = self.row.paper()["cost"]
+        return Verdict(_graded(ours, theirs, self.tolerance, higher_is_better=False), ours, theirs,
+                       f"cost {ours:.3f} vs the paper's {theirs:.3f} of dense; tolerance {self.tolerance:g}")
+
+
+@dataclass(frozen=True)
+class PerplexityHeld(Claim):
+    """Perplexity at the row over the dense model's: reproduced up to ``significant`` (the paper's
+    "without significant degradation", which it gives no number for), partly up to ``partly``."""
+
+    row: Row = None
+    significant: float = 1.10
+    partly: float = 1.50
+
+    def judge(self, rows) -> Verdict:
+        found, dense = self.row.find(rows), dense_of(self.row.method).find(rows)
+        if _value(found, "perplexity") is None or _value(dense, "perplexity") is None:
+            return _not_run(*[r for r, f in ((self.row, found), (dense_of(self.row.method), dense))
+                              if _value(f, "perplexity") is None])
+        ratio = _value(found, "perplexity") / _value(dense, "perplexity")
+        status = "reproduced" if ratio <= self.significant else ("partly" if ratio <= self.partly
+                                                                 else "not reproduced")
+        kept = _value(found, "cost")
+        at = "" if kept is None else f" with {1 - kept:.0%} of the context pruned"
+        return Verdict(status, ratio, None, f"perplexity {ratio:.2f}x dense{at}; 'significant' taken as "
+                       f"> {self.significant:g}x")
+
+
+@dataclass(frozen=True)
+class NotYet(Claim):
+    """A claim no row of this package measures yet; ``reason`` says what is missing."""
+
+    reason: str = ""
+
+    def judge(self, rows) -> Verdict:
+        return Verdict("not run", None, None, self.reason)
+
+
+# ----------------------------------------------------------------------------- the claims
+
+_MINILM = ("MiniLM 6 x 12 heads fine-tuned offline (paper: BERT-Mini 4 x 4); our recipe (nested gate start, "
+           "two-sided term, 2 adaptation epochs); the paper's recipe is not run on it")
+_VIT = "4-layer ViT on Fashion-MNIST, 50 tokens (paper: DeiT-S on ImageNet, 197 tokens)"
+_HARDWARE = "timed on this machine's CPU, one thread (paper: an arm64 laptop)"
+
+CLAIMS: tuple[Claim, ...] = (
+    # -- Budgeted Attention Allocation. The paper's method names hold the paper's recipe; where this package's
+    # recipe differs (nested gate start, two-sided budget term, longer hard adaptation), a second claim judges it.
+    CostTracks("baa-cost-tracks-budget", "budgeted attention", "Table 1, Fig. 1",
+               "One warm-started budgeted checkpoint delivers the requested attention cost at each budget.",
+               "largest |soft cost - budget|", "the paper's recipe; its lambdas are not published",
+               rows=(Row(SYN.warm, 0.25), Row(SYN.warm, 0.5))),
+    CostTracks("baa-cost-tracks-budget-our-recipe", "budgeted attention", "Table 1, Fig. 1",
+               "The same, with this package's recipe (nested gate start, two-sided budget term).",
+               "largest |soft cost - budget|", "our recipe",
+               rows=(Row(SYN.warm_ours, 0.25), Row(SYN.warm_ours, 0.5)),
+               theirs=(Row(SYN.warm, 0.25), Row(SYN.warm, 0.5))),
+    Margin("baa-warm-beats-scratch", "budgeted attention", "Section 6.2",
+           "Budgeted gates on a dense warm start beat gates trained from scratch, which are seed-sensitive.",
+           "accuracy of warm start minus from scratch at b = 0.5, points",
+           "from scratch: mean over the profile's seeds",
+           better=Row(SYN.warm, 0.5), worse=Row(SYN.scratch, 0.5), tolerance=5.0),
+    Retention("baa-synthetic-retention", "budgeted attention", "Table 1",
+              "On the synthetic task the warm-started budgeted model keeps dense accuracy at b = 0.5.",
+              "accuracy minus own dense, points", row=Row(SYN.warm, 0.5)),
+    Retention("baa-agnews-budgeted", "budgeted attention", "Table 3",
+              "On AG News the budgeted model at b = 0.5 is within about half a point of dense.",
+              "accuracy minus own dense, points", row=Row(AGN.warm, 0.5)),
+    Retention("baa-agnews-budgeted-our-recipe", "budgeted attention", "Table 3",
+              "The same, with this package's recipe.", "accuracy minus own dense, points", "our recipe",
+              row=Row(AGN.warm_ours, 0.5), theirs=Row(AGN.warm, 0.5)),
+    Retention("baa-agnews-static", "budgeted attention", "Table 3",
+              "A static specialist trained for b = 0.5 keeps dense accuracy.",
+              "accuracy minus own dense, points", "static gates start nested (our recipe)", row=Row(AGN.static, 0.5)),
+    Margin("baa-hard-adaptation-recovers", "budgeted attention", "Table 4",
+           "Hard head skipping loses accuracy without adaptation; one epoch of adaptation recovers most of it.",
+           "hard accuracy adapted minus unadapted at b = 0.5, points",
+           better=Row(AGN.hard_adapted, 0.5), worse=Row(AGN.hard_unadapted, 0.5), tolerance=3.0),
+    Retention("baa-agnews-hard-retention", "budgeted attention", "Table 4",
+              "Adapted hard skipping at b = 0.5 costs about two points against dense.",
+              "accuracy minus own dense, points", row=Row(AGN.hard_adapted, 0.5)),
+    Retention("baa-agnews-hard-retention-our-recipe", "budgeted attention", "Table 4",
+              "The same, with this package's recipe (3 epochs of adaptation on the nested start).",
+              "accuracy minus own dense, points", "our recipe",
+              row=Row(AGN.hard_adapted_ours, 0.5), theirs=Row(AGN.hard_adapted, 0.5)),
+    Speed("baa-agnews-skip-speed", "budgeted attention", "Table 4",
+          "Skipping half the heads makes single-thread CPU inference 1.28x faster.",
+          "measured speed-up over dense", f"our recipe's model; {_HARDWARE}",
+          row=Row(AGN.hard_adapted_ours, 0.5), theirs=Row(AGN.hard_adapted, 0.5)),
+    Retention("baa-bert-hard-adapted", "budgeted attention", "Table 5",
+              "A pretrained encoder's hard-adapted budgeted model keeps dense accuracy at b = 0.5.",
+              "accuracy minus own dense, points", _MINILM, row=Row(BERT.hard_adapted, 0.5)),
+    Retention("baa-bert-static", "budgeted attention", "Table 6",
+              "A static hard specialist at b = 0.5 is close to dense.",
+              "accuracy minus own dense, points", _MINILM, row=Row(BERT.static_hard, 0.5)),
+    Retention("baa-bert-posthoc", "budgeted attention", "Table 7",
+              "Dense post-hoc structural pruning at b = 0.5 loses about a point.",
+              "accuracy minus own dense, points", _MINILM, row=Row(BERT.posthoc, 0.5)),
+    Retention("baa-bert-recovery", "budgeted attention", "Table 7",
+              "One recovery epoch after post-hoc pruning at b = 0.5 brings accuracy back to dense.",
+              "accuracy minus own dense, points", _MINILM, row=Row(BERT.posthoc_recovered, 0.5)),
+    Speed("baa-bert-structural-speed", "budgeted attention", "Table 8",
+          "Structural pruning of half the heads makes the encoder 1.20x faster on CPU.",
+          "measured speed-up over dense", f"{_MINILM}; {_HARDWARE}", row=Row(BERT.structural, 0.5)),
+    Retention("baa-dbpedia-hard-adapted", "budgeted attention", "Table 9",
+              "On DBpedia14 the hard-adapted budgeted model at b = 0.5 keeps dense accuracy.",
+              "accuracy minus own dense, points", _MINILM, row=Row(DBPEDIA.hard_adapted, 0.5)),
+    Retention("baa-dbpedia-soft-low-budget", "budgeted attention", "Table 9",
+              "At b = 0.1 the soft-gated DBpedia14 model loses about two points.",
+              "accuracy minus own dense, points", _MINILM, row=Row(DBPEDIA.soft_sweep, 0.1), tolerance=2.0),
+    NotYet("baa-gate-ranking", "budgeted attention", "Section 6.5",
+           "The gates' head ranking is stable across budgets (Spearman 0.91 between b = 0.25 and 0.75).",
+           "Spearman correlation of the gates", reason="notebook 03 prints the ranking; no result row holds it"),
+    NotYet("baa-compute", "budgeted attention", "Section 6.5",
+           "Structural pruning at b = 0.5 removes 19.2% of the transformer layers' MACs at length 128.",
+           "share of layer MACs removed", reason="the compute analysis is printed, not yet a result row"),
+    # -- Dynamic Context Pruning
+    PerplexityHeld("dcp-perplexity-gpt2", "dynamic context pruning", "Abstract, Section 5",
+                   "Up to 80% of the context can be pruned without significant perplexity degradation.",
+                   "perplexity over dense", "a small GPT-2 trained here", row=Row(GPT2.headline, 0.2)),
+    PerplexityHeld("dcp-perplexity-pretrained", "dynamic context pruning", "Abstract, Section 5",
+                   "The same holds for a pretrained decoder fine-tuned with the interaction.",
+                   "perplexity over dense", "SmolLM2-135M, interaction modules only, 128-token windows",
+                   row=Row(DECODER.headline, 0.2)),
+    Speed("dcp-throughput", "dynamic context pruning", "Abstract",
+          "Removing dropped tokens from the KV cache gives up to 2x inference throughput.",
+          "generation throughput over dense", f"a small GPT-2; {_HARDWARE}", row=Row(GPT2.headline, 0.2),
+          share=0.9),
+    NotYet("dcp-zero-shot", "dynamic context pruning", "Section 5",
+           "Zero-shot accuracy on downstream tasks is held at high pruning rates.",
+           "zero-shot accuracy minus dense", reason="no zero-shot task is run yet (the decoder study's next step)"),
+    NotYet("dcp-token-kinds", "dynamic context pruning", "Section 5",
+           "Punctuation and stop words are dropped first.",
+           "share of each token kind dropped", reason="notebooks 06 and 07 print it; no result row holds it"),
+    # -- Sparsifiner
+    Retention("sparsifiner-keep-0.5", "sparsifiner", "Table 2",
+              "Keeping half the connections costs no accuracy.",
+              "accuracy minus own dense, points", _VIT, row=Row(VIT.sparsifiner, 0.5)),
+    Retention("sparsifiner-keep-0.1", "sparsifiner", "Table 2",
+              "Keeping 10% of the connections (20 of 197) costs 0.4 points of top-1.",
+              "accuracy minus own dense, points", _VIT, row=Row(VIT.sparsifiner, 0.1)),
+    CostAtMost("sparsifiner-flops", "sparsifiner", "Table 2",
+               "At keep rate 0.1 the MHSA FLOPs fall by 69%.",
+               "MHSA FLOPs as a fraction of dense", _VIT, row=Row(VIT.sparsifiner, 0.1)),
+    Retention("sparsifiner-with-evit", "sparsifiner", "Table 1",
+              "Sparsifiner on top of EViT token pruning (keep 0.7) costs no accuracy beyond EViT's.",
+              "accuracy minus EViT alone, points", _VIT,
+              row=Row(VIT.evit_sparsifiner, 0.25, (("token_keep", 0.7),)), reference=Row(VIT.evit, 0.7)),
+    Margin("sparsifiner-beats-linformer", "sparsifiner", "Table 4",
+           "At an equal budget Sparsifiner beats Linformer (79.79 vs 77.54).",
+           "accuracy of Sparsifiner minus Linformer, points", _VIT,
+           better=Row(VIT.sparsifiner, 0.25), worse=Row(VIT.linformer, None), tolerance=1.0,
+           theirs_better=paper_numbers.SPARSIFINER_S_TABLE4_ACCURACY),
+)
+
+
+@dataclass(frozen=True)
+class Judged:
+    claim: Claim
+    verdict: Verdict
+
+
+def judge_all(rows, claims=CLAIMS) -> list[Judged]:
+    """Every claim judged on ``rows`` (the rows of a report's ``results.json``)."""
+    return [Judged(claim, claim.judge(rows)) for claim in claims]
+
+
+def verdict_counts(judged) -> dict[str, dict[str, int]]:
+    """{paper: {verdict: count}} over ``judged``, every verdict present (0 when none)."""
+    counts = {paper: dict.fromkeys(VERDICTS, 0) for paper in PAPERS}
+    for item in judged:
+        counts[item.claim.paper][item.verdict.status] += 1
+    return counts

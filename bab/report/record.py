@@ -1,0 +1,78 @@
+"""RECORD.md: a report folder's claims, verdicts, setup, commits and wall times as Markdown, from its files only.
+
+Written beside ``index.html`` by every report run (``bab.report.build``), from ``results.json`` and
+``runs/*.json``; ``python -m bab report --record-only <folder>`` rewrites it from those files, and a test
+regenerates the committed paper record's and compares. Nothing in it is typed by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bab.report.index import claims_summary
+
+RECORD_NAME = "RECORD.md"
+
+
+def _number(value, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}g}"
+
+
+def _cell(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _duration(seconds) -> str:
+    if seconds is None:
+        return "–"
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
+
+
+def record_markdown(results: dict, runs: list[dict]) -> str:
+    """The record of one report folder: ``results`` is its results.json, ``runs`` its runs/*.json records."""
+    claims = results.get("claims") or []
+    contracts = results.get("contracts") or {}
+    lines = [f"# Reproduction record: profile `{results.get('profile', '?')}`", "",
+             f"Generated from `results.json` ({results.get('generated_at', '?')}) and `runs/`; rewrite it with "
+             f"`python -m bab report --record-only <this folder>`, do not edit it.", ""]
+    lines += ["## Claims", ""]
+    if not claims:
+        with_rows = {row.get("notebook") for row in results.get("rows", [])}
+        older = sorted(stem for stem, contract in contracts.items() if contract is None) or sorted(with_rows)
+        lines += [f"No claim is judged: the rows of {', '.join(older) or 'no notebook'} were written before the "
+                  "claims and the typed results contract existed. Rerun the notebooks to judge them.", ""]
+    else:
+        for paper, counts in claims_summary(claims).items():
+            shown = ", ".join(f"{n} {verdict}" for verdict, n in counts.items() if n)
+            lines.append(f"- **{paper}**: {shown or 'no claims'}")
+        lines += ["", "| paper | where | claim | ours | paper's | verdict | why |", "|---|---|---|---|---|---|---|"]
+        for c in claims:
+            setup = f" ({c['setup']})" if c.get("setup") else ""
+            lines.append(f"| {_cell(c['paper'])} | {_cell(c['where'])} | {_cell(c['claim'] + setup)} | "
+                         f"{_number(c['ours'])} | {_number(c['theirs'])} | {c['verdict']} | {_cell(c['why'])} |")
+        lines.append("")
+    lines += ["## Notebooks", "", "| notebook | status | wall time | finished | commit | jobs × threads |",
+              "|---|---|---|---|---|---|"]
+    for run in sorted(runs, key=lambda r: r.get("notebook", "")):
+        jobs = run.get("jobs")
+        parallel = "–" if jobs is None else f"{jobs} × {run.get('threads', '?')}"
+        lines.append(f"| {run.get('notebook')} | {run.get('status')} | {_duration(run.get('seconds'))} | "
+                     f"{run.get('finished_at') or '–'} | {run.get('commit') or 'not recorded'} | {parallel} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def write_record(folder) -> Path:
+    """Write ``folder``/RECORD.md from ``folder``/results.json and ``folder``/runs/*.json."""
+    folder = Path(folder)
+    results_path = folder / "results.json"
+    if not results_path.is_file():
+        raise FileNotFoundError(f"{results_path} not found: point at a report folder (e.g. reports/paper)")
+    results = json.loads(results_path.read_text(encoding="utf-8"))
+    runs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted((folder / "runs").glob("*.json"))]
+    path = folder / RECORD_NAME
+    path.write_text(record_markdown(results, runs), encoding="utf-8")
+    return path

@@ -1,0 +1,144 @@
+"""The claims' verdict rules, on rows built by hand (the expected numbers are worked out in the comments)."""
+
+import json
+
+import pytest
+
+from bab.experiments.text import AG_NEWS_METHODS as AGN
+from bab.experiments.vit import VIT_METHODS as VIT
+from bab.report import claims as C
+from bab.report.index import judged_claims, write_index
+from bab.report.results import RESULTS_CONTRACT
+
+
+def row(method, budget, **values):
+    return {"experiment": method.experiment, "method": method.name, "budget": budget, "cost": None,
+            "accuracy": None, "speedup": None, **values}
+
+
+def claim(claim_id):
+    return next(c for c in C.CLAIMS if c.id == claim_id)
+
+
+def test_every_claim_has_a_unique_id_a_known_paper_and_finds_its_paper_rows():
+    assert len({c.id for c in C.CLAIMS}) == len(C.CLAIMS)
+    assert {c.paper for c in C.CLAIMS} == set(C.PAPERS)
+    for judged in C.judge_all([]):  # no rows: every claim is "not run", and no paper lookup fails
+        assert judged.verdict.status == "not run", judged.claim.id
+        assert judged.verdict.why
+
+
+@pytest.mark.parametrize("ours, status", [(89.0, "reproduced"), (88.0, "partly"), (86.0, "not reproduced")])
+def test_retention_compares_drops_from_each_sides_own_dense(ours, status):
+    # the paper: 83.47 - 84.00 = -0.53; ours: ours - 90.0; tolerance 1 point
+    rows = [row(AGN.dense, 1.0, accuracy=90.0), row(AGN.warm, 0.5, accuracy=ours)]
+    verdict = claim("baa-agnews-budgeted").judge(rows)
+    assert verdict.status == status
+    assert verdict.ours == pytest.approx(ours - 90.0) and verdict.theirs == pytest.approx(-0.53)
+
+
+def test_a_missing_row_is_not_run_and_names_the_row():
+    verdict = claim("baa-agnews-budgeted").judge([row(AGN.dense, 1.0, accuracy=90.0)])
+    assert verdict.status == "not run" and "ag_news_custom / warm-start budgeted @0.5" in verdict.why
+
+
+@pytest.mark.parametrize("speedup, status", [(1.2, "reproduced"), (1.1, "partly"), (0.95, "not reproduced")])
+def test_speed_is_judged_against_the_papers_ratio_with_our_limit_beside(speedup, status):
+    # the paper's 1.28x; reproduced from 0.9 * 1.28 = 1.152x
+    rows = [row(AGN.hard_adapted_ours, 0.5, speedup=speedup, analytic_limit=1.4)]
+    verdict = claim("baa-agnews-skip-speed").judge(rows)
+    assert verdict.status == status and verdict.theirs == 1.28
+    assert "analytic limit 1.40x" in verdict.why
+
+
+def test_cost_tracking_judges_the_largest_miss():
+    def verdict(cost_low, cost_half):
+        from bab.experiments.synthetic import SYNTHETIC_METHODS as SYN
+        return claim("baa-cost-tracks-budget").judge([row(SYN.warm, 0.25, cost=cost_low),
+                                                      row(SYN.warm, 0.5, cost=cost_half)])
+    assert verdict(0.27, 0.52).status == "reproduced"  # largest miss 0.02
+    assert verdict(0.136, 0.50).status == "partly"  # 0.114: within twice the tolerance 0.06
+    assert verdict(0.10, 0.50).status == "not reproduced"  # 0.15
+    # the paper's own largest miss: 0.303 - 0.25 = 0.053
+    assert verdict(0.27, 0.52).theirs == pytest.approx(0.053)
+
+
+@pytest.mark.parametrize("linformer, status", [(87.0, "reproduced"), (89.3, "partly"), (90.0, "not reproduced")])
+def test_margin_needs_the_same_sign_and_about_the_papers_size(linformer, status):
+    # the paper's margin: 79.79 (Sparsifiner-S, Table 4) - 77.54 (Linformer) = +2.25; tolerance 1 point
+    rows = [row(VIT.sparsifiner, 0.25, accuracy=89.5), row(VIT.linformer, None, accuracy=linformer)]
+    verdict = claim("sparsifiner-beats-linformer").judge(rows)
+    assert verdict.status == status and verdict.ours == pytest.approx(89.5 - linformer)
+    assert verdict.theirs == pytest.approx(2.25)
+
+
+def test_the_index_judges_current_rows_only_and_writes_the_claims_into_results_json(tmp_path):
+    staging = tmp_path / "staging"
+    (staging / "results").mkdir(parents=True)
+    current = [row(AGN.dense, 1.0, accuracy=90.0), row(AGN.warm, 0.5, accuracy=89.0)]
+    (staging / "results" / "02_ag_news_custom.json").write_text(json.dumps(
+        {"notebook": "02_ag_news_custom", "contract": RESULTS_CONTRACT, "rows": current}))
+    (staging / "results" / "05_vit_sparsifiner.json").write_text(json.dumps(
+        {"notebook": "05_vit_sparsifiner", "rows": [row(VIT.dense, 1.0, accuracy=90.0)]}))  # no contract: older
+    write_index(staging, "smoke", [], tmp_path)
+    merged = json.loads((staging / "results.json").read_text())
+    judged = {c["id"]: c for c in merged["claims"]}
+    assert judged["baa-agnews-budgeted"]["verdict"] == "reproduced"
+    assert judged["sparsifiner-keep-0.1"]["verdict"] == "not run"
+    assert merged["contracts"] == {"02_ag_news_custom": RESULTS_CONTRACT, "05_vit_sparsifiner": None}
+    page = (staging / "index.html").read_text()
+    assert page.index("Which of the papers' claims hold") < page.index("<h2>Notebooks</h2>")
+    assert "Not judged: the rows of 05_vit_sparsifiner" in page
+    claims, older = judged_claims({"x": (None, current)})
+    assert older == ["x"] and all(c["verdict"] == "not run" for c in claims)
+
+
+def test_cost_axis_points_are_relative_to_each_experiments_own_dense(tmp_path):
+    from bab.experiments.context_pruning import GPT2_METHODS as GPT2
+    from bab.report.figures import cost_axis_figure, cost_axis_points
+
+    rows = [row(AGN.dense, 1.0, accuracy=90.0, cost=1.0), row(AGN.warm, 0.5, accuracy=81.0, cost=0.5),
+            row(AGN.hard_adapted_ours, 0.5, accuracy=85.5, cost=0.5, speedup=1.25),
+            {**row(GPT2.dense, 1.0, perplexity=20.0, cost=1.0)},
+            {**row(GPT2.specialist, None, perplexity=25.0, cost=0.3), "settings": {"gamma": 0.1}}]
+    points = cost_axis_points(rows).set_index("method")
+    assert points.loc["warm-start budgeted", ["quality", "cost", "timed"]].tolist() == [0.9, 0.5, False]
+    assert points.loc["budgeted hard skip, adapted, our recipe", "cost"] == pytest.approx(0.8)  # 1 / 1.25, timed
+    assert points.loc["context pruning", ["quality", "mechanism"]].tolist() == [0.8, "context tokens"]
+    drawn = cost_axis_figure(rows, tmp_path / "axis.png")
+    assert (tmp_path / "axis.png").stat().st_size > 5000
+    assert set(drawn.side) == {"ours", "paper"}  # the papers' points of the same experiments, hollow
+
+
+def _chromium():
+    import shutil
+
+    return next((path for name in ("chromium", "chromium-browser", "google-chrome")
+                 if (path := shutil.which(name))), None)
+
+
+@pytest.mark.skipif(_chromium() is None, reason="needs a headless Chromium (apt-get install chromium)")
+def test_the_front_page_fits_1280_pixels_in_a_real_browser(tmp_path):
+    import subprocess
+
+    from bab.experiments.synthetic import SYNTHETIC_METHODS as SYN
+
+    staging = tmp_path / "staging"
+    (staging / "results").mkdir(parents=True)
+    rows = [row(SYN.dense, 1.0, accuracy=99.0, cost=1.0), row(SYN.warm, 0.25, accuracy=98.0, cost=0.27),
+            row(SYN.warm, 0.5, accuracy=99.0, cost=0.52), row(SYN.scratch, 0.5, accuracy=80.0, cost=0.5),
+            row(AGN.dense, 1.0, accuracy=84.0), row(AGN.hard_adapted_ours, 0.5, accuracy=83.0, cost=0.5,
+                                                    speedup=1.3, analytic_limit=1.4)]
+    (staging / "results" / "01.json").write_text(json.dumps({"notebook": "01", "contract": RESULTS_CONTRACT,
+                                                             "rows": rows}))
+    write_index(staging, "quick", [], tmp_path)
+    page = staging / "index.html"
+    # the page's own layout, measured by the browser: how wide the document is at a 1280-pixel window
+    measured = page.read_text().replace("</body>", "<script>document.title = 'W' + "
+                                        "document.documentElement.scrollWidth;</script></body>")
+    page.write_text(measured)
+    dom = subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,1000",
+                          "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    width = int(dom.split("<title>W", 1)[1].split("<", 1)[0])
+    assert width <= 1280, f"the front page is {width} px wide at a 1280-pixel window"
+    assert (staging / "cost_axis.png").is_file() and 'src="cost_axis.png"' in measured

@@ -1,0 +1,39 @@
+"""RECORD.md is generated from a report folder's files; the committed one must be what they give."""
+
+import json
+import shutil
+from pathlib import Path
+
+from bab.__main__ import main as bab_main
+from bab.report.record import RECORD_NAME, record_markdown, write_record
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_committed_paper_record_is_what_its_files_give(tmp_path):
+    committed = ROOT / "reports" / "paper"
+    copy = tmp_path / "paper"
+    shutil.copytree(committed, copy)
+    write_record(copy)
+    assert (copy / RECORD_NAME).read_text() == (committed / RECORD_NAME).read_text(), (
+        "reports/paper/RECORD.md is stale: run `python -m bab report --record-only reports/paper`")
+
+
+def test_a_record_lists_claims_with_counts_and_every_notebook_run(tmp_path):
+    results = {"profile": "quick", "generated_at": "2026-11-25T00:00:00+00:00", "contracts": {"02": 2},
+               "claims": [{"id": "a", "paper": "sparsifiner", "where": "Table 2", "claim": "Keep 0.1 costs 0.4.",
+                           "metric": "points", "setup": "a ViT | small", "verdict": "reproduced", "ours": -0.51,
+                           "theirs": -0.4, "why": "-0.51 vs -0.40"}]}
+    runs = [{"notebook": "02", "status": "ok", "seconds": 3725.0, "finished_at": "t", "commit": "abc123",
+             "jobs": 2, "threads": 1}]
+    text = record_markdown(results, runs)
+    assert "- **sparsifiner**: 1 reproduced" in text
+    assert "| sparsifiner | Table 2 | Keep 0.1 costs 0.4. (a ViT \\| small) | -0.51 | -0.4 | reproduced |" in text
+    assert "| 02 | ok | 1 h 02 min | t | abc123 | 2 × 1 |" in text
+    folder = tmp_path / "r"
+    (folder / "runs").mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps(results))
+    (folder / "runs" / "02.json").write_text(json.dumps(runs[0]))
+    assert bab_main(["report", "--record-only", str(folder)]) == 0
+    assert (folder / RECORD_NAME).read_text() == text
+    assert bab_main(["report", "--record-only", str(tmp_path / "missing")]) == 2
