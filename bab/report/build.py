@@ -87,7 +87,7 @@ def check_profile(profile):
 
 # Notebooks at once on a 2-core machine. One training step is 1.26x (custom encoder, batch 64 x 128) to 1.63x
 # (MiniLM, batch 16 x 128) faster on 2 threads than on 1 (`python tests/core/thread_effects.py speed`), so two
-# notebooks of one thread each get through more work than one of two threads; the quick report took 64.7 min
+# notebooks of one thread each get through more work than one of two threads; the quick report took 51.7 min
 # this way (README, "Run time at quick").
 DEFAULT_JOBS = 2
 
