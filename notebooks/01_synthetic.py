@@ -25,7 +25,7 @@
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these; see run_all.sh)
-# smoke: CI, ~4 min on 2 threads; quick: the default report, ~19 min on 1 thread; paper: the paper's protocol
+# smoke: CI, ~3 min on 2 threads; quick: the default report, ~17 min on 1 thread; paper: the paper's protocol
 profile = "smoke"
 results_path = None  # where the report wants this notebook's result rows (JSON); None: don't write
 interactive = None  # None: budget slider in JupyterLab, static figure when headless

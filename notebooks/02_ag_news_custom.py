@@ -22,7 +22,7 @@
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these; see run_all.sh)
-# smoke: CI, ~4 min on 2 threads; quick: the default report, ~32 min on 1 thread; paper: 10k/2k/2k, the paper's sizes
+# smoke: CI, ~3 min on 2 threads; quick: the default report, ~16 min on 1 thread; paper: 10k/2k/2k, the paper's sizes
 profile = "smoke"
 results_path = None  # where the report wants this notebook's result rows (JSON); None: don't write
 interactive = None  # None: budget slider in JupyterLab, static figure when headless

@@ -30,7 +30,7 @@
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these; see run_all.sh)
-# smoke: CI, ~3 min on 2 threads; quick: the default report, ~27 min on 1 thread; paper: 2,000/1,000/1,000, length 128
+# smoke: CI, ~2.5 min on 2 threads; quick: the default report, ~21 min on 1 thread; paper: 2,000/1,000/1,000, length 128
 profile = "smoke"
 results_path = None  # where the report wants this notebook's result rows (JSON); None: don't write
 interactive = None  # None: budget slider in JupyterLab, static figure when headless

@@ -17,7 +17,7 @@
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these; see run_all.sh)
-# smoke: CI, ~2 min on 2 threads; quick: the default report, ~15 min on 1 thread; paper: 2,000/1,000/1,000, length 128
+# smoke: CI, ~2 min on 2 threads; quick: the default report, ~11 min on 1 thread; paper: 2,000/1,000/1,000, length 128
 profile = "smoke"
 results_path = None  # where the report wants this notebook's result rows (JSON); None: don't write
 interactive = None  # None: budget slider in JupyterLab, static figure when headless

@@ -29,7 +29,7 @@
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these; see run_all.sh)
-# smoke: CI, ~2 min on 2 threads; quick: the default report, ~16 min on 1 thread; paper: the paper's epochs, hours
+# smoke: CI, ~2 min on 2 threads; quick: the default report, ~14 min on 1 thread; paper: the paper's epochs, hours
 profile = "smoke"
 results_path = None  # where the report wants this notebook's result rows (JSON); None: don't write
 interactive = None  # unused here; every notebook accepts it

@@ -31,7 +31,7 @@
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these; see run_all.sh)
-# smoke: CI, ~48 s on 2 threads; quick: the default report, ~9 min on 1 thread; paper: ablations, longer training
+# smoke: CI, ~52 s on 2 threads; quick: the default report, ~8.5 min on 1 thread; paper: ablations, longer training
 profile = "smoke"
 results_path = None  # where the report wants this notebook's result rows (JSON); None: don't write
 interactive = None  # unused here (no widget); the report passes it to every notebook

@@ -1,6 +1,6 @@
 """The smoke / quick / paper profiles of every notebook, found by experiment name.
 
-- ``smoke``: what CI and nbval run; 48-261 s a notebook on 2 CPU cores (994 s for all seven, one at a time).
+- ``smoke``: what CI and nbval run; 52-193 s a notebook on 2 CPU cores (823 s for all seven, one at a time).
 - ``quick``: the default of ``run_all.sh``; one seed, sizes where the papers' claims show; 8.5-21 min a notebook
   on one thread, 52 min for the report with two at once (README, "Run time at quick").
 - ``paper``: the papers' protocols (sizes, epochs, seeds). Hours on CPU.
