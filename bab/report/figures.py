@@ -3,7 +3,7 @@
 Quality is what a method keeps of its own dense model: accuracy / dense accuracy, or dense perplexity /
 perplexity for a language model. Cost is relative to dense too: measured time (1 / speed-up) where a speed-up
 was measured, else the row's cost column (attention FLOPs, kept heads, kept context), and the marker's fill
-says which. One marker shape per mechanism (``bab.experiments.methods.MECHANISMS``); the papers' points are
+says which (filled: timed; tinted: FLOPs or kept fraction). One marker shape per mechanism (``bab.experiments.methods.MECHANISMS``); the papers' points are
 hollow. Built from result rows only, so a report's ``results.json`` is enough to redraw it.
 """
 
@@ -59,6 +59,7 @@ def cost_axis_figure(rows, path) -> pd.DataFrame:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgba
 
     ours = cost_axis_points(rows)
     experiments = set(ours.experiment)
@@ -71,9 +72,10 @@ def cost_axis_figure(rows, path) -> pd.DataFrame:
     for (side, mechanism, timed), group in points.groupby(["side", "mechanism", "timed"]):
         for experiment, sub in group.groupby("experiment"):
             colour = colours.get(experiment, "grey")
-            face = "none" if side == "paper" else (colour if timed else "white")
-            ax.scatter(sub.cost, sub.quality, marker=MARKERS[mechanism], s=46, facecolors=face,
-                       edgecolors=colour, linewidths=1.4, alpha=0.9)
+            face = "none" if side == "paper" else to_rgba(colour, 1.0 if timed else 0.3)
+            ax.scatter(sub.cost, sub.quality, marker=MARKERS[mechanism], s=46 if side == "ours" else 40,
+                       facecolors=face, edgecolors=colour, linewidths=1.4 if side == "ours" else 1.0,
+                       linestyle="-" if side == "ours" else ":")
     ax.axhline(1.0, color="#999", lw=0.8, ls="--")
     ax.axvline(1.0, color="#999", lw=0.8, ls="--")
     ax.set_xlabel("cost relative to own dense (measured time where timed, else FLOPs / kept fraction)")
@@ -82,8 +84,9 @@ def cost_axis_figure(rows, path) -> pd.DataFrame:
                for m in MECHANISMS if m in set(points.mechanism)]
     handles += [plt.Line2D([], [], ls="", marker="o", color=colours[e], label=e) for e in sorted(experiments)]
     handles += [plt.Line2D([], [], ls="", marker="o", mfc="#444", mec="#444", label="ours, timed"),
-                plt.Line2D([], [], ls="", marker="o", mfc="white", mec="#444", label="ours, FLOPs or kept fraction"),
-                plt.Line2D([], [], ls="", marker="o", mfc="none", mec="#888", label="the paper's")]
+                plt.Line2D([], [], ls="", marker="o", mfc=to_rgba("#444", 0.3), mec="#444",
+                           label="ours, FLOPs or kept fraction"),
+                plt.Line2D([], [], ls="", marker="o", mfc="none", mec="#444", label="the paper's (hollow)")]
     ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     ax.set_title("every method against its own dense model", fontsize=10)
     fig.tight_layout()
