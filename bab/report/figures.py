@@ -3,8 +3,9 @@
 Quality is what a method keeps of its own dense model: accuracy / dense accuracy, or dense perplexity /
 perplexity for a language model. Cost is relative to dense too: measured time (1 / speed-up) where a speed-up
 was measured, else the row's cost column (attention FLOPs, kept heads, kept context), and the marker's fill
-says which (filled: timed; tinted: FLOPs or kept fraction). One marker shape per mechanism (``bab.experiments.methods.MECHANISMS``); the papers' points are
-hollow. Built from result rows only, so a report's ``results.json`` is enough to redraw it.
+says which (filled: timed; tinted: FLOPs or kept fraction). One marker shape per mechanism
+(``bab.experiments.methods.MECHANISMS``); the papers' points are hollow. Built from result rows only, so a
+report's ``results.json`` is enough to redraw it.
 """
 
 from __future__ import annotations
