@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from bab.experiments.bert import BERT_AG_NEWS_METHODS as BERT
 from bab.experiments.bert import BERT_DBPEDIA_METHODS as DBPEDIA
 from bab.experiments.context_pruning import GPT2_METHODS as GPT2
-from bab.experiments.methods import Method, settings_text
+from bab.experiments.methods import Method, registry, settings_text
 from bab.experiments.pretrained_context import PRETRAINED_METHODS as DECODER
 from bab.experiments.synthetic import SYNTHETIC_METHODS as SYN
 from bab.experiments.text import AG_NEWS_METHODS as AGN
@@ -77,13 +77,8 @@ def _same_budget(a, b) -> bool:
 
 
 def dense_of(method: Method) -> Row:
-    return Row(_dense(method), 1.0)
-
-
-def _dense(method: Method) -> Method:
-    from bab.experiments.methods import registry
-
-    return registry()[method.experiment]["dense"]
+    """The dense reference row of ``method``'s experiment."""
+    return Row(registry()[method.experiment]["dense"], 1.0)
 
 
 def _value(row: dict | None, metric: str) -> float | None:
@@ -389,11 +384,3 @@ class Judged:
 def judge_all(rows, claims=CLAIMS) -> list[Judged]:
     """Every claim judged on ``rows`` (the rows of a report's ``results.json``)."""
     return [Judged(claim, claim.judge(rows)) for claim in claims]
-
-
-def verdict_counts(judged) -> dict[str, dict[str, int]]:
-    """{paper: {verdict: count}} over ``judged``, every verdict present (0 when none)."""
-    counts = {paper: dict.fromkeys(VERDICTS, 0) for paper in PAPERS}
-    for item in judged:
-        counts[item.claim.paper][item.verdict.status] += 1
-    return counts

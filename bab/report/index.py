@@ -163,10 +163,11 @@ def write_index(staging, profile, notebooks, repo_dir):
     claims, older, claims_error, figure = [], [], None, None
     try:
         claims, older = judged_claims(with_contract)
-        if current_rows(with_contract)[0]:
+        rows_judged, _ = current_rows(with_contract)
+        if rows_judged:
             from bab.report.figures import cost_axis_figure
 
-            cost_axis_figure(current_rows(with_contract)[0], staging / COST_AXIS_FIGURE)
+            cost_axis_figure(rows_judged, staging / COST_AXIS_FIGURE)
             figure = COST_AXIS_FIGURE
     except Exception as exc:  # the page still shows the notebooks and the rows
         claims_error = f"{type(exc).__name__}: {exc}"
