@@ -15,8 +15,8 @@
 # 1. dense fine-tune of the pretrained encoder;
 # 2. warm-start budgeted gates (Eq. 1–5), then hard adaptation with distillation (Eq. 6) with the
 #    **controller frozen**, so each budget's top-k mask is fixed while the weights adapt;
-# 3. static specialists at 0.50 and 0.75;
-# 4. the budget sweep (19 budgets; every 0.1 at quick) of soft cost, hard cost and accuracy, and its monotonicity verdict;
+# 3. static specialists at 0.50 and 0.75 (0.50 alone at quick);
+# 4. the budget sweep (19 budgets; 5 at quick) of soft cost, hard cost and accuracy, and its monotonicity verdict;
 # 5. structural pruning at 0.50 and 0.75 with the per-layer floor, measured latency and the
 #    compute analysis (FlopCounterMode beside the analytic formula);
 # 6. the validation-ranked dense post-hoc structural baseline, zero-shot and after one recovery

@@ -8,7 +8,7 @@
 # 0.91 ± 0.01 on AG News and 0.84 ± 0.04 on DBpedia14, every low-budget head retained.
 #
 # Steps (test split; checkpoints selected on validation): dense fine-tune; warm-start budgeted gates;
-# hard adaptation with the controller frozen; the budget sweep (19 budgets, every 0.1 at quick) and its
+# hard adaptation with the controller frozen; the budget sweep (19 budgets, 5 at quick) and its
 # monotonicity verdict; structural pruning at 0.50 and 0.75 with measured single-thread latency; the ranking analysis.
 #
 # Data: the original DBpedia14 CSVs from `$BAB_DATA_DIR/dbpedia_14` (or an explicit path, or the

@@ -34,6 +34,24 @@ from bab.core.training import Checkpointer, distributed_state, seed_everything
 CACHE_SCHEMA = 1
 PARTIAL = "partial"  # the folder of unfinished runs' resumable checkpoints, under the cache root
 
+# Every model this process trained or loaded through a run cache, first use first: its provenance for the report
+# (a notebook's results name the commits that trained its models, and which came from the cache).
+_MODELS_USED: dict[str, dict] = {}
+
+
+def models_used() -> list[dict]:
+    """The models this process trained or took from a run cache, in order of first use: ``run`` (the cache
+    folder's name), ``cached`` (True: trained by an earlier process), ``commit`` and ``started_at`` (of the run
+    that trained it; None for a run stored before they were recorded) and ``train_seconds``."""
+    return [dict(record) for record in _MODELS_USED.values()]
+
+
+def _note_model(folder: Path, metrics: dict, cached: bool) -> None:
+    trained_by = metrics.get("trained_by") or {}
+    _MODELS_USED.setdefault(folder.name, {  # a model trained here and loaded again later stays "trained here"
+        "run": folder.name, "cached": cached, "commit": trained_by.get("commit"),
+        "started_at": trained_by.get("started_at"), "train_seconds": metrics.get("train_seconds")})
+
 
 def default_cache_root(package_dir: Path | None = None) -> Path:
     """``$BAB_CACHE_DIR``; else ``.bab_cache/runs`` at the root of a source checkout of bab (the folder with
@@ -127,6 +145,7 @@ class RunCache:
         """
         metrics = self.load(name, config, model)
         if metrics is not None:
+            _note_model(self.path(name, config), metrics, cached=True)
             return {**metrics, "cached": True}
         checkpoint = self.checkpointer(name, config)
         started, t0 = now_iso(), time.perf_counter()
@@ -140,6 +159,7 @@ class RunCache:
             if checkpoint is not None:
                 checkpoint.clear()
         state.wait_for_everyone()
+        _note_model(self.path(name, config), metrics, cached=False)
         return {**metrics, "cached": False}
 
 

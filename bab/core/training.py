@@ -121,11 +121,22 @@ def log_row(row: dict, progress: bool) -> None:
 @dataclass(frozen=True)
 class EpochBatches:
     """``epochs`` shuffled passes over ``dataset`` in batches of ``batch_size`` (per process); a history row
-    per epoch. The shuffle order comes from a generator seeded with the run's seed."""
+    per epoch. The shuffle order comes from a generator seeded with the run's seed.
+
+    ``lengths`` (one per example, e.g. its unpadded tokens): batches of similar length, for models that trim
+    the padding a batch shares. transformers' ``LengthGroupedSampler``: each pass shuffles, cuts the order into
+    mega-batches of up to 50 batches and sorts each by length, so batches stay random but pad far less.
+    """
 
     dataset: Dataset
     batch_size: int
     epochs: int
+    lengths: tuple[int, ...] | None = None
+
+    def __post_init__(self):
+        if self.lengths is not None and len(self.lengths) != len(self.dataset):
+            raise ValueError(f"EpochBatches needs one length per example: {len(self.lengths)} lengths for "
+                             f"{len(self.dataset)} examples")
 
 
 @dataclass(frozen=True)
@@ -304,8 +315,7 @@ def run_training(model: torch.nn.Module, objective: Objective, *, teacher: torch
     generator = torch.Generator().manual_seed(config.seed)
     loader = None
     if isinstance(plan, EpochBatches):
-        loader = DataLoader(plan.dataset, batch_size=_per_process(plan.batch_size, accelerator), shuffle=True,
-                            generator=generator)
+        loader = _epoch_loader(plan, _per_process(plan.batch_size, accelerator), generator)
     groups = objective.parameter_groups(model)
     learning = [p for g in groups for p in g["params"]]
     learning_ids = {id(p) for p in learning}
@@ -427,6 +437,16 @@ def _batches(plan, loader, generator: torch.Generator, at: _Position):
     for _ in range(at.batch):
         next(batches)
     return batches
+
+
+def _epoch_loader(plan: EpochBatches, batch_size: int, generator: torch.Generator) -> DataLoader:
+    """Shuffled batches of ``plan.dataset``, grouped by length when ``plan.lengths`` is given."""
+    if plan.lengths is None:
+        return DataLoader(plan.dataset, batch_size=batch_size, shuffle=True, generator=generator)
+    from transformers.trainer_pt_utils import LengthGroupedSampler  # imported here: only text runs group
+
+    sampler = LengthGroupedSampler(batch_size, lengths=list(plan.lengths), generator=generator)
+    return DataLoader(plan.dataset, batch_size=batch_size, sampler=sampler)
 
 
 def _per_process(batch_size: int, accelerator: Accelerator) -> int:

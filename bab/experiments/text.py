@@ -76,6 +76,16 @@ _TEXT_STATIC = TrainConfig(objective="static", budget=0.5, lr=1e-3, batch_size=6
 # controller or a per-layer floor moved it by less than 0.3 points.
 _TEXT_HARD = TrainConfig(objective="hard_adapt", lr=5e-4, batch_size=64, kd_beta=0.5, kd_temperature=2.0)
 
+
+def length_grouped(**configs: TrainConfig) -> dict:
+    """``configs`` (phase name: TrainConfig) with batches of texts of similar length (``group_by_length``).
+
+    The quick profiles of the text studies group: a model that trims the padding a batch shares then computes
+    40 instead of 82 tokens an AG News text at length 128 (MiniLM at 64: 48 instead of 64), about half the
+    training time, for the same examples each epoch. Smoke and paper keep the paper's uniform shuffle.
+    """
+    return {name: replace(config, group_by_length=True) for name, config in configs.items()}
+
 AG_NEWS = {
     "smoke": TextProfile(
         name="smoke", dataset="ag_news", num_train=2000, num_val=200, num_test=200, max_len=128, model=_TEXT_MODEL,
@@ -85,9 +95,9 @@ AG_NEWS = {
     ),
     "quick": TextProfile(
         name="quick", dataset="ag_news", num_train=6000, num_val=1000, num_test=2000, max_len=128, model=_TEXT_MODEL,
-        dense=replace(_TEXT_DENSE, epochs=4), warm=replace(_TEXT_WARM, epochs=2),
-        static=replace(_TEXT_STATIC, epochs=2), hard_adapt=replace(_TEXT_HARD, epochs=3),
-        timing_repeats=3, recipe_variants=DECISIVE,
+        **length_grouped(dense=replace(_TEXT_DENSE, epochs=4), warm=replace(_TEXT_WARM, epochs=2),
+                         static=replace(_TEXT_STATIC, epochs=2), hard_adapt=replace(_TEXT_HARD, epochs=3)),
+        timing_examples=1000, timing_repeats=3, recipe_variants=DECISIVE,
     ),
     "paper": TextProfile(
         name="paper", dataset="ag_news", num_train=10000, num_val=2000, num_test=2000, max_len=128, model=_TEXT_MODEL,

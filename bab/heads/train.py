@@ -75,6 +75,9 @@ class TrainConfig:
     gate_start_sharpness: float = 4.0  # nested starts: the gates' common slope in logit(b)
     gate_start_examples: int = 512  # nested importance starts: training examples the head importance is scored on
     keep_unadapted: bool = True  # hard_adapt with validation selection: the unadapted checkpoint is a candidate
+    # batches of texts of similar length (bab.core.training.EpochBatches): the same examples each epoch, far less
+    # padding for models that trim it (AG News at length 128: 40 tokens an example instead of 82)
+    group_by_length: bool = False
 
     def __post_init__(self):
         if self.objective not in OBJECTIVES:
@@ -127,8 +130,14 @@ class HeadsObjective(Objective):
     """One budgeted-heads objective (the module docstring): which weights learn, the loss of one batch and the
     epoch's row (mean loss, training accuracy and cost per example)."""
 
-    def __init__(self, config: TrainConfig, train_data: Dataset):
-        super().__init__(config, EpochBatches(train_data, config.batch_size, config.epochs))
+    def __init__(self, config: TrainConfig, train_data: Dataset, pad_id: int | None = None):
+        lengths = None
+        if config.group_by_length:
+            if pad_id is None:
+                raise ValueError("TrainConfig(group_by_length=True) needs a model whose config has a pad_id "
+                                 "(texts padded with it); leave group_by_length=False for other data")
+            lengths = tuple(int(train_data[i][0].ne(pad_id).sum()) for i in range(len(train_data)))
+        super().__init__(config, EpochBatches(train_data, config.batch_size, config.epochs, lengths=lengths))
         self.name = config.objective
         self.train_data = train_data
 
@@ -172,7 +181,8 @@ def train(model: torch.nn.Module, train_data: Dataset, config: TrainConfig, teac
     selection = None
     if select is not None:
         selection = Selection(select, keep_start=config.objective == "hard_adapt" and config.keep_unadapted)
-    return run_training(model, HeadsObjective(config, train_data), teacher=teacher, selection=selection,
+    objective = HeadsObjective(config, train_data, pad_id=getattr(getattr(model, "config", None), "pad_id", None))
+    return run_training(model, objective, teacher=teacher, selection=selection,
                         on_row=on_epoch_end, checkpoint=checkpoint, progress=progress)
 
 

@@ -52,6 +52,17 @@ def collect_results_with_contract(staging):
     return results
 
 
+def collect_models(staging):
+    """{stem: the models its kernel trained or took from the run cache} from results/<stem>.json (the "models" of
+    ``save_results``; notebooks written before models were recorded are left out)."""
+    models = {}
+    for path in sorted((staging / "results").glob("*.json")):
+        data = read_json(path)
+        if data is not None and data.get("models") is not None:
+            models[path.stem] = data["models"]
+    return models
+
+
 def current_rows(results):
     """(the rows of notebooks written under the current results contract, the notebooks left out)."""
     current = {stem: rows for stem, (contract, rows) in results.items() if contract == RESULTS_CONTRACT}
@@ -178,6 +189,7 @@ def write_index(staging, profile, notebooks, repo_dir):
         "contracts": {stem: contract for stem, (contract, _) in with_contract.items()},
         "claims": claims,
         "rows": [{"notebook": stem, **row} for stem, stem_rows in results.items() for row in stem_rows],
+        "models": collect_models(staging),
     }
     write_json_atomic(staging / "results.json", merged)
     page = render_index(profile, generated_at, runs, table_html, table_error, environment_info(profile, repo_dir),

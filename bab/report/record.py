@@ -62,7 +62,25 @@ def record_markdown(results: dict, runs: list[dict]) -> str:
         lines.append(f"| {run.get('notebook')} | {run.get('status')} | {_duration(run.get('seconds'))} | "
                      f"{run.get('finished_at') or '–'} | {run.get('commit') or 'not recorded'} | {parallel} |")
     lines.append("")
+    lines += models_section(results.get("models") or {})
     return "\n".join(lines)
+
+
+def models_section(models: dict) -> list[str]:
+    """Which commits trained each notebook's models, and how many this run trained or took from the run cache."""
+    lines = ["## Models", ""]
+    if not models:
+        return lines + ["Not recorded: the notebooks ran before their results named the models they used.", ""]
+    lines += ["| notebook | models | trained in this run | from the run cache | trained at commits | training time |",
+              "|---|---|---|---|---|---|"]
+    for stem, used in sorted(models.items()):
+        commits = sorted({m.get("commit") or "not recorded" for m in used})
+        seconds = [m["train_seconds"] for m in used if m.get("train_seconds") is not None]
+        lines.append(f"| {stem} | {len(used)} | {sum(not m.get('cached') for m in used)} | "
+                     f"{sum(bool(m.get('cached')) for m in used)} | {', '.join(commits) or '–'} | "
+                     f"{_duration(sum(seconds)) if seconds else '–'} |")
+    lines += ["", "Each model's run, commit, start and training time are in `results.json` under `models`.", ""]
+    return lines
 
 
 def write_record(folder) -> Path:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bab.core import strict_json
 from bab.core.folders import current_umask
+from bab.core.runs import models_used
 
 # The version of the rows' meaning: 2 = methods are declared typed ids (bab.experiments.methods), the papers'
 # method names hold the papers' recipes, settings are typed values. Rows of an older version are not judged.
@@ -111,7 +112,9 @@ def write_json_atomic(path, obj):
 
 
 def save_results(rows, path):
-    """Write a notebook's result rows to `path` as {"notebook": <stem>, "contract": RESULTS_CONTRACT, "rows": rows}.
+    """Write a notebook's result rows to `path` as {"notebook": <stem>, "contract": RESULTS_CONTRACT, "rows": rows,
+    "models": ...}, where "models" are the models this kernel trained or took from the run cache, with the commit
+    that trained each (``bab.core.runs.models_used``).
 
     `path` is the `results_path` parameter papermill injects. When it is None (the notebook runs interactively,
     or under nbval) the rows go to `$BAB_RESULTS_DIR/<experiments>.json` if that variable is set, else nothing is
@@ -124,7 +127,8 @@ def save_results(rows, path):
         rows = validate_rows(rows)
         path = Path(folder) / ("+".join(sorted({row["experiment"] for row in rows})) + ".json")
     path = Path(path)
-    return write_json_atomic(path, {"notebook": path.stem, "contract": RESULTS_CONTRACT, "rows": validate_rows(rows)})
+    return write_json_atomic(path, {"notebook": path.stem, "contract": RESULTS_CONTRACT, "rows": validate_rows(rows),
+                                    "models": models_used()})
 
 
 def now_iso():

@@ -9,6 +9,7 @@ import copy
 import os
 import random
 import signal
+from functools import partial
 
 import numpy as np
 import pytest
@@ -37,8 +38,12 @@ def encoder(gates=None):
                                            num_layers=2, d_ff=32, gates=gates, dropout=0.1))
 
 
-def texts():
-    ids = torch.randint(1, 12, (48, 8), generator=torch.Generator().manual_seed(0))
+def texts(padded=False, n=48):
+    """``n`` texts of 8 tokens; ``padded``: each cut to a random length 2-8 and right-padded with 0."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, 12, (n, 8), generator=g)
+    if padded:
+        ids = ids.masked_fill(torch.arange(8) >= torch.randint(2, 9, (n, 1), generator=g), 0)
     return TensorDataset(ids, (ids == 5).any(1).long())
 
 
@@ -62,19 +67,20 @@ def images():
     return TensorDataset(torch.randn(48, 1, 8, 8, generator=g), torch.randint(0, 10, (48,), generator=g))
 
 
-def heads_run(checkpoint=None):
+def heads_run(checkpoint=None, group_by_length=False):
     """Hard adaptation with distillation, per-epoch validation selection and the unadapted candidate:
-    3 batches an epoch, 3 epochs."""
+    3 batches an epoch, 3 epochs (``group_by_length``: padded texts in length-grouped batches)."""
     soft = encoder("budget")
     model = copy.deepcopy(soft)
-    val = texts()
+    val = texts(padded=group_by_length)
 
     def score(m):
         with torch.no_grad():
             return float((m(val.tensors[0], budget=0.5, mode="hard").logits.argmax(-1) == val.tensors[1]).sum())
 
-    return model, train(model, texts(), TrainConfig(objective="hard_adapt", epochs=3, batch_size=16, seed=4),
-                        teacher=soft, progress=False, select=score, checkpoint=checkpoint)
+    config = TrainConfig(objective="hard_adapt", epochs=3, batch_size=16, seed=4, group_by_length=group_by_length)
+    return model, train(model, texts(padded=group_by_length), config, teacher=soft, progress=False, select=score,
+                        checkpoint=checkpoint)
 
 
 def lm_run(checkpoint=None):
@@ -93,7 +99,9 @@ def vit_run(checkpoint=None):
     return model, train_vit(model, images(), config, teacher=teacher, progress=False, checkpoint=checkpoint)
 
 
-METHODS = {"heads": (heads_run, HeadsObjective, 9), "lm": (lm_run, LMObjective, 14),
+METHODS = {"heads": (heads_run, HeadsObjective, 9), "heads_grouped": (partial(heads_run, group_by_length=True),
+                                                                     HeadsObjective, 9),
+           "lm": (lm_run, LMObjective, 14),
            "vit": (vit_run, ViTObjective, 9)}
 
 
@@ -224,3 +232,48 @@ def test_each_process_keeps_its_own_checkpoint_and_clear_removes_them_all(tmp_pa
     assert [c.load()["rank"] for c in ranks] == [0, 1]
     checkpoint.clear()
     assert not (tmp_path / "run").exists()
+
+
+def batches_seen(group_by_length: bool, epochs: int = 2) -> list[torch.Tensor]:
+    """The input batches a heads run trains on, recorded from inside the objective's step."""
+    seen = []
+    original = HeadsObjective.step
+
+    def recording(self, model, teacher, batch, rng, step):
+        seen.append(batch[0].clone())
+        return original(self, model, teacher, batch, rng, step)
+
+    HeadsObjective.step = recording
+    try:
+        config = TrainConfig(objective="dense", epochs=epochs, batch_size=4, seed=1, group_by_length=group_by_length)
+        train(encoder(), texts(padded=True, n=192), config, progress=False)
+    finally:
+        HeadsObjective.step = original
+    return seen
+
+
+def test_length_grouped_batches_cover_every_text_once_an_epoch_and_pad_less():
+    data = texts(padded=True, n=192).tensors[0]
+    lengths = data.ne(0).sum(1)
+    per_epoch = len(data) // 4
+    padded_tokens = {}
+    for grouped in (False, True):
+        batches = batches_seen(grouped)
+        assert len(batches) == 2 * per_epoch
+        for epoch in range(2):  # each epoch is a permutation of the 48 texts: compare the sorted rows
+            rows = torch.cat(batches[epoch * per_epoch:(epoch + 1) * per_epoch])
+            assert sorted(map(tuple, rows.tolist())) == sorted(map(tuple, data.tolist()))
+        # tokens a trimmed batch computes: its size times its longest text
+        padded_tokens[grouped] = sum(len(b) * int(b.ne(0).sum(1).max()) for b in batches)
+        # each mega-batch (12 batches of 4 here) is sorted by length, so a batch spans at most two lengths
+        spans = [int(b.ne(0).sum(1).max() - b.ne(0).sum(1).min()) for b in batches]
+        if grouped:
+            assert max(spans) <= 1, spans
+    assert padded_tokens[True] < 0.8 * padded_tokens[False]
+    assert padded_tokens[True] >= 2 * int(lengths.sum())  # two epochs cannot compute fewer than the real tokens
+    assert not torch.equal(torch.cat(batches_seen(True, epochs=1)), torch.cat(batches_seen(True, epochs=2)[per_epoch:]))
+
+
+def test_grouping_by_length_needs_a_pad_id():
+    with pytest.raises(ValueError, match="pad_id"):
+        HeadsObjective(TrainConfig(group_by_length=True), texts(padded=True))

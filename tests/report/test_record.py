@@ -37,3 +37,13 @@ def test_a_record_lists_claims_with_counts_and_every_notebook_run(tmp_path):
     assert bab_main(["report", "--record-only", str(folder)]) == 0
     assert (folder / RECORD_NAME).read_text() == text
     assert bab_main(["report", "--record-only", str(tmp_path / "missing")]) == 2
+
+
+def test_a_record_says_which_commits_trained_each_notebooks_models():
+    results = {"profile": "quick", "models": {"05": [
+        {"run": "dense-1", "cached": True, "commit": "aaa1111", "train_seconds": 100.0},
+        {"run": "joint-2", "cached": False, "commit": "bbb2222", "train_seconds": 3700.0},
+        {"run": "heads-3", "cached": True, "commit": None, "train_seconds": None}]}}
+    text = record_markdown(results, [])
+    assert "| 05 | 3 | 1 | 2 | aaa1111, bbb2222, not recorded | 1 h 03 min |" in text
+    assert "Not recorded" in record_markdown({"profile": "paper"}, [])

@@ -370,15 +370,23 @@ def test_two_jobs_run_notebooks_at_once_with_the_cores_divided(tmp_path, monkeyp
     assert sum(starts) > 1.4 * float(re.search(r"notebooks done in (\d+) s", stdout).group(1))  # overlapped
 
 
-def test_longest_first_and_the_jobs_default():
-    a, b, c = Path("01_a.ipynb"), Path("02_b.ipynb"), Path("03_c.ipynb")
-    order = report.longest_first([a, b, c], [{"seconds": 10.0}, None, {"seconds": 99.0}])
-    assert order == [b, c, a]  # never run first (it may be long), then the longest last run
-    # a first run: the package's notebooks in FIRST_RUN_ORDER, an unknown one before them
+def test_notebooks_start_in_the_order_that_ends_soonest_and_the_jobs_default():
+    # two jobs, each taking the next notebook when free: 3, 3 | 2 after 3 | 2 after 3 | 2 after 5 -> ends at 7
+    assert report.planned_finish([3, 3, 2, 2, 2], jobs=2) == 7
+    assert report.planned_finish([3, 3, 2, 2, 2], jobs=1) == 12
+    a, b, c, d, e = (Path(f"0{i}_{n}.ipynb") for i, n in enumerate("abcde", 1))
+    runs = [{"seconds": s} for s in (5.0, 4.0, 3.0, 3.0, 3.0)]
+    # longest first ends at 10 (a | b, c after b, d after a, e after c); {a, b} beside {c, d, e} ends at 9
+    assert report.planned_finish([5, 4, 3, 3, 3], jobs=2) == 10
+    order = report.start_order([a, b, c, d, e], runs, jobs=2)
+    seconds = {p: r["seconds"] for p, r in zip([a, b, c, d, e], runs, strict=True)}
+    assert report.planned_finish([seconds[p] for p in order], jobs=2) == 9 and order[0] == a
+    assert report.start_order([a, b, c, d, e], runs, jobs=1) == [a, b, c, d, e]  # one job: nothing to plan
+    # a first run plans by QUICK_SECONDS; a notebook with no time at all counts as the longest, so it starts at once
     stems = ("06_gpt2_context_pruning", "01_synthetic", "99_new", "03_bert_ag_news")
-    first = report.longest_first([Path(f"{s}.ipynb") for s in stems], [None] * 4)
-    assert [p.stem for p in first] == ["99_new", "03_bert_ag_news", "01_synthetic", "06_gpt2_context_pruning"]
-    assert sorted(report.FIRST_RUN_ORDER) == sorted(p.stem for p in (ROOT / "notebooks").glob("0*.ipynb"))
+    first = report.start_order([Path(f"{s}.ipynb") for s in stems], [None] * 4, jobs=2)
+    assert {p.stem for p in first[:2]} == {"99_new", "03_bert_ag_news"}
+    assert sorted(report.QUICK_SECONDS) == sorted(p.stem for p in (ROOT / "notebooks").glob("0*.ipynb"))
     assert report.default_jobs(cores=1) == 1 and report.default_jobs(cores=2) == min(2, report.DEFAULT_JOBS)
     assert report.threads_per_job(2, cores=2) == 1 and report.threads_per_job(3, cores=2) == 1
     for bad in (0, -1, 1.5, "2"):
