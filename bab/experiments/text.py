@@ -86,6 +86,7 @@ def length_grouped(**configs: TrainConfig) -> dict:
     """
     return {name: replace(config, group_by_length=True) for name, config in configs.items()}
 
+
 AG_NEWS = {
     "smoke": TextProfile(
         name="smoke", dataset="ag_news", num_train=2000, num_val=200, num_test=200, max_len=128, model=_TEXT_MODEL,

@@ -44,7 +44,7 @@ from bab.core.threads import THREADS_ENV, available_cores
 from bab.experiments.profiles import PROFILE_NAMES as PROFILES
 from bab.report.index import write_index
 from bab.report.progress import CellProgress, estimate_line, last_run, last_run_note, progress_engine
-from bab.report.record import write_record
+from bab.report.record import code_digest, write_record
 from bab.report.results import now_iso, write_json_atomic
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
@@ -223,6 +223,7 @@ def run_notebook(src, staging, profile, label="", jobs=1, threads=None):
     results_path = (staging / "results" / f"{stem}.json").resolve()
     t0 = time.perf_counter()
     commit = git_commit(src.parent.parent)  # before the run: the code it ran with
+    code = code_digest(src)  # RECORD.md marks the run stale once the notebook's code changes
     error = None
     try:
         execute_notebook(src, out, profile, results_path, src.parent.resolve(), label=label)
@@ -242,6 +243,7 @@ def run_notebook(src, staging, profile, label="", jobs=1, threads=None):
         "commit": commit,
         "jobs": jobs,
         "threads": threads,
+        "code": code,
     }
     write_json_atomic(staging / "runs" / f"{stem}.json", record)
     return record
@@ -302,7 +304,7 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
         if table_error:
             print(f"comparison table FAILED: {table_error}", flush=True)
         scrub_machine_paths(staging, notebooks_dir.parent)
-        write_record(staging)
+        write_record(staging, notebooks_dir)
         swap_into_place(staging, final)
     finally:
         if staging.exists():

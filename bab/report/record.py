@@ -3,16 +3,44 @@
 Written beside ``index.html`` by every report run (``bab.report.build``), from ``results.json`` and
 ``runs/*.json``; ``python -m bab report --record-only <folder>`` rewrites it from those files, and a test
 regenerates the committed paper record's and compares. Nothing in it is typed by hand.
+
+A record goes stale when a notebook changes after it ran: each run stores a digest of the notebook's code cells
+(``code_digest``), and the record compares it with the notebooks of the checkout it is written from.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
+from bab.core.provenance import PACKAGE_ROOT
 from bab.report.index import claims_summary
 
 RECORD_NAME = "RECORD.md"
+
+
+def code_digest(ipynb) -> str:
+    """SHA-256 (first 16 hex digits) of a notebook's code cells, in order: what a run's numbers depend on, and not
+    its prose or outputs."""
+    cells = json.loads(Path(ipynb).read_text(encoding="utf-8"))["cells"]
+    sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+               for c in cells if c["cell_type"] == "code"]
+    return hashlib.sha256("\n\x00\n".join(sources).encode()).hexdigest()[:16]
+
+
+def current_code(notebooks_dir) -> dict[str, str]:
+    """{stem: code_digest} of the notebooks in ``notebooks_dir`` (empty when there is no such folder)."""
+    folder = Path(notebooks_dir)
+    return {p.stem: code_digest(p) for p in sorted(folder.glob("[0-9]*.ipynb"))} if folder.is_dir() else {}
+
+
+def _code_state(run: dict, code_now: dict[str, str]) -> str:
+    if not run.get("code"):
+        return "not recorded"
+    if run.get("notebook") not in code_now:
+        return "–"
+    return "unchanged" if code_now[run["notebook"]] == run["code"] else "**changed since: stale**"
 
 
 def _number(value, digits: int = 3) -> str:
@@ -31,8 +59,10 @@ def _duration(seconds) -> str:
     return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
 
 
-def record_markdown(results: dict, runs: list[dict]) -> str:
-    """The record of one report folder: ``results`` is its results.json, ``runs`` its runs/*.json records."""
+def record_markdown(results: dict, runs: list[dict], code_now: dict[str, str] | None = None) -> str:
+    """The record of one report folder: ``results`` is its results.json, ``runs`` its runs/*.json records,
+    ``code_now`` the notebooks' code digests now ({stem: ``code_digest``}), to mark runs whose notebook changed."""
+    code_now = code_now or {}
     claims = results.get("claims") or []
     contracts = results.get("contracts") or {}
     lines = [f"# Reproduction record: profile `{results.get('profile', '?')}`", "",
@@ -54,13 +84,15 @@ def record_markdown(results: dict, runs: list[dict]) -> str:
             lines.append(f"| {_cell(c['paper'])} | {_cell(c['where'])} | {_cell(c['claim'] + setup)} | "
                          f"{_number(c['ours'])} | {_number(c['theirs'])} | {c['verdict']} | {_cell(c['why'])} |")
         lines.append("")
-    lines += ["## Notebooks", "", "| notebook | status | wall time | finished | commit | jobs × threads |",
-              "|---|---|---|---|---|---|"]
+    lines += ["## Notebooks", "",
+              "| notebook | status | wall time | finished | commit | jobs × threads | notebook code |",
+              "|---|---|---|---|---|---|---|"]
     for run in sorted(runs, key=lambda r: r.get("notebook", "")):
         jobs = run.get("jobs")
         parallel = "–" if jobs is None else f"{jobs} × {run.get('threads', '?')}"
         lines.append(f"| {run.get('notebook')} | {run.get('status')} | {_duration(run.get('seconds'))} | "
-                     f"{run.get('finished_at') or '–'} | {run.get('commit') or 'not recorded'} | {parallel} |")
+                     f"{run.get('finished_at') or '–'} | {run.get('commit') or 'not recorded'} | {parallel} | "
+                     f"{_code_state(run, code_now)} |")
     lines.append("")
     lines += models_section(results.get("models") or {})
     return "\n".join(lines)
@@ -83,8 +115,9 @@ def models_section(models: dict) -> list[str]:
     return lines
 
 
-def write_record(folder) -> Path:
-    """Write ``folder``/RECORD.md from ``folder``/results.json and ``folder``/runs/*.json."""
+def write_record(folder, notebooks_dir=None) -> Path:
+    """Write ``folder``/RECORD.md from ``folder``/results.json and ``folder``/runs/*.json, marking the runs whose
+    notebook in ``notebooks_dir`` (default: this checkout's ``notebooks/``) has changed since."""
     folder = Path(folder)
     results_path = folder / "results.json"
     if not results_path.is_file():
@@ -92,5 +125,6 @@ def write_record(folder) -> Path:
     results = json.loads(results_path.read_text(encoding="utf-8"))
     runs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted((folder / "runs").glob("*.json"))]
     path = folder / RECORD_NAME
-    path.write_text(record_markdown(results, runs), encoding="utf-8")
+    code_now = current_code(PACKAGE_ROOT / "notebooks" if notebooks_dir is None else notebooks_dir)
+    path.write_text(record_markdown(results, runs, code_now), encoding="utf-8")
     return path

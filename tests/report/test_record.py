@@ -5,7 +5,7 @@ import shutil
 from pathlib import Path
 
 from bab.__main__ import main as bab_main
-from bab.report.record import RECORD_NAME, record_markdown, write_record
+from bab.report.record import RECORD_NAME, code_digest, current_code, record_markdown, write_record
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,7 +29,7 @@ def test_a_record_lists_claims_with_counts_and_every_notebook_run(tmp_path):
     text = record_markdown(results, runs)
     assert "- **sparsifiner**: 1 reproduced" in text
     assert "| sparsifiner | Table 2 | Keep 0.1 costs 0.4. (a ViT \\| small) | -0.51 | -0.4 | reproduced |" in text
-    assert "| 02 | ok | 1 h 02 min | t | abc123 | 2 × 1 |" in text
+    assert "| 02 | ok | 1 h 02 min | t | abc123 | 2 × 1 | not recorded |" in text
     folder = tmp_path / "r"
     (folder / "runs").mkdir(parents=True)
     (folder / "results.json").write_text(json.dumps(results))
@@ -47,3 +47,25 @@ def test_a_record_says_which_commits_trained_each_notebooks_models():
     text = record_markdown(results, [])
     assert "| 05 | 3 | 1 | 2 | aaa1111, bbb2222, not recorded | 1 h 03 min |" in text
     assert "Not recorded" in record_markdown({"profile": "paper"}, [])
+
+
+def notebook(path, code, prose="A note."):
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": [prose]},
+             {"cell_type": "code", "metadata": {}, "source": code, "outputs": [], "execution_count": None}]
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    return path
+
+
+def test_a_run_is_marked_stale_once_its_notebooks_code_changes(tmp_path):
+    nb = notebook(tmp_path / "02_x.ipynb", ["x = 1\n", "print(x)"])
+    ran = code_digest(nb)
+    assert code_digest(notebook(nb, "x = 1\nprint(x)", prose="Other prose.")) == ran  # prose and cell splits of
+    # the source text do not count, the code does
+    assert code_digest(notebook(tmp_path / "02_y.ipynb", "x = 2\nprint(x)")) != ran
+    assert current_code(tmp_path) == {"02_x": ran, "02_y": code_digest(tmp_path / "02_y.ipynb")}
+    assert current_code(tmp_path / "missing") == {}
+    runs = [{"notebook": "02_x", "status": "ok", "seconds": 5.0, "code": ran},
+            {"notebook": "02_y", "status": "ok", "seconds": 5.0, "code": ran},
+            {"notebook": "03_z", "status": "ok", "seconds": 5.0, "code": ran}]
+    rows = [line for line in record_markdown({}, runs, current_code(tmp_path)).splitlines() if line.startswith("| 0")]
+    assert [row.rsplit("|", 2)[1].strip() for row in rows] == ["unchanged", "**changed since: stale**", "–"]
