@@ -88,10 +88,9 @@ def check_profile(profile):
 # -----------------------------------------------------------------------------
 # how many notebooks at once
 
-# Notebooks at once on a 2-core machine. One training step is 1.26x (custom encoder, batch 64 x 128) to 1.63x
-# (MiniLM, batch 16 x 128) faster on 2 threads than on 1 (`python tests/core/thread_effects.py speed`), so two
-# notebooks of one thread each get through more work than one of two threads; the quick report took 51.7 min
-# this way (README, "Run time at quick").
+# Notebooks at once on a 2-core machine, measured: the quick report from an empty cache took 38.3 min as 2 jobs of
+# 1 thread and 48.7 min as 1 job of 2 threads (commit 61620cb, README "Run time at quick"); a notebook is only
+# 1.38x-1.66x faster on 2 threads than on 1.
 DEFAULT_JOBS = 2
 
 
@@ -114,9 +113,9 @@ def threads_per_job(jobs: int, cores: int | None = None) -> int:
 
 # One-thread seconds of each notebook at profile quick from an empty cache, two at once (README, "Run time at
 # quick"): what a first run plans its start order by, when the reports folder holds no earlier run to time them by.
-QUICK_SECONDS = {"01_synthetic": 798, "02_ag_news_custom": 550, "03_bert_ag_news": 930, "04_dbpedia_bert": 600,
-                 "05_vit_sparsifiner": 777, "06_gpt2_context_pruning": 514,
-                 "07_pretrained_decoder_context_pruning": 460}
+QUICK_SECONDS = {"01_synthetic": 800, "02_ag_news_custom": 529, "03_bert_ag_news": 906, "04_dbpedia_bert": 573,
+                 "05_vit_sparsifiner": 760, "06_gpt2_context_pruning": 512,
+                 "07_pretrained_decoder_context_pruning": 448}  # commit 61620cb
 ORDERS_TRIED_UP_TO = 8  # notebooks; 8! = 40,320 simulated runs take well under a second
 
 
@@ -132,8 +131,9 @@ def start_order(notebooks, previous, jobs: int):
     """``notebooks`` in the order to start them with ``jobs`` at once: the order whose simulated run
     (``planned_finish``) ends soonest, ties going to the longest first. A notebook's expected time is its last run
     (``previous``), else ``QUICK_SECONDS``, else the longest of the others (a new notebook may be long). Longest
-    first alone can leave one job with a long tail: at the quick times above it plans 2,540 s, the best order
-    2,322 s. Beyond ``ORDERS_TRIED_UP_TO`` notebooks: longest first."""
+    first alone can leave one job with a long tail: at the quick times above it plans 2,456 s, the best order
+    2,279 s (the order planned from estimates ran in 2,288 s). Beyond ``ORDERS_TRIED_UP_TO`` notebooks: longest
+    first."""
     known = [r["seconds"] if r is not None else QUICK_SECONDS.get(src.stem) for src, r in zip(notebooks, previous,
                                                                                                 strict=True)]
     longest = max([s for s in known if s is not None], default=1.0)
