@@ -143,9 +143,10 @@ class RunCache:
         Under ``accelerate launch`` every process trains (the same model) and the main process stores it; the
         others wait for it. Returns the metrics with ``"cached": True/False`` added (not stored).
         """
+        folder = self.path(name, config)
         metrics = self.load(name, config, model)
         if metrics is not None:
-            _note_model(self.path(name, config), metrics, cached=True)
+            _note_model(folder, metrics, cached=True)
             return {**metrics, "cached": True}
         checkpoint = self.checkpointer(name, config)
         started, t0 = now_iso(), time.perf_counter()
@@ -159,7 +160,7 @@ class RunCache:
             if checkpoint is not None:
                 checkpoint.clear()
         state.wait_for_everyone()
-        _note_model(self.path(name, config), metrics, cached=False)
+        _note_model(folder, metrics, cached=False)
         return {**metrics, "cached": False}
 
 

@@ -42,25 +42,22 @@ def collect_results(staging):
     return {stem: rows for stem, (_, rows) in collect_results_with_contract(staging).items()}
 
 
-def collect_results_with_contract(staging):
-    """{stem: (results contract version or None, rows)} from every results/<stem>.json in the staging folder."""
-    results = {}
-    for path in sorted((staging / "results").glob("*.json")):
-        data = read_json(path)
-        if data is not None:
-            results[path.stem] = (data.get("contract"), data.get("rows", []))
-    return results
+def results_files(staging):
+    """{stem: contents} of every readable results/<stem>.json in the staging folder (``save_results``)."""
+    files = {path.stem: read_json(path) for path in sorted((staging / "results").glob("*.json"))}
+    return {stem: data for stem, data in files.items() if data is not None}
 
 
-def collect_models(staging):
-    """{stem: the models its kernel trained or took from the run cache} from results/<stem>.json (the "models" of
+def collect_results_with_contract(staging, files=None):
+    """{stem: (results contract version or None, rows)} from the results files (read here unless ``files``)."""
+    files = results_files(staging) if files is None else files
+    return {stem: (data.get("contract"), data.get("rows", [])) for stem, data in files.items()}
+
+
+def collect_models(files):
+    """{stem: the models its kernel trained or took from the run cache} from the results files (the "models" of
     ``save_results``; notebooks written before models were recorded are left out)."""
-    models = {}
-    for path in sorted((staging / "results").glob("*.json")):
-        data = read_json(path)
-        if data is not None and data.get("models") is not None:
-            models[path.stem] = data["models"]
-    return models
+    return {stem: data["models"] for stem, data in files.items() if data.get("models") is not None}
 
 
 def current_rows(results):
@@ -167,7 +164,8 @@ def write_index(staging, profile, notebooks, repo_dir):
     """Write index.html and results.json into staging; return the comparison-table error (or None)."""
     generated_at = now_iso()
     runs = collect_runs(staging, notebooks)
-    with_contract = collect_results_with_contract(staging)
+    files = results_files(staging)
+    with_contract = collect_results_with_contract(staging, files)
     results = {stem: rows for stem, (_, rows) in with_contract.items()}
     rows = [row for stem_rows in results.values() for row in stem_rows]
     table_html, table_error = comparison_html(rows)
@@ -189,7 +187,7 @@ def write_index(staging, profile, notebooks, repo_dir):
         "contracts": {stem: contract for stem, (contract, _) in with_contract.items()},
         "claims": claims,
         "rows": [{"notebook": stem, **row} for stem, stem_rows in results.items() for row in stem_rows],
-        "models": collect_models(staging),
+        "models": collect_models(files),
     }
     write_json_atomic(staging / "results.json", merged)
     page = render_index(profile, generated_at, runs, table_html, table_error, environment_info(profile, repo_dir),
