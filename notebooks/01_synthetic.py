@@ -113,11 +113,12 @@ print(f"dense solves the task (>= 90% validation accuracy): {dense_stats['accura
 # from the first step. Both, for every seed of the profile, at $b = 0.50$:
 
 # %%
-scratch_rows = []
+scratch_rows, scratch_models = [], {}  # scratch_models: (budget term, seed) -> (model, its evaluation at b = 0.5)
 for seed in P.scratch_seeds:
     for term, config in (("one-sided (paper)", replace(P.scratch, two_sided=False)), ("two-sided", P.scratch)):
         model, metrics, _ = exp.budgeted_from_scratch(seed, config)
-        scratch_rows.append({"budget term": term, "opt_seed": seed, **evaluate(model, val_set, budget=0.5, mode="soft")})
+        scratch_models[term, seed] = (model, evaluate(model, val_set, budget=0.5, mode="soft"))
+        scratch_rows.append({"budget term": term, "opt_seed": seed, **scratch_models[term, seed][1]})
 scratch_table = pd.DataFrame(scratch_rows)
 display(scratch_table.pivot(index="opt_seed", columns="budget term", values=["cost", "accuracy"]).round(3))
 scratch = scratch_table[scratch_table["budget term"] == "two-sided"]
@@ -151,10 +152,10 @@ print(f"from scratch vs warm start at b=0.50: {scratch.accuracy.mean():.2f}% vs 
 # fixed budget each. Each specialist is a separate fine-tune and a separate artifact.
 
 # %%
-static_rows = []
+static_rows, static_models = [], {}
 for b in P.static_budgets:
-    model, _, _ = exp.warm_start_static(b)
-    static_rows.append(evaluate(model, val_set, budget=b, mode="soft"))
+    static_models[b], _, _ = exp.warm_start_static(b)
+    static_rows.append(evaluate(static_models[b], val_set, budget=b, mode="soft"))
 static = pd.DataFrame(static_rows)
 display(static[["budget", "cost", "accuracy"]])
 
@@ -245,20 +246,24 @@ print(f"Spearman rank correlation of gates at b=0.25 and b=0.75: "
 
 # %%
 M = exp.methods  # the rows this experiment declares (bab.experiments.methods)
+# each row names the trained models it measured (models=...): the report shows the commit that trained them
+paper_term, our_term = "one-sided (paper)", "two-sided"
 rows = [
-    exp.result_row(M.dense, 1.0, dense_stats),
+    exp.result_row(M.dense, 1.0, dense_stats, models=dense),
     # the paper's method names hold the paper's recipe (one-sided term, flat gates); ours stands beside
-    *[exp.result_row(M.scratch, 0.5, r, note=f"mean of seeds {list(P.scratch_seeds)}")
-      for r in [scratch_table[scratch_table["budget term"] != "two-sided"].mean(numeric_only=True)]],
-    *[exp.result_row(M.scratch_ours, 0.5, r, note=f"mean of seeds {list(P.scratch_seeds)}")
-      for r in [scratch.mean(numeric_only=True)]],
-    *[exp.result_row(M.warm, r["budget"], r) for r in paper_points.to_dict("records")],
-    *[exp.result_row(M.warm_ours, r["budget"], r) for r in warm_points.to_dict("records") if r["budget"] < 1],
-    *[exp.result_row(M.static, r["budget"], r) for r in static_rows],
-    *[exp.result_row(M.posthoc, r["budget"], r) for r in posthoc.to_dict("records")],
-    *[exp.result_row(M.hard_adapted, r["budget"], {"cost": r["hard cost"], "accuracy": r["hard, adapted"]})
-      for r in hard_table.to_dict("records")],
-    exp.result_row(M.sweep_lowest, sweep.budget.iloc[0], sweep.iloc[0]),
+    *[exp.result_row(per_seed, 0.5, stats, settings={"seed": seed}, models=model)
+      for per_seed, term in ((M.scratch_seed, paper_term), (M.scratch_ours_seed, our_term))
+      for (t, seed), (model, stats) in scratch_models.items() if t == term],
+    *[exp.mean_row(mean, 0.5, [scratch_models[term, seed] for seed in P.scratch_seeds])
+      for mean, term in ((M.scratch, paper_term), (M.scratch_ours, our_term))],
+    *[exp.result_row(M.warm, r["budget"], r, models=paper_warm) for r in paper_points.to_dict("records")],
+    *[exp.result_row(M.warm_ours, r["budget"], r, models=warm) for r in warm_points.to_dict("records")
+      if r["budget"] < 1],
+    *[exp.result_row(M.static, r["budget"], r, models=static_models[r["budget"]]) for r in static_rows],
+    *[exp.result_row(M.posthoc, r["budget"], r, models=dense) for r in posthoc.to_dict("records")],
+    *[exp.result_row(M.hard_adapted, r["budget"], {"cost": r["hard cost"], "accuracy": r["hard, adapted"]},
+                     models=hard) for r in hard_table.to_dict("records")],
+    exp.result_row(M.sweep_lowest, sweep.budget.iloc[0], sweep.iloc[0], models=warm),
 ]
 points = pd.DataFrame(rows)
 fig = plots.pareto_plot(points, sweep=sweep, title=f"synthetic task, profile {P.name}")

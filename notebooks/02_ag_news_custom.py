@@ -269,26 +269,30 @@ M = study.methods  # the rows this experiment declares (bab.experiments.methods)
 paper_soft, paper_hard = paper_recipe_models(study)
 ours = "our recipe: nested gate start, two-sided term"
 rows = [
-    study.result_row(M.dense, 1.0, dense_test),
-    *[study.result_row(M.warm, b, evaluate(paper_soft, test, budget=b, mode="soft")) for b in P.budgets],
-    *[study.result_row(M.warm_ours, r["budget"], r) for r in warm_points.to_dict("records")],
-    *[study.result_row(M.static, r["budget"], r, note=ours) for r in static_rows],
-    *[study.result_row(M.posthoc, r["budget"], r) for r in posthoc.to_dict("records")],
+    study.result_row(M.dense, 1.0, dense_test, models=dense),
+    *[study.result_row(M.warm, b, evaluate(paper_soft, test, budget=b, mode="soft"), models=paper_soft)
+      for b in P.budgets],
+    *[study.result_row(M.warm_ours, r["budget"], r, models=warm) for r in warm_points.to_dict("records")],
+    *[study.result_row(M.static, r["budget"], r, note=ours, models=static_models[r["budget"]]) for r in static_rows],
+    *[study.result_row(M.posthoc, r["budget"], r, models=dense) for r in posthoc.to_dict("records")],
     study.result_row(M.soft_latency, 0.5, evaluate(warm, test, budget=0.5, mode="soft"),
-                     speedup=speed["budgeted soft @0.50"], analytic_limit=limit["budgeted soft @0.50"]),
-    *[study.result_row(M.hard_unadapted, b, evaluate(paper_soft, test, budget=b, mode="hard")) for b in P.skip_budgets],
-    *[study.result_row(M.hard_adapted, b, evaluate(paper_hard, test, budget=b, mode="hard")) for b in P.skip_budgets],
+                     speedup=speed["budgeted soft @0.50"], analytic_limit=limit["budgeted soft @0.50"], models=warm),
+    *[study.result_row(M.hard_unadapted, b, evaluate(paper_soft, test, budget=b, mode="hard"), models=paper_soft)
+      for b in P.skip_budgets],
+    *[study.result_row(M.hard_adapted, b, evaluate(paper_hard, test, budget=b, mode="hard"), models=paper_hard)
+      for b in P.skip_budgets],
     *[study.result_row(M.hard_unadapted_ours, r["budget"],
-                       {"cost": r["heads kept"] / (L * H), "accuracy": r["budgeted, no adaptation"]})
+                       {"cost": r["heads kept"] / (L * H), "accuracy": r["budgeted, no adaptation"]}, models=warm)
       for r in skip_rows],
     *[study.result_row(M.hard_adapted_ours, r["budget"],
                        {"cost": r["heads kept"] / (L * H), "accuracy": r["budgeted, adapted"]},
                        speedup=speed[f"budgeted hard skip @{r['budget']:.2f}"],
-                       analytic_limit=limit[f"budgeted hard skip @{r['budget']:.2f}"]) for r in skip_rows],
+                       analytic_limit=limit[f"budgeted hard skip @{r['budget']:.2f}"], models=hard) for r in skip_rows],
     *[study.result_row(M.static_hard, r["budget"],
                        {"cost": r["heads kept"] / (L * H), "accuracy": r["static, adapted"]},
                        speedup=speed[f"static hard skip @{r['budget']:.2f}"],
-                       analytic_limit=limit[f"static hard skip @{r['budget']:.2f}"], note=ours) for r in skip_rows],
+                       analytic_limit=limit[f"static hard skip @{r['budget']:.2f}"], note=ours,
+                       models=static_hard[r["budget"]]) for r in skip_rows],
 ]
 points = pd.DataFrame(rows)
 fig = plots.pareto_plot(points[points.method != M.soft_latency.name], sweep=sweep,

@@ -47,7 +47,7 @@ import torch
 from IPython.display import display
 
 from bab.core.threads import set_threads
-from bab.experiments.bert import BertStudy, kept_heads_table, pilot_unavailable_row
+from bab.experiments.bert import BertStudy, kept_heads_table, paper_shape_pruned, pilot_unavailable_row
 from bab.experiments.hard_recipe import adaptation_summary
 from bab.experiments.heads_study import hard_topk_is_exact, monotone_verdict
 from bab.experiments.profiles import get_profile
@@ -130,10 +130,10 @@ print(f"gates on every head: {tuple(warm.gates(0.5).shape) == (L, H)}")
 # hard adaptation at their own budget, so the comparison with the budgeted checkpoint is fair.
 
 # %%
-static_rows = []
+static_rows, static_hard = [], {}
 for b in P.static_budgets:
     specialist, _, _ = study.warm_start_static(b)
-    specialist_hard, _, _ = study.static_hard_adapted(b)
+    specialist_hard = static_hard[b] = study.static_hard_adapted(b)[0]
     soft = evaluate(specialist, test, budget=b, mode="soft")
     static_rows.append({"budget": b, "soft cost": soft["cost"], "soft acc": soft["accuracy"],
                         "hard top-k, before adaptation": evaluate(specialist, test, budget=b, mode="hard")["accuracy"],
@@ -270,10 +270,11 @@ try:
     pilot_importance = pilot.head_importance(pilot_dense)
     pilot_posthoc, _, _ = pilot.posthoc_structural(pilot_dense, pilot_importance, 0.75)
     PM = pilot.methods
-    pilot_rows = [pilot.result_row(PM.dense, 1.0, evaluate(pilot_dense, pilot_test)),
-                  *[pilot.result_row(PM.warm, b, evaluate(pilot_warm, pilot_test, budget=b, mode="soft"))
-                    for b in (0.50, 0.75)],
-                  pilot.result_row(PM.posthoc, 0.75, {"cost": 0.75, **pilot.evaluate_plain(pilot_posthoc)})]
+    pilot_rows = [pilot.result_row(PM.dense, 1.0, evaluate(pilot_dense, pilot_test), models=pilot_dense),
+                  *[pilot.result_row(PM.warm, b, evaluate(pilot_warm, pilot_test, budget=b, mode="soft"),
+                                     models=pilot_warm) for b in (0.50, 0.75)],
+                  pilot.result_row(PM.posthoc, 0.75, {"cost": 0.75, **pilot.evaluate_plain(pilot_posthoc)},
+                                   models=pilot_posthoc)]
     pilot_rows = [{**row, "note": f"model: {pilot.source}"} for row in pilot_rows]
     display(pd.DataFrame(pilot_rows))
 except ModelUnavailableError as exc:
@@ -290,22 +291,35 @@ except ModelUnavailableError as exc:
 note = f"model: {study.source}"
 speed, limit = latency["speedup"], latency["analytic_limit"]
 row, M = study.result_row, study.methods  # M: the rows this experiment declares (bab.experiments.methods)
+# the compute claim at the paper's length (128 tokens), on our model and on random weights of BERT-Mini's shape
+layer_macs = "transformer-layer MACs (length 128)"
+macs_removed = {"ours": pruning_compute_table(dense.hf, pruned[0.5], seq_len=128),
+                "BERT-Mini shape": pruning_compute_table(*paper_shape_pruned(0.5), seq_len=128)}
 rows = [
-    row(M.dense, 1.0, dense_test),
-    *[row(M.hard_adapted, b, {"cost": r["heads kept"] / (L * H), "accuracy": r["hard top-k, adapted"]})
+    row(M.dense, 1.0, dense_test, models=dense),
+    *[row(M.hard_adapted, b, {"cost": r["heads kept"] / (L * H), "accuracy": r["hard top-k, adapted"]}, models=hard)
       for b, r in budgeted.iterrows()],
-    *[row(M.warm, b, {"cost": r["soft cost"], "accuracy": r["soft acc"]}) for b, r in budgeted.iterrows()],
-    *[row(M.static_hard, b, {"cost": b, "accuracy": r["hard top-k acc"]}) for b, r in static.iterrows()],
-    *[row(M.soft_sweep, r.budget, r._asdict()) for r in soft_sweep.itertuples() if r.budget in (0.1, 0.5, 1.0)],
+    *[row(M.warm, b, {"cost": r["soft cost"], "accuracy": r["soft acc"]}, models=warm)
+      for b, r in budgeted.iterrows()],
+    *[row(M.static_hard, b, {"cost": b, "accuracy": r["hard top-k acc"]}, models=static_hard[b])
+      for b, r in static.iterrows()],
+    *[row(M.soft_sweep, r.budget, r._asdict(), models=warm) for r in soft_sweep.itertuples()
+      if r.budget in (0.1, 0.5, 1.0)],
     *[row(M.structural, b, {"cost": float(kept_heads_table(m)["heads kept"].sum()) / (L * H),
                                      "accuracy": structural_acc[b]}, speedup=speed[f"budgeted structural @{b:.2f}"],
-          analytic_limit=limit[f"budgeted structural @{b:.2f}"])
+          analytic_limit=limit[f"budgeted structural @{b:.2f}"], models=hard)
       for b, m in pruned.items()],
-    *[row(M.posthoc, r["budget"], {"cost": r["heads kept"] / (L * H), "accuracy": r["zero-shot acc"]})
+    *[row(M.posthoc, r["budget"], {"cost": r["heads kept"] / (L * H), "accuracy": r["zero-shot acc"]}, models=dense)
       for r in posthoc_rows],
     *[row(M.posthoc_recovered, r["budget"], {"cost": r["heads kept"] / (L * H), "accuracy": r["recovered acc"]},
           speedup=speed[f"post-hoc recovered @{r['budget']:.2f}"],
-          analytic_limit=limit[f"post-hoc recovered @{r['budget']:.2f}"]) for r in posthoc_rows],
+          analytic_limit=limit[f"post-hoc recovered @{r['budget']:.2f}"],
+          models=posthoc[r["budget"]]["recovered"]) for r in posthoc_rows],
+    row(M.gate_ranking, None, {}, value=ranking["spearman"], models=warm),
+    row(M.compute, 0.5, {}, settings={"model": "ours"},
+        value=macs_removed["ours"].loc[layer_macs, "removed % (analytic)"], models=hard),
+    row(M.compute, 0.5, {}, settings={"model": "BERT-Mini shape"},
+        value=macs_removed["BERT-Mini shape"].loc[layer_macs, "removed % (analytic)"], models=()),
 ]
 rows = [{**r, "note": note} for r in rows] + pilot_rows
 points = pd.DataFrame(rows)

@@ -321,30 +321,32 @@ print(f"fewer FLOPs at every point (FLOP ratio > 1): {bool((bench['FLOP ratio'] 
 
 # %%
 M = study.methods  # the rows this experiment declares (bab.experiments.methods)
-rows = [study.result_row(M.dense, 1.0, dense_test)]
-rows += [study.result_row(M.sparsifiner, r.keep_rate, {"cost": r.cost, "accuracy": r.accuracy})
+rows = [study.result_row(M.dense, 1.0, dense_test, models=dense)]
+rows += [study.result_row(M.sparsifiner, r.keep_rate, {"cost": r.cost, "accuracy": r.accuracy}, models=sparsifiner)
          for r in sweep.itertuples()]
-rows += [study.result_row(M.phase1_only, r.keep_rate, {"cost": r.cost, "accuracy": r.accuracy})
+rows += [study.result_row(M.phase1_only, r.keep_rate, {"cost": r.cost, "accuracy": r.accuracy}, models=phase1)
          for r in phase1_sweep.itertuples()]
 for r in token_rows:
     rows.append(study.result_row(M.evit, r["token keep"],
-                                 {"cost": r["EViT cost"], "accuracy": r["EViT accuracy"]}, note="no fine-tuning"))
+                                 {"cost": r["EViT cost"], "accuracy": r["EViT accuracy"]}, note="no fine-tuning",
+                                 models=dense))
     rows.append(study.result_row(M.evit_sparsifiner, P.combo_keep_rate,
                                  {"cost": r[f"EViT + Sparsifiner@{P.combo_keep_rate} cost"],
                                   "accuracy": r[f"EViT + Sparsifiner@{P.combo_keep_rate} accuracy"]},
-                                 settings={"token_keep": r["token keep"]}))
+                                 settings={"token_keep": r["token keep"]}, models=sparsifiner))
 rows.append(study.result_row(M.linformer, None, linformer_test,
                              note=f"projection length {study.linformer_len()}: Sparsifiner's connections at keep "
-                                  f"{P.linformer_keep_rate:g}"))
-rows += [study.result_row(M.heads, r["budget"], {"cost": r["hard cost"], "accuracy": r["hard accuracy"]})
-         for r in head_rows]
+                                  f"{P.linformer_keep_rate:g}", models=linformer))
+rows += [study.result_row(M.heads, r["budget"], {"cost": r["hard cost"], "accuracy": r["hard accuracy"]},
+                          models=heads_hard) for r in head_rows]
 # the fused kernel's speed-up where it could be built, else the torch path's (the note says which)
 rows += [study.result_row(M.attention_speed, r.keep_rate,
                           {"cost": 1 / r["FLOP ratio"], "accuracy": None},
                           speedup=r["measured speed-up"] if pd.isna(r["fused speed-up"]) else r["fused speed-up"],
                           analytic_limit=r["FLOP ratio"], settings={"tokens": int(r.tokens)},
                           note="one MHSA layer, DeiT-S shape, 1 thread; cost = counted FLOP fraction; "
-                               + ("torch path (no fused build)" if pd.isna(r["fused speed-up"]) else "fused kernel"))
+                               + ("torch path (no fused build)" if pd.isna(r["fused speed-up"]) else "fused kernel"),
+                          models=())  # random weights of DeiT-S's shape: no trained model
          for _, r in bench.iterrows()]
 comparison = paper.comparison_table(rows)
 display(comparison)

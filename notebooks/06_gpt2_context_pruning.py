@@ -289,12 +289,14 @@ print(f"budget-conditioned rows: {len(budgeted)} budgets, columns {list(budgeted
 # with masking, not with a shrinking cache.
 
 # %%
-ablation_rows = []
+ablation_rows, ablation_models = [], []
 for r in P.r_ablation:
     model, _ = study.pruned(gamma80, r=r)
+    ablation_models.append(model)
     ablation_rows.append({"ablation": f"r={r}", "irreversible": True, **study.evaluate(model)})
 if P.irreversibility_ablation:
     model, _ = study.pruned(gamma80, irreversible=False)
+    ablation_models.append(model)
     ablation_rows.append({"ablation": f"r={P.r}", "irreversible": False, **study.evaluate(model)})
 ablations = pd.DataFrame(ablation_rows)
 if len(ablations):
@@ -311,23 +313,26 @@ else:
 
 # %%
 M = study.methods  # the rows this experiment declares (bab.experiments.methods)
-rows = [study.result_row(M.dense, 1.0, dense_eval, speedup=1.0, memory_ratio=1.0)]
+rows = [study.result_row(M.dense, 1.0, dense_eval, speedup=1.0, memory_ratio=1.0, models=dense)]
 for r in rows_by_gamma:
     t = throughput[long_context].loc[f"gamma={r['gamma']:g}"]
     rows.append(study.result_row(M.specialist, None, r, speedup=t.throughput_ratio, memory_ratio=t.memory_ratio,
-                                 analytic_limit=t.decode_limit, settings={"gamma": r["gamma"]}))
+                                 analytic_limit=t.decode_limit, settings={"gamma": r["gamma"]},
+                                 models=specialists[r["gamma"]]))
 rows.append(study.result_row(M.headline, 0.2, dict(headline),
                              speedup=long80.throughput_ratio, memory_ratio=long80.memory_ratio,
                              analytic_limit=long80.decode_limit,
-                             note=f"gamma={gamma80:g}; throughput at a {long_context}-token prompt"))
+                             note=f"gamma={gamma80:g}; throughput at a {long_context}-token prompt", models=model80))
 for r in budget_rows:
-    rows.append(study.result_row(M.budgeted, r["budget"], r))
-for r in ablation_rows:
+    rows.append(study.result_row(M.budgeted, r["budget"], r, models=budget_model))
+for r, model in zip(ablation_rows, ablation_models, strict=True):
     rows.append(study.result_row(M.ablation, None, r,
-                                 settings={"ablation": r["ablation"], "irreversible": bool(r["irreversible"])}))
+                                 settings={"ablation": r["ablation"], "irreversible": bool(r["irreversible"])},
+                                 models=model))
 for r in static.itertuples():
     rows.append(study.result_row(M.static, None, r._asdict(), settings={"kind": r.kind, "gamma": r.gamma},
-                                 note=r.method))
+                                 note=r.method, models=dense))
+rows += study.token_kind_rows({study.texts[0]: kinds}, model80)
 comparison = paper.comparison_table(rows)
 display(comparison)
 save_results(rows, results_path)

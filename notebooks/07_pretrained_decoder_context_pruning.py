@@ -259,16 +259,18 @@ print(f"budget-conditioned rows: {len(budgeted)} budgets, columns {list(budgeted
 # %%
 austen = learned[learned.text == "austen"]
 M = study.methods  # the rows this experiment declares (bab.experiments.methods)
-result_rows = [study.result_row(M.dense, 1.0, dense_eval["austen"])]
+result_rows = [study.result_row(M.dense, 1.0, dense_eval["austen"], models=dense)]
 for r in austen.itertuples():
-    result_rows.append(study.result_row(M.specialist, None, r._asdict(), settings={"gamma": r.gamma}))
+    result_rows.append(study.result_row(M.specialist, None, r._asdict(), settings={"gamma": r.gamma},
+                                        models=specialists[r.gamma]))
 result_rows.append(study.result_row(M.headline, 0.2, dict(headline),
-                                    note=f"gamma={gamma80:g}; SmolLM2-135M, profile {P.name}"))
+                                    note=f"gamma={gamma80:g}; SmolLM2-135M, profile {P.name}", models=model80))
 for r in static[static.text == "austen"].itertuples():
     result_rows.append(study.result_row(M.static, None, r._asdict(), settings={"kind": r.kind, "gamma": r.gamma},
-                                        note=r.method))
+                                        note=r.method, models=dense))
 for r in budget_rows:
-    result_rows.append(study.result_row(M.budgeted, r["budget"], r))
+    result_rows.append(study.result_row(M.budgeted, r["budget"], r, models=budget_model))
+result_rows += study.token_kind_rows(kinds, model80)
 comparison = paper.comparison_table(result_rows)
 display(comparison)
 save_results(result_rows, results_path)

@@ -39,10 +39,16 @@ PARTIAL = "partial"  # the folder of unfinished runs' resumable checkpoints, und
 _MODELS_USED: dict[str, dict] = {}
 
 
+# The attribute ``train_cached`` sets on the model it returns: {"run": the cache folder's name, "seed": the seed it
+# was built and trained with}. A result row names the models it measured by it (``run_of``).
+RUN_TAG = "bab_run"
+
+
 def models_used() -> list[dict]:
     """The models this process trained or took from a run cache, in order of first use: ``run`` (the cache
     folder's name), ``cached`` (True: trained by an earlier process), ``commit`` and ``started_at`` (of the run
-    that trained it; None for a run stored before they were recorded) and ``train_seconds``."""
+    that trained it; None for a run stored before they were recorded), ``train_seconds`` and ``seed`` (None when
+    not trained through ``train_cached``)."""
     return [dict(record) for record in _MODELS_USED.values()]
 
 
@@ -50,7 +56,31 @@ def _note_model(folder: Path, metrics: dict, cached: bool) -> None:
     trained_by = metrics.get("trained_by") or {}
     _MODELS_USED.setdefault(folder.name, {  # a model trained here and loaded again later stays "trained here"
         "run": folder.name, "cached": cached, "commit": trained_by.get("commit"),
-        "started_at": trained_by.get("started_at"), "train_seconds": metrics.get("train_seconds")})
+        "started_at": trained_by.get("started_at"), "train_seconds": metrics.get("train_seconds"), "seed": None})
+
+
+def run_of(model: torch.nn.Module) -> dict:
+    """``{"run", "seed"}`` of a model ``train_cached`` returned (or a copy of one): which cached run a result row
+    measured. ValueError when the model did not come from the run cache."""
+    tag = getattr(model, RUN_TAG, None)
+    if not isinstance(tag, dict):
+        raise ValueError(f"{type(model).__name__} did not come from the run cache, so a result row cannot name the "
+                         f"run that trained it: train it through Study.train_cached / bab.core.runs.train_cached, "
+                         f"or pass the model it was derived from")
+    return dict(tag)
+
+
+def as_downloaded(model: torch.nn.Module) -> torch.nn.Module:
+    """Mark a model used as downloaded, with no training of ours: result rows measured on it name no run."""
+    setattr(model, RUN_TAG, {"run": None, "seed": None})
+    return model
+
+
+def tag_as(part: torch.nn.Module, model: torch.nn.Module) -> torch.nn.Module:
+    """Mark ``part`` (a module inside ``model``, or a plain copy of it) as ``model``'s run, so result rows measured
+    on it name the run that trained it (``run_of``). Returns ``part``."""
+    setattr(part, RUN_TAG, run_of(model))
+    return part
 
 
 def default_cache_root(package_dir: Path | None = None) -> Path:
@@ -184,4 +214,7 @@ def train_cached(cache: RunCache, name: str, lineage: dict, build, fit, *, seed:
     seed_everything(seed)
     model = build if isinstance(build, torch.nn.Module) else build()
     metrics = cache.get_or_train(name, lineage, model, fit)
+    run = cache.path(name, lineage).name
+    _MODELS_USED[run]["seed"] = seed
+    setattr(model, RUN_TAG, {"run": run, "seed": seed})
     return model.eval(), metrics, lineage

@@ -16,7 +16,7 @@ from functools import cache
 import pandas as pd
 import torch
 
-from bab.core.runs import RunCache
+from bab.core.runs import RunCache, tag_as
 from bab.data.text import PretrainedTokenizer, build_text_classification, sort_by_length
 from bab.experiments.methods import methods
 from bab.experiments.text import TextStudy, length_grouped
@@ -127,19 +127,24 @@ BERT_AG_NEWS = _bert_profiles("ag_news", quick=dict(static_budgets=(0.50,), post
 BERT_DBPEDIA = _bert_profiles("dbpedia_14", static_budgets=(), posthoc_budgets=())
 
 
-# The rows notebooks 03 and 04 report: (attribute, method name, mechanism, budget kind, origin)
+# The rows notebooks 03 and 04 report: (attribute, method name, mechanism, budget kind, origin[, settings, value])
 _BERT_ROWS = (
     ("dense", "dense", "none", "dense", "paper"),
     ("hard_adapted", "budgeted hard-adapted", "heads", "fraction", "paper"),
     ("warm", "warm-start budgeted", "heads", "fraction", "paper"),
     ("soft_sweep", "soft sweep", "heads", "fraction", "paper"),
     ("structural", "budgeted structural", "heads", "fraction", "paper"),
+    ("gate_ranking", "gate ranking", "heads", "none", "paper", (),
+     "Spearman rank correlation of the budgeted gates at b = 0.25 and 0.75"),
 )
 BERT_AG_NEWS_METHODS = methods(
     "bert_ag_news", *_BERT_ROWS,
     ("static_hard", "static hard specialist", "heads", "fraction", "baseline"),
     ("posthoc", "dense post-hoc structural", "heads", "fraction", "baseline"),
     ("posthoc_recovered", "dense post-hoc + recovery", "heads", "fraction", "baseline"),
+    # the analytic compute of structural pruning, on our model and on a random-weight model of the paper's shape
+    ("compute", "compute, structural", "heads", "fraction", "paper", ("model",),
+     "% of the transformer layers' MACs removed at the paper's length, 128 tokens"),
 )
 BERT_DBPEDIA_METHODS = methods("bert_dbpedia14", *_BERT_ROWS)
 # the DistilBERT pilot of section 6.5 (hub only; notebook 03)
@@ -152,6 +157,28 @@ PILOT_METHODS = methods(
     ("posthoc", "dense post-hoc", "heads", "fraction", "baseline"),
 )
 METHOD_SETS = (BERT_AG_NEWS_METHODS, BERT_DBPEDIA_METHODS, PILOT_METHODS)
+
+
+# BERT-Mini (4 layers x 4 heads, width 256, feed-forward 1024), the paper's encoder: its shape alone decides what
+# structural pruning removes, so the paper's compute figures can be checked on random weights, offline.
+BERT_MINI_SHAPE = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024)
+
+
+def paper_shape_pruned(budget: float, num_labels: int = 4):
+    """(a random-weight BERT-Mini-shaped classifier, a copy with round(budget * heads) heads of every layer kept):
+    the pair the paper's compute analysis measures, for ``bab.heads.compute.pruning_compute_table``."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    heads = BERT_MINI_SHAPE["num_attention_heads"]
+    kept = round(budget * heads)
+    if not 1 <= kept <= heads:
+        raise ValueError(f"budget {budget} keeps {kept} of {heads} heads a layer; give a budget in "
+                         f"[{0.5 / heads:g}, 1]")
+    torch.manual_seed(0)  # the weights do not matter to a count; fixed so the models are the same every run
+    dense = BertForSequenceClassification(BertConfig(**BERT_MINI_SHAPE, num_labels=num_labels)).eval()
+    pruned = copy.deepcopy(dense)
+    prune_heads(pruned, [list(range(kept))] * BERT_MINI_SHAPE["num_hidden_layers"])
+    return dense, pruned.eval()
 
 
 def pilot_unavailable_row(note: str) -> dict:
@@ -280,6 +307,7 @@ class BertStudy(TextStudy):
         zero_shot = copy.deepcopy(dense.hf)
         prune_heads(zero_shot, mask)
         recovered = self._recovered(dense, mask, budget)
+        tag_as(recovered.hf, recovered)  # the plain HF model is the trained run's: result rows name it
         return zero_shot.eval(), recovered.hf.eval(), mask
 
     def _recovered(self, dense: GatedHFClassifier, mask: torch.Tensor, budget: float) -> GatedHFClassifier:

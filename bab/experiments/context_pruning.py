@@ -24,7 +24,7 @@ import torch
 from bab.context.gpt2 import GPT2LM, GPT2Config, load_pretrained
 from bab.context.interaction import PruningConfig
 from bab.context.train import LMTrainConfig
-from bab.core.runs import RunCache
+from bab.core.runs import RunCache, as_downloaded
 from bab.data.lm import LMData, LMDataConfig, load_lm_data
 from bab.experiments.decoder_study import (  # noqa: F401 (closest_to, interpolate_specialists re-exported)
     DecoderStudy,
@@ -186,6 +186,7 @@ class ContextPruningStudy(DecoderStudy):
             model = load_pretrained("gpt2").eval()
             metrics = {"history": [], "train_seconds": 0.0, "cached": True, "source": "pretrained gpt2"}
             lineage = {"experiment": self.experiment, "base": "gpt2", "model": model.config.to_dict()}
+            as_downloaded(model)
             self._dense = (model, metrics, lineage)
             return self._dense
         config = self.model_config()

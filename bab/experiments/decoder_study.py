@@ -36,7 +36,8 @@ from bab.experiments.study import Study, trained
 
 
 def context_pruning_methods(experiment: str, ablations: bool = True):
-    """The rows notebooks 06 and 07 report: (attribute, method name, mechanism, budget kind, origin[, settings]).
+    """The rows notebooks 06 and 07 report: (attribute, method name, mechanism, budget kind, origin[, settings,
+    value]).
     Specialists are told apart by gamma; the headline row is the specialist closest to 80% pruned (its note
     names the gamma)."""
     return methods(
@@ -48,6 +49,9 @@ def context_pruning_methods(experiment: str, ablations: bool = True):
         ("static", "static context mask", "context tokens", "none", "baseline", ("kind", "gamma")),
         *([("ablation", "context pruning ablation", "context tokens", "none", "ours", ("ablation", "irreversible"))]
           if ablations else []),
+        # which kinds of tokens the ~80% specialist drops, per held-out text: one row per kind
+        ("token_kinds", "dropped token kinds", "context tokens", "none", "paper", ("kind", "text"),
+         "% of the kind's (later query, layer) pairs pruned"),
     )
 
 
@@ -199,8 +203,19 @@ class DecoderStudy(Study):
 
     # ------------------------------------------------------------------ rows for the report
 
+    def token_kind_rows(self, tables: dict[str, pd.DataFrame], model) -> list[dict]:
+        """Result rows of ``tables`` ({text: ``token_kinds`` table}) measured on ``model``: one per (text, kind),
+        its value the % of the kind's pairs pruned."""
+        method = self.methods.token_kinds
+        return [self.result_row(method, None, {}, settings={"kind": kind, "text": text},
+                                value=100.0 * float(share), models=model)
+                for text, table in tables.items() for kind, share in table["fraction pruned"].items()]
+
     def row_columns(self, stats: dict) -> dict:
-        """An evaluation's (``evaluate``) columns: cost = fraction of context kept, its perplexity, no accuracy."""
+        """An evaluation's (``evaluate``) columns: cost = fraction of context kept, its perplexity, no accuracy
+        (all None for a row measured by its ``value`` alone)."""
+        if "fraction_pruned" not in stats:
+            return {"cost": None, "accuracy": None, "perplexity": None}
         return {"cost": 1.0 - stats["fraction_pruned"], "accuracy": None, "perplexity": stats["perplexity"]}
 
 

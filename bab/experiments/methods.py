@@ -42,6 +42,8 @@ class Method:
     budget: str = "fraction"
     origin: str = "paper"
     settings: tuple[str, ...] = ()
+    value: str = ""  # what the row's ``value`` column holds, for a method measured by one number that is not an
+    # accuracy or a cost (a rank correlation, a share of MACs); "" when its rows carry none
 
     def __post_init__(self):
         if self.mechanism not in MECHANISMS:
@@ -135,7 +137,7 @@ def settings_text(settings: dict | None) -> str:
 
 
 def methods(experiment: str, *declared: tuple) -> MethodSet:
-    """A MethodSet from rows ``(attribute, name, mechanism, budget kind, origin[, settings])``."""
+    """A MethodSet from rows ``(attribute, name, mechanism, budget kind, origin[, settings[, value]])``."""
     return MethodSet(experiment, **{attribute: Method(experiment, name, *rest) for attribute, name, *rest in declared})
 
 

@@ -28,7 +28,7 @@ from torch import nn
 from bab.context.interaction import PruningConfig
 from bab.context.pretrained import from_hf_model, load_hf_decoder
 from bab.context.train import LMTrainConfig
-from bab.core.runs import RunCache
+from bab.core.runs import RunCache, as_downloaded, tag_as
 from bab.core.warm_start import warm_start
 from bab.data.lm import LMData, LMDataConfig, LMTokenizer, load_lm_data
 from bab.experiments.context_pruning import BUDGETS
@@ -155,7 +155,7 @@ class PretrainedContextStudy(DecoderStudy):
         if self._base is None:
             hf_model, hf_tokenizer, source = load_hf_decoder(self.profile.source)
             tokenizer = LMTokenizer.from_hf(hf_tokenizer, source.describe())
-            self._base = (from_hf_model(hf_model).eval(), hf_model, tokenizer, source)
+            self._base = (as_downloaded(from_hf_model(hf_model).eval()), hf_model, tokenizer, source)
         return self._base
 
     def dense(self):
@@ -235,9 +235,10 @@ class PretrainedContextStudy(DecoderStudy):
             built["model"] = model
             return _Interactions(model) if train_config.freeze_pretrained else model
 
-        _, metrics, _ = self.fine_tune(run_name, build, config, train_config, trains=lambda: built["model"],
-                                       decoder=info["source"])
-        return built["model"].eval(), metrics
+        cached, metrics, _ = self.fine_tune(run_name, build, config, train_config, trains=lambda: built["model"],
+                                            decoder=info["source"])
+        # with frozen weights the run cache holds the interactions alone: result rows name their run
+        return tag_as(built["model"], cached).eval(), metrics
 
     def pruned(self, gamma: float):
         """A per-gamma specialist: pretrained weights + interactions fine-tuned with CE + gamma * keep mass."""

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import statistics
+
+import torch
 
 import bab.context
 import bab.heads
 import bab.sparsifiner
-from bab.core.runs import RunCache, train_cached
+from bab.core.runs import RunCache, run_of, train_cached
 from bab.core.training import TrainResult
 from bab.core.warm_start import warm_start
 from bab.experiments.methods import Method, MethodSet, registry
@@ -83,11 +86,16 @@ class Study:
         return {"cost": stats.get("cost"), "accuracy": stats.get("accuracy")}
 
     def result_row(self, method: Method, budget: float | None, stats: dict, speedup: float | None = None,
-                   settings: dict | None = None, **extra) -> dict:
+                   settings: dict | None = None, *, models, **extra) -> dict:
         """One row of the results contract (``bab.report.results``): the declared ``method`` of this study's
         experiment (``bab.experiments.methods``) at ``budget`` (None for a method without one), the measured
         columns of ``stats`` (``row_columns``), the speed-up, the method's ``settings`` and ``extra`` optional
-        columns (``perplexity``, ``memory_ratio``, ``note``; left out when None or empty).
+        columns (``perplexity``, ``memory_ratio``, ``analytic_limit``, ``value``, ``accuracy_std``, ``note``; left
+        out when None or empty).
+
+        ``models``: the trained model (or models) the row measured, as ``train_cached`` returned them; the row
+        names their runs and seeds, and ``save_results`` adds the commit that trained each and whether it came
+        from the run cache. ``()`` for a row that measured no trained model.
 
         ValueError when ``method`` is text or belongs to another experiment, or when the budget or the settings
         do not fit it, so a wrong row fails here, in the cell that builds it."""
@@ -104,7 +112,42 @@ class Study:
             row["settings"] = method.check_settings(settings)
         row.update({key: value if key == "note" else _number(value) for key, value in extra.items()
                     if value is not None and value != ""})
+        row.update(measured_on(models))
         return row
+
+    def mean_row(self, method: Method, budget: float | None, per_model: list[tuple], **extra) -> dict:
+        """One row of ``method`` averaging several trained models (seeds): ``per_model`` holds ``(model, stats)``
+        pairs. Cost and accuracy are the means, ``accuracy_std`` the sample standard deviation (n - 1), and the
+        row names every model's run and seed. One pair gives that model's row, without a standard deviation."""
+        if not per_model:
+            raise ValueError("mean_row needs at least one (model, stats) pair")
+        if len(per_model) == 1:
+            model, stats = per_model[0]
+            return self.result_row(method, budget, stats, models=model, **extra)
+        row = self.result_row(method, budget, per_model[0][1], models=[model for model, _ in per_model], **extra)
+        columns = [self.row_columns(stats) for _, stats in per_model]
+        row.update({key: _mean([c[key] for c in columns]) for key in columns[0]})
+        if row.get("accuracy") is not None:
+            row["accuracy_std"] = statistics.stdev(float(c["accuracy"]) for c in columns)
+        return row
+
+
+def measured_on(models) -> dict:
+    """The row columns naming the models a row measured: ``runs`` (their run-cache folders, first use first) and
+    ``seeds`` (sorted), both left out for ``()``."""
+    if isinstance(models, torch.nn.Module):
+        models = [models]
+    runs, seeds = [], set()
+    for model in models:
+        tag = run_of(model)
+        if tag["run"] is None:  # used as downloaded (bab.core.runs.as_downloaded): trained by no run of ours
+            continue
+        if tag["run"] not in runs:
+            runs.append(tag["run"])
+        seeds.add(tag["seed"])
+    if not runs:
+        return {}
+    return {"runs": runs, "seeds": sorted(seeds)}
 
 
 def as_run_cache(cache) -> RunCache:
@@ -137,3 +180,7 @@ def tensors_digest(data) -> str:
 
 def _number(value) -> float | None:
     return None if value is None else float(value)
+
+
+def _mean(values) -> float | None:
+    return None if any(v is None for v in values) else statistics.fmean(float(v) for v in values)

@@ -111,13 +111,16 @@ SYNTHETIC = {
 
 EXPERIMENT = "synthetic"
 
-# The rows notebook 01 reports: (attribute, method name, mechanism, budget kind, origin)
+# The rows notebook 01 reports: (attribute, method name, mechanism, budget kind, origin[, settings])
 SYNTHETIC_METHODS = methods(
     EXPERIMENT,
     ("dense", "dense", "none", "dense", "paper"),
     # the paper's names hold the paper's recipe (flat gates, one-sided Eq. 5); this package's recipe stands beside
     ("scratch", "budgeted from scratch", "heads", "fraction", "paper"),
     ("scratch_ours", "budgeted from scratch, two-sided term", "heads", "fraction", "ours"),
+    # each seed of the two rows above on its own: a seed that collapses shows here, not in the mean
+    ("scratch_seed", "budgeted from scratch, one seed", "heads", "fraction", "paper", ("seed",)),
+    ("scratch_ours_seed", "budgeted from scratch, two-sided term, one seed", "heads", "fraction", "ours", ("seed",)),
     ("warm", "warm-start budgeted", "heads", "fraction", "paper"),
     ("warm_ours", "warm-start budgeted, our recipe", "heads", "fraction", "ours"),
     ("static", "warm-start static", "heads", "fraction", "baseline"),

@@ -45,7 +45,7 @@ from bab.experiments.profiles import PROFILE_NAMES as PROFILES
 from bab.report.index import write_index
 from bab.report.progress import CellProgress, estimate_line, last_run, last_run_note, progress_engine
 from bab.report.record import code_digest, write_record
-from bab.report.results import now_iso, write_json_atomic
+from bab.report.results import now_iso, read_json, write_json_atomic
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 # the inline backend renders figures as PNG outputs without a display; plain Agg would drop them
@@ -313,6 +313,25 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
     return 1 if failures or table_error else 0
 
 
+def rebuild_pages(folder, notebooks_dir="notebooks") -> Path:
+    """Rebuild a report folder's index.html, results.json and RECORD.md from its results/ and runs/ alone (no
+    notebook runs): what a change to the claims or the front page does to a committed record. The pages say which
+    checkout rebuilt them; each run keeps its own commit. Returns the index's path."""
+    folder, notebooks_dir = Path(folder).resolve(), Path(notebooks_dir).resolve()
+    previous = read_json(folder / "results.json")
+    if previous is None or not (folder / "runs").is_dir():
+        raise FileNotFoundError(f"{folder} holds no results.json and runs/: point at a report folder "
+                                f"(e.g. reports/paper)")
+    profile = previous.get("profile")
+    check_profile(profile)
+    table_error = write_index(folder, profile, discover_notebooks(notebooks_dir), notebooks_dir.parent)
+    if table_error:
+        raise ValueError(f"the comparison table failed: {table_error}")
+    scrub_machine_paths(folder, notebooks_dir.parent)
+    write_record(folder, notebooks_dir)
+    return folder / "index.html"
+
+
 def scrub_machine_paths(folder, checkout) -> None:
     """Replace this machine's absolute paths in a report's pages and notebooks (papermill records the injected
     ``results_path`` and the input path; the index shows ``$BAB_DATA_DIR``) by names a reader can place:
@@ -377,6 +396,9 @@ def add_arguments(parser):
     parser.add_argument("--record-only", default=None, metavar="FOLDER",
                         help="run nothing: rewrite FOLDER/RECORD.md from its results.json and runs/ (e.g. "
                              "reports/paper)")
+    parser.add_argument("--pages-only", default=None, metavar="FOLDER",
+                        help="run nothing: rebuild FOLDER's index.html, results.json and RECORD.md from its "
+                             "results/ and runs/ with this checkout's report code (claims, front page)")
 
 
 def run(args):
@@ -384,6 +406,9 @@ def run(args):
     try:
         if args.record_only is not None:
             print(f"wrote {write_record(args.record_only)}")
+            return 0
+        if args.pages_only is not None:
+            print(f"wrote {rebuild_pages(args.pages_only, args.notebooks_dir)}")
             return 0
         return build_report(args.profile, args.notebooks_dir, args.reports_dir, only=args.only, jobs=args.jobs)
     except (ValueError, FileNotFoundError) as exc:

@@ -60,6 +60,12 @@ def collect_models(files):
     return {stem: data["models"] for stem, data in files.items() if data.get("models") is not None}
 
 
+def collect_code(files):
+    """{stem: {bab module path: digest}} of the code each notebook's kernel loaded (the "code" of ``save_results``;
+    notebooks written before it was recorded are left out)."""
+    return {stem: data["code"] for stem, data in files.items() if data.get("code") is not None}
+
+
 def current_rows(results):
     """(the rows of notebooks written under the current results contract, the notebooks left out)."""
     current = {stem: rows for stem, (contract, rows) in results.items() if contract == RESULTS_CONTRACT}
@@ -188,6 +194,7 @@ def write_index(staging, profile, notebooks, repo_dir):
         "claims": claims,
         "rows": [{"notebook": stem, **row} for stem, stem_rows in results.items() for row in stem_rows],
         "models": collect_models(files),
+        "code": collect_code(files),
     }
     write_json_atomic(staging / "results.json", merged)
     page = render_index(profile, generated_at, runs, table_html, table_error, environment_info(profile, repo_dir),

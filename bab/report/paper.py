@@ -12,17 +12,19 @@ import pandas as pd
 # a row's identity: its experiment, its method (declared in bab.experiments.methods), its budget and its settings
 # as canonical text (``settings_text``: "token_keep=0.7"; empty for a method without settings)
 KEYS = ("experiment", "method", "budget", "settings")
-OPTIONAL_COLUMNS = ("perplexity", "memory_ratio")  # language-model rows (context pruning)
+OPTIONAL_COLUMNS = ("perplexity", "memory_ratio", "value")  # language-model rows; a method's one other number
 
 
 def _row(experiment, method, budget, cost=None, accuracy=None, speedup=None, note="", perplexity=None,
-         memory_ratio=None, settings=None):
+         memory_ratio=None, settings=None, value=None):
     row = {"experiment": experiment, "method": method, "budget": budget, "cost": cost,
            "accuracy": accuracy, "speedup": speedup, "note": note}
     if settings:
         row["settings"] = dict(settings)
     if perplexity is not None or memory_ratio is not None:  # language-model rows only
         row.update(perplexity=perplexity, memory_ratio=memory_ratio)
+    if value is not None:  # what it holds: the method's `value` (bab.experiments.methods)
+        row["value"] = value
     return row
 
 
@@ -62,18 +64,27 @@ BUDGETED_ATTENTION = [
     _row("bert_mini_ag_news", "dense post-hoc structural", 0.50, 0.500, 86.1, 1.20),
     _row("bert_mini_ag_news", "dense post-hoc + recovery", 0.50, None, 87.9, 1.24),
     _row("bert_mini_ag_news", "dense post-hoc + recovery", 0.75, None, 88.1, 1.12),
+    # Section 6.5: the gate ranking (Spearman, mean over seeds) and the compute that structural pruning removes
+    _row("bert_mini_ag_news", "gate ranking", None, value=0.91, note="Spearman at b = 0.25 vs 0.75, +- 0.01"),
+    _row("bert_mini_ag_news", "compute, structural", 0.50, value=19.2, settings={"model": "BERT-Mini shape"},
+         note="of transformer-layer MACs at length 128; 4.7% of parameters"),
     _row("bert_mini_dbpedia14", "dense", 1.00, 1.000, 96.6),
     _row("bert_mini_dbpedia14", "budgeted hard-adapted", 0.50, 0.500, 97.4),
     _row("bert_mini_dbpedia14", "budgeted hard-adapted", 0.75, 0.750, 97.5),
     _row("bert_mini_dbpedia14", "soft sweep", 0.10, 0.226, 94.6),
     _row("bert_mini_dbpedia14", "soft sweep", 0.50, 0.503, 97.0),
     _row("bert_mini_dbpedia14", "soft sweep", 1.00, 0.995, 97.6),
+    _row("bert_mini_dbpedia14", "gate ranking", None, value=0.84, note="Spearman at b = 0.25 vs 0.75, +- 0.04"),
     _row("distilbert_ag_news", "dense", 1.00, 1.000, 86.5),
     _row("distilbert_ag_news", "dense continued", 1.00, 1.000, 87.4),
     _row("distilbert_ag_news", "warm-start budgeted", 0.50, 0.500, 88.1),
     _row("distilbert_ag_news", "warm-start budgeted", 0.75, 0.682, 88.4),
     _row("distilbert_ag_news", "dense post-hoc", 0.75, 0.750, 88.0),
 ]
+
+# Section 6.2: budgeted gates trained from scratch were seed-sensitive, "one seed collapsed" of the three
+# (85.1% mean at b = 0.5, the row above)
+SCRATCH_SEEDS_COLLAPSED = (1, 3)  # (collapsed, seeds run)
 
 # Sparsifiner (CVPR 2023) on ImageNet, DeiT-S (197 tokens): budget = attention keep rate, cost = MHSA FLOPs
 # relative to DeiT-S's 357.7 MFLOPs (QK^T and AV multiply-adds over 12 layers), accuracy = top-1.
@@ -162,6 +173,19 @@ def _keyed(row: dict) -> dict:
     return {**row, "settings": settings_text(row.get("settings"))}
 
 
+# how each row of ours was obtained: the seeds it averages (with the accuracy's sample std over them), the commits
+# that trained its models and how many of them came from the run cache (bab.report.results.with_provenance)
+SETUP_COLUMNS = ("seeds", "± std", "trained at", "from cache")
+
+
+def _setup(row: dict) -> dict:
+    runs, seeds = row.get("runs") or [], row.get("seeds") or []
+    hits = row.get("cache_hits")
+    return {"seeds": ", ".join(str(s) for s in seeds) or None, "± std": row.get("accuracy_std"),
+            "trained at": ", ".join(c or "not recorded" for c in row.get("trained_at") or []) or None,
+            "from cache": None if hits is None else f"{hits} of {len(runs)}"}
+
+
 def comparison_table(rows, experiments=None) -> pd.DataFrame:
     """Our result rows beside the paper's, joined on (experiment, method, budget, settings).
 
@@ -170,8 +194,8 @@ def comparison_table(rows, experiments=None) -> pd.DataFrame:
     side's accuracy minus its own dense model's (points): the like-for-like comparison of a method's cost in
     accuracy, where the levels themselves come from different models and data.
     """
-    ours = pd.DataFrame([_keyed(r) for r in rows],
-                        columns=[*KEYS, "cost", "accuracy", "speedup", *OPTIONAL_COLUMNS, "note"])
+    ours = pd.DataFrame([{**_keyed(r), **_setup(r)} for r in rows],
+                        columns=[*KEYS, "cost", "accuracy", "speedup", *OPTIONAL_COLUMNS, "note", *SETUP_COLUMNS])
     ours["experiment"] = ours["experiment"].map(lambda name: COUNTERPARTS.get(name, name))
     ours = ours.rename(columns={"note": "note (ours)"})
     if experiments is None:
@@ -191,7 +215,7 @@ def comparison_table(rows, experiments=None) -> pd.DataFrame:
                "vs dense (ours)", "speedup (paper)", "speedup (ours)"]
     for name in OPTIONAL_COLUMNS:  # shown only where some row has them (all-empty columns are dropped below)
         columns += [f"{name} (paper)", f"{name} (ours)"]
-    columns.append("note (ours)")
+    columns += ["note (ours)", *SETUP_COLUMNS]
     order = {name: i for i, name in enumerate(dict.fromkeys(list(paper.experiment) + list(ours.experiment)))}
     table = table[columns].sort_values(
         ["experiment", "method", "budget"], key=lambda s: s.map(order) if s.name == "experiment" else s

@@ -4,8 +4,9 @@ Written beside ``index.html`` by every report run (``bab.report.build``), from `
 ``runs/*.json``; ``python -m bab report --record-only <folder>`` rewrites it from those files, and a test
 regenerates the committed paper record's and compares. Nothing in it is typed by hand.
 
-A record goes stale when a notebook changes after it ran: each run stores a digest of the notebook's code cells
-(``code_digest``), and the record compares it with the notebooks of the checkout it is written from.
+A record goes stale when the code behind it changes after it ran: each run stores a digest of its notebook's code
+cells (``code_digest``), each results file the digests of the ``bab`` modules its kernel loaded
+(``bab.core.provenance.loaded_code_digests``), and the record compares both with the checkout it is written from.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from bab.core.provenance import PACKAGE_ROOT
+from bab.core.provenance import PACKAGE_ROOT, changed_code
 from bab.report.index import claims_summary
 
 RECORD_NAME = "RECORD.md"
@@ -59,10 +60,24 @@ def _duration(seconds) -> str:
     return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
 
 
-def record_markdown(results: dict, runs: list[dict], code_now: dict[str, str] | None = None) -> str:
+def _package_state(recorded: dict | None, root) -> str:
+    if not recorded:
+        return "not recorded"
+    changed = changed_code(recorded, root)
+    if not changed:
+        return f"unchanged ({len(recorded)} modules)"
+    more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+    shown = ", ".join(f"`{path}`" for path in changed[:3]) + more
+    return f"**changed since: stale** ({shown})"
+
+
+def record_markdown(results: dict, runs: list[dict], code_now: dict[str, str] | None = None,
+                    package_root=PACKAGE_ROOT) -> str:
     """The record of one report folder: ``results`` is its results.json, ``runs`` its runs/*.json records,
-    ``code_now`` the notebooks' code digests now ({stem: ``code_digest``}), to mark runs whose notebook changed."""
+    ``code_now`` the notebooks' code digests now ({stem: ``code_digest``}), to mark runs whose notebook changed, and
+    ``package_root`` the checkout whose ``bab`` modules are compared with those each notebook's kernel loaded."""
     code_now = code_now or {}
+    package_code = results.get("code") or {}
     claims = results.get("claims") or []
     contracts = results.get("contracts") or {}
     lines = [f"# Reproduction record: profile `{results.get('profile', '?')}`", "",
@@ -85,14 +100,15 @@ def record_markdown(results: dict, runs: list[dict], code_now: dict[str, str] | 
                          f"{_number(c['ours'])} | {_number(c['theirs'])} | {c['verdict']} | {_cell(c['why'])} |")
         lines.append("")
     lines += ["## Notebooks", "",
-              "| notebook | status | wall time | finished | commit | jobs × threads | notebook code |",
-              "|---|---|---|---|---|---|---|"]
+              "| notebook | status | wall time | finished | commit | jobs × threads | notebook code | bab code |",
+              "|---|---|---|---|---|---|---|---|"]
     for run in sorted(runs, key=lambda r: r.get("notebook", "")):
         jobs = run.get("jobs")
         parallel = "–" if jobs is None else f"{jobs} × {run.get('threads', '?')}"
+        package = _package_state(package_code.get(run.get("notebook")), package_root)
         lines.append(f"| {run.get('notebook')} | {run.get('status')} | {_duration(run.get('seconds'))} | "
                      f"{run.get('finished_at') or '–'} | {run.get('commit') or 'not recorded'} | {parallel} | "
-                     f"{_code_state(run, code_now)} |")
+                     f"{_code_state(run, code_now)} | {package} |")
     lines.append("")
     lines += models_section(results.get("models") or {})
     return "\n".join(lines)

@@ -16,9 +16,12 @@ from pathlib import Path
 from bab.experiments.methods import settings_text
 
 REFERENCE = Path(__file__).resolve().parents[2] / "tests" / "reference" / "smoke_rows.json"
-# metric -> (kind, tolerance): "abs" in the metric's unit, "rel" as a fraction of the reference value
-TOLERANCES = {"accuracy": ("abs", 2.0), "cost": ("abs", 0.02), "perplexity": ("rel", 0.05),
-              "memory_ratio": ("rel", 0.05), "analytic_limit": ("rel", 0.01)}
+# metric -> (kind, tolerance): "abs" in the metric's unit, "rel" as a fraction of the reference value, or of 1
+# where the reference is smaller than 1 (a method's ``value`` may be a correlation near 1 or a share near 0, where a
+# fraction of the value itself would be no tolerance at all)
+TOLERANCES = {"accuracy": ("abs", 2.0), "accuracy_std": ("abs", 2.0), "cost": ("abs", 0.02),
+              "perplexity": ("rel", 0.05), "memory_ratio": ("rel", 0.05), "analytic_limit": ("rel", 0.01),
+              "value": ("rel", 0.05)}
 
 
 def row_key(row: dict) -> tuple:
@@ -32,7 +35,7 @@ def _differs(kind: str, tolerance: float, ours, reference) -> bool:
         return (ours is None) != (reference is None)
     if kind == "abs":
         return abs(ours - reference) > tolerance
-    return abs(ours - reference) > tolerance * max(abs(reference), 1e-12)
+    return abs(ours - reference) > tolerance * max(abs(reference), 1.0)
 
 
 def compare_rows(rows: list[dict], reference: list[dict]) -> list[str]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bab.core import strict_json
 from bab.core.folders import current_umask
+from bab.core.provenance import loaded_code_digests
 from bab.core.runs import models_used
 
 # The version of the rows' meaning: 2 = methods are declared typed ids (bab.experiments.methods), the papers'
@@ -32,9 +33,15 @@ ROW_STR_KEYS = ("experiment", "method")
 ROW_FLOAT_KEYS = ("budget", "cost", "accuracy", "speedup")
 ROW_OPTIONAL_KEYS = ("note",)
 # optional float columns (None or absent when they do not apply): language-model perplexity, the
-# KV-cache memory ratio (dense bytes / ours) of context pruning, and beside a measured speed-up its analytic
-# limit (dense FLOPs / ours on the same passes)
-ROW_OPTIONAL_FLOAT_KEYS = ("perplexity", "memory_ratio", "analytic_limit")
+# KV-cache memory ratio (dense bytes / ours) of context pruning, beside a measured speed-up its analytic
+# limit (dense FLOPs / ours on the same passes), the sample standard deviation of the accuracy over the seeds a row
+# averages, and ``value``: the one number of a method that is not an accuracy or a cost (its Method says what)
+ROW_OPTIONAL_FLOAT_KEYS = ("perplexity", "memory_ratio", "analytic_limit", "accuracy_std", "value")
+# which trained models a row measured (``bab.experiments.study.measured_on``): their run-cache folders and seeds
+ROW_RUNS_KEY, ROW_SEEDS_KEY = "runs", "seeds"
+# added by save_results from the kernel's run-cache record: the commit that trained each of the row's models
+# (None: stored before commits were recorded) and how many of them came from the cache rather than this run
+ROW_PROVENANCE_KEYS = ("trained_at", "cache_hits")
 # the values that tell a method's rows apart beyond the budget (a dict; the method declares its keys)
 ROW_SETTINGS_KEY = "settings"
 
@@ -52,7 +59,8 @@ def validate_rows(rows):
 
     if isinstance(rows, dict) or not hasattr(rows, "__iter__"):
         raise ValueError(f"rows must be a list of dicts, got {type(rows).__name__}")
-    allowed = set(ROW_STR_KEYS + ROW_FLOAT_KEYS + ROW_OPTIONAL_KEYS + ROW_OPTIONAL_FLOAT_KEYS + (ROW_SETTINGS_KEY,))
+    allowed = set(ROW_STR_KEYS + ROW_FLOAT_KEYS + ROW_OPTIONAL_KEYS + ROW_OPTIONAL_FLOAT_KEYS
+                  + (ROW_SETTINGS_KEY, ROW_RUNS_KEY, ROW_SEEDS_KEY) + ROW_PROVENANCE_KEYS)
     clean = []
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
@@ -86,12 +94,63 @@ def validate_rows(rows):
             method = method_of(out["experiment"], out["method"])
             out["budget"] = method.check_budget(out["budget"])
             settings = method.check_settings(row.get(ROW_SETTINGS_KEY))
+            if out.get("value") is not None and not method.value:
+                raise ValueError(f"method {method.name!r} declares no 'value' column; leave it out, or declare what "
+                                 f"it holds in the method's `value`")
+            out.update(_measured_on(row))
         except ValueError as exc:
             raise ValueError(f"row {i}: {exc}") from None
         if settings:
             out[ROW_SETTINGS_KEY] = settings
         clean.append(out)
     return clean
+
+
+def _measured_on(row) -> dict:
+    """The row's ``runs`` (names) and ``seeds`` (whole numbers), and the provenance save_results adds, checked."""
+    out = {}
+    runs, seeds = row.get(ROW_RUNS_KEY), row.get(ROW_SEEDS_KEY)
+    if runs is not None:
+        if not isinstance(runs, list) or not runs or not all(isinstance(r, str) and r for r in runs):
+            raise ValueError(f"{ROW_RUNS_KEY!r} must be a non-empty list of run names (Study.result_row(..., "
+                             f"models=...) fills it), got {runs!r}")
+        out[ROW_RUNS_KEY] = list(runs)
+    if seeds is not None:
+        if not isinstance(seeds, list) or not all(s is None or (isinstance(s, int) and not isinstance(s, bool))
+                                                  for s in seeds):
+            raise ValueError(f"{ROW_SEEDS_KEY!r} must be a list of whole numbers, got {seeds!r}")
+        out[ROW_SEEDS_KEY] = list(seeds)
+    if "trained_at" in row:
+        trained_at = row["trained_at"]
+        if not isinstance(trained_at, list) or not all(c is None or isinstance(c, str) for c in trained_at):
+            raise ValueError(f"'trained_at' must be a list of commits (or None), got {trained_at!r}")
+        out["trained_at"] = list(trained_at)
+    if "cache_hits" in row:
+        hits = row["cache_hits"]
+        if not isinstance(hits, int) or isinstance(hits, bool) or not 0 <= hits <= len(runs or []):
+            raise ValueError(f"'cache_hits' must count the row's runs that came from the cache, got {hits!r}")
+        out["cache_hits"] = hits
+    return out
+
+
+def with_provenance(rows: list[dict], used: list[dict]) -> list[dict]:
+    """``rows`` with, for each row that names its runs, the commits that trained them (``trained_at``, first use
+    first, without repeats) and how many came from the run cache (``cache_hits``), looked up in ``used`` (the
+    kernel's ``bab.core.runs.models_used()``). ValueError when a row names a run this kernel never used."""
+    by_run = {model["run"]: model for model in used}
+    out = []
+    for i, row in enumerate(rows):
+        runs = row.get(ROW_RUNS_KEY)
+        if not runs:
+            out.append(row)
+            continue
+        unknown = [run for run in runs if run not in by_run]
+        if unknown:
+            raise ValueError(f"row {i} ({row['method']}) names run {unknown[0]!r}, which this kernel neither trained "
+                             f"nor loaded from the run cache; pass result_row the models this kernel trained")
+        commits = list(dict.fromkeys(by_run[run]["commit"] for run in runs))
+        out.append({**row, "trained_at": commits, "cache_hits": sum(bool(by_run[run]["cached"]) for run in runs)})
+    return out
 
 
 def write_json_atomic(path, obj):
@@ -113,8 +172,10 @@ def write_json_atomic(path, obj):
 
 def save_results(rows, path):
     """Write a notebook's result rows to `path` as {"notebook": <stem>, "contract": RESULTS_CONTRACT, "rows": rows,
-    "models": ...}, where "models" are the models this kernel trained or took from the run cache, with the commit
-    that trained each (``bab.core.runs.models_used``).
+    "models": ..., "code": ...}: "models" are the models this kernel trained or took from the run cache, with the
+    commit that trained each (``bab.core.runs.models_used``), and each row that names its models gets their
+    commits and cache hits (``with_provenance``); "code" holds the digests of the ``bab`` modules the kernel loaded
+    (``bab.core.provenance.loaded_code_digests``), so a record can tell when that code changed after the run.
 
     `path` is the `results_path` parameter papermill injects. When it is None (the notebook runs interactively,
     or under nbval) the rows go to `$BAB_RESULTS_DIR/<experiments>.json` if that variable is set, else nothing is
@@ -127,8 +188,10 @@ def save_results(rows, path):
         rows = validate_rows(rows)
         path = Path(folder) / ("+".join(sorted({row["experiment"] for row in rows})) + ".json")
     path = Path(path)
-    return write_json_atomic(path, {"notebook": path.stem, "contract": RESULTS_CONTRACT, "rows": validate_rows(rows),
-                                    "models": models_used()})
+    used = models_used()
+    return write_json_atomic(path, {"notebook": path.stem, "contract": RESULTS_CONTRACT,
+                                    "rows": with_provenance(validate_rows(rows), used), "models": used,
+                                    "code": loaded_code_digests()})
 
 
 def now_iso():

@@ -245,3 +245,23 @@ def test_the_process_keeps_which_models_it_trained_and_which_came_from_the_cache
     assert [m["train_seconds"] for m in used] == [2.0, 5.0]
     used[0]["run"] = "changed"
     assert runs.models_used()[0]["run"] != "changed"  # callers get copies
+
+
+def test_code_digests_name_the_loaded_bab_modules_and_find_the_changed_ones(tmp_path):
+    import hashlib
+
+    from bab.core.provenance import PACKAGE_ROOT, changed_code, loaded_code_digests
+
+    digests = loaded_code_digests()
+    source = PACKAGE_ROOT / "bab" / "core" / "runs.py"
+    assert digests["bab/core/runs.py"] == hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    assert all(path.startswith("bab/") and path.endswith(".py") for path in digests)
+    (tmp_path / "bab").mkdir()
+    (tmp_path / "bab" / "a.py").write_text("x = 1\n")
+    (tmp_path / "bab" / "b.py").write_text("y = 2\n")
+    recorded = {"bab/a.py": hashlib.sha256(b"x = 1\n").hexdigest()[:16],
+                "bab/b.py": hashlib.sha256(b"y = 2\n").hexdigest()[:16],
+                "bab/gone.py": "0" * 16}
+    assert changed_code(recorded, tmp_path) == ["bab/gone.py"]
+    (tmp_path / "bab" / "b.py").write_text("y = 3\n")
+    assert changed_code(recorded, tmp_path) == ["bab/b.py", "bab/gone.py"]

@@ -19,15 +19,17 @@ def test_every_experiment_with_a_notebook_declares_a_dense_reference():
 def test_result_row_takes_a_declared_method_and_checks_budget_and_settings():
     study = SyntheticExperiment(SYNTHETIC["smoke"], cache=False)
     M = study.methods
-    row = study.result_row(M.warm, 0.50004, {"cost": 0.49, "accuracy": 97.0})
+    row = study.result_row(M.warm, 0.50004, {"cost": 0.49, "accuracy": 97.0}, models=())
     assert row == {"experiment": "synthetic", "method": "warm-start budgeted", "budget": 0.5, "cost": 0.49,
                    "accuracy": 97.0, "speedup": None}
     with pytest.raises(ValueError, match="takes a declared Method"):
-        study.result_row("warm-start budgeted", 0.5, {})
+        study.result_row("warm-start budgeted", 0.5, {}, models=())
     with pytest.raises(ValueError, match="belongs to 'ag_news_custom'"):
-        study.result_row(registry()["ag_news_custom"].dense, 1.0, {})
+        study.result_row(registry()["ag_news_custom"].dense, 1.0, {}, models=())
     with pytest.raises(ValueError, match="dense reference"):
-        study.result_row(M.dense, 0.5, {})
+        study.result_row(M.dense, 0.5, {}, models=())
+    with pytest.raises(TypeError, match="models"):  # every row says which trained models it measured
+        study.result_row(M.warm, 0.5, {})
     with pytest.raises(AttributeError, match="declares no method 'wram'"):
         M.wram  # noqa: B018 (the attribute access is what is tested)
 

@@ -9,7 +9,7 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from bab.context.llama import LlamaDecoderConfig
 from bab.context.train import LMTrainConfig
-from bab.core.runs import RunCache
+from bab.core.runs import RunCache, run_of
 from bab.data.lm import END_OF_TEXT, LMDataConfig, build_tokenizer, load_lm_data
 from bab.experiments.pretrained_context import PretrainedContextProfile, PretrainedContextStudy
 
@@ -75,6 +75,11 @@ def test_every_step_runs_and_the_cache_is_reused(tiny_study):
     assert metrics["cached"] is True
     assert all(torch.equal(cached.state_dict()[k], v) for k, v in after.items())
     assert again.budget_conditioned()[1]["cached"]
+    # result rows can name the run behind each decoder, though with frozen weights the cache holds the
+    # interactions alone: the fine-tuned decoder names its run and seed, the pretrained one none
+    assert run_of(cached) == run_of(model) and run_of(cached)["run"].startswith(study.experiment)
+    assert run_of(cached)["seed"] == study.profile.finetune.seed
+    assert run_of(dense) == {"run": None, "seed": None}
 
 
 def test_the_cache_holds_only_the_interactions_of_a_frozen_fine_tune(tiny_study, tmp_path):

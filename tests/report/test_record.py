@@ -68,4 +68,37 @@ def test_a_run_is_marked_stale_once_its_notebooks_code_changes(tmp_path):
             {"notebook": "02_y", "status": "ok", "seconds": 5.0, "code": ran},
             {"notebook": "03_z", "status": "ok", "seconds": 5.0, "code": ran}]
     rows = [line for line in record_markdown({}, runs, current_code(tmp_path)).splitlines() if line.startswith("| 0")]
-    assert [row.rsplit("|", 2)[1].strip() for row in rows] == ["unchanged", "**changed since: stale**", "–"]
+    assert [row.split("|")[-3].strip() for row in rows] == ["unchanged", "**changed since: stale**", "–"]
+
+
+def test_a_run_is_marked_stale_once_the_bab_code_its_kernel_loaded_changes(tmp_path):
+    import hashlib
+
+    (tmp_path / "bab").mkdir()
+    (tmp_path / "bab" / "a.py").write_text("x = 1\n")
+    loaded = {"bab/a.py": hashlib.sha256(b"x = 1\n").hexdigest()[:16]}
+    results = {"code": {"02_x": loaded}}
+    runs = [{"notebook": "02_x", "status": "ok"}, {"notebook": "03_y", "status": "ok"}]
+
+    def bab_code_column():
+        text = record_markdown(results, runs, package_root=tmp_path)
+        return [line.split("|")[-2].strip() for line in text.splitlines() if line.startswith("| 0")]
+
+    assert bab_code_column() == ["unchanged (1 modules)", "not recorded"]
+    (tmp_path / "bab" / "a.py").write_text("x = 2\n")
+    assert bab_code_column() == ["**changed since: stale** (`bab/a.py`)", "not recorded"]
+
+
+def test_pages_only_rebuilds_a_committed_records_pages_from_its_files(tmp_path, monkeypatch):
+    copy = tmp_path / "paper"
+    shutil.copytree(ROOT / "reports" / "paper", copy)
+    (copy / "index.html").write_text("old page")
+    monkeypatch.setenv("BAB_DATA_DIR", str(tmp_path / "data"))
+    assert bab_main(["report", "--pages-only", str(copy), "--notebooks-dir", str(ROOT / "notebooks")]) == 0
+    page = (copy / "index.html").read_text()
+    assert "old page" not in page and "Which of the papers' claims hold" in page
+    assert str(tmp_path) not in page and str(ROOT) not in page  # no path of this machine in the pages
+    results = json.loads((copy / "results.json").read_text())
+    assert results["profile"] == "paper" and set(results["notebooks"]) >= {"02_ag_news_custom", "05_vit_sparsifiner"}
+    assert (copy / RECORD_NAME).read_text().startswith("# Reproduction record: profile `paper`")
+    assert bab_main(["report", "--pages-only", str(tmp_path / "missing")]) == 2

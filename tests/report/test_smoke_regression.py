@@ -31,6 +31,19 @@ def test_differences_beyond_the_tolerances_are_reported_and_within_them_are_not(
     assert set(TOLERANCES) >= {"accuracy", "cost", "perplexity"}
 
 
+def test_a_methods_value_and_the_seed_spread_are_guarded_too():
+    spearman = {**BASE, "experiment": "bert_ag_news", "method": "gate ranking", "budget": None, "value": 0.9}
+    assert compare_rows([{**spearman, "value": 0.94}], [spearman]) == []  # below 1: within 0.05 of it
+    assert compare_rows([{**spearman, "value": 0.96}], [spearman])[0].endswith("value 0.96 vs reference 0.9 "
+                                                                                 "(tolerance 5%)")
+    share = {**spearman, "method": "compute, structural", "budget": 0.5, "value": 40.0}
+    assert compare_rows([{**share, "value": 41.9}], [share]) == []  # 5% of 40 is 2
+    assert compare_rows([{**share, "value": 42.1}], [share])
+    spread = {**BASE, "accuracy_std": 1.0}
+    assert compare_rows([{**spread, "accuracy_std": 2.9}], [spread]) == []
+    assert compare_rows([{**spread, "accuracy_std": 3.1}], [spread])
+
+
 def test_the_reference_covers_every_notebook_and_guards_many_numbers():
     reference = read_reference()
     experiments = {row["experiment"] for rows in reference.values() for row in rows}
