@@ -8,4 +8,7 @@ See docs/sparsifiner.md.
 # training semantics change (a loss, a schedule, an RNG draw, a fix), so a checkpoint trained before is never served.
 # 2: the connectivity predictor's down-projection uses each head's own W_down and each example's own token
 # positions (version 1 summed W_down over the heads, and over the batch after token pruning).
-TRAINING_VERSION = 3  # 3: ViT study lineages name the gate start (gate_start) and whether heads-hard selects
+# 3: ViT study lineages name the gate start (gate_start) and whether heads-hard selects.
+# 4: the predictor's top-k ranks S alone; A_down W~_up only orders keys tied exactly at the k-th place (it was
+# added to S with weight 1e-3, which also reordered keys that did not tie), so the kept connections differ.
+TRAINING_VERSION = 4

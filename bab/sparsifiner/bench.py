@@ -13,10 +13,10 @@ interleaved round by round, all in one process. Variants:
   threshold, dense up-projection), top-k per query, then attention over the k selected keys only
   (``csr_sparse_attention``: SDDMM for the k scores per query, softmax, SpMM with V);
 - ``fused``: the same whole path with one C++ kernel (``bab.sparsifiner.fused``): A_down and the
-  coefficients from the predictor (torch), then in the kernel the pruned basis, the ranking key from the
-  nonzero coefficients' basis rows only (sparse x sparse),
-  the exact top k over the candidate keys (bounds on the tie-break term decide the rest), then gather,
-  softmax and weighted sum over the k keys. Same index sets and outputs as ``sparse`` (tests/sparsifiner/
+  coefficients from the predictor (torch), then in the kernel the pruned basis, the ranking scores S from the
+  nonzero coefficients' basis rows only (sparse x sparse), the top k by the predictor's ranking rule (ties
+  at the k-th place by the unthresholded scores, then by index), then gather, softmax and weighted sum over
+  the k keys. Same index sets and outputs as ``sparse`` (tests/sparsifiner/
   test_fused.py); its columns stay empty where the kernel cannot be built (no compiler or ninja);
 - ``attention only``: that sparse attention given the top-k indices (the predictor's share is the
   difference).
@@ -52,15 +52,14 @@ import torch
 from bab.core.timing import count_flops, single_thread, time_side_by_side
 from bab.sparsifiner.fused import fused_available, fused_selection, fused_sparsifiner_attention
 from bab.sparsifiner.predictor import (
-    TIE_BREAK,
     ConnectivityPredictor,
     csr_sparse_attention,
     dense_attention_macs,
     gathered_sparse_attention,
     num_connections,
     predictor_macs,
+    ranking_scores,
     sparse_attention_macs,
-    topk_connections,
     validate_keep_rate,
 )
 
@@ -190,10 +189,11 @@ def predictor_breakdown(tokens=TOKENS, keep_rate: float = 0.1, num_heads: int = 
                         n_down: int = 32, warmup: int = 3, repeats: int = 15, seed: int = 0,
                         predictor_state: str = "realistic", tau: float = 0.05) -> pd.DataFrame:
     """Where the predictor's time goes, per n: low-rank attention A_down (down-projection, QK_down^T,
-    softmax), the ranking key (threshold and the n x n_down x n up-projection), the top-k, and the sparse
+    softmax), the ranking scores (threshold and the n x n_down x n up-projection, ``ranking_scores``), the top-k
+    (``ConnectivityPredictor.connections`` given the scores, ties at the k-th place included), and the sparse
     attention over the kept connections; dense SDPA beside them. Same protocol as the main benchmark.
     Then the fused path: "fused selection" (A_down and the coefficients in torch, then in the kernel the
-    pruned basis, the sparse ranking key and the exact top k) and "fused" (the whole path, selection and
+    pruned basis, the sparse ranking scores and the top k) and "fused" (the whole path, selection and
     attention); their difference is the fused attention. Empty (NaN) where the kernel cannot be built."""
     keep_rate = validate_keep_rate(keep_rate)
     rows = []
@@ -202,16 +202,17 @@ def predictor_breakdown(tokens=TOKENS, keep_rate: float = 0.1, num_heads: int = 
             torch.manual_seed(seed)
             q, k, v = (torch.randn(1, num_heads, n, head_dim) for _ in range(3))
             predictor, _ = make_predictor(q, k, n_down, tau, predictor_state, seed)
-            a_down = predictor.low_rank_attention(q, k)
-            basis = predictor.sparse_basis(n)
-            key = (a_down * (a_down > predictor.tau) + TIE_BREAK * a_down) @ basis  # the ranking key forward uses
+            a_down = predictor.low_rank_attention(q, k)  # [1, H, n, n_down]
+            basis = predictor.sparse_basis(n)  # [H, n_down, n]
+            coeff = predictor.sparsify_coefficients(a_down)
+            scores = ranking_scores(coeff, basis)  # the primary ranking score forward uses, [1, H, n, n]
             kk = num_connections(keep_rate, n)
-            index = topk_connections(key, kk)
+            index = predictor.connections(a_down, coeff, basis, kk, scores)
             fns = {
                 "dense SDPA": lambda q=q, k=k, v=v: torch.nn.functional.scaled_dot_product_attention(q, k, v),
                 "A_down": lambda q=q, k=k, p=predictor: p.low_rank_attention(q, k),
-                "up-projection": lambda a=a_down, b=basis, p=predictor: (a * (a > p.tau) + TIE_BREAK * a) @ b,
-                "top-k": lambda key=key, kk=kk: topk_connections(key, kk),
+                "up-projection": lambda a=a_down, b=basis, p=predictor: ranking_scores(p.sparsify_coefficients(a), b),
+                "top-k": lambda a=a_down, c=coeff, b=basis, s=scores, kk=kk, p=predictor: p.connections(a, c, b, kk, s),
                 "sparse attention": lambda q=q, k=k, v=v, i=index: csr_sparse_attention(q, k, v, i),
             }
             if fused_available():

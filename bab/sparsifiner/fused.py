@@ -9,36 +9,24 @@ starts from the reference's coefficients, bit for bit; computing them in the ker
 kernel takes the raw W_up columns of the current tokens and prunes the basis W~_up as ``sparse_basis`` does.
 ``kernel="torch"`` runs the reference path.
 
-Per query i, with w = A~_down[i] + TIE_BREAK * A_down[i] (the reference's ranking weights, [n_down]) and the
-pruned basis W~_up [n_down, n], the ranking key is key_j = sum_m w_m W~_up[m, j]. Split the rows m into N (the
-nonzero coefficients: a few of n_down) and Z (the rest, where w_m = TIE_BREAK * A_down[i, m] is tiny):
+Per query i it selects by the predictor's ranking rule (``bab.sparsifiner.predictor``, module docstring), with
+the same arithmetic, so the index sets are the torch path's bit for bit:
 
-1. P_j = sum_{m in N} w_m W~_up[m, j], accumulated over the nonzero entries of those basis rows only (CSR of
-   W~_up, built once per forward); the keys it touches are the candidates, every other key has P_j = 0.
-2. Whatever j, the Z part lies in [low, high], low = sum_{m in Z} min(w_m lo_m, w_m hi_m), high likewise with
-   max, where [lo_m, hi_m] is the range of row m of W~_up including 0. So key_j lies in [P_j + low, P_j + high];
-   let width = high - low (plus a margin for float rounding of P_j, low and high).
-3. theta = the k-th largest P_j over all n keys (bracketed within width on the candidates' values). If
-   theta > width, every key with P_j < theta - width, in particular every non-candidate, is beaten by the k
-   keys with P >= theta: out. Every key with P_j > theta + width beats every key with P <= theta (at least
-   n - k + 1 of them): in. Only keys with |P_j - theta| <= width are undecided; their exact key (a dot
-   product over all n_down coefficients) ranks them for the remaining slots.
-4. Otherwise (fewer than k candidates, e.g. a query whose coefficients all fall below tau, or a k-th value
-   too close to 0 for the bounds to exclude the non-candidates) the row falls back to the exact key of every
-   key and an exact selection over all n.
+1. The primary score S_j = sum_m A~_down[i, m] W~_up[m, j] in double, accumulated over the nonzero coefficients
+   (a few of n_down) in increasing m, each over the nonzero entries of its basis row (CSR of W~_up, built once
+   per forward): the additions of ``ranking_scores`` in its order (a product of two float32 numbers is exact in
+   double, and the zero terms ``ranking_scores`` also adds change no sum). Keys no such row touches score 0.
+2. The k-th largest S: rounded to float, S keeps its order, so the k-th largest float (found among the keys
+   with a positive score when there are at least k of them, else among all n) splits the keys into winners
+   (above it), losers (below) and a group equal to it, usually one key. Only where that group holds more keys
+   than places are left is it ranked exactly: by S in double, then, among keys whose S ties at the last place,
+   by the secondary score T_j = sum_m A_down[i, m] W~_up[m, j] (double, increasing m, as ``ranking_scores``),
+   then by the lower index. A row whose k-th score is 0 (fewer than k positive scores: a query whose
+   coefficients all fall below tau, or a keep rate above the candidates' share) takes T for most keys.
 
-So the selected set is the top k of the reference's ranking key, exactly in real arithmetic; step 3's
-margin keeps it exact under float rounding of our own sums. Where float32 rounding itself decides, the two
-paths, which sum the key in different orders, may disagree: two ranking keys within a few ulp of each other
-at the k-th place. The tests accept a differing row only there (checked in float64), and at most 1% of
-rows; on the bench's realistic state at n = 197 / 577 / 1025 and keep 0.5 / 0.25 / 0.1 no row differs.
-Exact ties at the k-th place are taken in index order (torch.topk's order among ties is unspecified).
-
-No sort of the n keys: theta is bracketed by bisection on the value (counting passes that vectorize; after
-three halvings only the values inside the bracket are kept, so later passes read a vector or two), the
-undecided keys (a handful) are ordered by a partial sort of their exact keys, and the fallback finds the
-exact k-th value by bisection on the bits of the floats (counting passes; every 8 bits only the values
-sharing the prefix found so far are kept).
+No sort of the n keys: the k-th largest float is found by bisection on the bits of the floats (counting passes
+that vectorize; every 8 bits only the values sharing the prefix found so far are kept), and a tied group by
+``std::nth_element``.
 
 Then per query: scores q . k_j / sqrt(d) over its k keys, softmax (a vectorizable exp), weighted sum of
 v_j; the CLS query with ``cls_dense`` attends to every key (and gets no prediction). The other options:
@@ -69,7 +57,6 @@ from pathlib import Path
 import torch
 
 from bab.sparsifiner.predictor import (
-    TIE_BREAK,
     ConnectivityPredictor,
     attention_over_connections,
     num_connections,
@@ -213,7 +200,7 @@ def fused_inference(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,
         out, index = module.fused_forward(
             *(t.contiguous().view(B * H, n, d) for t in (q, k, v)),
             *(t.float().contiguous().view(B * H, -1, n_down) for t in (a_down, coeff)), w_up.view(-1, n_down, n),
-            H, kk, predictor.first_query, TIE_BREAK, predictor.up_prune, predictor.basis_threshold_abs,
+            H, kk, predictor.first_query, predictor.up_prune, predictor.basis_threshold_abs,
             with_attention)
     first = predictor.first_query
     return {"out": out.view(B, H, n, d) if with_attention else None, "index": index.view(B, H, n - first, kk),
@@ -231,7 +218,7 @@ def fused_sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_
 
 def fused_selection(predictor: ConnectivityPredictor, q, k, keep_rate: float,
                     positions: torch.Tensor | None = None) -> torch.Tensor:
-    """The predictor's top-k index [B, H, n_q, k] by the fused kernel (A_down, ranking key, selection; no
+    """The predictor's top-k index [B, H, n_q, k] by the fused kernel (A_down, ranking scores, selection; no
     attention): the same sets as ``predictor(q, k, keep_rate, positions)["index"]``."""
     return fused_sparsifiner_attention(predictor, q, k, k, keep_rate, positions, with_attention=False)[1]
 

@@ -36,15 +36,27 @@ Two implementations of the last line, which must agree numerically:
 Exactly k per query: the paper's text "discards zero values" of S before binarising, so a query could keep
 fewer than k connections (none, when all its coefficients fall below tau). The official code does not: its
 ``torch.topk`` keeps exactly ceil(keep_rate * n) per row, zero scores included, ties in whatever order topk
-returns. We keep exactly k as the official code does, and rank ties of S (zeros included) by the
-unthresholded low-rank scores A_down W~_up, so an all-zero row is not filled by token index. Every query then
-has the same number of keys, which lets the sparse kernels use one [n, k] layout.
+returns. We keep exactly k as the official code does, so every query has the same number of keys and the sparse
+kernels can use one [n, k] layout. The ranking rule (``ConnectivityPredictor.connections``):
+
+1. the k largest S, where S = A~_down W~_up is summed in float64 in the order m = 0, 1, ..., n_down - 1
+   (``ranking_scores``). Wherever the k-th largest S is unique (larger than the (k+1)-th), the kept set is
+   ``torch.topk(S, k)``'s and nothing else plays a part;
+2. only where the k-th and (k+1)-th largest S are equal, the keys tied at that value compete for the places
+   left, by the unthresholded score T = A_down W~_up (summed the same way; larger first), so that a query
+   whose coefficients all fall below tau (S all zero) is not filled by token index;
+3. then by the lower token index (ties of T too, e.g. keys whose basis columns are all zero).
+
+T is a second key, compared only among keys tied in S, never added into S. The fused C++ kernel
+(``bab.sparsifiner.fused``) computes S and T with the same additions in the same order and applies the same
+rule, so the two paths keep the same sets bit for bit.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -66,9 +78,6 @@ def num_connections(keep_rate, num_tokens: int) -> int:
         raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
     return max(1, min(num_tokens, math.ceil(round(keep_rate * num_tokens, 9))))
 
-
-# Weight of the unthresholded low-rank scores in the top-k ranking key: small enough to only break ties of S.
-TIE_BREAK = 1e-3
 
 COEFFICIENT_RULES = ("threshold", "topm")  # Eq. 2's tau (the paper) or the top_m largest (the official default)
 PREDICTOR_SCALES = ("head_dim", "num_heads")  # A_down's logits times 1/sqrt(d) (Eq. 1) or 1/sqrt(H) (official)
@@ -202,27 +211,97 @@ class ConnectivityPredictor(nn.Module):
         per_query = ((coeff != 0).to(coeff.dtype) * nnz_per_basis_row.unsqueeze(-2)).sum(-1)  # [B, H, n_q]
         return float(per_query.sum(dim=(-1, -2)).mean())
 
+    def connections(self, a_down: torch.Tensor, coeff: torch.Tensor, basis: torch.Tensor, k: int,
+                    scores: torch.Tensor | None = None) -> torch.Tensor:
+        """The top-k index [B, H, n_q, k] by the module docstring's rule, from A_down and A~_down [B, H, n_q, n_down]
+        and the basis W~_up [(B,) H, n_down, n]: the k largest S = A~_down W~_up, ties at the k-th place by
+        T = A_down W~_up, then by the lower token index (both summed by ``ranking_scores``). ``scores``: S when
+        the caller has it already (the bench times the two steps apart)."""
+        if scores is None:
+            scores = ranking_scores(coeff, basis)  # [B, H, n_q, n] float64
+
+        def tie_scores(rows: tuple[torch.Tensor, ...]) -> torch.Tensor:
+            """T of the tied queries only: rows = (b, h, i) index tensors [R] -> [R, n], one ranking_scores call
+            per basis (per head, or per example and head after token pruning) rather than a copy per row."""
+            b, h, i = rows
+            bases = basis.reshape(-1, *basis.shape[-2:])  # [H or B * H, n_down, n]
+            which = h if basis.dim() == 3 else b * basis.shape[1] + h  # [R]: each row's basis
+            out = torch.empty(len(i), basis.shape[-1], dtype=torch.float64, device=basis.device)
+            for g in which.unique().tolist():
+                sel = (which == g).nonzero().squeeze(-1)
+                out[sel] = ranking_scores(a_down[b[sel], h[sel], i[sel]], bases[g])  # [R_g, n_down] x [n_down, n]
+            return out
+
+        return lexicographic_topk(scores, k, tie_scores)
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, keep_rate: float, positions: torch.Tensor | None = None,
                 with_scores: bool = False) -> dict:
         """Top-k connections per predicted query, from q, k [B, H, n, d]:
 
         {"index": [B, H, n_q, k] long, "coefficients": A~_down [B, H, n_q, n_down], "first_query": int}
-        (+ "scores": S [B, H, n_q, n]), where row i is query ``first_query + i`` and k = ceil(keep_rate * n).
-
-        The top-k ranks S = A~_down W~_up; ties, in particular a query whose coefficients all fall below tau
-        (S all zero), are broken by the unthresholded A_down W~_up, added with weight TIE_BREAK, instead of by
-        token index. The ranking key is one matmul: (A~_down + TIE_BREAK * A_down) W~_up.
+        (+ "scores": S [B, H, n_q, n], differentiable, in q's dtype), where row i is query ``first_query + i`` and
+        k = ceil(keep_rate * n). The index follows the ranking rule of the module docstring (``connections``).
         """
         a_down = self.low_rank_attention(q, k, positions)  # [B, H, n_q, n_down]
         coeff = self.sparsify_coefficients(a_down)
         basis = self.sparse_basis(k.shape[-2], positions)  # [(B,) H, n_down, n]
         with torch.no_grad():
-            key = (coeff + TIE_BREAK * a_down) @ basis  # [B, H, n_q, n]
-        index = topk_connections(key, num_connections(keep_rate, k.shape[-2]))
+            index = self.connections(a_down, coeff, basis, num_connections(keep_rate, k.shape[-2]))
         out = {"index": index, "coefficients": coeff, "first_query": self.first_query}
         if with_scores:
             out["scores"] = coeff @ basis
         return out
+
+
+def ranking_scores(weights: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
+    """sum_m weights[..., i, m] * basis[..., m, j] in float64, added in the order m = 0, 1, ..., n_down - 1:
+    weights [..., n_q, n_down] and basis [..., n_down, n] (leading dimensions broadcast) -> [..., n_q, n].
+
+    The one definition of the scores the top-k ranks, which the fused C++ kernel reproduces bit for bit: the
+    product of two float32 numbers is exact in float64, so only the additions round, in a fixed order. A fused
+    multiply-add rounds the same exact product once, and a zero term leaves a sum as it is, so the kernel may use
+    either and visit the nonzero coefficients and basis entries only. A matmul is not used: its summation order
+    is its own business. Equals ``weights @ basis`` up to float64 rounding; no autograd.
+    """
+    w, b = weights.detach().double(), basis.detach().double()
+    shape = (*torch.broadcast_shapes(w.shape[:-2], b.shape[:-2]), w.shape[-2], b.shape[-1])
+    out = torch.zeros(shape, dtype=torch.float64, device=w.device)
+    for m in range(w.shape[-1]):
+        out.addcmul_(w[..., m:m + 1], b[..., m:m + 1, :])  # [..., n_q, 1] x [..., 1, n]
+    return out
+
+
+def lexicographic_topk(primary: torch.Tensor, k: int,
+                       secondary: Callable[[tuple[torch.Tensor, ...]], torch.Tensor]) -> torch.Tensor:
+    """Indices [..., k] of the k keys of each row of ``primary`` [..., n] ranked first by ``primary``, then by the
+    secondary key, then by the lower key index (all larger first, the index smaller first).
+
+    Wherever the k-th largest primary value is unique (larger than the (k+1)-th), the set is exactly
+    ``torch.topk(primary, k)``'s. Elsewhere the keys above the k-th value are kept, those below it dropped, and
+    only the keys equal to it compete for the places left, by ``secondary(rows)``: the second key [R, n] of the
+    tied rows ``rows`` (index tensors, as ``nonzero(as_tuple=True)`` gives them), asked for those rows only.
+    """
+    n = primary.shape[-1]
+    if not 1 <= k <= n:
+        raise ValueError(f"k must lie in [1, {n}], got {k}")
+    if k == n:
+        return torch.arange(n, device=primary.device).expand(*primary.shape[:-1], n).clone()
+    values, index = torch.topk(primary, k + 1, dim=-1, sorted=True)  # [..., k + 1], largest first
+    index = index[..., :k].contiguous()
+    tied = values[..., k - 1] == values[..., k]  # [...]: the k-th place is shared
+    if bool(tied.any()):
+        rows = tied.nonzero(as_tuple=True)
+        index[rows] = _resolve_ties(primary[rows], values[..., k - 1][rows], secondary(rows), k)
+    return index
+
+
+def _resolve_ties(primary: torch.Tensor, kth: torch.Tensor, secondary: torch.Tensor, k: int) -> torch.Tensor:
+    """primary, secondary [R, n] and the k-th largest primary value kth [R] -> the kept keys [R, k]: every key
+    above kth, then the keys equal to kth by secondary (larger first), then by index (a stable sort keeps equal
+    keys in index order)."""
+    kth = kth.unsqueeze(-1)
+    rank = torch.where(primary > kth, math.inf, torch.where(primary == kth, secondary.to(primary.dtype), -math.inf))
+    return torch.sort(rank, dim=-1, descending=True, stable=True).indices[:, :k]
 
 
 def topk_connections(scores: torch.Tensor, k: int) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """The fused Sparsifiner inference kernel (bab.sparsifiner.fused) against the reference path: the predictor's own
-top-k index (``ConnectivityPredictor.forward``) and ``masked_dense_attention`` with ``connectivity_mask``."""
+top-k index (``ConnectivityPredictor.forward``) and ``masked_dense_attention`` with ``connectivity_mask``. Ties at
+the k-th place, built on purpose, are in test_ranking.py."""
 
-import copy
 import fnmatch
 import shutil
 import tomllib
@@ -14,7 +14,6 @@ import torch
 from bab.sparsifiner import fused
 from bab.sparsifiner.bench import make_predictor
 from bab.sparsifiner.predictor import (
-    TIE_BREAK,
     ConnectivityPredictor,
     connectivity_mask,
     masked_dense_attention,
@@ -49,40 +48,17 @@ def qkv(B=2, H=3, n=40, d=16, seed=0):
     return [torch.randn(B, H, n, d, generator=g) for _ in range(3)]
 
 
-def reference_key(predictor, q, k, positions=None):
-    """(A_down, the ranking key (A~_down + TIE_BREAK A_down) W~_up), both in float64, from a float64 copy."""
-    p64 = copy.deepcopy(predictor).double()
-    with torch.no_grad():
-        a_down = p64.low_rank_attention(q.double(), k.double(), positions)
-        key = (p64.sparsify_coefficients(a_down) + TIE_BREAK * a_down) @ p64.sparse_basis(k.shape[-2], positions)
-    return a_down, key
-
-
 def assert_same_selection(index, predictor, q, k, keep_rate, positions=None):
     """The fused index [B, H, n_q, kk] holds exactly kk distinct keys per query, the same set as the reference
-    predictor's. Both start from the same coefficients (the fused path takes the predictor's A_down and
-    A~_down), so a row may differ only where float32 rounding of the ranking key decides, which the two paths
-    sum in different orders: swapped keys whose float64 ranking keys lie within 1e-6 of the k-th largest.
-    Returns how many rows differed (at most 1% may)."""
+    predictor's in every row: both start from the same coefficients (the fused path takes the predictor's A_down
+    and A~_down) and apply the same ranking rule to the same float64 sums, so no rounding may tell them apart."""
     with torch.no_grad():
         ref = predictor(q, k, keep_rate, positions)["index"]
     assert index.shape == ref.shape and index.dtype == torch.long
     ours, theirs = index.sort(-1).values, ref.sort(-1).values
     assert (ours[..., 1:] != ours[..., :-1]).all(), "a query kept the same key twice"
     differ = (ours != theirs).any(-1).nonzero().tolist()
-    if not differ:
-        return 0
-    _, key = reference_key(predictor, q, k, positions)
-    kk = index.shape[-1]
-    for b, h, i in differ:
-        row = key[b, h, i]
-        kth = row.topk(kk).values[-1]
-        swapped = list(set(index[b, h, i].tolist()) ^ set(ref[b, h, i].tolist()))
-        near_tie = bool(((row[swapped] - kth).abs() <= 1e-6 * (1 + row.abs().max())).all())
-        assert near_tie, (f"row {(b, h, i)}: keys {swapped} differ, ranking keys {row[swapped].tolist()} vs "
-                          f"k-th {float(kth)}")
-    assert len(differ) <= 0.01 * ours[..., 0].numel(), f"{len(differ)} rows differ"
-    return len(differ)
+    assert not differ, f"{len(differ)} rows keep other keys than the torch path's, the first (b, h, i): {differ[:5]}"
 
 
 def assert_output_is_masked_dense_attention(out, index, predictor, q, k, v):
@@ -129,9 +105,8 @@ def test_fused_path_with_token_pruning_positions(kernel, options):
 def test_rows_with_fewer_candidates_than_k_and_all_zero_coefficients(kernel):
     """A sparse basis (|W_up| >= 0.2 keeps ~30%) leaves queries with one or two nonzero coefficients fewer than k
     candidate keys, and a zero query has uniform A_down (1 / n_down = 0.125 <= tau = 0.2): all its coefficients
-    are zero, it ranks by the tie-break term alone. Both kinds must still get exactly k keys, the reference's.
-    |W_up| (basis_threshold_abs) puts the keys of all-zero basis columns (key exactly 0) last, below the k-th
-    place; with a signed basis they tie in the middle, where any k of them is a correct top k."""
+    are zero, S is 0 for every key and the unthresholded scores T rank them. Both kinds must still get exactly k
+    keys, the reference's. Keys of all-zero basis columns tie in S and in T (both 0): the lower index first."""
     n, n_down, keep_rate = 60, 8, 0.5
     predictor = random_predictor(n=n, n_down=n_down, tau=0.2, up_prune=0.2, basis_threshold_abs=True)
     q, k, v = qkv(n=n, seed=11)
@@ -150,13 +125,13 @@ def test_rows_with_fewer_candidates_than_k_and_all_zero_coefficients(kernel):
 @pytest.mark.parametrize("n", [197, 577])
 @pytest.mark.parametrize("keep_rate", [0.1, 0.25])
 def test_fused_path_with_the_benchmarks_realistic_state(kernel, n, keep_rate):
-    """The bench's state (90% of W~_up pruned, 87% of A_down <= tau): the candidate bounds decide most rows,
-    and every row keeps exactly the reference's keys."""
+    """The bench's state (90% of W~_up pruned, 87% of A_down <= tau): most rows have at least k candidate keys
+    (S > 0), and every row keeps exactly the reference's keys."""
     q, k, v = qkv(B=1, H=2, n=n, d=64, seed=1)
     predictor, _ = make_predictor(q, k, n_down=32, tau=0.05)
     with torch.no_grad():
         out, index = fused.sparsifiner_attention(predictor, q, k, v, keep_rate)
-    assert assert_same_selection(index, predictor, q, k, keep_rate) == 0
+    assert_same_selection(index, predictor, q, k, keep_rate)
     assert_output_is_masked_dense_attention(out, index, predictor, q, k, v)
 
 
@@ -173,9 +148,10 @@ def hand_predictor(tau):
 @pytest.mark.parametrize("tau", [0.4, 0.6], ids=["both coefficients kept", "all coefficients zero"])
 @pytest.mark.parametrize("keep_rate, expected", [(0.2, {4}), (0.4, {1, 4}), (0.6, {1, 2, 4}), (0.8, {0, 1, 2, 4})])
 def test_selection_by_hand(kernel, tau, keep_rate, expected):
-    """Every query's key is c * (column sums of W~_up) = c * [0.5, 0.75, 0.6, 0, 1.0]: c = 1/2 + 1e-3 / 2 when
-    tau = 0.4 keeps both coefficients (1/2 > 0.4), c = 1e-3 / 2 (the tie-break alone) when tau = 0.6 zeroes
-    them. Either way the order is 4, 1, 2, 0, 3, and k = ceil(keep_rate * 5) = 1, 2, 3, 4 keeps its head."""
+    """Column sums of W~_up: [0.5, 0.75, 0.6, 0, 1.0]. When tau = 0.4 keeps both coefficients (1/2 > 0.4), S is
+    1/2 times them, no two equal; when tau = 0.6 zeroes them, S is 0 for every key and T = A_down W~_up, 1/2
+    times the column sums, ranks them. Either way the order is 4, 1, 2, 0, 3, and k = ceil(keep_rate * 5) = 1, 2,
+    3, 4 keeps its head."""
     predictor = hand_predictor(tau)
     q, k, v = qkv(B=1, H=1, n=5, d=4, seed=2)
     with torch.no_grad():

@@ -17,7 +17,6 @@ from bab.sparsifiner.bench import (
 )
 from bab.sparsifiner.fused import fused_available
 from bab.sparsifiner.predictor import (
-    TIE_BREAK,
     ConnectivityPredictor,
     attention_over_connections,
     connectivity_mask,
@@ -256,9 +255,22 @@ def reference_predictor(predictor, q, k, keep_rate, positions=None):
                 w_up = w_up.abs()
             basis = w_up * (w_up.abs() >= predictor.up_prune)
             a_out[b, h], c_out[b, h], s_out[b, h] = a_down, coeff, coeff @ basis
-            key = (coeff + TIE_BREAK * a_down) @ basis
-            index[b, h] = [set(torch.topk(key[i], kk).indices.tolist()) for i in range(n - first)]
+            scores, tie_scores = sum_over_m(coeff, basis), sum_over_m(a_down, basis)
+            index[b, h] = [ranked_first(scores[i].tolist(), tie_scores[i].tolist(), kk) for i in range(n - first)]
     return {"a_down": a_out, "coefficients": c_out, "scores": s_out, "index": index}
+
+
+def sum_over_m(weights, basis):
+    """weights [n_q, n_down] times basis [n_down, n] in float64, one basis row m at a time in increasing m."""
+    out = torch.zeros(weights.shape[0], basis.shape[1], dtype=torch.float64)
+    for m in range(basis.shape[0]):
+        out = out + weights[:, m:m + 1].double() * basis[m:m + 1].double()
+    return out
+
+
+def ranked_first(scores: list, tie_scores: list, k: int) -> set:
+    """The ranking rule written out: the k keys first in the order (S descending, T descending, index)."""
+    return set(sorted(range(len(scores)), key=lambda j: (-scores[j], -tie_scores[j], j))[:k])
 
 
 def random_predictor(H=3, n=20, n_down=5, **options):
@@ -398,8 +410,8 @@ def test_topk_keeps_the_k_largest_scores_of_each_query(keep_rate, expected):
 
 
 def test_queries_with_every_coefficient_at_or_below_tau_rank_by_the_unthresholded_scores_by_hand():
-    # tau = 0.9 zeroes every coefficient (the largest is S2 = 0.881), so S = 0 and the ranking key is
-    # A_down W~_up: head 0 [.470, .119, -.330], [.433, .269, -.274], [.280, .881, -.045];
+    # tau = 0.9 zeroes every coefficient (the largest is S2 = 0.881), so S = 0 for every key and T =
+    # A_down W~_up ranks them: head 0 [.470, .119, -.330], [.433, .269, -.274], [.280, .881, -.045];
     #               head 1 [.089, .411, .881], [.661, -.161, .119], [.375, .125, .5]
     out = hand_predictor(tau=0.9)(HAND_Q, HAND_K, 1 / 3, with_scores=True)
     assert torch.all(out["scores"] == 0)

@@ -6,7 +6,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <cfloat>
+#include <functional>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -44,13 +44,6 @@ inline uint32_t ordered(float x) {
   uint32_t u;
   std::memcpy(&u, &x, sizeof u);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-inline float unordered(uint32_t u) {
-  u = (u & 0x80000000u) ? (u & 0x7fffffffu) : ~u;
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
 }
 
 constexpr int kPad = 16;  // room for one full vector load or store past the end of the working buffers
@@ -109,30 +102,6 @@ uint32_t kth_largest(uint32_t* u, int c, int k) {
   return t;
 }
 
-// Writes exactly k ids to out: every ids[i] with u[i] > t, then those with u[i] == t (in order) until k.
-// With t the k-th largest there are fewer than k of the first kind and at least k of both together.
-// Branch-free into `staging` (c + kPad room): at keep rates near 1/2 the comparisons are coin flips.
-void collect(const uint32_t* u, const int32_t* ids, int c, uint32_t t, int k, int32_t* staging, int64_t* out) {
-  int filled = 0, i = 0;
-#ifdef __AVX512F__
-  const __m512i bound = _mm512_set1_epi32(static_cast<int>(t));
-  for (; i + 16 <= c; i += 16) {
-    const __mmask16 above = _mm512_cmpgt_epu32_mask(_mm512_loadu_si512(u + i), bound);
-    _mm512_storeu_si512(staging + filled, _mm512_maskz_compress_epi32(above, _mm512_loadu_si512(ids + i)));
-    filled += __builtin_popcount(above);
-  }
-#endif
-  for (; i < c; ++i) {
-    staging[filled] = ids[i];
-    filled += u[i] > t ? 1 : 0;
-  }
-  for (i = 0; i < c && filled < k; ++i) {  // the ties at t: usually one key, found early
-    staging[filled] = ids[i];
-    filled += u[i] == t ? 1 : 0;
-  }
-  for (i = 0; i < k; ++i) out[i] = staging[i];
-}
-
 // Keeps the nonzero entries of x[0..n): values to values[], positions to ids[] (both with n + kPad room);
 // returns how many. AVX-512 compresses 16 at a time; elsewhere a branch-free scalar loop.
 int compact_nonzero(const float* x, int n, const int32_t* positions, float* values, int32_t* ids) {
@@ -156,13 +125,12 @@ int compact_nonzero(const float* x, int n, const int32_t* positions, float* valu
 
 // One basis W~_up [n_down, n] (one head, or one head of one example), pruned here from the raw W_up columns
 // as ConnectivityPredictor.sparse_basis does: |w| with basis_abs, then entries with |w| < up_prune set to 0.
-// Kept dense (for the rare full-row fallback), as CSR rows (for the sparse accumulation), transposed (for
-// the exact key of single keys), and per row the range of its entries, zeros included, that bounds what the
-// coefficients left out can add to any key.
+// Kept dense (for the secondary score, read by key) and as CSR rows (for the primary score, accumulated over the
+// nonzero entries of the nonzero coefficients' rows only).
 struct Basis {
   int n_down = 0, n = 0;
   std::vector<int32_t> start, col;
-  std::vector<float> dense, val, transposed, low, high, absmax;
+  std::vector<float> dense, val;
   std::vector<int32_t> positions;  // 0, 1, ..., n + kPad - 1
 
   void build(const float* w_up, int rows, int cols, float up_prune, bool basis_abs) {
@@ -170,13 +138,9 @@ struct Basis {
     n = cols;
     const size_t size = static_cast<size_t>(rows) * cols;
     dense.resize(size);
-    transposed.resize(size);
     col.resize(size + kPad);  // the CSR arrays are filled in place, at most every entry
     val.resize(size + kPad);
     start.assign(rows + 1, 0);
-    low.assign(rows, 0.0f);
-    high.assign(rows, 0.0f);
-    absmax.assign(rows, 0.0f);
 #pragma omp simd
     for (size_t e = 0; e < size; ++e) {
       const float x = basis_abs ? std::fabs(w_up[e]) : w_up[e];
@@ -186,40 +150,24 @@ struct Basis {
     for (int j = 0; j < cols + kPad; ++j) positions[j] = j;
     int nnz = 0;
     for (int m = 0; m < rows; ++m) {
-      const float* row = dense.data() + static_cast<size_t>(m) * cols;
-      float lo = 0.0f, hi = 0.0f, big = 0.0f;
-#pragma omp simd reduction(min : lo) reduction(max : hi, big)
-      for (int j = 0; j < cols; ++j) {
-        lo = std::min(lo, row[j]);
-        hi = std::max(hi, row[j]);
-        big = std::max(big, std::fabs(row[j]));
-      }
-      low[m] = lo;
-      high[m] = hi;
-      absmax[m] = big;
-      nnz += compact_nonzero(row, cols, positions.data(), val.data() + nnz, col.data() + nnz);
+      nnz += compact_nonzero(dense.data() + static_cast<size_t>(m) * cols, cols, positions.data(), val.data() + nnz,
+                             col.data() + nnz);
       start[m + 1] = nnz;
-    }
-    for (int j0 = 0; j0 < cols; j0 += 16) {  // 16 columns at a time: contiguous reads, writes within 2 kB
-      const int width = std::min(16, cols - j0);
-      for (int m = 0; m < rows; ++m) {
-        const float* source = dense.data() + static_cast<size_t>(m) * cols + j0;
-        for (int t = 0; t < width; ++t) transposed[static_cast<size_t>(j0 + t) * rows + m] = source[t];
-      }
     }
   }
 };
 
 // Per-thread buffers, sized once per call.
 struct Scratch {
-  std::vector<float> partial, key, weight, scores, values, narrow;
-  std::vector<int32_t> ids, in, unsure, rank, nonzero, all_keys;
+  std::vector<double> score, secondary, group_score;
+  std::vector<float> rounded, scores, values;
+  std::vector<int32_t> ids, others, in, unsure, same, same2, all_keys;
   std::vector<uint32_t> order, work;
 
-  Scratch(int n, int n_down)
-      : partial(n + kPad), key(n + kPad), weight(n_down), scores(n + kPad), values(n + kPad), narrow(n + kPad),
-        ids(n + kPad), in(n + kPad), unsure(n + kPad), rank(n + kPad),
-        nonzero(n_down), all_keys(n + kPad), order(n + kPad), work(n + kPad) {
+  Scratch(int n)
+      : score(n + kPad), secondary(n + kPad), group_score(n + kPad), rounded(n + kPad), scores(n + kPad),
+        values(n + kPad), ids(n + kPad), others(n + kPad), in(n + kPad), unsure(n + kPad), same(n + kPad), same2(n + kPad),
+        all_keys(n + kPad), order(n + kPad), work(n + kPad) {
     for (int j = 0; j < n + kPad; ++j) all_keys[j] = j;
   }
 };
@@ -260,183 +208,188 @@ int compact_above(const float* x, int n, float floor, const int32_t* positions, 
   return c;
 }
 
-// How many of x[0..c) are >= t. x must be padded to a multiple of 16 with values below any t (see pad_values).
-inline int count_at_least(const float* x, int c, float t) {
-  int count = 0;
+// The positions of the entries of x[0..n) at or below `ceiling`, to ids[] (n + kPad room); returns how many.
+int compact_at_most(const float* x, int n, float ceiling, const int32_t* positions, int32_t* ids) {
+  int c = 0, j = 0;
 #ifdef __AVX512F__
-  const __m512 bound = _mm512_set1_ps(t);
-  for (int i = 0; i < c; i += 16)
-    count += __builtin_popcount(_mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), bound, _CMP_GE_OQ));
-#else
-#pragma omp simd reduction(+ : count)
-  for (int i = 0; i < c; ++i) count += x[i] >= t ? 1 : 0;
+  const __m512 bound = _mm512_set1_ps(ceiling);
+  for (; j + 16 <= n; j += 16) {
+    const __mmask16 keep = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + j), bound, _CMP_LE_OQ);
+    _mm512_storeu_si512(ids + c, _mm512_maskz_compress_epi32(keep, _mm512_loadu_si512(positions + j)));
+    c += __builtin_popcount(keep);
+  }
 #endif
-  return count;
+  for (; j < n; ++j) {
+    ids[c] = positions[j];
+    c += x[j] <= ceiling ? 1 : 0;
+  }
+  return c;
 }
 
-// Fills x[c..c+16) with -FLT_MAX, so whole-vector loops over x may run past c (to a multiple of 16).
-inline void pad_values(float* x, int c) { std::fill(x + c, x + c + kPad, -FLT_MAX); }
-
-// Keeps the values of x[0..c) (padded) inside [lo, hi] in out[] (padded on return); returns how many, and in
-// `above` how many were > hi.
-int compact_between(const float* x, int c, float lo, float hi, float* out, int& above) {
-  int kept = 0;
-  above = 0;
+// Splits ids[0..c) by their ordered values u: ids with u > t to `in`, ids with u == t to `tied` (both with
+// c + kPad room); returns the two counts. Branch-free: at keep rates near 1/2 the comparisons are coin flips.
+std::pair<int, int> split_at(const uint32_t* u, const int32_t* ids, int c, uint32_t t, int32_t* in, int32_t* tied) {
+  int above = 0, equal = 0, i = 0;
 #ifdef __AVX512F__
-  const __m512 low = _mm512_set1_ps(lo), high = _mm512_set1_ps(hi);
-  for (int i = 0; i < c; i += 16) {
-    const __m512 v = _mm512_loadu_ps(x + i);
-    const __mmask16 over = _mm512_cmp_ps_mask(v, high, _CMP_GT_OQ);
-    const __mmask16 keep = _mm512_cmp_ps_mask(v, low, _CMP_GE_OQ) & static_cast<__mmask16>(~over);
-    _mm512_storeu_ps(out + kept, _mm512_maskz_compress_ps(keep, v));
-    kept += __builtin_popcount(keep);
+  const __m512i bound = _mm512_set1_epi32(static_cast<int>(t));
+  for (; i + 16 <= c; i += 16) {
+    const __m512i x = _mm512_loadu_si512(u + i), id = _mm512_loadu_si512(ids + i);
+    const __mmask16 over = _mm512_cmpgt_epu32_mask(x, bound), same = _mm512_cmpeq_epu32_mask(x, bound);
+    _mm512_storeu_si512(in + above, _mm512_maskz_compress_epi32(over, id));
+    _mm512_storeu_si512(tied + equal, _mm512_maskz_compress_epi32(same, id));
     above += __builtin_popcount(over);
-  }
-#else
-  for (int i = 0; i < c; ++i) {
-    out[kept] = x[i];
-    kept += (x[i] >= lo && x[i] <= hi) ? 1 : 0;
-    above += x[i] > hi ? 1 : 0;
+    equal += __builtin_popcount(same);
   }
 #endif
-  pad_values(out, kept);
-  return kept;
+  for (; i < c; ++i) {
+    in[above] = ids[i];
+    above += u[i] > t ? 1 : 0;
+    tied[equal] = ids[i];
+    equal += u[i] == t ? 1 : 0;
+  }
+  return {above, equal};
 }
 
-// Brackets the k-th largest of values[0..c) (padded, all > 0, k <= c, top their maximum): on return
-// count(values >= lo) >= k > count(values > hi) and hi - lo <= width (or lo, hi adjacent floats). Bisection on
-// the value; after three halvings only the values inside [lo, hi] are kept (in `narrow`) and those above hi
-// counted, so the later passes read a vector or two instead of all candidates.
-void bracket_kth(const float* values, int c, int k, float width, float top, float* narrow, float& lo, float& hi) {
-  lo = 0.0f;
-  hi = top;
-  const float* current = values;
-  int size = c, rank = k;  // the k-th largest overall is the rank-th largest of current
-  for (int pass = 1; hi - lo > width; ++pass) {
-    const float mid = 0.5f * (lo + hi);
-    if (mid <= lo || mid >= hi) break;  // adjacent floats
-    (count_at_least(current, size, mid) >= rank ? lo : hi) = mid;
-    if (pass == 3) {
-      int above = 0;
-      size = compact_between(current, size, lo, hi, narrow, above);
-      rank -= above;
-      current = narrow;
-    }
-  }
-}
-
-// Splits the candidates (values, ids)[0..c) into ids with value > sure (to `in`) and ids with maybe <= value
-// <= sure (to `unsure`); returns the two counts. values padded as for count_at_least.
-inline std::pair<int, int> split_candidates(const float* values, const int32_t* ids, int c, float sure, float maybe,
-                                            int32_t* in, int32_t* unsure) {
-  int filled = 0, undecided = 0;
-#ifdef __AVX512F__
-  const __m512 high = _mm512_set1_ps(sure), low = _mm512_set1_ps(maybe);
-  for (int i = 0; i < c; i += 16) {
-    const __m512 v = _mm512_loadu_ps(values + i);
-    const __m512i id = _mm512_loadu_si512(ids + i);
-    const __mmask16 above = _mm512_cmp_ps_mask(v, high, _CMP_GT_OQ);
-    const __mmask16 near = _mm512_cmp_ps_mask(v, low, _CMP_GE_OQ) & static_cast<__mmask16>(~above);
-    _mm512_storeu_si512(in + filled, _mm512_maskz_compress_epi32(above, id));
-    _mm512_storeu_si512(unsure + undecided, _mm512_maskz_compress_epi32(near, id));
-    filled += __builtin_popcount(above);
-    undecided += __builtin_popcount(near);
-  }
-#else
-  for (int i = 0; i < c; ++i) {
-    in[filled] = ids[i];
-    filled += values[i] > sure ? 1 : 0;
-    unsure[undecided] = ids[i];
-    undecided += (values[i] >= maybe && values[i] <= sure) ? 1 : 0;
-  }
-#endif
-  return {filled, undecided};
-}
-
-// Fallback for a row where keys with P_j <= 0 could make the top k: the exact ranking key of every key
-// (w @ W~_up, dense rows so the inner loop is an axpy), then the k largest.
-void select_all(const float* w, const Basis& b, int k, Scratch& s, int64_t* out) {
-  const int n = b.n;
-  float* key = s.key.data();
-  std::fill(key, key + n, 0.0f);
+// The primary score S_j = sum_m coeff[m] W~_up[m, j] of every key j, in double: the nonzero coefficients in
+// increasing m, each over the nonzero entries of its basis row. These are the additions of
+// predictor.ranking_scores in its order (a product of two floats is exact in double; the zero terms it adds
+// besides change no sum), so the result is the torch path's, bit for bit. A plain loop on purpose: no simd
+// reduction, which would reorder the additions.
+void primary_scores(const float* coeff, const Basis& b, double* score) {
+  std::fill(score, score + b.n, 0.0);
   for (int m = 0; m < b.n_down; ++m) {
-    const float wm = w[m];
-    const float* row = b.dense.data() + static_cast<size_t>(m) * n;
-#pragma omp simd
-    for (int j = 0; j < n; ++j) key[j] += wm * row[j];
+    if (coeff[m] == 0.0f) continue;
+    const double cm = coeff[m];
+    for (int e = b.start[m]; e < b.start[m + 1]; ++e) score[b.col[e]] += cm * static_cast<double>(b.val[e]);
   }
-  uint32_t *u = s.order.data(), *work = s.work.data();
-  for (int j = 0; j < n; ++j) u[j] = work[j] = ordered(key[j]);
-  collect(u, s.all_keys.data(), n, kth_largest(work, n, k), k, s.in.data(), out);
 }
 
-// The top k of one query's ranking key (coeff + tie_break * a) @ W~_up, exactly; see the Python docstring.
-void select_row(const float* coeff, const float* a, const Basis& b, int k, float tie_break, Scratch& s,
-                int64_t* out) {
-  const int n_down = b.n_down, n = b.n;
-  float* w = s.weight.data();
-  float low = 0.0f, high = 0.0f, magnitude = 0.0f;
-#pragma omp simd reduction(+ : low, high, magnitude)
-  for (int m = 0; m < n_down; ++m) {
-    const float wm = coeff[m] + tie_break * a[m];
-    w[m] = wm;
-    const bool kept = coeff[m] != 0.0f;
-    // a zero coefficient's basis row adds w[m] * W~_up[m, j] to key j: between these bounds, whatever j
-    low += kept ? 0.0f : (wm >= 0.0f ? wm * b.low[m] : wm * b.high[m]);
-    high += kept ? 0.0f : (wm >= 0.0f ? wm * b.high[m] : wm * b.low[m]);
-    magnitude += kept ? std::fabs(wm) * b.absmax[m] : 0.0f;  // bounds the rounding error of P_j
-  }
-  int nnz = 0;
-  for (int m = 0; m < n_down; ++m) {  // branch-free: which coefficients are nonzero is unpredictable
-    s.nonzero[nnz] = m;
-    nnz += coeff[m] != 0.0f ? 1 : 0;
-  }
-  // P_j: the nonzero coefficients' part of the key, from the nonzero entries of their basis rows only.
-  float* partial = s.partial.data();
-  std::fill(partial, partial + n, 0.0f);
-  for (int t = 0; t < nnz; ++t) {
-    const int m = s.nonzero[t];
-    const float wm = w[m];
-    for (int e = b.start[m]; e < b.start[m + 1]; ++e) partial[b.col[e]] += wm * b.val[e];
-  }
-  // The candidates: keys with P_j > 0. With fewer than k the k-th largest P is <= 0: fall back.
-  float* values = s.values.data();
-  int32_t* ids = s.ids.data();
-  float top;
-  const int c = compact_above(partial, n, 0.0f, s.all_keys.data(), values, ids, top);
-  if (c < k) return select_all(w, b, k, s, out);
-  pad_values(values, c);
-  // key_j lies in [P_j + low, P_j + high]; the margin covers float rounding of P_j, low and high.
-  const float width = (high - low) * (1.0f + 1e-5f) + 2e-5f * magnitude + FLT_MIN;
-  // Bracket the k-th largest P: count(P >= lo) >= k > count(P > hi), bisected until hi - lo <= width.
-  float lo, hi;
-  bracket_kth(values, c, k, width, top, s.narrow.data(), lo, hi);
-  if (!(lo - width > 0.0f)) return select_all(w, b, k, s, out);  // a key with P <= 0 could make the top k
-  // In: P_j > hi + width beats every key with P <= hi (more than n - k of them). Out: P_j < lo - width is beaten
-  // by the k or more keys with P >= lo. In between: undecided, ranked by the exact key.
-  int32_t *in = s.in.data(), *undecided = s.unsure.data();
-  const auto [filled, unsure] = split_candidates(values, ids, c, hi + width, lo - width, in, undecided);
-  for (int t = 0; t < filled; ++t) out[t] = in[t];
-  const int need = k - filled;
-  if (unsure == need) {
-    for (int t = 0; t < unsure; ++t) out[filled + t] = undecided[t];
+// GCC/Clang vectors of 8 doubles and 8 floats.
+typedef double v8d __attribute__((vector_size(64)));
+typedef float v8f __attribute__((vector_size(32)));
+
+// p[0..8) as doubles (exactly).
+inline v8d widen8(const float* p) {
+  v8f x;
+  std::memcpy(&x, p, sizeof x);
+  return __builtin_convertvector(x, v8d);
+}
+
+// The secondary score T_j = sum_m a[m] W~_up[m, j] (the unthresholded coefficients) of the keys ids[0..cnt),
+// written to by_id[j]: in double and in increasing m, as ranking_scores adds them (a fused multiply-add rounds
+// the same exact product once). A large group (a row whose k-th score is 0, shared by most keys) takes every
+// key's T at once, an axpy per basis row that vectorizes over the keys; a small one gathers its keys' entries.
+void secondary_scores(const float* a, const Basis& b, const int32_t* ids, int cnt, double* by_id) {
+  const int n = b.n;
+  if (4 * cnt > n) {
+    int j = 0;
+    for (; j + 32 <= n; j += 32) {  // 32 keys' sums in registers over all rows m, instead of 32 passes over memory
+      v8d s0 = {}, s1 = {}, s2 = {}, s3 = {};
+      for (int m = 0; m < b.n_down; ++m) {
+        const double am = a[m];
+        const float* row = b.dense.data() + static_cast<size_t>(m) * n + j;
+        s0 += am * widen8(row);
+        s1 += am * widen8(row + 8);
+        s2 += am * widen8(row + 16);
+        s3 += am * widen8(row + 24);
+      }
+      const v8d sums[4] = {s0, s1, s2, s3};
+      std::memcpy(by_id + j, sums, sizeof sums);
+    }
+    for (; j < n; ++j) {
+      double sum = 0.0;
+      for (int m = 0; m < b.n_down; ++m) sum += static_cast<double>(a[m]) * b.dense[static_cast<size_t>(m) * n + j];
+      by_id[j] = sum;
+    }
     return;
   }
-  float* key = s.key.data();
-  for (int t = 0; t < unsure; ++t)  // the exact key, over all n_down coefficients
-    key[t] = dot(w, b.transposed.data() + static_cast<size_t>(undecided[t]) * n_down, n_down);
-  if (unsure <= 64) {  // usually a handful: sort them by exact key (ties in index order)
-    int32_t* rank = s.rank.data();
-    for (int t = 0; t < unsure; ++t) rank[t] = t;
-    std::partial_sort(rank, rank + need, rank + unsure, [&](int32_t x, int32_t y) {
-      return key[x] > key[y] || (key[x] == key[y] && undecided[x] < undecided[y]);
-    });
-    for (int t = 0; t < need; ++t) out[filled + t] = undecided[rank[t]];
-    return;
+  for (int t = 0; t < cnt; ++t) by_id[ids[t]] = 0.0;
+  for (int m = 0; m < b.n_down; ++m) {
+    const double am = a[m];
+    const float* row = b.dense.data() + static_cast<size_t>(m) * n;
+    for (int t = 0; t < cnt; ++t) by_id[ids[t]] += am * static_cast<double>(row[ids[t]]);
   }
+}
+
+// Picks `need` (1 <= need <= g) of the keys ids[0..g) with the largest key[id] (doubles, indexed by key). Writes
+// the keys it is sure of to out and returns how many; when more keys share the last place's exact value than
+// places are left, those keys go to tied[] (their count in `ties`, else 0) for the next criterion to rank.
+//
+// Rounded to float, a double keeps its order (a larger float means a larger double), so the need-th largest
+// float, found with the fast selection on 32-bit keys, splits the keys into sure winners (above it), sure
+// losers (below) and a group equal to it, usually one key; only that group is compared in double.
+int pick_largest(const int32_t* ids, int g, int need, const double* key, Scratch& s, int64_t* out, int32_t* tied,
+                 int& ties) {
   uint32_t *u = s.order.data(), *work = s.work.data();
-  for (int t = 0; t < unsure; ++t) u[t] = work[t] = ordered(key[t]);
-  collect(u, undecided, unsure, kth_largest(work, unsure, need), need, s.in.data(), out + filled);
+  for (int t = 0; t < g; ++t) u[t] = work[t] = ordered(static_cast<float>(key[ids[t]]));
+  const uint32_t cut = kth_largest(work, g, need);
+  int32_t *in = s.in.data(), *group = s.unsure.data();
+  const auto [above, equal] = split_at(u, ids, g, cut, in, group);
+  for (int t = 0; t < above; ++t) out[t] = in[t];
+  int filled = above;
+  ties = 0;
+  const int rest = need - above;  // 1 <= rest <= equal: cut is the need-th largest
+  if (equal == rest) {
+    for (int t = 0; t < equal; ++t) out[filled++] = group[t];
+    return filled;
+  }
+  double* exact = s.group_score.data();
+  double low = key[group[0]], high = low;
+  for (int t = 0; t < equal; ++t) {
+    exact[t] = key[group[t]];
+    low = std::min(low, exact[t]);
+    high = std::max(high, exact[t]);
+  }
+  if (low == high) {  // the whole group ties exactly (e.g. S = 0 for every key no nonzero coefficient reaches)
+    std::copy(group, group + equal, tied);
+    ties = equal;
+    return filled;
+  }
+  std::nth_element(exact, exact + rest - 1, exact + equal, std::greater<double>());
+  const double last = exact[rest - 1];  // the rest-th largest exact key of the group
+  for (int t = 0; t < equal; ++t) {
+    const double x = key[group[t]];
+    if (x > last) out[filled++] = group[t];
+    else if (x == last) tied[ties++] = group[t];
+  }
+  if (ties == need - filled) {  // no tie at the last place after all
+    for (int t = 0; t < ties; ++t) out[filled++] = tied[t];
+    ties = 0;
+  }
+  return filled;
+}
+
+// The k keys of one query by the ranking rule of bab.sparsifiner.predictor (module docstring): the largest
+// primary scores S; where keys tie at the k-th place, the largest secondary scores T among them; then the lower
+// index. With at least k positive scores (the candidates: keys touched by a nonzero coefficient's basis row)
+// the top k is among them and the other keys are never read; otherwise every key takes part.
+void select_row(const float* coeff, const float* a, const Basis& b, int k, Scratch& s, int64_t* out) {
+  const int n = b.n;
+  double* score = s.score.data();
+  primary_scores(coeff, b, score);
+  float* rounded = s.rounded.data();
+#pragma omp simd
+  for (int j = 0; j < n; ++j) rounded[j] = static_cast<float>(score[j]);
+  float top;
+  const int c = compact_above(rounded, n, 0.0f, s.all_keys.data(), s.values.data(), s.ids.data(), top);
+  int32_t *tied = s.same.data(), *still_tied = s.same2.data();
+  int ties = 0, filled = 0;
+  if (c >= k) {
+    filled = pick_largest(s.ids.data(), c, k, score, s, out, tied, ties);
+  } else {  // every positive score is in; the best of the other keys (scores <= 0) take the k - c places left
+    for (int t = 0; t < c; ++t) out[t] = s.ids[t];
+    const int others = compact_at_most(rounded, n, 0.0f, s.all_keys.data(), s.others.data());
+    filled = c + pick_largest(s.others.data(), others, k - c, score, s, out + c, tied, ties);
+  }
+  if (filled == k) return;
+  double* secondary = s.secondary.data();
+  secondary_scores(a, b, tied, ties, secondary);
+  int last_ties = 0;
+  filled += pick_largest(tied, ties, k - filled, secondary, s, out + filled, still_tied, last_ties);
+  if (filled == k) return;
+  const int rest = k - filled;  // the lowest indices of the keys tied in S and T
+  std::nth_element(still_tied, still_tied + rest - 1, still_tied + last_ties);
+  for (int t = 0; t < rest; ++t) out[filled + t] = still_tied[t];
 }
 
 // GCC/Clang vector of 16 floats: one AVX-512 register with -march=native, split into narrower ones elsewhere.
@@ -596,7 +549,7 @@ void attend(const float* q, const float* K, const float* V, const Index* idx, in
 // only the selection runs and out is empty (to time the two apart).
 std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor a_down, at::Tensor coeff,
                                       at::Tensor w_up, int64_t num_heads, int64_t kk, int64_t first_query,
-                                      double tie_break, double up_prune, bool basis_abs, bool with_attention) {
+                                      double up_prune, bool basis_abs, bool with_attention) {
   for (const auto& t : {q, k, v, a_down, coeff, w_up}) {
     TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous() && t.dim() == 3,
                 "fused_forward: every tensor must be a contiguous float32 CPU tensor with 3 dimensions");
@@ -626,17 +579,17 @@ std::vector<at::Tensor> fused_forward(at::Tensor q, at::Tensor k, at::Tensor v, 
   const float *ad = a_down.data_ptr<float>(), *cd = coeff.data_ptr<float>();
   float* od = out.data_ptr<float>();
   int64_t* id = index.data_ptr<int64_t>();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d)), tb = static_cast<float>(tie_break);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   at::parallel_for(0, G, 1, [&](int64_t begin, int64_t end) {
-    Scratch s(n, n_down);
+    Scratch s(n);
     for (int64_t g = begin; g < end; ++g) {
-      // Phase by phase over all queries of (example, head): the selection's working set (the basis, P) and
+      // Phase by phase over all queries of (example, head): the selection's working set (the basis, the scores) and
       // then the attention's (K and V) stay in cache through their loops instead of evicting each other.
       const Basis& b = bases[Gb == G ? g : g % num_heads];
       const float *K = kd + g * n * d, *V = vd + g * n * d;
       for (int64_t i = 0; i < n_q; ++i) {
         const int64_t row = g * n_q + i;
-        select_row(cd + row * n_down, ad + row * n_down, b, kk, tb, s, id + row * kk);
+        select_row(cd + row * n_down, ad + row * n_down, b, kk, s, id + row * kk);
       }
       if (!with_attention) continue;
       for (int64_t i = 0; i < first_query; ++i)  // the CLS query with cls_dense: every key
