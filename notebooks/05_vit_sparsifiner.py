@@ -291,9 +291,10 @@ show(fig)
 # timed in this process: one thread, warm-up, median of interleaved repeats (`bab.sparsifiner.bench`; the CLI
 # `python -m bab bench sparse` runs the full grid). `sparse` is the whole Sparsifiner path in torch (predictor,
 # top-k over all n keys, then SDDMM + softmax + SpMM over the kept connections); `fused` is the same path with
-# one C++ kernel (`bab.sparsifiner.fused`: the ranking key only from each query's nonzero coefficients and the
-# pruned basis, an exact top-k over the few undecided candidates, attention over the kept keys), which selects
-# exactly the reference's keys; `attention only` excludes the predictor. Beside each measured ratio: the FLOP
+# one C++ kernel (`bab.sparsifiner.fused`: the ranking scores only from each query's nonzero coefficients and the
+# pruned basis, the k-th largest found by bisection, keys tied at that place ordered by the unthresholded scores,
+# then the index; attention over the kept keys), which selects exactly the torch path's keys; `attention only`
+# excludes the predictor. Beside each measured ratio: the FLOP
 # ratio counted by FlopCounterMode and the paper's analytic limit, which counts neither selection nor gathers
 # (the bench times a predictor with a trained one's sparsity, see docs/speed.md). Timings on a shared machine
 # are noisy; ratios measured in one process are what count.

@@ -170,7 +170,8 @@ def _bench_length(q, k, v, predictor, keep_rates, warmup: int, repeats: int) -> 
             sparse_attention_macs(n, kk, hidden) + predictor_macs(n, predictor.n_down, hidden, up_macs))
         # FlopCounterMode does not see sparse kernels: count the gathered path, the same arithmetic as bmm
         attn_flops = count_flops(lambda rate=rate: gathered_sparse_attention(q, k, v, indices[rate]))
-        sparse_flops = attn_flops + count_flops(lambda rate=rate: predictor(q, k, rate))
+        sparse_flops = (attn_flops + count_flops(lambda rate=rate: predictor(q, k, rate))
+                        + ranking_flops(predictor, q))
         sparse_ms, attn_ms = timings[f"sparse {rate}"].median_ms, timings[f"attention only {rate}"].median_ms
         fused_ms = timings[f"fused {rate}"].median_ms if fused else math.nan
         attn_limit = dense_attention_macs(n, hidden) / sparse_attention_macs(n, kk, hidden)
@@ -183,6 +184,14 @@ def _bench_length(q, k, v, predictor, keep_rates, warmup: int, repeats: int) -> 
             "attention-only FLOP ratio": dense_flops / attn_flops,
         })
     return rows
+
+
+def ranking_flops(predictor: ConnectivityPredictor, q: torch.Tensor) -> float:
+    """FLOPs of the torch path's ranking scores S = A~_down W~_up, [B, H, n_q, n_down] x [n_down, n]: 2 per
+    multiply-add, as FlopCounterMode counts a matmul. ``ranking_scores`` sums them in a fixed order with one
+    elementwise multiply-add per coefficient, which FlopCounterMode does not see, so the count adds them here."""
+    batch, heads, n = q.shape[0], q.shape[1], q.shape[-2]
+    return 2.0 * batch * heads * (n - predictor.first_query) * predictor.n_down * n
 
 
 def predictor_breakdown(tokens=TOKENS, keep_rate: float = 0.1, num_heads: int = 6, head_dim: int = 64,

@@ -187,6 +187,14 @@ def test_bench_reports_ratios_for_every_length_and_keep_rate(capsys):
     # fewer connections, fewer counted FLOPs: the attention-only FLOP ratio is n / k
     assert table["attention-only FLOP ratio"].tolist() == pytest.approx([16 / 8, 16 / 4, 24 / 12, 24 / 6], rel=0.05)
     assert isinstance(crossover(table), str)
+    # the whole path's count, by hand (FLOPs = 2 x multiply-adds; H = 2, d = 8, n_down = 4, every query predicted):
+    # dense: QK^T and AV, 2 x 2 H n^2 d. Sparse: QK^T and AV over k keys, 2 x 2 H n k d; the predictor: K's
+    # down-projection and Q K_down^T, 2 x H (n_down n d + n n_down d), and the ranking scores' up-projection over
+    # every query and key, 2 H n n_down n, which a count of matmuls alone would miss (here: 16384 / 16384)
+    n, k, H, d, m = 16, 8, 2, 8, 4
+    dense = 2 * 2 * H * n * n * d
+    sparse = 2 * 2 * H * n * k * d + 2 * H * (m * n * d + n * m * d) + 2 * H * n * m * n
+    assert table["FLOP ratio"].iloc[0] == pytest.approx(dense / sparse, rel=0.02)
     assert bab_main(["bench", "sparse", "--tokens", "16", "--keep-rates", "0.5", "--num-heads", "1", "--head-dim", "8",
                      "--n-down", "4", "--warmup", "0", "--repeats", "1"]) == 0
     assert "measured speed-up" in capsys.readouterr().out
