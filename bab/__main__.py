@@ -155,7 +155,8 @@ def _bench_sparse(args) -> int:
           f"predictor state {args.predictor_state!r}")
     with pd.option_context(*_flat(WIDE), "display.precision", 2):
         print(table.to_string(index=False))
-    print("speed-up = dense SDPA time / time; FLOP ratio = dense FLOPs / FLOPs (FlopCounterMode, matmuls only);")
+    print("speed-up = dense SDPA time / time; FLOP ratio = dense FLOPs / FLOPs (FlopCounterMode: matmuls, and the "
+          "ranking scores' up-projection counted as one);")
     print("analytic limit = dense multiply-adds / the paper's count (sparse-sparse up-projection; top-k and gather "
           "free); attention-only limit = n / k; sparsity = fraction of zeros in W~_up and of A_down <= tau")
     print("fused = the whole path in one C++ kernel (bab.sparsifiner.fused: A_down, sparse ranking key over the "
