@@ -220,6 +220,28 @@ class Speed(Claim):
 
 
 @dataclass(frozen=True)
+class MemoryFollowsPruning(Claim):
+    """Dropped tokens leave the KV cache, so the cache shrinks as the context does. The paper gives no number;
+    the rule compares the row's measured memory ratio (dense cache bytes / ours) with the one its fraction of
+    context kept implies, 1 / cost: reproduced at ``share`` of it or more, partly when the cache is smaller than
+    dense but by less, not reproduced when it is not smaller."""
+
+    row: Row = None
+    share: float = 0.8
+
+    def judge(self, rows) -> Verdict:
+        found = self.row.find(rows)
+        ours, kept = _value(found, "memory_ratio"), _value(found, "cost")
+        if ours is None or not kept:
+            return _not_run(self.row)
+        implied = 1.0 / kept
+        status = "reproduced" if ours >= self.share * implied else "partly" if ours > 1.0 else "not reproduced"
+        return Verdict(status, ours, None, f"KV cache {ours:.2f}x smaller than dense; {kept:.1%} of the context "
+                       f"kept implies {implied:.2f}x (reproduced from {self.share:.0%} of it); the paper gives no "
+                       f"number")
+
+
+@dataclass(frozen=True)
 class CostAtMost(Claim):
     """Our cost (e.g. the MHSA FLOP fraction) is at most the paper's plus ``tolerance``."""
 
@@ -454,6 +476,10 @@ CLAIMS: tuple[Claim, ...] = (
           "Removing dropped tokens from the KV cache gives up to 2x inference throughput.",
           "generation throughput over dense", f"a small GPT-2; {_HARDWARE}", row=Row(GPT2.headline, 0.2),
           share=0.9),
+    MemoryFollowsPruning("dcp-kv-memory", "dynamic context pruning", "Abstract, Section 3",
+                         "Dropped tokens are erased from the KV cache, which reduces memory in proportion.",
+                         "KV-cache memory ratio, dense bytes / ours", "a small GPT-2; the cache at the end of "
+                         "generation after a long prompt", row=Row(GPT2.headline, 0.2)),
     NotYet("dcp-zero-shot", "dynamic context pruning", "Section 5",
            "Zero-shot accuracy on downstream tasks is held at high pruning rates.",
            "zero-shot accuracy minus dense", reason="no zero-shot task is run yet (the decoder study's next step)"),

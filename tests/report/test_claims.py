@@ -212,3 +212,16 @@ def test_a_verdict_names_the_seeds_behind_each_row_and_the_std_of_a_mean():
             row(SYN.scratch, 0.5, accuracy=70.0, seeds=[7, 13, 21], accuracy_std=8.5)]
     why = claim("baa-warm-beats-scratch").judge(rows).why
     assert "(seed 13)" in why and "(mean of seeds 7/13/21, std 8.50)" in why
+
+
+@pytest.mark.parametrize("memory_ratio, status", [
+    (4.2, "reproduced"),  # 20% kept implies 1 / 0.2 = 5x; 0.8 x 5 = 4.0 <= 4.2
+    (3.9, "partly"),  # smaller than dense, by less than 4.0x
+    (1.0, "not reproduced"),  # the cache did not shrink
+])
+def test_kv_memory_is_judged_against_the_ratio_its_fraction_kept_implies(memory_ratio, status):
+    rows = [row(GPT2.headline, 0.2, cost=0.2, perplexity=30.0, memory_ratio=memory_ratio)]
+    verdict = claim("dcp-kv-memory").judge(rows)
+    assert (verdict.status, verdict.ours, verdict.theirs) == (status, memory_ratio, None)
+    assert "implies 5.00x" in verdict.why and "20.0% of the context kept" in verdict.why
+    assert claim("dcp-kv-memory").judge([row(GPT2.headline, 0.2, cost=0.2)]).status == "not run"
