@@ -97,7 +97,7 @@ def validate_rows(rows):
             if out.get("value") is not None and not method.value:
                 raise ValueError(f"method {method.name!r} declares no 'value' column; leave it out, or declare what "
                                  f"it holds in the method's `value`")
-            out.update(_measured_on(row))
+            out.update(_checked_provenance(row))
         except ValueError as exc:
             raise ValueError(f"row {i}: {exc}") from None
         if settings:
@@ -106,7 +106,7 @@ def validate_rows(rows):
     return clean
 
 
-def _measured_on(row) -> dict:
+def _checked_provenance(row) -> dict:
     """The row's ``runs`` (names) and ``seeds`` (whole numbers), and the provenance save_results adds, checked."""
     out = {}
     runs, seeds = row.get(ROW_RUNS_KEY), row.get(ROW_SEEDS_KEY)

@@ -304,13 +304,6 @@ def _resolve_ties(primary: torch.Tensor, kth: torch.Tensor, secondary: torch.Ten
     return torch.sort(rank, dim=-1, descending=True, stable=True).indices[:, :k]
 
 
-def topk_connections(scores: torch.Tensor, k: int) -> torch.Tensor:
-    """Indices [..., n, k] of the k largest scores of each query row (exactly k; exact ties in torch.topk's order)."""
-    if not 1 <= k <= scores.shape[-1]:
-        raise ValueError(f"k must lie in [1, {scores.shape[-1]}], got {k}")
-    return torch.topk(scores.detach(), k, dim=-1, sorted=False).indices
-
-
 def index_to_mask(index: torch.Tensor, num_keys: int) -> torch.Tensor:
     """Boolean connectivity mask M [..., n, num_keys] with exactly the indexed keys set."""
     mask = torch.zeros(*index.shape[:-1], num_keys, dtype=torch.bool, device=index.device)

@@ -28,7 +28,6 @@ from bab.sparsifiner.predictor import (
     scatter_probs,
     sparse_attention,
     sparse_attention_macs,
-    topk_connections,
     validate_keep_rate,
 )
 
@@ -73,13 +72,6 @@ def test_topk_keeps_exactly_k_distinct_connections_per_query(keep_rate):
     assert torch.all(mask.sum(-1) == kk)  # exactly k per query, no duplicates
 
 
-def test_topk_picks_the_largest_scores():
-    scores = torch.tensor([[0.1, 0.9, 0.3, 0.7, 0.0]])
-    assert sorted(topk_connections(scores, 2)[0].tolist()) == [1, 3]
-    with pytest.raises(ValueError, match="k must lie in"):
-        topk_connections(scores, 6)
-
-
 def test_keep_rate_one_equals_dense_attention():
     q, k, v = qkv()
     dense = F.scaled_dot_product_attention(q, k, v)
@@ -111,7 +103,7 @@ def test_sparse_paths_equal_masked_dense_attention(keep_rate):
 
 def test_sparse_attention_uses_csr_without_grad_and_gather_with_grad():
     q, k, v = qkv(n=9)
-    index = topk_connections(torch.randn(2, 3, 9, 9), 3)
+    index = torch.topk(torch.randn(2, 3, 9, 9), 3).indices
     q.requires_grad_(True)
     out, _, _ = sparse_attention(q, k, v, index)
     out.sum().backward()  # the gather path is differentiable
@@ -124,7 +116,7 @@ def test_sparse_attention_uses_csr_without_grad_and_gather_with_grad():
 def test_no_nan_when_each_row_keeps_a_single_connection():
     q, k, v = qkv(n=12)
     q = q * 100  # huge logits: softmax over one entry must still be exactly 1
-    index = topk_connections(torch.randn(2, 3, 12, 12), 1)
+    index = torch.topk(torch.randn(2, 3, 12, 12), 1).indices
     masked, probs = masked_dense_attention(q, k, v, index_to_mask(index, 12))
     gathered, g_probs = gathered_sparse_attention(q, k, v, index)
     with torch.no_grad():
