@@ -7,6 +7,7 @@
     python -m bab bench sparse [--breakdown]                          Sparsifiner attention core vs dense SDPA
     python -m bab bench generation [--model smollm2]                  context-pruned decoding vs dense
     python -m bab fit heads --train my.csv --budgets 0.25,0.5,0.75 --prune 0.5 --out runs/my   your data
+    python -m bab train decoder --profile paper --gamma 3 [--frozen]   one of notebook 07's fine-tunes, resumable
 
 Every bench command follows one protocol (``bab.core.timing``): one process, one thread, warm-up,
 median of interleaved repeats, the analytic limit printed beside the measured ratio.
@@ -231,6 +232,44 @@ def _bench_generation(args) -> int:
 
 
 # -----------------------------------------------------------------------------
+# train decoder: one of notebook 07's fine-tunes into the run cache
+
+
+def _add_train_decoder(sub) -> None:
+    p = sub.add_parser("decoder", help="one of notebook 07's SmolLM2 fine-tunes into the run cache ($BAB_CACHE_DIR), "
+                                       "resumed where an interrupted run stopped",
+                       formatter_class=DefaultsFormatter)
+    p.add_argument("--profile", default="paper", help="the notebook's profile (smoke, quick, paper)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--gamma", type=float, help="the per-gamma specialist with this gamma (one of the profile's)")
+    which.add_argument("--budgeted", action="store_true", help="the budget-conditioned fine-tune")
+    p.add_argument("--frozen", action="store_true", help="with --gamma: the frozen twin (pretrained weights fixed)")
+    p.set_defaults(run=_train_decoder, errors=(ValueError, FileNotFoundError, OSError))
+
+
+def _train_decoder(args) -> int:
+    from bab.core.threads import set_threads
+    from bab.experiments.pretrained_context import PretrainedContextStudy
+    from bab.experiments.profiles import get_profile
+
+    profile = get_profile("pretrained_context_pruning", args.profile)
+    if args.gamma is not None and args.gamma not in profile.gammas:
+        raise ValueError(f"gamma {args.gamma:g} is not one of profile {profile.name!r}'s gammas "
+                         f"{list(profile.gammas)}; notebook 07 would never use its run")
+    if args.frozen and args.budgeted:
+        raise ValueError("--frozen goes with --gamma (the budget-conditioned fine-tune has no frozen twin)")
+    threads = set_threads()  # part of the run's cache key: train with the thread count the notebook will use
+    study = PretrainedContextStudy(profile, progress=True)
+    _, metrics = study.budget_conditioned() if args.budgeted else study.pruned(args.gamma, frozen=args.frozen)
+    what = "budget-conditioned" if args.budgeted else f"gamma={args.gamma:g}{' (frozen)' if args.frozen else ''}"
+    seconds = metrics.get("train_seconds")
+    print(f"{what}, profile {profile.name}, {threads} thread(s): "
+          f"{'from the run cache' if metrics.get('cached') else 'trained'}"
+          f"{f', {seconds:.0f} s ({seconds / 3600:.2f} h) of training' if seconds else ''}")
+    return 0
+
+
+# -----------------------------------------------------------------------------
 # fit heads (your own data; bab.api.fit)
 
 
@@ -360,6 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
     fit = sub.add_parser("fit", help="a method on your own data: heads")
     fit_sub = fit.add_subparsers(dest="target", required=True, metavar="METHOD")
     _add_fit_heads(fit_sub)
+    train = sub.add_parser("train", help="one of a notebook's trainings into the run cache: decoder")
+    train_sub = train.add_subparsers(dest="target", required=True, metavar="WHAT")
+    _add_train_decoder(train_sub)
     return parser
 
 

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bab.context.interaction import HARD, drop_times, keep_mass
+from bab.context.interaction import HARD, drop_times, keep_mass, sparsity_term
 from bab.context.kv_cache import KVCache, LayerKV
 
 
@@ -41,6 +41,9 @@ from bab.context.kv_cache import KVCache, LayerKV
 class LMOutput:
     logits: torch.Tensor  # [B, T, V]
     keep_mass: torch.Tensor | None = None  # mean over layers of the mean own I over pairs k > j (pruning only)
+    # the sparsity regulariser under the normalisation forward() was asked for (bab.context.interaction.sparsity_term),
+    # mean over layers; keep_mass itself under "causal_pairs"
+    sparsity: torch.Tensor | None = None
     log_keep: list[torch.Tensor] = field(default_factory=list)  # per layer the effective log I [B, T, T], if asked
 
 
@@ -238,26 +241,31 @@ class ContextDecoder(nn.Module):
         return x
 
     def forward(self, input_ids: torch.Tensor, alpha: float = HARD, budget: float | None = None, prune: bool = True,
-                return_log_keep: bool = False, attn_mask: torch.Tensor | None = None) -> LMOutput:
+                return_log_keep: bool = False, attn_mask: torch.Tensor | None = None,
+                sparsity_normalisation: str = "causal_pairs") -> LMOutput:
         """input_ids [B, T] -> logits [B, T, V].
 
         ``prune=False`` runs the plain decoder (the interactions unused). ``attn_mask`` [T, T] or [B, T, T] bool:
         a static pattern (True: may attend) AND-ed with the causal mask, for the static baselines.
+        ``sparsity_normalisation``: how ``LMOutput.sparsity`` averages I (``bab.context.interaction.sparsity_term``).
         """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be [batch, time], got shape {tuple(input_ids.shape)}")
         self.check_length(input_ids.shape[1])
-        masses, log_keeps = [], []
+        masses, sparsities, log_keeps = [], [], []
 
         def record(_, own, effective, *__):
             if own is not None:
                 masses.append(keep_mass(own))
+                if sparsity_normalisation != "causal_pairs":
+                    sparsities.append(sparsity_term(own, sparsity_normalisation))
                 if return_log_keep:
                     log_keeps.append(effective.detach())
 
         h = self._run(self.embed(input_ids), alpha, budget, prune, attn_mask, record)
         mass = torch.stack(masses).mean() if masses else None
-        return LMOutput(logits=self.head(h), keep_mass=mass, log_keep=log_keeps)
+        sparsity = torch.stack(sparsities).mean() if sparsities else mass
+        return LMOutput(logits=self.head(h), keep_mass=mass, sparsity=sparsity, log_keep=log_keeps)
 
     # ------------------------------------------------------------------ generation with a KV cache
 

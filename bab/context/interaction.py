@@ -43,6 +43,15 @@ class PruningConfig:
     # The official code's propagate_in_depth: each layer also obeys the drops of the layers below it
     # (bab.context.decoder). Off by default: the paper's text and our GPT-2 runs have none.
     propagate_in_depth: bool = False
+    # Bias terms in the interaction query/key projections. The official code has none (bias=False); ours did, and
+    # the quick profile keeps them (its notebook shows the ablation against the official initial values).
+    interaction_bias: bool = True
+
+    @classmethod
+    def official(cls, **overrides) -> PruningConfig:
+        """The official code's initial values: the interaction bias starts at 5 (its model config's default;
+        sigmoid(5) = 0.993) and the interaction query/key projections have no bias terms."""
+        return cls(**{"init_bias": 5.0, "interaction_bias": False, **overrides})
 
     def __post_init__(self):
         if self.r < 1:
@@ -137,11 +146,12 @@ class ContextInteraction(nn.Module):
         super().__init__()
         self.config = config
         self.r = config.r
-        self.query = nn.Linear(d_model, config.r)
-        self.key = nn.Linear(d_model, config.r)
+        self.query = nn.Linear(d_model, config.r, bias=config.interaction_bias)
+        self.key = nn.Linear(d_model, config.r, bias=config.interaction_bias)
         for linear in (self.query, self.key):
             nn.init.normal_(linear.weight, std=config.init_std)
-            nn.init.zeros_(linear.bias)
+            if linear.bias is not None:
+                nn.init.zeros_(linear.bias)
         self.bias = nn.Parameter(torch.tensor(float(config.init_bias)))
         if config.budget_conditioned:
             raw = math.log(math.expm1(config.init_sensitivity))  # inverse softplus
@@ -199,6 +209,26 @@ def keep_mass(log_keep: torch.Tensor) -> torch.Tensor:
         return log_keep.new_ones(())
     below = torch.ones(T, T, dtype=torch.bool, device=log_keep.device).tril(-1)
     return log_keep.exp()[..., below].mean()
+
+
+# How the sparsity regulariser averages I, which sets what a given gamma means:
+# - "causal_pairs": the mean over the strictly causal pairs k > j, the fraction of context kept (the paper's text);
+# - "official": the official code's mean over every entry of the query rows but the last, I[..., :-1, :], the
+#   constant-1 diagonal and upper triangle included. Each causal pair outside the last row weighs 1 / (T (T - 1))
+#   there and 2 / (T (T - 1)) here, at every T: gamma under "official" equals gamma / 2 under "causal_pairs" per
+#   pair (the last query row aside, which "official" leaves out; docs/context-pruning.md).
+SPARSITY_NORMALISATIONS = ("causal_pairs", "official")
+
+
+def sparsity_term(log_keep: torch.Tensor, normalisation: str = "causal_pairs") -> torch.Tensor:
+    """The sparsity regulariser of one layer from its log I [..., T, T] (0 on and above the diagonal)."""
+    if normalisation == "causal_pairs":
+        return keep_mass(log_keep)
+    if normalisation == "official":
+        if log_keep.shape[-1] < 2:
+            return log_keep.new_ones(())
+        return log_keep[..., :-1, :].exp().mean()
+    raise ValueError(f"sparsity normalisation must be one of {SPARSITY_NORMALISATIONS}, got {normalisation!r}")
 
 
 def drop_times(log_keep: torch.Tensor) -> torch.Tensor:

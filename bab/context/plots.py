@@ -63,6 +63,37 @@ def perplexity_vs_pruned(table: pd.DataFrame, title: str = "Perplexity vs fracti
     return fig
 
 
+def zero_shot_plot(table: pd.DataFrame, title: str = "Zero-shot accuracy vs fraction of context pruned"):
+    """One panel per task: accuracy (%) against fraction pruned with 95% intervals, one line per weights kind, the
+    dense model's interval shaded.
+
+    ``table``: rows with columns task, weights ("pretrained" for dense), fraction_pruned, accuracy, ci_low,
+    ci_high (accuracy and interval in %), chance (%, may be NaN).
+    """
+    tasks = list(dict.fromkeys(table.task))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(4.6 * len(tasks), 3.8), squeeze=False)
+    for ax, task in zip(axes[0], tasks, strict=True):
+        rows = table[table.task == task]
+        dense = rows[rows.weights == "pretrained"].iloc[0]
+        ax.axhspan(dense.ci_low, dense.ci_high, color="0.85", label="dense, 95% interval")
+        ax.axhline(dense.accuracy, color="0.4", ls=":")
+        for weights, group in rows[rows.weights != "pretrained"].groupby("weights", sort=False):
+            g = group.sort_values("fraction_pruned")
+            ax.errorbar(g.fraction_pruned, g.accuracy, yerr=[g.accuracy - g.ci_low, g.ci_high - g.accuracy],
+                        fmt="o-", capsize=3, label=f"{weights} weights")
+        if pd.notna(dense.get("chance", float("nan"))):
+            ax.axhline(dense.chance, color="tab:red", ls="--", lw=0.8, label="chance")
+        ax.set_xlabel("fraction of context pruned (held-out Austen)")
+        ax.set_ylabel("accuracy (%)")
+        ax.set_xlim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        ax.set_title(f"{task} (n = {int(dense.n)})", fontsize=10)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def dropped_token_view(tokens: list[str], drop_times: torch.Tensor, title: str = "When each token is dropped",
                        layers: list[int] | None = None):
     """``drop_times`` [L, T]: the query position whose arrival dropped token j in each layer (-1: kept to the end).

@@ -3,7 +3,8 @@
 Objectives:
 
 - ``lm``: next-token cross-entropy, plain GPT-2 (the interactions, if any, are not used).
-- ``context_pruning``: CE + gamma * mean keep mass, alpha on a cosine schedule 1 -> 8 over the
+- ``context_pruning``: CE + gamma * mean keep mass (or the official code's average of I,
+  ``sparsity_normalisation``), alpha on a cosine schedule 1 -> 8 over the
   steps, the whole model fine-tuned (the interaction parameters at a larger learning rate).
 - ``freeze_pretrained=True`` (with a pruning objective): only the interaction modules train, the
   pretrained weights stay as loaded (notebook 07's quick profile: SmolLM2 on 2 CPU cores; the
@@ -27,7 +28,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-from bab.context.interaction import cosine_alpha
+from bab.context.interaction import SPARSITY_NORMALISATIONS, cosine_alpha
 from bab.core.budget import validate_budget
 from bab.core.losses import budget_loss, context_pruning_loss
 from bab.core.training import Checkpointer, Objective, SampledBatches, TrainResult, run_training, warmup_cosine
@@ -58,6 +59,9 @@ class LMTrainConfig:
     # budget_context: also penalise keeping less than asked, lambda_viol * (keep - b)^2. Cross-entropy alone pulls the
     # keep mass up too weakly: with the one-sided term the 06 quick checkpoint kept <= 26% at every budget.
     two_sided: bool = False
+    # context_pruning: how the sparsity term averages I, "causal_pairs" (the fraction of context kept, the paper's
+    # text) or "official" (the official code's, half the weight per pair: bab.context.interaction.sparsity_term)
+    sparsity_normalisation: str = "causal_pairs"
 
     def __post_init__(self):
         if self.objective not in LM_OBJECTIVES:
@@ -70,6 +74,12 @@ class LMTrainConfig:
             raise ValueError("gamma, lambda_cost and lambda_viol must be >= 0")
         if not 1.0 <= self.alpha_start <= self.alpha_end < math.inf:
             raise ValueError(f"need 1 <= alpha_start <= alpha_end < inf, got {self.alpha_start}, {self.alpha_end}")
+        if self.sparsity_normalisation not in SPARSITY_NORMALISATIONS:
+            raise ValueError(f"LMTrainConfig.sparsity_normalisation must be one of {SPARSITY_NORMALISATIONS}, got "
+                             f"{self.sparsity_normalisation!r}")
+        if self.sparsity_normalisation != "causal_pairs" and self.objective != "context_pruning":
+            raise ValueError("sparsity_normalisation applies to the 'context_pruning' objective only (the budgeted "
+                             "objective compares the fraction of context kept with the budget, 'causal_pairs')")
         validate_budget(self.budget_min)
         validate_budget(self.budget_max)
         if self.budget_min > self.budget_max:
@@ -170,8 +180,8 @@ def _objective_step(model, x, y, alpha: float, config: LMTrainConfig, budget_rng
         out = model(x, prune=False)
         return out, F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1))
     if config.objective == "context_pruning":
-        out = model(x, alpha=alpha)
-        return out, context_pruning_loss(out.logits, y, out.keep_mass, config.gamma)
+        out = model(x, alpha=alpha, sparsity_normalisation=config.sparsity_normalisation)
+        return out, context_pruning_loss(out.logits, y, out.sparsity, config.gamma)
     budget = budget_rng.uniform(config.budget_min, config.budget_max)  # budget_context
     out = model(x, alpha=alpha, budget=budget)
     return out, budget_loss(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1), out.keep_mass,

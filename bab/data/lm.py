@@ -18,7 +18,7 @@ Tokenizers: ``"bpe"`` trains a byte-level BPE (the ``tokenizers`` library, GPT-2
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -230,6 +230,7 @@ class LMData:
     train_ids: torch.Tensor  # [N_train] long, the whole training stream
     val_ids: torch.Tensor  # [N_val]
     info: dict
+    val_lines: list[str] = field(default_factory=list, repr=False)  # the held-out paragraphs, as text
 
     def windows(self, split: str, context: int, max_windows: int | None = None) -> TensorDataset:
         """Non-overlapping windows of ``context + 1`` tokens -> (inputs [N, context], targets [N, context])."""
@@ -271,4 +272,4 @@ def load_lm_data(config: LMDataConfig = LMDataConfig(), path=None, tokenizer: LM
     val_ids = torch.tensor(tokenizer.encode_lines(val_lines), dtype=torch.long)
     info = {"source": source, "train_lines": len(train_lines), "val_lines": len(val_lines),
             "train_tokens": len(train_ids), "val_tokens": len(val_ids), "vocab_size": tokenizer.vocab_size}
-    return LMData(tokenizer, train_ids, val_ids, info)
+    return LMData(tokenizer, train_ids, val_ids, info, val_lines)

@@ -46,6 +46,15 @@ def context_pruning_methods(experiment: str, ablations: bool = True):
         ("specialist", "context pruning", "context tokens", "none", "paper", ("gamma",)),
         ("headline", "context pruning, ~80% of context pruned", "context tokens", "fraction", "paper"),
         ("budgeted", "budget-conditioned context pruning", "context tokens", "fraction", "ours"),
+        # the same protocol with the pretrained weights frozen (only the interactions trained), where the profile
+        # fine-tunes the whole model: what fine-tuning the weights buys
+        ("frozen", "context pruning, pretrained weights frozen", "context tokens", "none", "ours", ("gamma",)),
+        # the interactions' initial values of the official code (bias 5, no q/k bias terms) beside ours
+        ("init_ablation", "context pruning, official initial values", "context tokens", "none", "ours",
+         ("gamma",)),
+        # zero-shot tasks built from held-out text (bab.context.zero_shot): accuracy % with its 95% interval;
+        # gamma 0 and weights "pretrained" is the dense model
+        ("zero_shot", "zero-shot task accuracy", "context tokens", "none", "paper", ("task", "weights", "gamma")),
         ("static", "static context mask", "context tokens", "none", "baseline", ("kind", "gamma")),
         *([("ablation", "context pruning ablation", "context tokens", "none", "ours", ("ablation", "irreversible"))]
           if ablations else []),
@@ -213,10 +222,11 @@ class DecoderStudy(Study):
 
     def row_columns(self, stats: dict) -> dict:
         """An evaluation's (``evaluate``) columns: cost = fraction of context kept, its perplexity, no accuracy
-        (all None for a row measured by its ``value`` alone)."""
+        (all None for a row measured by its ``value`` alone); a zero-shot row's ``accuracy`` (%) where it has one."""
         if "fraction_pruned" not in stats:
             return {"cost": None, "accuracy": None, "perplexity": None}
-        return {"cost": 1.0 - stats["fraction_pruned"], "accuracy": None, "perplexity": stats["perplexity"]}
+        return {"cost": 1.0 - stats["fraction_pruned"], "accuracy": stats.get("accuracy"),
+                "perplexity": stats.get("perplexity")}
 
 
 def closest_to(points: pd.DataFrame, column: str, target: float):

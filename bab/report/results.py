@@ -35,8 +35,10 @@ ROW_OPTIONAL_KEYS = ("note",)
 # optional float columns (None or absent when they do not apply): language-model perplexity, the
 # KV-cache memory ratio (dense bytes / ours) of context pruning, beside a measured speed-up its analytic
 # limit (dense FLOPs / ours on the same passes), the sample standard deviation of the accuracy over the seeds a row
-# averages, and ``value``: the one number of a method that is not an accuracy or a cost (its Method says what)
-ROW_OPTIONAL_FLOAT_KEYS = ("perplexity", "memory_ratio", "analytic_limit", "accuracy_std", "value")
+# averages, ``value``: the one number of a method that is not an accuracy or a cost (its Method says what), and the
+# 95% interval of an accuracy measured on n items (zero-shot tasks; ``accuracy_n``)
+ROW_OPTIONAL_FLOAT_KEYS = ("perplexity", "memory_ratio", "analytic_limit", "accuracy_std", "value", "accuracy_low",
+                           "accuracy_high", "accuracy_n")
 # which trained models a row measured (``bab.experiments.study.measured_on``): their run-cache folders and seeds
 ROW_RUNS_KEY, ROW_SEEDS_KEY = "runs", "seeds"
 # added by save_results from the kernel's run-cache record: the commit that trained each of the row's models

@@ -225,3 +225,44 @@ def test_kv_memory_is_judged_against_the_ratio_its_fraction_kept_implies(memory_
     assert (verdict.status, verdict.ours, verdict.theirs) == (status, memory_ratio, None)
     assert "implies 5.00x" in verdict.why and "20.0% of the context kept" in verdict.why
     assert claim("dcp-kv-memory").judge([row(GPT2.headline, 0.2, cost=0.2)]).status == "not run"
+
+
+def _zero_shot(task, weights, gamma, accuracy, kept, low=None, high=None, n=300):
+    from bab.experiments.pretrained_context import PRETRAINED_METHODS as DECODER
+
+    r = row(DECODER.zero_shot, None, cost=kept, accuracy=accuracy, accuracy_n=n,
+            settings={"task": task, "weights": weights, "gamma": gamma})
+    if low is not None:
+        r.update(accuracy_low=low, accuracy_high=high)
+    return r
+
+
+# dense: cloze 50 [45, 55], ending 60 [55, 65]. gamma 1 prunes 60% and stays inside both; gamma 3 prunes 78% and
+# drops the ending to 54 (outside); gamma 10 prunes 90%, both outside.
+_DENSE_ZS = [_zero_shot("cloze", "pretrained", 0.0, 50.0, 1.0, 45.0, 55.0),
+             _zero_shot("ending", "pretrained", 0.0, 60.0, 1.0, 55.0, 65.0)]
+_PRUNED_ZS = [_zero_shot("cloze", "fine-tuned", 1.0, 49.0, 0.4), _zero_shot("ending", "fine-tuned", 1.0, 58.0, 0.4),
+              _zero_shot("cloze", "fine-tuned", 3.0, 47.0, 0.22), _zero_shot("ending", "fine-tuned", 3.0, 54.0, 0.22),
+              _zero_shot("cloze", "fine-tuned", 10.0, 30.0, 0.1), _zero_shot("ending", "fine-tuned", 10.0, 40.0, 0.1)]
+
+
+def test_zero_shot_claim_names_where_it_holds_and_where_it_breaks():
+    verdict = claim("dcp-zero-shot").judge(_DENSE_ZS + _PRUNED_ZS)
+    assert verdict.status == "partly" and verdict.ours == pytest.approx(0.6) and verdict.theirs == 0.8
+    assert "up to 60% pruned (gamma=1, fine-tuned weights)" in verdict.why
+    assert "breaks at 78% (ending)" in verdict.why and "at least 300 items" in verdict.why
+
+
+def test_zero_shot_claim_is_reproduced_at_80_percent_and_not_when_nothing_holds():
+    holding = [r | {"accuracy": 50.0} if r["settings"]["task"] == "cloze" else r | {"accuracy": 60.0}
+               for r in _PRUNED_ZS if r["settings"]["gamma"] == 3.0]
+    assert claim("dcp-zero-shot").judge(_DENSE_ZS + holding).status == "reproduced"  # 78% is within 0.05 of 80%
+    failing = [r for r in _PRUNED_ZS if r["settings"]["gamma"] == 10.0]
+    verdict = claim("dcp-zero-shot").judge(_DENSE_ZS + failing)
+    assert verdict.status == "not reproduced" and "first break at 90% pruned: cloze, ending" in verdict.why
+    assert claim("dcp-zero-shot").judge(_PRUNED_ZS).status == "not run"  # no dense rows
+
+
+def test_zero_shot_claim_falls_back_to_frozen_weights_and_says_so():
+    frozen = [r | {"settings": {**r["settings"], "weights": "frozen"}} for r in _PRUNED_ZS]
+    assert "frozen weights" in claim("dcp-zero-shot").judge(_DENSE_ZS + frozen).why

@@ -1,0 +1,276 @@
+"""Zero-shot tasks built offline from held-out text, scored by a decoder's log-likelihood (docs/context-pruning.md).
+
+The paper measures zero-shot accuracy on LAMBADA, HellaSwag, PIQA and WinoGrande. None can be downloaded here,
+so this module builds tasks of the same kinds, deterministically, from text the fine-tunes never trained on (the
+held-out paragraphs of ``bab.data.lm``; SmolLM2's own pretraining corpus may hold the same books, which we
+cannot rule out). Items are chosen by stated rules on the text alone, never by a model:
+
+- ``cloze_items`` (LAMBADA-style): a passage ending at a sentence end; the target is the sentence's last word.
+  Kept only when the target is a content word (alphabetic, at least ``min_target_chars`` letters, not a stop
+  word) that occurs earlier in the passage but not in the target's own sentence, so the last sentence alone
+  does not give it away and the passage does. Scored (``score_cloze``) as LAMBADA is for GPT-2: correct when
+  every target token is the model's greedy choice given the passage; and the target's perplexity,
+  exp(mean over items of -log p(target | passage)).
+- ``ending_items`` (HellaSwag-style): a passage ending at a sentence end, its true next sentence and
+  ``choices - 1`` sentences of similar length drawn (seeded) from other held-out paragraphs of the same text.
+- ``topic_items`` (zero-shot topic choice): a news article (its first ``context_words[1]`` words) followed by
+  "This article is about", and the topic names as choices.
+
+``score_choice`` picks the choice with the highest log-likelihood per character of the choice (HellaSwag's
+length-normalised accuracy, "acc_norm") for the endings, and the highest total log-likelihood for the topics
+(their names are fixed, not free text of varying length; per character, SmolLM2 scored 24% on 80 articles, at
+chance, and 58% by the total). Every item starts with the tokenizer's end-of-text token, the
+paragraph separator the decoder saw in fine-tuning. Batches are right-padded: a causal decoder's logits at a
+position depend only on the tokens up to it, and so do its pruning decisions (a token is dropped by later
+tokens only), so padding never changes a score.
+
+Each score comes with ``n`` and a 95% Wilson interval (``wilson_interval``).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+from bab.context.token_kinds import STOP_WORDS
+
+# A sentence ends at . ! ? and any closing quotes, except after the titles Mr. Mrs. Ms. Dr. St.
+SENTENCE_END = re.compile(r"(?<!\bMr\.)(?<!\bMrs\.)(?<!\bMs\.)(?<!\bDr\.)(?<!\bSt\.)(?<=[.!?])[\"'\u201d\u2019)]*\s+")
+WORD = re.compile(r"[A-Za-z]+")
+
+
+@dataclass(frozen=True)
+class ZeroShotConfig:
+    """How many items per task and the rules that pick them."""
+
+    items: int = 200  # per task (fewer where the text has fewer that pass the rules)
+    seed: int = 0
+    context_words: tuple[int, int] = (30, 150)  # a passage's words before the target / the ending: (min, max)
+    ending_words: tuple[int, int] = (6, 40)  # words of a candidate ending (true or drawn)
+    min_target_chars: int = 3
+    choices: int = 4
+    batch_size: int = 8
+
+    def __post_init__(self):
+        if self.items < 1 or self.batch_size < 1:
+            raise ValueError(f"items and batch_size must be >= 1, got {self.items} and {self.batch_size}")
+        if self.choices < 2:
+            raise ValueError(f"a choice task needs >= 2 choices, got {self.choices}")
+        for name in ("context_words", "ending_words"):
+            low, high = getattr(self, name)
+            if not 1 <= low <= high:
+                raise ValueError(f"{name} must be (min, max) with 1 <= min <= max, got {(low, high)}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ClozeItem:
+    context: str  # the passage up to the target, without the space before it
+    target: str  # the last word
+
+
+@dataclass(frozen=True)
+class ChoiceItem:
+    context: str
+    choices: tuple[str, ...]  # each begins with the space (or newline) that joins it to the context
+    label: int  # the index of the true choice
+
+
+def wilson_interval(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95% (z = 1.96) Wilson score interval of a proportion correct / n."""
+    if n < 1 or not 0 <= correct <= n:
+        raise ValueError(f"need 0 <= correct <= n and n >= 1, got correct={correct}, n={n}")
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def sentences(paragraph: str) -> list[str]:
+    return [s.strip() for s in SENTENCE_END.split(paragraph.strip()) if s.strip()]
+
+
+def _sentences_of(paragraphs: list[str]) -> list[tuple[int, str]]:
+    """Every sentence of the text in order, with the index of its paragraph."""
+    return [(p, sentence) for p, paragraph in enumerate(paragraphs) for sentence in sentences(paragraph)]
+
+
+def _preceding(sents: list[tuple[int, str]], i: int, max_words: int) -> tuple[str, int]:
+    """The whole sentences just before sentence i that fit in ``max_words`` words (a newline between paragraphs,
+    as in the text), and their word count."""
+    parts, words, p_next = [], 0, sents[i][0]
+    for p, sentence in reversed(sents[:i]):
+        n = len(sentence.split())
+        if words + n > max_words:
+            break
+        parts.append(sentence + ("\n" if p != p_next else " "))
+        words, p_next = words + n, p
+    return "".join(reversed(parts)).rstrip(), words
+
+
+def _passages(paragraphs: list[str], config: ZeroShotConfig):
+    """(paragraph index, preceding text, sentence) for every sentence that continues its paragraph and has at least
+    context_words[0] words of whole sentences before it within context_words[1] words (earlier paragraphs too)."""
+    sents = _sentences_of(paragraphs)
+    for i in range(1, len(sents)):
+        if sents[i - 1][0] != sents[i][0]:
+            continue  # a sentence that opens a paragraph would join its passage with a newline, its rivals not
+        before, words = _preceding(sents, i, config.context_words[1])
+        if words >= config.context_words[0]:
+            yield sents[i][0], before, sents[i][1]
+
+
+def _sample(items: list, config: ZeroShotConfig) -> list:
+    """At most ``config.items`` of ``items``, a seeded choice that keeps their order."""
+    if len(items) <= config.items:
+        return items
+    keep = sorted(random.Random(config.seed).sample(range(len(items)), config.items))
+    return [items[i] for i in keep]
+
+
+def cloze_items(paragraphs: list[str], config: ZeroShotConfig = ZeroShotConfig()) -> list[ClozeItem]:
+    """LAMBADA-style items from ``paragraphs`` (held-out text), by the rule of the module docstring."""
+    items = []
+    sents = _sentences_of(paragraphs)
+    for i in range(1, len(sents)):
+        words = sents[i][1].split()
+        last = WORD.fullmatch(words[-1].rstrip(".!?\"'\u201d\u2019);:,")) if words else None
+        if last is None or len(words) < 2:
+            continue
+        target = last.group(0)
+        if len(target) < config.min_target_chars or target.lower() in STOP_WORDS:
+            continue
+        prefix = " ".join(words[:-1])  # the target's own sentence before it
+        # the passage keeps at most context_words[1] words, the target's sentence included
+        before, count = _preceding(sents, i, config.context_words[1] - len(words) + 1)
+        if count < config.context_words[0]:
+            continue
+        own_sentence = {w.lower() for w in WORD.findall(prefix)}
+        if target.lower() in own_sentence or target.lower() not in {w.lower() for w in WORD.findall(before)}:
+            continue
+        joiner = " " if sents[i - 1][0] == sents[i][0] else "\n"
+        items.append(ClozeItem(f"{before}{joiner}{prefix}", target))
+    return _sample(items, config)
+
+
+def ending_items(paragraphs: list[str], config: ZeroShotConfig = ZeroShotConfig()) -> list[ChoiceItem]:
+    """HellaSwag-style items: the true next sentence among sentences of similar length from other paragraphs."""
+    low, high = config.ending_words
+    by_length: dict[int, list[tuple[int, str]]] = {}  # candidate endings by word count: (paragraph, sentence)
+    for p, paragraph in enumerate(paragraphs):
+        for sentence in sentences(paragraph):
+            if low <= len(sentence.split()) <= high:
+                by_length.setdefault(len(sentence.split()), []).append((p, sentence))
+    rng = random.Random(config.seed)
+    items = []
+    for p, before, true in _passages(paragraphs, config):
+        n = len(true.split())
+        if not low <= n <= high:
+            continue
+        spread = max(2, n // 3)  # "similar length": within a third of the true ending's words (at least 2)
+        similar = list(dict.fromkeys(  # distinct sentences, in text order
+            s for m in range(n - spread, n + spread + 1) for q, s in by_length.get(m, ()) if q != p and s != true))
+        if len(similar) < config.choices - 1:
+            continue
+        endings = rng.sample(similar, config.choices - 1)
+        label = rng.randrange(config.choices)
+        endings.insert(label, true)
+        items.append(ChoiceItem(before, tuple(f" {e}" for e in endings), label))
+    return _sample(items, config)
+
+
+def topic_items(texts: list[str], labels: list[int], topics: list[str],
+                config: ZeroShotConfig = ZeroShotConfig()) -> list[ChoiceItem]:
+    """Zero-shot topic choice: "<article>\\nThis article is about" and the topic names as choices."""
+    if len(texts) != len(labels):
+        raise ValueError(f"{len(texts)} texts but {len(labels)} labels")
+    if len(topics) < 2:
+        raise ValueError(f"need at least 2 topics, got {topics}")
+    items = []
+    for text, label in zip(texts, labels, strict=True):
+        context = f"{' '.join(text.split()[: config.context_words[1]])}\nThis article is about"
+        items.append(ChoiceItem(context, tuple(f" {t}" for t in topics), int(label)))
+    return _sample(items, config)
+
+
+# ------------------------------------------------------------------------------------------------- scoring
+
+
+def _continuation_logprobs(model, tokenizer, pairs: list[tuple[str, str]], batch_size: int, budget, prune: bool):
+    """For each (context, continuation): the log-probabilities of the continuation's tokens [len] and whether each
+    was the greedy choice, from one forward of <eot> context continuation (right-padded batches)."""
+    encoded = []
+    for context, continuation in pairs:
+        ctx = [tokenizer.eot_id] + tokenizer.encode(context)
+        cont = tokenizer.encode(continuation)
+        if not cont:
+            raise ValueError(f"continuation {continuation!r} encodes to no tokens")
+        encoded.append((ctx, cont))
+    longest = max(len(c) + len(t) for c, t in encoded)
+    model.check_length(longest)
+    order = sorted(range(len(encoded)), key=lambda i: -(len(encoded[i][0]) + len(encoded[i][1])))
+    results = [None] * len(encoded)
+    device = next(model.parameters()).device
+    for start in range(0, len(order), batch_size):
+        chunk = order[start: start + batch_size]
+        T = max(len(encoded[i][0]) + len(encoded[i][1]) for i in chunk)
+        ids = torch.full((len(chunk), T), tokenizer.eot_id, dtype=torch.long)
+        for row, i in enumerate(chunk):
+            seq = encoded[i][0] + encoded[i][1]
+            ids[row, : len(seq)] = torch.tensor(seq)
+        with torch.no_grad():
+            logits = model(ids.to(device), budget=budget, prune=prune).logits.float()
+        log_probs = F.log_softmax(logits, dim=-1)
+        for row, i in enumerate(chunk):
+            ctx, cont = encoded[i]
+            positions = torch.arange(len(ctx) - 1, len(ctx) + len(cont) - 1)  # the logits that predict cont
+            target = torch.tensor(cont)
+            lp = log_probs[row, positions].gather(-1, target[:, None])[:, 0]
+            greedy = log_probs[row, positions].argmax(-1) == target
+            results[i] = (lp, greedy)
+    return results
+
+
+def _accuracy(correct: int, n: int) -> dict:
+    low, high = wilson_interval(correct, n)
+    return {"accuracy": correct / n, "ci_low": low, "ci_high": high, "n": n}
+
+
+def score_cloze(model, tokenizer, items: list[ClozeItem], batch_size: int = 8, budget: float | None = None,
+                prune: bool = True) -> dict:
+    """Last-word accuracy (every target token the greedy choice), its 95% interval, and the target's perplexity."""
+    if not items:
+        raise ValueError("no cloze items: the text gave none that pass the rules (use more text or looser rules)")
+    scored = _continuation_logprobs(model, tokenizer, [(it.context, f" {it.target}") for it in items], batch_size,
+                                    budget, prune)
+    correct = sum(bool(greedy.all()) for _, greedy in scored)
+    nll = sum(-float(lp.sum()) for lp, _ in scored) / len(items)
+    return {**_accuracy(correct, len(items)), "target_perplexity": math.exp(nll)}
+
+
+CHOICE_SCORES = ("per_character", "sum")
+
+
+def score_choice(model, tokenizer, items: list[ChoiceItem], batch_size: int = 8, budget: float | None = None,
+                 prune: bool = True, score: str = "per_character") -> dict:
+    """Accuracy of the choice with the highest log-likelihood (``score``: "per_character", HellaSwag's
+    length-normalised one, or "sum", the plain total), and its 95% interval."""
+    if score not in CHOICE_SCORES:
+        raise ValueError(f"score must be one of {CHOICE_SCORES}, got {score!r}")
+    if not items:
+        raise ValueError("no choice items: the text gave none that pass the rules (use more text or looser rules)")
+    pairs = [(it.context, choice) for it in items for choice in it.choices]
+    scored = iter(_continuation_logprobs(model, tokenizer, pairs, batch_size, budget, prune))
+    correct = 0
+    for it in items:
+        totals = [float(next(scored)[0].sum()) / (len(choice) if score == "per_character" else 1)
+                  for choice in it.choices]
+        correct += int(max(range(len(totals)), key=totals.__getitem__) == it.label)
+    return {**_accuracy(correct, len(items)), "chance": sum(1 / len(it.choices) for it in items) / len(items)}
