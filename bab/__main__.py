@@ -5,6 +5,7 @@
     python -m bab bench heads --batch-sizes 1,64                      custom encoder: dense vs hard head skipping
     python -m bab bench bert --budgets 0.25,0.5,0.75                  pretrained encoder: dense vs structurally pruned
     python -m bab bench sparse [--breakdown]                          Sparsifiner attention core vs dense SDPA
+    python -m bab bench sparse --model trained|deit-s                 whole ViT: dense vs the fused kernel, images/s
     python -m bab bench generation [--model smollm2]                  context-pruned decoding vs dense
     python -m bab fit heads --train my.csv --budgets 0.25,0.5,0.75 --prune 0.5 --out runs/my   your data
     python -m bab train decoder --profile paper --gamma 3 [--frozen]   one of notebook 07's fine-tunes, resumable
@@ -123,36 +124,71 @@ def _bench_bert(args) -> int:
 # bench sparse
 
 
+def _token_counts(text: str) -> list[int]:
+    """One --tokens value: "577" or "197,577,1025" (the comma form as --batch-sizes takes it)."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"token counts must be whole numbers, e.g. 197,577 or 197 577; got {text!r}") \
+            from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"token counts must be whole numbers >= 1, e.g. 197,577; got {text!r}")
+    return values
+
+
 def _add_bench_sparse(sub) -> None:
     from bab.sparsifiner.bench import KEEP_RATES, PREDICTOR_STATES, TOKENS
 
     p = sub.add_parser("sparse", help="Sparsifiner attention core (predictor + top-k + sparse attention) vs dense SDPA",
-                       formatter_class=DefaultsFormatter)
-    p.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS), help="sequence lengths n to time")
+                       formatter_class=DefaultsFormatter,
+                       description="One MHSA attention core, dense SDPA against the Sparsifiner paths; with --model, "
+                                   "the whole ViT forward (images/s), dense against the fused kernel.")
+    p.add_argument("--model", choices=("trained", "deit-s"), default=None,
+                   help="time a whole ViTClassifier forward, dense against attention='fused', instead of one attention "
+                        "core: 'trained' = notebook 05's Sparsifiner model from the run cache (--profile; a random "
+                        "model of its shape if not cached), 'deit-s' = random weights in DeiT-S's shape at each "
+                        "--tokens")
+    p.add_argument("--profile", default="quick", help="with --model trained: which profile's model to load")
+    p.add_argument("--tokens", type=_token_counts, nargs="+", default=None,
+                   help=f"sequence lengths n to time, e.g. 197,577 or 197 577 (default: {','.join(map(str, TOKENS))}); "
+                        "with --model deit-s each must be g * g + 1 (a g x g grid of 16-pixel patches plus CLS)")
     p.add_argument("--keep-rates", type=float, nargs="+", default=list(KEEP_RATES),
                    help="fractions of the keys each query keeps")
-    p.add_argument("--num-heads", type=int, default=6, help="attention heads")
-    p.add_argument("--head-dim", type=int, default=64, help="width of each head")
-    p.add_argument("--batch-size", type=int, default=1, help="sequences per call")
-    p.add_argument("--n-down", type=int, default=32, help="the predictor's down-projected token count (W_down rows)")
-    _add_repeat_arguments(p, warmup=3, repeats=15)
+    p.add_argument("--batch-sizes", default=None,
+                   help="with --model: comma-separated images per forward (default: 1,64)")
+    p.add_argument("--num-heads", type=int, default=6, help="attention heads (attention core)")
+    p.add_argument("--head-dim", type=int, default=64, help="width of each head (attention core)")
+    p.add_argument("--batch-size", type=int, default=1, help="sequences per call (attention core)")
+    p.add_argument("--n-down", type=int, default=32,
+                   help="the predictor's down-projected token count (W_down rows; attention core and --model deit-s)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed runs of each configuration first (default: 3; with --model 1)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="interleaved timed repeats; the median is reported (default: 15; with --model 3)")
     p.add_argument("--breakdown", action="store_true",
                    help="also time the predictor's parts (A_down, up-projection, top-k) and the fused kernel's "
-                        "selection and whole path at the smallest keep rate")
+                        "selection and whole path at the smallest keep rate (attention core)")
     p.add_argument("--predictor-state", choices=PREDICTOR_STATES, default=PREDICTOR_STATES[0],
                    help="realistic: ~90%% of the basis pruned, ~87%% of the coefficients below tau (default); "
-                        "init: freshly initialised weights (all-zero basis for n >= 250, flatters the sparse path)")
+                        "init: freshly initialised weights (all-zero basis for n >= 250, flatters the sparse path); "
+                        "attention core and --model deit-s")
     p.set_defaults(run=_bench_sparse, errors=(ValueError, TypeError))
 
 
 def _bench_sparse(args) -> int:
-    from bab.sparsifiner.bench import bench_sparse_attention, crossover, predictor_breakdown
+    from bab.sparsifiner.bench import TOKENS, bench_sparse_attention, crossover, predictor_breakdown
 
-    table = bench_sparse_attention(args.tokens, args.keep_rates, args.num_heads, args.head_dim, args.batch_size,
-                                   args.n_down, warmup=args.warmup, repeats=args.repeats,
-                                   predictor_state=args.predictor_state)
+    if args.model is not None:
+        return _bench_sparse_model(args)
+    if args.batch_sizes is not None:
+        raise ValueError("--batch-sizes is for the whole-model bench (--model trained or deit-s); the attention-core "
+                         "bench takes --batch-size")
+    tokens = [n for group in args.tokens for n in group] if args.tokens else list(TOKENS)
+    warmup, repeats = 3 if args.warmup is None else args.warmup, 15 if args.repeats is None else args.repeats
+    table = bench_sparse_attention(tokens, args.keep_rates, args.num_heads, args.head_dim, args.batch_size,
+                                   args.n_down, warmup=warmup, repeats=repeats, predictor_state=args.predictor_state)
     print(f"MHSA attention core, {args.num_heads} heads x {args.head_dim}, batch {args.batch_size}, n_down "
-          f"{args.n_down}; 1 thread, median of {args.repeats} interleaved repeats after {args.warmup} warm-up; "
+          f"{args.n_down}; 1 thread, median of {repeats} interleaved repeats after {warmup} warm-up; "
           f"predictor state {args.predictor_state!r}")
     with pd.option_context(*_flat(WIDE), "display.precision", 2):
         print(table.to_string(index=False))
@@ -168,12 +204,98 @@ def _bench_sparse(args) -> int:
     else:
         print("fused kernel unavailable here (no C++ compiler or ninja): fused columns empty")
     if args.breakdown:
-        parts = predictor_breakdown(args.tokens, min(args.keep_rates), args.num_heads, args.head_dim, args.n_down,
-                                    warmup=args.warmup, repeats=args.repeats, predictor_state=args.predictor_state)
+        parts = predictor_breakdown(tokens, min(args.keep_rates), args.num_heads, args.head_dim, args.n_down,
+                                    warmup=warmup, repeats=repeats, predictor_state=args.predictor_state)
         print("\nwhere the sparse path's time goes (ms, same protocol):")
         with pd.option_context(*_flat(WIDE), "display.precision", 2):
             print(parts.to_string(index=False))
     return 0
+
+
+MODEL_COLUMNS = ["tokens", "batch", "keep_rate", "k", "dense images/s", "fused images/s", "speed-up", "analytic limit",
+                 "attention share", "dense ms", "fused ms"]
+LOGIT_CHECK_IMAGES = 2  # the masked reference forms [B, H, n, n] scores: a few images suffice for the check
+
+
+def _bench_sparse_model(args) -> int:
+    """``bench sparse --model``: the whole ViT forward, dense against fused (bab.sparsifiner.model_bench)."""
+    from bab.heads.bench import parse_batch_sizes
+    from bab.sparsifiner.bench import TOKENS
+    from bab.sparsifiner.evaluate import fused_logit_check
+    from bab.sparsifiner.fused import fused_available
+    from bab.sparsifiner.model_bench import bench_model, deit_s_shaped, random_pixels
+
+    if args.breakdown:
+        raise ValueError("--breakdown times the attention core's parts: leave it out with --model")
+    batch_sizes = parse_batch_sizes(args.batch_sizes or "1,64")
+    warmup, repeats = 1 if args.warmup is None else args.warmup, 3 if args.repeats is None else args.repeats
+    if args.model == "trained":
+        if args.tokens:
+            raise ValueError("--tokens sets the DeiT-S-shaped model's patch grid; the trained model has its own n: "
+                             "leave --tokens out with --model trained")
+        models = [_trained_vit(args.profile)]
+    else:
+        tokens = [n for group in args.tokens for n in group] if args.tokens else list(TOKENS)
+        models = ((f"DeiT-S-shaped ViTClassifier, random weights, predictor n_down {args.n_down}, state "
+                   f"{args.predictor_state!r}", deit_s_shaped(n, args.predictor_state, n_down=args.n_down), None)
+                  for n in tokens)
+    print(f"whole ViTClassifier forward, dense (SDPA) against attention='fused'; 1 thread, median of {repeats} "
+          f"interleaved repeats after {warmup} warm-up; batch sizes {batch_sizes}")
+    for label, model, pixels in models:
+        c = model.config
+        print(f"\n{label}: {c.image_size}x{c.image_size} images in {c.patch_size}x{c.patch_size} patches (n = "
+              f"{c.num_tokens}), {c.num_layers} layers x {c.num_heads} heads, width {c.hidden_size}, MLP "
+              f"{c.intermediate_size}")
+        table = bench_model(model, args.keep_rates, batch_sizes, pixels, warmup=warmup, repeats=repeats)
+        with pd.option_context(*_flat(WIDE), "display.precision", 3):
+            print(table[MODEL_COLUMNS].to_string(index=False))
+        if fused_available():
+            few = pixels[:LOGIT_CHECK_IMAGES] if pixels is not None else random_pixels(c, LOGIT_CHECK_IMAGES)
+            gaps = fused_logit_check(model, few, args.keep_rates)
+            print(f"max |fused - masked| logit on {len(few)} images: "
+                  + ", ".join(f"keep {rate:g}: {gap:.1e}" for rate, gap in gaps.items()))
+    print("\nspeed-up = dense time / fused time; analytic limit = whole-model FLOPs dense / fused (FlopCounterMode on "
+          "the dense forward, its attention cores' FLOPs replaced by the fused cores' multiply-adds: no cost for the "
+          "selection or the gather); attention share = the attention cores' fraction of the dense model's FLOPs")
+    if not fused_available():
+        print("fused kernel unavailable here (no C++ compiler or ninja): fused columns empty")
+    return 0
+
+
+def _trained_vit(profile_name: str):
+    """(label, notebook 05's phase-2 Sparsifiner at ``profile_name`` from the run cache, its first 64 test images);
+    on a cache miss a random model of the same shape (predictors in the realistic state), said so, never trained."""
+    import torch
+
+    from bab.core.runs import CacheMiss
+    from bab.core.threads import set_threads
+    from bab.experiments.profiles import get_profile
+    from bab.experiments.vit import ViTStudy, cached_sparsifiner
+    from bab.sparsifiner.model_bench import random_pixels, set_realistic_model_state
+    from bab.sparsifiner.vit import ViTClassifier
+
+    profile = get_profile("vit_sparsifiner", profile_name)
+    study = ViTStudy(profile, progress=False)
+    threads = set_threads()  # the run cache keys a model by the thread count it trained with: $BAB_THREADS
+    try:
+        model = cached_sparsifiner(profile)
+        label = f"notebook 05's trained Sparsifiner (profile {profile.name}, phase 2, run cache {study.cache.root})"
+    except CacheMiss as miss:
+        print(f"notebook 05's {profile.name} Sparsifiner is not in the run cache ({miss}); loading with {threads} "
+              f"thread(s). Not training it here: run notebook 05 (python -m bab report --only 05 --profile "
+              f"{profile.name}) with the $BAB_THREADS it ran with, or point $BAB_CACHE_DIR at its cache. Timing a "
+              f"RANDOM model of the same shape instead (predictors in the realistic state).")
+        torch.manual_seed(profile.seed)
+        model = ViTClassifier(study.sparsifiner_config()).eval()
+        label = f"random model in the shape of notebook 05's {profile.name} Sparsifiner (NOT the trained one)"
+        set_realistic_model_state(model, random_pixels(model.config, 4))
+    try:
+        pixels = study.splits()["test"].tensors[0][:64]
+        label += "; its first 64 Fashion-MNIST test images"
+    except FileNotFoundError as missing:
+        print(f"Fashion-MNIST not found ({missing}): timing standard-normal images instead")
+        pixels = None
+    return label, model, pixels
 
 
 # -----------------------------------------------------------------------------

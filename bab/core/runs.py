@@ -194,6 +194,27 @@ class RunCache:
         return {**metrics, "cached": False}
 
 
+
+class CacheMiss(LookupError):
+    """A ``LoadOnlyRunCache`` has no run for the requested config (it never trains one)."""
+
+
+class LoadOnlyRunCache(RunCache):
+    """A run cache that loads and never trains: a miss raises ``CacheMiss`` instead of calling ``train_fn``.
+
+    For tools that time or inspect a study's models (``python -m bab bench sparse --model trained``): training
+    as a side effect would take minutes and write into the cache, and a user asking for "the trained model"
+    should hear that it is not there rather than wait for it."""
+
+    def get_or_train(self, name: str, config, model: torch.nn.Module, train_fn) -> dict:
+        folder = self.path(name, config)
+        metrics = self.load(name, config, model)
+        if metrics is None:
+            raise CacheMiss(f"no run {folder.name} in the run cache {self.root} (not trained yet for this config, "
+                            f"code version and thread count, or another cache folder: $BAB_CACHE_DIR)")
+        _note_model(folder, metrics, cached=True)
+        return {**metrics, "cached": True}
+
 def train_cached(cache: RunCache, name: str, lineage: dict, build, fit, *, seed: int, method: str,
                  version: int) -> tuple[torch.nn.Module, dict, dict]:
     """Train one model through the run cache, or load it: ``(model in eval mode, metrics, lineage)``.

@@ -17,10 +17,10 @@ import pandas as pd
 import torch
 
 from bab.core.budget import GATE_STARTS, nest_gates_by_importance_
-from bab.core.runs import RunCache
+from bab.core.runs import LoadOnlyRunCache, RunCache
 from bab.data.images import image_splits, load_fashion_mnist
 from bab.experiments.methods import methods
-from bab.experiments.study import Study, tensors_digest, trained
+from bab.experiments.study import Study, as_run_cache, tensors_digest, trained
 from bab.sparsifiner.evaluate import evaluate_vit, vit_head_importance
 from bab.sparsifiner.predictor import num_connections
 from bab.sparsifiner.train import ViTTrainConfig, train_vit
@@ -302,6 +302,16 @@ class ViTStudy(Study):
             rows.append({"keep_rate": rate, "connections": num_connections(rate, model.config.num_tokens), **stats})
         return pd.DataFrame(rows)
 
+
+
+def cached_sparsifiner(profile: ViTProfile, cache: RunCache | str | None = None) -> ViTClassifier:
+    """Notebook 05's phase-2 Sparsifiner model at ``profile`` from the run cache (default ``$BAB_CACHE_DIR``), in
+    eval mode; never trains. Raises ``bab.core.runs.CacheMiss`` when it (or the dense model or phase 1 it
+    starts from) is not cached for this code version and thread count: run notebook 05 first (``python -m bab
+    report --only 05 --profile <name>``) with the ``$BAB_THREADS`` it will be loaded with."""
+    study = ViTStudy(profile, LoadOnlyRunCache(as_run_cache(cache).root), progress=False)
+    model, _, _ = study.sparsifiner()
+    return model
 
 class OwnImagesStudy(ViTStudy):
     """The dense -> phase 1 -> phase 2 steps on a caller's own training images (``SparsifinerClassifier.fit``):

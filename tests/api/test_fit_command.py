@@ -150,7 +150,8 @@ def test_a_non_empty_out_is_kept_unless_overwrite_and_replaced_only_when_complet
     (["fit", "heads"], ["(default: 0.25,0.5,0.75)", "(default: 2,1,1)", "(default: 13)", "--overwrite"]),
     (["bench", "heads"], ["(default: 1,64)", "(default: 20)"]),
     (["bench", "bert"], ["(default: 1,16)", "(default: 5)"]),
-    (["bench", "sparse"], ["(default: [197, 577, 1025])", "(default: 32)"]),
+    (["bench", "sparse"], ["(default: 197,577,1025)", "(default: 32)", "(default: 1,64)",
+                           "(default: 15; with --model 3)"]),
     (["bench", "generation"], ["(default: gpt2)", "(default: the profile's)"]),
 ])
 def test_help_shows_the_defaults(command, shown, capsys):

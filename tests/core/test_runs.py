@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from bab.core.provenance import git_commit
-from bab.core.runs import RunCache, config_key
+from bab.core.runs import CacheMiss, LoadOnlyRunCache, RunCache, config_key
 
 
 def tiny_model(seed):
@@ -53,6 +53,24 @@ def test_a_forged_folder_with_the_right_key_but_wrong_config_is_ignored(tmp_path
     (folder / "config.json").write_text(json.dumps({"lr": 0.3}))
     assert cache.load("dense", {"lr": 0.1}, tiny_model(0)) is None
 
+
+
+def test_a_load_only_cache_loads_a_hit_and_raises_on_a_miss_without_training(tmp_path):
+    trained = tiny_model(1)
+    RunCache(tmp_path).save("dense", {"lr": 0.1}, trained, {"accuracy": 1.0})
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    cache, calls = LoadOnlyRunCache(tmp_path), []
+
+    def fit(model, checkpoint):
+        calls.append(1)
+        return {}
+
+    model = tiny_model(0)
+    assert cache.get_or_train("dense", {"lr": 0.1}, model, fit) == {"accuracy": 1.0, "cached": True}
+    torch.testing.assert_close(model.weight, trained.weight)
+    with pytest.raises(CacheMiss, match=r"no run dense-\w+ in the run cache .*\$BAB_CACHE_DIR"):
+        cache.get_or_train("dense", {"lr": 0.2}, tiny_model(0), fit)
+    assert calls == [] and sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing trained, nothing written
 
 def test_key_is_order_independent_and_sensitive_to_values():
     assert config_key({"a": 1, "b": 2}) == config_key({"b": 2, "a": 1})
