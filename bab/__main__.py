@@ -510,7 +510,7 @@ def program_name() -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=program_name(), description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[2:10]))
+                                     epilog=__doc__.split("\n\n")[1])  # the usage lines
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_report(sub)
     _add_notebooks(sub)
