@@ -48,7 +48,7 @@ class ViTProfile:
     # levels 1/n_down and 1/n (tau = 1.6 / n_down, threshold ~ 2 / n); we keep those ratios for n_down = 8, n = 50.
     tau: float = 0.2
     up_prune: float = 0.04
-    # ConnectivityPredictor options (cls_dense, coefficients, top_m, basis_threshold_abs, predictor_scale;
+    # ConnectivityPredictor options (the ConnectivityConfig fields besides n_down, tau and up_prune;
     # docs/sparsifiner.md); empty: the defaults, the paper's text
     predictor_options: dict = field(default_factory=dict)
     sweep_keep_rates: tuple[float, ...] = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.25, 0.2, 0.1, 0.05)
@@ -237,7 +237,9 @@ class ViTStudy(Study):
 
     def linformer(self):
         dense, _, dense_lineage = self.dense()
-        config = replace(self.profile.phase2, objective="linformer", seed=self.profile.seed)
+        # phase 2's recipe without its predictor options (a Linformer model has no predictor to train)
+        config = replace(self.profile.phase2, objective="linformer", seed=self.profile.seed, joint_predictor=False,
+                         lambda_attn_joint=0.0)
         return self._train("linformer", self.model_config(linformer_len=self.linformer_len()), config,
                            parent=dense_lineage, init=dense, new_modules=("linformer",), teacher=dense)
 

@@ -93,9 +93,12 @@ def set_realistic_state(predictor: ConnectivityPredictor, q: torch.Tensor, k: to
         value = torch.rand(shape, generator=gen)
         predictor.w_up[..., :n] = torch.where(kept, prune * (1 + 3 * value), prune * value * 0.999)
 
+        q_c, k_c = predictor.project_queries_keys(q, k)  # the predictor's own queries and keys
+
         def below_tau(scale: float) -> float:  # fraction of A_down <= tau with W_down times scale
-            k_down = (predictor.w_down[..., :n] * scale) @ k
-            logits = q[:, :, predictor.first_query:] @ k_down.transpose(-1, -2) * predictor.logit_scale(q.shape[-1])
+            k_down = (predictor.w_down[..., :n] * scale) @ k_c
+            logits = q_c[:, :, predictor.first_query:] @ k_down.transpose(-1, -2) * predictor.logit_scale(
+                k_c.shape[-1])
             return float((torch.softmax(logits, dim=-1) <= predictor.tau).double().mean())
 
         # A tiny scale makes A_down uniform (1 / n_down, all below tau when tau > 1 / n_down); a growing scale

@@ -30,9 +30,11 @@ that vectorize; every 8 bits only the values sharing the prefix found so far are
 
 Then per query: scores q . k_j / sqrt(d) over its k keys, softmax (a vectorizable exp), weighted sum of
 v_j; the CLS query with ``cls_dense`` attends to every key (and gets no prediction). The other options:
-the coefficient rule (tau or top-m) and ``predictor_scale`` act through the predictor's own A_down and A~_down;
-``basis_threshold_abs`` and ``up_prune`` in the kernel's pruning; ``positions`` (token pruning) select each
-example's W_down and W_up columns (one basis per example and head).
+the coefficient rule (tau or top-m), ``predictor_scale`` and ``connectivity_projections`` act through the
+predictor's own A_down and A~_down; ``basis_threshold_abs`` and ``up_prune`` in the kernel's pruning; a basis
+shared by the heads (``basis="shared"``) is repeated per head before the kernel reads it; ``positions`` (token
+pruning) select each example's W_down and W_up columns (one basis per example and head); ``phase1_scores`` only
+changes what phase 1 trains, not inference.
 
 Inference only: float32 CPU tensors, no autograd. The kernel's C++ source is ``csrc/fused_forward.cpp`` (package
 data beside this module); it is compiled on first use with ``torch.utils.cpp_extension.load`` (needs a C++
@@ -195,8 +197,11 @@ def fused_inference(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,
         a_down = predictor.low_rank_attention(q, k, positions)  # [B, H, n_q, n_down]
         coeff = predictor.sparsify_coefficients(a_down)
         n_down = a_down.shape[-1]
-        # the raw W_up columns of the current tokens, [H, n_down, n] or [B, H, n_down, n]: the kernel prunes them
-        w_up = predictor._columns(predictor.w_up, n, positions).detach().float().contiguous()
+        # the raw W_up columns of the current tokens, [H, n_down, n] or [B, H, n_down, n]: the kernel prunes them.
+        # A basis shared by the heads ([1, n_down, n] or [B, 1, n_down, n]) is repeated per head, as the kernel
+        # reads one basis per head.
+        w_up = predictor._columns(predictor.w_up, n, positions).detach().float()
+        w_up = w_up.expand(*w_up.shape[:-3], H, n_down, n).contiguous()
         out, index = module.fused_forward(
             *(t.contiguous().view(B * H, n, d) for t in (q, k, v)),
             *(t.float().contiguous().view(B * H, -1, n_down) for t in (a_down, coeff)), w_up.view(-1, n_down, n),

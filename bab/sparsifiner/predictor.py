@@ -25,6 +25,18 @@ vs ours"):
 - ``basis_threshold_abs``: the basis is |W_up| * 1[|W_up| >= up_prune] (the official ``Threshold(abs(W))``).
 - ``predictor_scale="num_heads"``: A_down = softmax(Q K_down^T / sqrt(num_heads)) (the official
   ``scale = num_heads ** -0.5``) instead of 1/sqrt(d).
+- ``basis="shared"``: one W_down and one W_up per layer, shared by its heads (the official ``proj_n`` and
+  ``proj_back_n``), stored as [1, n_down, max_tokens] so that they broadcast over the head axis.
+- ``connectivity_projections``: learned Linear(d -> d // 2) maps, with bias and shared by the heads, applied to
+  q and k before A_down (the official ``proj_c_q`` and ``proj_c_k``): Q and K above become Q P_q^T + b_q and
+  K P_k^T + b_k, and the "head_dim" scale uses their width d // 2.
+- ``phase1_scores="raw"``: the scores phase 1 distils (``forward``'s "phase1_scores") are A_down W_up, the
+  softmax coefficients before tau / top-m times the signed, unpruned W_up (the official code while it
+  reconstructs attention), instead of S = A~_down W~_up. Only what phase 1 learns from changes: the
+  connections are always ranked by S.
+
+``ConnectivityConfig`` holds all of these (validated, frozen); ``ConnectivityConfig.official()`` turns every
+official choice on.
 
 Two implementations of the last line, which must agree numerically:
 
@@ -57,6 +69,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 
 import torch
 from torch import nn
@@ -81,19 +94,24 @@ def num_connections(keep_rate, num_tokens: int) -> int:
 
 COEFFICIENT_RULES = ("threshold", "topm")  # Eq. 2's tau (the paper) or the top_m largest (the official default)
 PREDICTOR_SCALES = ("head_dim", "num_heads")  # A_down's logits times 1/sqrt(d) (Eq. 1) or 1/sqrt(H) (official)
+BASES = ("per_head", "shared")  # one W_down / W_up pair per head (the paper's figure, ours) or per layer (official)
+PHASE1_SCORES = ("sparse", "raw")  # phase 1 distils A~_down W~_up (ours) or A_down W_up (official)
 
 
 def validate_predictor_options(n_down: int, tau: float, up_prune: float, cls_dense: bool = False,
                                coefficients: str = "threshold", top_m: int = 8, basis_threshold_abs: bool = False,
-                               predictor_scale: str = "head_dim") -> None:
-    """Raise an error that says how to fix any bad predictor setting (shared by the predictor and the ViT config)."""
+                               predictor_scale: str = "head_dim", basis: str = "per_head",
+                               connectivity_projections: bool = False, phase1_scores: str = "sparse") -> None:
+    """Raise an error that says how to fix any bad predictor setting (shared by the predictor, ConnectivityConfig
+    and the ViT config)."""
     if isinstance(n_down, bool) or not isinstance(n_down, int) or n_down < 1:
         raise ValueError(f"n_down (the rank of the low-rank attention) must be an integer >= 1, got {n_down!r}")
     if not 0.0 <= tau < 1.0:
         raise ValueError(f"tau (threshold on the softmax coefficients) must lie in [0, 1), got {tau}")
     if up_prune < 0:
         raise ValueError(f"up_prune must be >= 0 (0 prunes nothing), got {up_prune}")
-    for name, flag in (("cls_dense", cls_dense), ("basis_threshold_abs", basis_threshold_abs)):
+    for name, flag in (("cls_dense", cls_dense), ("basis_threshold_abs", basis_threshold_abs),
+                       ("connectivity_projections", connectivity_projections)):
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be True or False, got {flag!r}")
     if coefficients not in COEFFICIENT_RULES:
@@ -107,36 +125,142 @@ def validate_predictor_options(n_down: int, tau: float, up_prune: float, cls_den
         raise ValueError(f"predictor_scale must be one of {PREDICTOR_SCALES}: 'head_dim' scales A_down's logits "
                          f"by 1/sqrt(d) (Eq. 1), 'num_heads' by 1/sqrt(num_heads) (the official code); "
                          f"got {predictor_scale!r}")
+    if basis not in BASES:
+        raise ValueError(f"basis must be one of {BASES}: 'per_head' gives every head its own W_down and W_up (ours), "
+                         f"'shared' one pair per layer for all heads (the official code); got {basis!r}")
+    if phase1_scores not in PHASE1_SCORES:
+        raise ValueError(f"phase1_scores must be one of {PHASE1_SCORES}: 'sparse' distils A~_down W~_up in phase 1 "
+                         f"(ours), 'raw' the unthresholded A_down times the signed, unpruned W_up (the official "
+                         f"code); got {phase1_scores!r}")
+
+
+# The options added after the run cache keyed ViT runs on the predictor's settings, with the values that compute
+# what the predictor computed before they existed. ``ConnectivityConfig.to_dict`` (and the ViT config's) leave them
+# out at these values, so a default run keeps its cache key.
+LATER_OPTION_DEFAULTS = {"basis": "per_head", "connectivity_projections": False, "phase1_scores": "sparse"}
+
+
+def without_later_defaults(fields: dict) -> dict:
+    """``fields`` without the options of ``LATER_OPTION_DEFAULTS`` that hold their default value."""
+    return {name: value for name, value in fields.items()
+            if not (name in LATER_OPTION_DEFAULTS and value == LATER_OPTION_DEFAULTS[name])}
+
+
+@dataclass(frozen=True)
+class ConnectivityConfig:
+    """The settings of one layer's connectivity predictor, validated when built. The defaults are the paper's text
+    as we read it (docs/sparsifiner.md, "Paper text vs official code vs ours"); ``official()`` is the official
+    code's ``MaskPredictor`` with its default config. The fields are ``ConnectivityPredictor``'s keyword arguments
+    and ``ViTClassifierConfig``'s predictor fields, under the same names (``to_dict()`` passes them on)."""
+
+    n_down: int = 32  # rank of the low-rank attention (the paper's 32)
+    tau: float = 0.05  # Eq. 2's threshold on A_down
+    up_prune: float = 1e-2  # basis entries with |w| below this are pruned (the paper's 1e-2)
+    cls_dense: bool = False  # no prediction for the CLS query, it attends to every key (official)
+    coefficients: str = "threshold"  # "threshold": A_down > tau (Eq. 2); "topm": the top_m largest (official)
+    top_m: int = 8  # coefficients kept per query with coefficients="topm" (official: 8)
+    basis_threshold_abs: bool = False  # basis |W_up| * 1[|W_up| >= up_prune] (official), else W_up * 1[...]
+    predictor_scale: str = "head_dim"  # A_down's logits times 1/sqrt(d) or 1/sqrt(num_heads) (official)
+    basis: str = "per_head"  # one W_down / W_up per head, or "shared" by the heads of a layer (official)
+    connectivity_projections: bool = False  # learned d -> d/2 maps of q and k before A_down (official)
+    phase1_scores: str = "sparse"  # what phase 1 distils: A~_down W~_up, or "raw" A_down W_up (official)
+
+    def __post_init__(self):
+        validate_predictor_options(**asdict(self))
+
+    @classmethod
+    def official(cls, **overrides) -> ConnectivityConfig:
+        """The official code's predictor (github.com/lim142857/Sparsifiner, ``src/models/sparsifiner.py``
+        ``MaskPredictor``; thresholds from ``sparsifiner_default_config.yaml``): CLS dense, the top 8
+        coefficients, |W_up| pruned at 2e-2, logits times 1/sqrt(num_heads), one basis per layer, the
+        ``proj_c_q`` / ``proj_c_k`` maps and phase 1 on A_down W_up. n_down = 32 (official: N // 6 = 32 at
+        N = 197) and tau = 0.05 (the config's, unused with top-m). ``overrides``: any field, e.g.
+        ``ConnectivityConfig.official(n_down=8, top_m=2)`` for a 50-token model."""
+        official = dict(n_down=32, tau=0.05, up_prune=2e-2, cls_dense=True, coefficients="topm", top_m=8,
+                        basis_threshold_abs=True, predictor_scale="num_heads", basis="shared",
+                        connectivity_projections=True, phase1_scores="raw")
+        unknown = sorted(set(overrides) - set(official))
+        if unknown:
+            raise TypeError(f"ConnectivityConfig.official() got unknown fields {unknown}; the fields are "
+                            f"{sorted(official)}")
+        return cls(**{**official, **overrides})
+
+    def replace(self, **changes) -> ConnectivityConfig:
+        """A copy with ``changes`` (validated again)."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        """The fields, without the later options at their defaults (``LATER_OPTION_DEFAULTS``): the dict of a
+        config that computes what the predictor computed before those options existed is unchanged, and so is
+        any run-cache key built from it."""
+        return without_later_defaults(asdict(self))
+
+    def build(self, num_heads: int, max_tokens: int, head_dim: int | None = None) -> ConnectivityPredictor:
+        """The predictor of one layer with these settings; ``head_dim`` (d) is needed with
+        ``connectivity_projections``."""
+        return ConnectivityPredictor(num_heads, max_tokens, head_dim=head_dim, **asdict(self))
 
 
 class ConnectivityPredictor(nn.Module):
-    """The low-rank connectivity predictor of one layer: one W_down and one W_up per head.
+    """The low-rank connectivity predictor of one layer: one W_down and one W_up per head (or, with
+    ``basis="shared"``, one pair for all heads).
 
     ``max_tokens`` is the token count the projections are built for (n); a shorter sequence (after
     token pruning) uses the columns of its tokens' original positions, as a learned projection over
     positions has to. The options (``cls_dense``, ``coefficients`` / ``top_m``, ``basis_threshold_abs``,
-    ``predictor_scale``) are described in the module docstring; the defaults follow the paper's text.
+    ``predictor_scale``, ``basis``, ``connectivity_projections``, ``phase1_scores``) are described in the module
+    docstring and ``ConnectivityConfig``; the defaults follow the paper's text. ``head_dim`` (d) is needed with
+    ``connectivity_projections`` only.
     """
 
     def __init__(self, num_heads: int, max_tokens: int, n_down: int = 32, tau: float = 0.05, up_prune: float = 1e-2,
                  *, cls_dense: bool = False, coefficients: str = "threshold", top_m: int = 8,
-                 basis_threshold_abs: bool = False, predictor_scale: str = "head_dim"):
+                 basis_threshold_abs: bool = False, predictor_scale: str = "head_dim", basis: str = "per_head",
+                 connectivity_projections: bool = False, phase1_scores: str = "sparse", head_dim: int | None = None):
         super().__init__()
         if max_tokens < 1 or num_heads < 1:
             raise ValueError(f"num_heads and max_tokens must be >= 1, got {num_heads} and {max_tokens}")
         validate_predictor_options(n_down, tau, up_prune, cls_dense, coefficients, top_m, basis_threshold_abs,
-                                   predictor_scale)
+                                   predictor_scale, basis, connectivity_projections, phase1_scores)
         self.n_down, self.tau, self.up_prune = n_down, float(tau), float(up_prune)
         self.cls_dense, self.coefficient_rule, self.top_m = cls_dense, coefficients, top_m
         self.basis_threshold_abs, self.predictor_scale = basis_threshold_abs, predictor_scale
-        self.w_down = nn.Parameter(torch.randn(num_heads, n_down, max_tokens) / math.sqrt(max_tokens))
+        self.basis, self.phase1_scores = basis, phase1_scores
+        self._num_heads = num_heads
+        # per_head: [H, n_down, max_tokens]; shared: [1, n_down, max_tokens], which broadcasts over the heads. The
+        # per-head draws are the ones this predictor always made, in the same order.
+        groups = num_heads if basis == "per_head" else 1
+        self.w_down = nn.Parameter(torch.randn(groups, n_down, max_tokens) / math.sqrt(max_tokens))
         # W_up starts non-negative around the mean attention weight 1/n; attention distillation and weight decay
         # (the paper's L2 term) then decide which basis weights fall under the prune threshold.
-        self.w_up = nn.Parameter(torch.rand(num_heads, n_down, max_tokens) * 2.5 / max_tokens)
+        self.w_up = nn.Parameter(torch.rand(groups, n_down, max_tokens) * 2.5 / max_tokens)
+        self.proj_c_q = self.proj_c_k = None
+        if connectivity_projections:
+            if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2:
+                raise ValueError(f"connectivity_projections map q and k from head_dim d to d // 2, so they need "
+                                 f"head_dim=<d >= 2>; got head_dim={head_dim!r}")
+            # the official MaskPredictor's nn.Linear(head_dim, head_dim // reduce_c_factor = 2), bias included,
+            # one pair per layer applied to every head; initialised as its model's _init_weights does every
+            # nn.Linear: truncated normal with std 0.02, bias 0
+            self.proj_c_q, self.proj_c_k = nn.Linear(head_dim, head_dim // 2), nn.Linear(head_dim, head_dim // 2)
+            for linear in (self.proj_c_q, self.proj_c_k):
+                nn.init.trunc_normal_(linear.weight, std=0.02)
+                nn.init.zeros_(linear.bias)
 
     @property
     def num_heads(self) -> int:
-        return self.w_down.shape[0]
+        return self._num_heads
+
+    @property
+    def connectivity_projections(self) -> bool:
+        return self.proj_c_q is not None
+
+    @property
+    def config(self) -> ConnectivityConfig:
+        """This predictor's settings."""
+        return ConnectivityConfig(self.n_down, self.tau, self.up_prune, self.cls_dense, self.coefficient_rule,
+                                  self.top_m, self.basis_threshold_abs, self.predictor_scale, self.basis,
+                                  self.connectivity_projections, self.phase1_scores)
 
     @property
     def first_query(self) -> int:
@@ -144,30 +268,42 @@ class ConnectivityPredictor(nn.Module):
         return 1 if self.cls_dense else 0
 
     def _columns(self, w: torch.Tensor, n: int, positions: torch.Tensor | None) -> torch.Tensor:
-        """w [H, n_down, max_tokens] -> the columns of the current tokens: [H, n_down, n] (shared by the batch)
-        or, with ``positions`` [B, n] (each example's original token positions after pruning), [B, H, n_down, n]."""
+        """w [G, n_down, max_tokens] -> the columns of the current tokens: [G, n_down, n] (shared by the batch)
+        or, with ``positions`` [B, n] (each example's original token positions after pruning), [B, G, n_down, n].
+        G = H, or 1 with ``basis="shared"`` (it then broadcasts over the heads)."""
         if positions is None:
             return w[..., :n]
         return w[:, :, positions].permute(2, 0, 1, 3)  # [H, n_down, B, n] -> [B, H, n_down, n]
 
     def logit_scale(self, head_dim: int) -> float:
-        """The factor on Q K_down^T in Eq. 1: 1/sqrt(d) ("head_dim") or 1/sqrt(num_heads) ("num_heads")."""
+        """The factor on Q K_down^T in Eq. 1: 1/sqrt(d) ("head_dim", d the width of the vectors multiplied: d // 2
+        after the connectivity projections) or 1/sqrt(num_heads) ("num_heads")."""
         return 1.0 / math.sqrt(head_dim if self.predictor_scale == "head_dim" else self.num_heads)
 
-    def down_projected_keys(self, k: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """K_down = W_down K per example and head: k [B, H, n, d] -> [B, H, n_down, d].
+    def project_queries_keys(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The predictor's own Q and K: q, k [B, H, n, d] as they are, or with ``connectivity_projections``
+        q P_q^T + b_q and k P_k^T + b_k [B, H, n, d // 2] (the same maps for every head)."""
+        if self.proj_c_q is None:
+            return q, k
+        return self.proj_c_q(q), self.proj_c_k(k)
 
-        Head h uses its own W_down[h] and example b its own columns (``positions[b]``): the matmul broadcasts
-        W_down [H, n_down, n] (or [B, H, n_down, n]) against k's [B, H] batch dimensions and sums over tokens only.
+    def down_projected_keys(self, k: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """K_down = W_down K per example and head: k [B, H, n, c] (the predictor's keys, after any projection)
+        -> [B, H, n_down, c].
+
+        Head h uses its own W_down[h] (or the layer's one W_down with ``basis="shared"``) and example b its own
+        columns (``positions[b]``): the matmul broadcasts W_down [G, n_down, n] (or [B, G, n_down, n], G = H or 1)
+        against k's [B, H] batch dimensions and sums over tokens only.
         """
-        w_down = self._columns(self.w_down, k.shape[-2], positions)  # [H, n_down, n] or [B, H, n_down, n]
-        return w_down @ k  # [B, H, n_down, d]
+        w_down = self._columns(self.w_down, k.shape[-2], positions)  # [G, n_down, n] or [B, G, n_down, n]
+        return w_down @ k  # [B, H, n_down, c]
 
     def low_rank_attention(self, q, k, positions: torch.Tensor | None = None) -> torch.Tensor:
         """A_down [B, H, n_q, n_down] (Eq. 1) from q, k [B, H, n, d], before sparsification. n_q = n - first_query:
         with ``cls_dense`` the CLS query gets no prediction."""
-        k_down = self.down_projected_keys(k, positions)  # [B, H, n_down, d]
-        queries = q[:, :, self.first_query:]  # [B, H, n_q, d]
+        q, k = self.project_queries_keys(q, k)  # [B, H, n, c], c = d or d // 2
+        k_down = self.down_projected_keys(k, positions)  # [B, H, n_down, c]
+        queries = q[:, :, self.first_query:]  # [B, H, n_q, c]
         return torch.softmax(queries @ k_down.transpose(-1, -2) * self.logit_scale(k.shape[-1]), dim=-1)
 
     def sparsify_coefficients(self, a_down: torch.Tensor) -> torch.Tensor:
@@ -184,7 +320,8 @@ class ConnectivityPredictor(nn.Module):
         return self.sparsify_coefficients(self.low_rank_attention(q, k, positions))
 
     def sparse_basis(self, n: int, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """W~_up [H, n_down, n] (or [B, H, n_down, n]): entries with |w| < up_prune pruned to exactly zero;
+        """W~_up [G, n_down, n] (or [B, G, n_down, n]; G = H, or 1 with a shared basis): entries with |w| < up_prune
+        pruned to exactly zero;
         with ``basis_threshold_abs`` the kept entries are |w| (the official code), else w."""
         w = self._columns(self.w_up, n, positions)
         if self.basis_threshold_abs:
@@ -205,7 +342,7 @@ class ConnectivityPredictor(nn.Module):
         ``coeff`` [B, H, n_q, n_down] as the predictor returns it (n_q = n - first_query)."""
         num_keys = coeff.shape[-2] + self.first_query
         basis = self.sparse_basis(num_keys, positions)
-        nnz_per_basis_row = (basis != 0).sum(-1).to(coeff.dtype)  # [(B,) H, n_down]
+        nnz_per_basis_row = (basis != 0).sum(-1).to(coeff.dtype)  # [(B,) G, n_down], G = H or 1 (shared)
         if nnz_per_basis_row.dim() == 2:
             nnz_per_basis_row = nnz_per_basis_row.unsqueeze(0)
         per_query = ((coeff != 0).to(coeff.dtype) * nnz_per_basis_row.unsqueeze(-2)).sum(-1)  # [B, H, n_q]
@@ -214,9 +351,9 @@ class ConnectivityPredictor(nn.Module):
     def connections(self, a_down: torch.Tensor, coeff: torch.Tensor, basis: torch.Tensor, k: int,
                     scores: torch.Tensor | None = None) -> torch.Tensor:
         """The top-k index [B, H, n_q, k] by the module docstring's rule, from A_down and A~_down [B, H, n_q, n_down]
-        and the basis W~_up [(B,) H, n_down, n]: the k largest S = A~_down W~_up, ties at the k-th place by
-        T = A_down W~_up, then by the lower token index (both summed by ``ranking_scores``). ``scores``: S when
-        the caller has it already (the bench times the two steps apart)."""
+        and the basis W~_up [(B,) G, n_down, n] (G = H, or 1 shared by the heads): the k largest S = A~_down W~_up,
+        ties at the k-th place by T = A_down W~_up, then by the lower token index (both summed by
+        ``ranking_scores``). ``scores``: S when the caller has it already (the bench times the two steps apart)."""
         if scores is None:
             scores = ranking_scores(coeff, basis)  # [B, H, n_q, n] float64
 
@@ -224,8 +361,9 @@ class ConnectivityPredictor(nn.Module):
             """T of the tied queries only: rows = (b, h, i) index tensors [R] -> [R, n], one ranking_scores call
             per basis (per head, or per example and head after token pruning) rather than a copy per row."""
             b, h, i = rows
-            bases = basis.reshape(-1, *basis.shape[-2:])  # [H or B * H, n_down, n]
-            which = h if basis.dim() == 3 else b * basis.shape[1] + h  # [R]: each row's basis
+            bases = basis.reshape(-1, *basis.shape[-2:])  # [G or B * G, n_down, n]
+            g = h if basis.shape[-3] > 1 else torch.zeros_like(h)  # each row's head's basis (0 when shared)
+            which = g if basis.dim() == 3 else b * basis.shape[-3] + g  # [R]: each row's basis
             out = torch.empty(len(i), basis.shape[-1], dtype=torch.float64, device=basis.device)
             for g in which.unique().tolist():
                 sel = (which == g).nonzero().squeeze(-1)
@@ -239,17 +377,22 @@ class ConnectivityPredictor(nn.Module):
         """Top-k connections per predicted query, from q, k [B, H, n, d]:
 
         {"index": [B, H, n_q, k] long, "coefficients": A~_down [B, H, n_q, n_down], "first_query": int}
-        (+ "scores": S [B, H, n_q, n], differentiable, in q's dtype), where row i is query ``first_query + i`` and
-        k = ceil(keep_rate * n). The index follows the ranking rule of the module docstring (``connections``).
+        (+ with ``with_scores``: "scores": S [B, H, n_q, n], differentiable, in q's dtype, and "phase1_scores":
+        what phase 1 distils, S itself or, with ``phase1_scores="raw"``, A_down W_up [B, H, n_q, n]), where row i
+        is query ``first_query + i`` and k = ceil(keep_rate * n). The index follows the ranking rule of the module
+        docstring (``connections``).
         """
         a_down = self.low_rank_attention(q, k, positions)  # [B, H, n_q, n_down]
         coeff = self.sparsify_coefficients(a_down)
-        basis = self.sparse_basis(k.shape[-2], positions)  # [(B,) H, n_down, n]
+        basis = self.sparse_basis(k.shape[-2], positions)  # [(B,) G, n_down, n]
         with torch.no_grad():
             index = self.connections(a_down, coeff, basis, num_connections(keep_rate, k.shape[-2]))
         out = {"index": index, "coefficients": coeff, "first_query": self.first_query}
         if with_scores:
             out["scores"] = coeff @ basis
+            out["phase1_scores"] = out["scores"]
+            if self.phase1_scores == "raw":
+                out["phase1_scores"] = a_down @ self._columns(self.w_up, k.shape[-2], positions)
         return out
 
 

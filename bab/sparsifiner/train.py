@@ -11,8 +11,11 @@ Eq. 8-10 are the Sparsifiner paper's; Eq. 4-6 the budgeted-attention paper's:
 - ``joint`` (phase 2): the backbone learns under sparse attention with CE + lambda_token * token MSE
   (Eq. 8) + lambda_kl * KL (Eq. 9) to the frozen dense teacher; the keep rate is drawn per batch from
   ``keep_rates`` so one checkpoint serves every keep rate at inference. The paper sets
-  lambda_attn = 0 here, so the predictor gets no gradient; we freeze it rather than let weight decay
-  alone shrink it.
+  lambda_attn = 0 here, so the predictor gets no gradient; by default we freeze it rather than let weight
+  decay alone shrink it. ``joint_predictor=True`` trains it with the backbone, as the paper's text says
+  ("we jointly train the backbone model and the connectivity mask predictor"): the loss gains
+  ``lambda_attn_joint`` * Eq. 10 against the dense teacher's attention (the paper's 0.0, which leaves the
+  predictor a zero gradient and AdamW's weight decay; raise it to let the predictor follow the backbone).
 - ``linformer``: the same recipe as ``joint`` with Linformer attention (Table 4: identical settings).
 - ``budgeted``: budgeted head gates on the same ViT, Eq. 5 with b ~ U[budget_min, 1] (``bab.core.losses``).
 - ``heads_hard``: hard top-k heads with a straight-through gradient to the soft gates (Eq. 4 and 6),
@@ -23,7 +26,7 @@ Eq. 8-10 are the Sparsifiner paper's; Eq. 4-6 the budgeted-attention paper's:
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -56,6 +59,9 @@ class ViTTrainConfig:
     lambda_cost: float = 0.0
     lambda_viol: float = 0.0
     gate_lr: float = 1e-2
+    # phase 2 (objective "joint"): train the predictors too (the paper's text), with this weight on Eq. 10
+    joint_predictor: bool = False
+    lambda_attn_joint: float = 0.0  # the paper's lambda_attn in phase 2
 
     def __post_init__(self):
         if self.objective not in VIT_OBJECTIVES:
@@ -68,9 +74,26 @@ class ViTTrainConfig:
         for rate in self.keep_rates:
             validate_keep_rate(rate)
         validate_budget(self.budget_min)
+        if not isinstance(self.joint_predictor, bool):
+            raise TypeError(f"joint_predictor must be True or False, got {self.joint_predictor!r}")
+        if self.lambda_attn_joint < 0:
+            raise ValueError(f"lambda_attn_joint must be >= 0 (the paper's phase 2 uses 0.0), got "
+                             f"{self.lambda_attn_joint}")
+        if self.objective != "joint" and (self.joint_predictor or self.lambda_attn_joint):
+            raise ValueError(f"joint_predictor and lambda_attn_joint are phase 2's (objective='joint'), not "
+                             f"{self.objective!r}'s: leave them at False and 0.0 here")
+        if self.lambda_attn_joint and not self.joint_predictor:
+            raise ValueError("lambda_attn_joint weighs the predictor's loss in phase 2, which only learns with "
+                             "joint_predictor=True: set it, or leave lambda_attn_joint at 0.0")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields (part of the run cache's key), without the phase-2 predictor fields at their defaults, so a
+        config that trains what it trained before they existed keeps its key."""
+        later = {f.name: f.default for f in fields(self) if f.name in JOINT_PREDICTOR_FIELDS}
+        return {name: value for name, value in asdict(self).items() if name not in later or value != later[name]}
+
+
+JOINT_PREDICTOR_FIELDS = ("joint_predictor", "lambda_attn_joint")  # added after runs were keyed on this config
 
 
 def trainable_parameters(model, config: ViTTrainConfig) -> list[dict]:
@@ -78,6 +101,8 @@ def trainable_parameters(model, config: ViTTrainConfig) -> list[dict]:
     named = list(model.named_parameters())
     if config.objective == "predictor":
         return [{"params": [p for n, p in named if n.startswith("predictors.")]}]
+    if config.objective == "joint" and config.joint_predictor:
+        return [{"params": [p for n, p in named if not n.startswith("gates.")]}]
     if config.objective in ("joint", "linformer"):
         return [{"params": [p for n, p in named if not n.startswith(("predictors.", "gates."))]}]
     if config.objective in ("budgeted", "heads_hard"):
@@ -140,7 +165,8 @@ def _step(model, teacher, pixels, labels, config: ViTTrainConfig, rng: random.Ra
         out = model(pixels, attention="dense", with_predictor=True)
         # the teacher's rows of the predicted queries (all, or all but CLS with cls_dense, as the official code)
         teacher_rows = [layer["probs"][:, :, layer["first_query"]:] for layer in out.layers]
-        loss = config.lambda_attn * attention_distillation_loss([layer["scores"] for layer in out.layers],
+        # S = A~_down W~_up, or A_down W_up with phase1_scores="raw" (bab.sparsifiner.predictor)
+        loss = config.lambda_attn * attention_distillation_loss([layer["phase1_scores"] for layer in out.layers],
                                                                 teacher_rows)
         if config.lambda_spa:
             loss = loss + config.lambda_spa * torch.stack([p.w_up.pow(2).mean() for p in model.predictors]).mean()
@@ -150,8 +176,10 @@ def _step(model, teacher, pixels, labels, config: ViTTrainConfig, rng: random.Ra
         out = model(pixels, budget=budget, head_mode="soft")
         cost = model.gates(budget).mean()
         return out, budget_loss(out.logits, labels, cost, budget, config.lambda_cost, config.lambda_viol)
+    joint_predictor = config.objective == "joint" and config.joint_predictor
     with torch.no_grad():
-        target = teacher(pixels)
+        # the teacher's attention probabilities too when phase 2 distils the predictor's scores to them (Eq. 10)
+        target = teacher(pixels, return_internals=joint_predictor)
     if config.objective == "heads_hard":
         out = model(pixels, budget=rng.uniform(config.budget_min, 1.0), head_mode="hard")
         return out, F.cross_entropy(out.logits, labels) + config.lambda_kl * kl_distillation_loss(out.logits,
@@ -159,10 +187,17 @@ def _step(model, teacher, pixels, labels, config: ViTTrainConfig, rng: random.Ra
     # joint / linformer: CE + token MSE + KL to the dense teacher
     if config.objective == "joint":
         # the masked path is numerically equal to the gathered one and faster for short training sequences
-        out = model(pixels, attention="masked", keep_rate=rng.choice(config.keep_rates))
+        out = model(pixels, attention="masked", keep_rate=rng.choice(config.keep_rates),
+                    with_predictor=joint_predictor)
     else:
         out = model(pixels, attention="linformer")
     loss = (F.cross_entropy(out.logits, labels)
             + config.lambda_token * token_distillation_loss(out.tokens, target.tokens)
             + config.lambda_kl * kl_distillation_loss(out.logits, target.logits))
+    if joint_predictor:
+        # Eq. 10 on S = A~_down W~_up, weighted even at the paper's 0.0: the predictors then get a zero gradient
+        # rather than none, so AdamW's weight decay still applies to them, as in training them jointly
+        teacher_rows = [t["probs"][:, :, s["first_query"]:] for s, t in zip(out.layers, target.layers, strict=True)]
+        loss = loss + config.lambda_attn_joint * attention_distillation_loss(
+            [layer["scores"] for layer in out.layers], teacher_rows)
     return out, loss

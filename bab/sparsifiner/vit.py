@@ -28,10 +28,10 @@ from bab.sparsifiner.attention import CORES_WITHOUT_PROBS, PREDICTOR_CORES, Core
 from bab.sparsifiner.linformer import LinformerProjection
 from bab.sparsifiner.predictor import (
     SPARSE_KERNELS,
-    ConnectivityPredictor,
+    ConnectivityConfig,
     dense_attention_macs,
     validate_keep_rate,
-    validate_predictor_options,
+    without_later_defaults,
 )
 from bab.sparsifiner.token_pruning import prune_tokens, validate_token_keep
 
@@ -60,6 +60,9 @@ class ViTClassifierConfig:
     top_m: int = 8  # coefficients kept per query with coefficients="topm" (official default 8)
     basis_threshold_abs: bool = False  # True: basis |W_up| * 1[|W_up| >= up_prune] (official), else W_up * 1[...]
     predictor_scale: str = "head_dim"  # A_down's logits times 1/sqrt(d) ("head_dim") or 1/sqrt(H) ("num_heads")
+    basis: str = "per_head"  # one W_down / W_up per head, or "shared" by the heads of a layer (official)
+    connectivity_projections: bool = False  # learned d -> d/2 maps of q and k before A_down (official)
+    phase1_scores: str = "sparse"  # phase 1 distils A~_down W~_up, or "raw" A_down W_up (official)
     linformer_len: int | None = None  # attach Linformer projections of this length to every layer
     gates: str | None = None  # None or "budget" (BudgetGates over layers x heads)
 
@@ -70,12 +73,23 @@ class ViTClassifierConfig:
             raise ValueError(f"hidden_size {self.hidden_size} must be divisible by num_heads {self.num_heads}")
         if self.gates not in (None, "budget"):
             raise ValueError(f"gates must be None or 'budget', got {self.gates!r}")
-        validate_predictor_options(**self.predictor_options(), tau=self.tau, up_prune=self.up_prune)
+        connectivity = self.connectivity()  # validates the predictor fields
+        if connectivity.connectivity_projections and self.hidden_size // self.num_heads < 2:
+            raise ValueError(f"connectivity_projections map each head's width d to d // 2, so they need d >= 2; "
+                             f"hidden_size {self.hidden_size} / num_heads {self.num_heads} gives "
+                             f"{self.hidden_size // self.num_heads}: widen the model or turn them off")
 
     def predictor_options(self) -> dict:
         """The ConnectivityPredictor keyword arguments besides num_heads, max_tokens, tau and up_prune."""
         return dict(n_down=self.n_down, cls_dense=self.cls_dense, coefficients=self.coefficients, top_m=self.top_m,
-                    basis_threshold_abs=self.basis_threshold_abs, predictor_scale=self.predictor_scale)
+                    basis_threshold_abs=self.basis_threshold_abs, predictor_scale=self.predictor_scale,
+                    basis=self.basis, connectivity_projections=self.connectivity_projections,
+                    phase1_scores=self.phase1_scores)
+
+    def connectivity(self) -> ConnectivityConfig:
+        """The predictor fields as a ``ConnectivityConfig`` (each layer's predictor is built from it). The other way
+        round: ``ViTClassifierConfig(..., predictor=True, **ConnectivityConfig.official(n_down=8).to_dict())``."""
+        return ConnectivityConfig(tau=self.tau, up_prune=self.up_prune, **self.predictor_options())
 
     @property
     def num_tokens(self) -> int:
@@ -83,7 +97,9 @@ class ViTClassifierConfig:
         return (self.image_size // self.patch_size) ** 2 + 1
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields (the run cache's key of a ViT), without the predictor options added later when they hold
+        their defaults (``bab.sparsifiner.predictor.LATER_OPTION_DEFAULTS``), so default configs keep their keys."""
+        return without_later_defaults(asdict(self))
 
     def hf_config(self) -> ViTConfig:
         return ViTConfig(
@@ -188,8 +204,9 @@ class ViTClassifier(nn.Module):
         self.config = config
         self.hf = hf_model if hf_model is not None else ViTForImageClassification(config.hf_config())
         n, L, H = config.num_tokens, config.num_layers, config.num_heads
-        self.predictors = (nn.ModuleList([ConnectivityPredictor(H, n, tau=config.tau, up_prune=config.up_prune,
-                                                                **config.predictor_options()) for _ in range(L)])
+        connectivity = config.connectivity()
+        self.predictors = (nn.ModuleList([connectivity.build(H, n, head_dim=config.hidden_size // H)
+                                          for _ in range(L)])
                            if config.predictor else None)
         self.linformer = (nn.ModuleList([LinformerProjection(n, config.linformer_len) for _ in range(L)])
                           if config.linformer_len else None)
