@@ -449,7 +449,9 @@ for kind, v in verdicts_by_weights.items():
                   f"; it breaks at {v['breaks_at']:.1%} pruned ({', '.join(v['breaks_on'])} outside)")
         print(f"zero-shot claim ({kind} weights): every task within dense's 95% interval up to {v['held_at']:.1%} "
               f"pruned (gamma={v['gamma']:g}){breaks}; {P.target_pruned:.0%} holds: {v['target_holds']}")
-print(f"at the largest fraction that holds ({weights} weights, gamma={held_gamma:g}, {held_row.fraction_pruned:.1%} "
+where = ("at the largest fraction that holds" if verdict["gamma"] is not None else
+         "nothing holds; for reference, at the least-pruned model")
+print(f"{where} ({weights} weights, gamma={held_gamma:g}, {held_row.fraction_pruned:.1%} "
       f"pruned on Austen): perplexity {held_row['perplexity / dense']:.3f}x dense; generation at a "
       f"{P.notebook_bench[0]}-token prompt: decode {speed.throughput_ratio:.2f}x, end to end {speed.end_to_end_ratio:.2f}x "
       f"dense (analytic decode limit {speed.decode_limit:.2f}x), KV cache {speed.memory_ratio:.2f}x smaller")

@@ -82,7 +82,11 @@ class GPT2Config:
         return HFConfig(**fields, bos_token_id=self.vocab_size - 1, eos_token_id=self.vocab_size - 1)
 
     def to_dict(self) -> dict:
-        return asdict(self)  # the pruning config too, as a nested dict
+        """Every field, the pruning config's as its own ``to_dict`` gives them (the run-cache key hashes this)."""
+        fields = asdict(self)
+        if self.pruning is not None:
+            fields["pruning"] = self.pruning.to_dict()
+        return fields
 
 
 class Conv1D(nn.Module):

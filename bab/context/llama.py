@@ -91,7 +91,11 @@ class LlamaDecoderConfig:
         return LlamaConfig(**fields, rope_parameters={"rope_type": "default", "rope_theta": self.rope_theta})
 
     def to_dict(self) -> dict:
-        return asdict(self)  # the pruning config too, as a nested dict
+        """Every field, the pruning config's as its own ``to_dict`` gives them (the run-cache key hashes this)."""
+        fields = asdict(self)
+        if self.pruning is not None:
+            fields["pruning"] = self.pruning.to_dict()
+        return fields
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

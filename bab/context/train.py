@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from bab.context.interaction import SPARSITY_NORMALISATIONS, cosine_alpha
 from bab.core.budget import validate_budget
 from bab.core.losses import budget_loss, context_pruning_loss
+from bab.core.runs import without_added_defaults
 from bab.core.training import Checkpointer, Objective, SampledBatches, TrainResult, run_training, warmup_cosine
 
 LM_OBJECTIVES = ("lm", "context_pruning", "budget_context")
@@ -89,8 +90,9 @@ class LMTrainConfig:
                              "objective never uses; use objective 'context_pruning' or 'budget_context'")
 
     def to_dict(self) -> dict:
-        """Every field (the run-cache key hashes them all)."""
-        return asdict(self)
+        """Every field (the run-cache key hashes them all), but ``sparsity_normalisation`` at its default: runs
+        cached before the option existed keep their keys."""
+        return without_added_defaults(asdict(self), {"sparsity_normalisation": "causal_pairs"})
 
 
 def random_batch(ids: torch.Tensor, batch_size: int, context: int, generator: torch.Generator):

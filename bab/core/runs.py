@@ -108,6 +108,14 @@ def canonical(config) -> str:
         ) from exc
 
 
+def without_added_defaults(fields: dict, added: dict) -> dict:
+    """``fields`` (a config's asdict) without the options in ``added`` ({name: default}) that hold their default.
+
+    For options added to a config after runs were cached under it: at the default they compute what the config
+    computed before they existed, so leaving them out keeps those runs' cache keys."""
+    return {name: value for name, value in fields.items() if not (name in added and value == added[name])}
+
+
 def config_key(config) -> str:
     return hashlib.sha256(canonical(config).encode()).hexdigest()[:20]
 

@@ -75,6 +75,7 @@ import torch
 from torch import nn
 
 from bab.core.budget import validate_fraction
+from bab.core.runs import without_added_defaults
 
 
 def validate_keep_rate(keep_rate) -> float:
@@ -142,8 +143,7 @@ LATER_OPTION_DEFAULTS = {"basis": "per_head", "connectivity_projections": False,
 
 def without_later_defaults(fields: dict) -> dict:
     """``fields`` without the options of ``LATER_OPTION_DEFAULTS`` that hold their default value."""
-    return {name: value for name, value in fields.items()
-            if not (name in LATER_OPTION_DEFAULTS and value == LATER_OPTION_DEFAULTS[name])}
+    return without_added_defaults(fields, LATER_OPTION_DEFAULTS)
 
 
 @dataclass(frozen=True)

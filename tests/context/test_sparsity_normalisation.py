@@ -126,3 +126,16 @@ def test_official_initial_values():
     # ours keeps the bias terms (zero at the start)
     ours = ContextInteraction(16, PruningConfig())
     assert ours.query.bias is not None and not ours.query.bias.any()
+
+
+def test_options_added_later_leave_default_cache_keys_unchanged():
+    """At their defaults the new options are left out of the dicts the run cache hashes (runs cached before they
+    existed keep their keys); set, they are in."""
+    assert "interaction_bias" not in PruningConfig().to_dict()
+    assert PruningConfig.official().to_dict()["interaction_bias"] is False
+    assert "sparsity_normalisation" not in LMTrainConfig().to_dict()
+    assert LMTrainConfig(objective="context_pruning", sparsity_normalisation="official").to_dict()[
+        "sparsity_normalisation"] == "official"
+    for pruning in (PruningConfig(), PruningConfig.official()):  # nested in the decoder's config as well
+        config = GPT2Config(vocab_size=40, n_positions=32, n_embd=16, n_layer=2, n_head=2, pruning=pruning)
+        assert config.to_dict()["pruning"] == pruning.to_dict()
