@@ -113,3 +113,32 @@ def test_pretrained_tokenizer_must_be_passed_and_texts_are_named(tiny_study):
         load_lm_data(LMDataConfig(tokenizer="pretrained"))
     with pytest.raises(ValueError, match="text must be one of"):
         tiny_study().eval_ids("shakespeare")
+
+
+def test_full_fine_tune_its_frozen_twin_and_the_official_initial_values(tiny_study):
+    study = tiny_study()
+    with pytest.raises(ValueError, match="no frozen twin"):
+        study.pruned(1.0, frozen=True)
+    frozen_train = study.profile.finetune
+    profile = replace(study.profile, finetune=replace(frozen_train, freeze_pretrained=False,
+                                                      sparsity_normalisation="official"),
+                      frozen_finetune=replace(frozen_train, sparsity_normalisation="official"),
+                      interaction_init="official")
+    record = PretrainedContextStudy(profile, cache=study.cache, progress=False)
+    dense, _ = record.dense()
+    full, _ = record.pruned(1.0)
+    twin, twin_metrics = record.pruned(1.0, frozen=True)
+    pretrained = {k: v for k, v in dense.state_dict().items()}
+    changed = [k for k, v in pretrained.items() if not torch.equal(full.state_dict()[k], v)]
+    assert changed  # the full fine-tune moves the pretrained weights
+    assert all(torch.equal(twin.state_dict()[k], v) for k, v in pretrained.items())  # the twin does not
+    assert run_of(twin)["run"] != run_of(full)["run"] and twin_metrics["cached"] is False
+    # the official initial values: no bias terms in the interaction query/key projections
+    interaction = full.blocks[0].attention.interaction
+    assert interaction.query.bias is None and interaction.key.bias is None
+    # the ablation against the profile's initial values is its own run with bias terms
+    ours, _ = record.pruned(1.0, interaction_init="ours")
+    assert ours.blocks[0].attention.interaction.query.bias is not None
+    assert run_of(ours)["run"] not in (run_of(full)["run"], run_of(twin)["run"])
+    with pytest.raises(ValueError, match="frozen_finetune must have freeze_pretrained=True"):
+        replace(profile, frozen_finetune=profile.finetune)
