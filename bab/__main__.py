@@ -365,6 +365,8 @@ def _add_train_decoder(sub) -> None:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--gamma", type=float, help="the per-gamma specialist with this gamma (one of the profile's)")
     which.add_argument("--budgeted", action="store_true", help="the budget-conditioned fine-tune")
+    which.add_argument("--dense", action="store_true",
+                       help="the dense fine-tune (same protocol, no pruning): the like-for-like reference")
     p.add_argument("--frozen", action="store_true", help="with --gamma: the frozen twin (pretrained weights fixed)")
     p.set_defaults(run=_train_decoder, errors=(ValueError, FileNotFoundError, OSError))
 
@@ -382,8 +384,15 @@ def _train_decoder(args) -> int:
         raise ValueError("--frozen goes with --gamma (the budget-conditioned fine-tune has no frozen twin)")
     threads = set_threads()  # part of the run's cache key: train with the thread count the notebook will use
     study = PretrainedContextStudy(profile, progress=True)
-    _, metrics = study.budget_conditioned() if args.budgeted else study.pruned(args.gamma, frozen=args.frozen)
-    what = "budget-conditioned" if args.budgeted else f"gamma={args.gamma:g}{' (frozen)' if args.frozen else ''}"
+    if args.frozen and args.dense:
+        raise ValueError("--frozen goes with --gamma (a frozen dense fine-tune would train nothing)")
+    if args.budgeted:
+        (_, metrics), what = study.budget_conditioned(), "budget-conditioned"
+    elif args.dense:
+        (_, metrics), what = study.dense_fine_tuned(), "dense fine-tune"
+    else:
+        (_, metrics), what = (study.pruned(args.gamma, frozen=args.frozen),
+                              f"gamma={args.gamma:g}{' (frozen)' if args.frozen else ''}")
     seconds = metrics.get("train_seconds")
     print(f"{what}, profile {profile.name}, {threads} thread(s): "
           f"{'from the run cache' if metrics.get('cached') else 'trained'}"

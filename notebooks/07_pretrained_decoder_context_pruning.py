@@ -38,8 +38,8 @@
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these; see run_all.sh)
-# smoke: CI, a few minutes; quick: the default report, ~15 min on 1 thread; paper: the record, full fine-tunes
-# (~1.8 h each on 1 thread, trained beforehand with python -m bab train decoder) and ~2 h of evaluation
+# smoke: CI, a few minutes; quick: the default report, ~16 min on 1 thread; paper: the record, full fine-tunes
+# (~1.3 h each on 1 thread, trained beforehand with python -m bab train decoder) and ~2 h of evaluation
 profile = "smoke"
 results_path = None  # where the report wants this notebook's result rows (JSON); None: don't write
 interactive = None  # unused here (no widget); the report passes it to every notebook
@@ -135,6 +135,16 @@ print("training hours per gamma (summed over resumed sittings):",
 
 # %%
 if twins:
+    # the like-for-like dense reference: the same fine-tune without interactions, so that adapting to Austen is
+    # not read as a gain from pruning
+    dense_ft, dense_ft_metrics = study.dense_fine_tuned()
+    dense_ft_eval = {text: study.evaluate(dense_ft, prune=False, text=text) for text in study.texts}
+    print("dense fine-tune (same protocol, no pruning): perplexity "
+          + ", ".join(f"{t} {r['perplexity']:.2f} (pretrained {dense_eval[t]['perplexity']:.2f})"
+                      for t, r in dense_ft_eval.items())
+          + f"; {dense_ft_metrics['train_seconds'] / 3600:.2f} h of training")
+    learned["perplexity / dense fine-tune"] = learned.perplexity / learned.text.map(
+        lambda t: dense_ft_eval[t]["perplexity"])
     frozen = pd.DataFrame(twin_rows)
     frozen["perplexity / dense"] = frozen.perplexity / frozen.text.map(lambda t: dense_eval[t]["perplexity"])
     both = pd.concat([learned.assign(weights="fine-tuned"), frozen.assign(weights="frozen")], ignore_index=True)
@@ -142,8 +152,10 @@ if twins:
                              values=["fraction_pruned", "perplexity / dense"]).round(3))
     print("frozen-twin training hours:", {g: round(h, 2) for g, h in frozen.groupby("gamma")["train h"].first().items()})
 else:
+    dense_ft = None
     frozen = pd.DataFrame(columns=learned.columns)
-    print(f"profile {P.name}: the specialists are frozen already; no twin")
+    print(f"profile {P.name}: the specialists are frozen already; no twin, and the pretrained decoder is the dense "
+          "reference")
 
 # %% [markdown]
 # ## The static baselines at equal sparsity
@@ -221,6 +233,9 @@ for text in study.texts:
 dense_zero_shot = study.zero_shot(dense, prune=False)
 zs_rows = [{"weights": "pretrained", "gamma": 0.0, "fraction_pruned": 0.0, "task": task, **r}
            for task, r in dense_zero_shot.items()]
+if dense_ft is not None:
+    zs_rows += [{"weights": "dense fine-tuned", "gamma": 0.0, "fraction_pruned": 0.0, "task": task, **r}
+                for task, r in study.zero_shot(dense_ft, prune=False).items()]
 evaluated = [(weights, specialists, learned)] + ([("frozen", twins, frozen)] if twins else [])
 for kind, models, table in evaluated:
     for gamma, model in models.items():
@@ -242,7 +257,8 @@ plt.show()
 # %%
 # NBVAL_CHECK_OUTPUT
 print(f"zero-shot tasks: {sorted(dense_zero_shot)}; rows per task: "
-      f"{int(zero_shot_table.groupby('task').size().iloc[0])} = dense + {len(zs_rows) // 3 - 1} pruned models")
+      f"{int(zero_shot_table.groupby('task').size().iloc[0])} = {1 + (dense_ft is not None)} dense + "
+      f"{int((zero_shot_table.gamma > 0).sum()) // 3} pruned models")
 
 # %% [markdown]
 # ## The paper's claim, computed
@@ -254,13 +270,21 @@ print(f"zero-shot tasks: {sorted(dense_zero_shot)}; rows per task: "
 # (`bab.experiments.pretrained_context.claim_verdict`).
 
 # %%
-held = zero_shot_held(
-    [{"weights": r.weights, "gamma": r.gamma, "task": r.task, "accuracy": r.accuracy,
-      "fraction_pruned": r.fraction_pruned} for r in zero_shot_table[zero_shot_table.weights != "pretrained"].itertuples()],
-    {r.task: {"ci_low": r.ci_low, "ci_high": r.ci_high}
-     for r in zero_shot_table[zero_shot_table.weights == "pretrained"].itertuples()})
+pruned_points = [{"weights": r.weights, "gamma": r.gamma, "task": r.task, "accuracy": r.accuracy,
+                  "fraction_pruned": r.fraction_pruned} for r in zero_shot_table[zero_shot_table.gamma > 0].itertuples()]
+
+
+def interval_of(reference):
+    rows = zero_shot_table[zero_shot_table.weights == reference]
+    return {r.task: {"ci_low": r.ci_low, "ci_high": r.ci_high} for r in rows.itertuples()}
+
+
+held = zero_shot_held(pruned_points, interval_of("pretrained"))
 display(pd.DataFrame(held))
 verdicts_by_weights = {kind: claim_verdict(held, kind, P.target_pruned) for kind, *_ in evaluated}
+if dense_ft is not None:  # like for like: the fine-tunes against the dense fine-tune's intervals
+    held_ft = zero_shot_held([p for p in pruned_points if p["weights"] == weights], interval_of("dense fine-tuned"))
+    verdicts_by_weights[f"{weights}, against the dense fine-tune"] = claim_verdict(held_ft, weights, P.target_pruned)
 verdict = verdicts_by_weights[weights]
 held_gamma = verdict["gamma"] if verdict["gamma"] is not None else min(P.gammas)
 held_model = specialists[held_gamma]
@@ -408,7 +432,8 @@ if ablation is not None:
     r = ablation[(ablation.text == "austen") & ablation["initial values"].str.startswith("official")].iloc[0]
     result_rows.append(study.result_row(M.init_ablation, None, dict(r), settings={"gamma": gamma80},
                                         models=official_model))
-zs_models = {("pretrained", 0.0): dense, **{(weights, g): m for g, m in specialists.items()},
+zs_models = {("pretrained", 0.0): dense, ("dense fine-tuned", 0.0): dense_ft,
+             **{(weights, g): m for g, m in specialists.items()},
              **{("frozen", g): m for g, m in twins.items()}}
 for r in zero_shot_table.itertuples():
     result_rows.append(study.result_row(
@@ -441,13 +466,14 @@ print(f"punctuation and stop words dropped first (Austen / wiki): {claim['austen
 print(f"budget-conditioned checkpoint delivers every budget in {list(P.budgets)} within 0.05: {bool(miss <= 0.05)} "
       f"(largest miss {miss:.3f} calibrated, {raw_miss:.3f} raw)")
 for kind, v in verdicts_by_weights.items():
+    kind = kind if "against" in kind else f"{kind} weights"
     if v["held_at"] is None:
-        print(f"zero-shot claim ({kind} weights): no pruned model keeps every task within dense's 95% interval; "
+        print(f"zero-shot claim ({kind}): no pruned model keeps every task within dense's 95% interval; "
               f"the first break is at {v['breaks_at']:.1%} pruned ({', '.join(v['breaks_on'])})")
     else:
         breaks = ("; no tested fraction breaks it" if v["breaks_at"] is None else
                   f"; it breaks at {v['breaks_at']:.1%} pruned ({', '.join(v['breaks_on'])} outside)")
-        print(f"zero-shot claim ({kind} weights): every task within dense's 95% interval up to {v['held_at']:.1%} "
+        print(f"zero-shot claim ({kind}): every task within dense's 95% interval up to {v['held_at']:.1%} "
               f"pruned (gamma={v['gamma']:g}){breaks}; {P.target_pruned:.0%} holds: {v['target_holds']}")
 where = ("at the largest fraction that holds" if verdict["gamma"] is not None else
          "nothing holds; for reference, at the least-pruned model")

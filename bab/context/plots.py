@@ -80,7 +80,7 @@ def zero_shot_plot(table: pd.DataFrame, title: str = "Zero-shot accuracy vs frac
         for weights, group in rows[rows.weights != "pretrained"].groupby("weights", sort=False):
             g = group.sort_values("fraction_pruned")
             ax.errorbar(g.fraction_pruned, g.accuracy, yerr=[g.accuracy - g.ci_low, g.ci_high - g.accuracy],
-                        fmt="o-", capsize=3, label=f"{weights} weights")
+                        fmt="o-", capsize=3, label=weights if weights.startswith("dense") else f"{weights} weights")
         if pd.notna(dense.get("chance", float("nan"))):
             ax.axhline(dense.chance, color="tab:red", ls="--", lw=0.8, label="chance")
         ax.set_xlabel("fraction of context pruned (held-out Austen)")

@@ -144,9 +144,11 @@ PRETRAINED_CONTEXT_PRUNING = {
     ),
     # The record profile: the paper fine-tunes the whole decoder, and so does this, on 512-token windows, with the
     # official code's sparsity normalisation (gamma means what its sparsity_loss_weight means; its default is 0.3)
-    # and its initial values. Sized to the machine: 300 steps of 2 x 512 tokens (307 k tokens) take ~20 s a step on
-    # one thread, ~1.7 h per gamma (the frozen twin ~0.8 h); each gamma is its own cached, resumable run
-    # (python -m bab train decoder --profile paper --gamma G [--frozen]), so they train one at a time, in any order.
+    # and its initial values. Sized to the machine: 300 steps of 2 x 512 tokens (307 k tokens) per gamma; gamma = 3
+    # took 4,830 s (1.34 h) on one thread beside other work (the frozen twin takes about half a full step's time).
+    # Each gamma, its frozen twin, the dense fine-tune and the budget-conditioned run is its own cached, resumable
+    # run (python -m bab train decoder --profile paper --gamma G [--frozen] | --dense | --budgeted), so they train
+    # one at a time, in any order, two at once on two cores with BAB_THREADS=1.
     "paper": PretrainedContextProfile(
         name="paper",
         data=_DATA,
@@ -300,7 +302,7 @@ class PretrainedContextStudy(DecoderStudy):
     def data_lineage(self) -> dict:
         return self.profile.data.to_dict()
 
-    def _fine_tune(self, run_name: str, pruning: PruningConfig, train_config: LMTrainConfig):
+    def _fine_tune(self, run_name: str, pruning: PruningConfig | None, train_config: LMTrainConfig):
         """The pretrained weights plus fresh interaction modules of ``pruning``, fine-tuned under ``train_config``.
         With ``freeze_pretrained`` only the interaction modules are cached; the pretrained weights are copied in
         on every call."""
@@ -318,6 +320,16 @@ class PretrainedContextStudy(DecoderStudy):
                                             decoder=info["source"])
         # with frozen weights the run cache holds the interactions alone: result rows name their run
         return tag_as(built["model"], cached).eval(), metrics
+
+    def dense_fine_tuned(self):
+        """The like-for-like dense reference where the profile fine-tunes the whole decoder: the same steps on the
+        same text with the plain next-token loss and no interactions. Without it, a pruned fine-tune's gain from
+        adapting to the text (Austen) would read as a gain from pruning."""
+        if self.profile.finetune.freeze_pretrained:
+            raise ValueError(f"profile {self.profile.name!r} freezes the pretrained weights: its dense reference is "
+                             "the pretrained decoder itself (dense()), there is nothing to fine-tune")
+        train_config = replace(self.profile.finetune, objective="lm", gamma=0.0, sparsity_normalisation="causal_pairs")
+        return self._fine_tune("dense-finetune", None, train_config)
 
     def pruned(self, gamma: float, frozen: bool = False, interaction_init: str | None = None):
         """A per-gamma specialist: pretrained weights + interactions fine-tuned with CE + gamma * keep mass.

@@ -384,7 +384,7 @@ class ZeroShotHeld(Claim):
         mine = [row for row in rows if row.get("experiment") == self.method.experiment
                 and row.get("method") == self.method.name and row.get("accuracy") is not None]
         dense = {row["settings"]["task"]: {"ci_low": row["accuracy_low"], "ci_high": row["accuracy_high"]}
-                 for row in mine if row["settings"]["gamma"] == 0}
+                 for row in mine if row["settings"]["gamma"] == 0 and row["settings"]["weights"] == "pretrained"}
         present = {row["settings"]["weights"] for row in mine if row["settings"]["gamma"] != 0}
         weights = next((w for w in self.weights if w in present), None)
         if not dense or weights is None:

@@ -142,3 +142,10 @@ def test_full_fine_tune_its_frozen_twin_and_the_official_initial_values(tiny_stu
     assert run_of(ours)["run"] not in (run_of(full)["run"], run_of(twin)["run"])
     with pytest.raises(ValueError, match="frozen_finetune must have freeze_pretrained=True"):
         replace(profile, frozen_finetune=profile.finetune)
+    # the like-for-like dense reference: the same fine-tune without interactions
+    dense_ft, _ = record.dense_fine_tuned()
+    assert not dense_ft.prunes
+    assert any(not torch.equal(dense_ft.state_dict()[k], v) for k, v in pretrained.items())
+    assert run_of(dense_ft)["run"] not in (run_of(full)["run"], run_of(twin)["run"])
+    with pytest.raises(ValueError, match="nothing to fine-tune"):
+        study.dense_fine_tuned()

@@ -263,6 +263,13 @@ def test_zero_shot_claim_is_reproduced_at_80_percent_and_not_when_nothing_holds(
     assert claim("dcp-zero-shot").judge(_PRUNED_ZS).status == "not run"  # no dense rows
 
 
+def test_zero_shot_claim_judges_against_the_pretrained_dense_rows_only():
+    # a dense fine-tune (gamma 0, other weights) with a narrow interval must not replace the pretrained one's
+    narrow = [_zero_shot(t, "dense fine-tuned", 0.0, 70.0, 1.0, 69.0, 71.0) for t in ("cloze", "ending")]
+    assert claim("dcp-zero-shot").judge(_DENSE_ZS + narrow + _PRUNED_ZS).ours == pytest.approx(0.6)
+    assert claim("dcp-zero-shot").judge(narrow + _DENSE_ZS + _PRUNED_ZS).ours == pytest.approx(0.6)
+
+
 def test_zero_shot_claim_falls_back_to_frozen_weights_and_says_so():
     frozen = [r | {"settings": {**r["settings"], "weights": "frozen"}} for r in _PRUNED_ZS]
     assert "frozen weights" in claim("dcp-zero-shot").judge(_DENSE_ZS + frozen).why
