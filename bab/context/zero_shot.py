@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import random
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -65,9 +65,6 @@ class ZeroShotConfig:
             low, high = getattr(self, name)
             if not 1 <= low <= high:
                 raise ValueError(f"{name} must be (min, max) with 1 <= min <= max, got {(low, high)}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
