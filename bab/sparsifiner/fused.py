@@ -25,8 +25,10 @@ the same arithmetic, so the index sets are the torch path's bit for bit:
    coefficients all fall below tau, or a keep rate above the candidates' share) takes T for most keys.
 
 No sort of the n keys: the k-th largest float is found by bisection on the bits of the floats (counting passes
-that vectorize; every 8 bits only the values sharing the prefix found so far are kept), and a tied group by
-``std::nth_element``.
+that vectorize), starting below the leading bits that all values share (their smallest and largest agree there;
+one row's scores mostly share sign and exponent); every 4 bits only the values sharing the prefix found so far
+are kept. The candidates are found in one pass that rounds S to float and keeps the positive ones with their
+rounded values, which the k-th search then reads in sequence. A tied group is split by ``std::nth_element``.
 
 Then per query: scores q . k_j / sqrt(d) over its k keys, softmax (a vectorizable exp), weighted sum of
 v_j; the CLS query with ``cls_dense`` attends to every key (and gets no prediction). The other options:

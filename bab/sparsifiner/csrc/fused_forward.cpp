@@ -62,41 +62,78 @@ inline int count_at_least_u(const uint32_t* u, int c, uint32_t t) {
   return count;
 }
 
+// The smallest and the largest of u[0..c) (c >= 1).
+inline void min_max_u(const uint32_t* u, int c, uint32_t& low, uint32_t& high) {
+  low = high = u[0];
+  int i = 0;
+#ifdef __AVX512F__
+  if (c >= 16) {
+    __m512i lo = _mm512_loadu_si512(u), hi = lo;
+    for (i = 16; i + 16 <= c; i += 16) {
+      const __m512i x = _mm512_loadu_si512(u + i);
+      lo = _mm512_min_epu32(lo, x);
+      hi = _mm512_max_epu32(hi, x);
+    }
+    low = _mm512_reduce_min_epu32(lo);
+    high = _mm512_reduce_max_epu32(hi);
+  }
+#endif
+  for (; i < c; ++i) {
+    low = std::min(low, u[i]);
+    high = std::max(high, u[i]);
+  }
+}
+
+// Keeps the values of u[0..c) in [low, high] (in place, order kept); returns how many, and in `above` how many
+// were larger than high.
+int keep_between(uint32_t* u, int c, uint32_t low, uint32_t high, int& above) {
+  int kept = 0;
+  above = 0;
+#ifdef __AVX512F__
+  const __m512i lo = _mm512_set1_epi32(static_cast<int>(low)), hi = _mm512_set1_epi32(static_cast<int>(high));
+  for (int i = 0; i < c; i += 16) {  // in place: kept <= i, so a store never overtakes the loads
+    const __m512i x = _mm512_loadu_si512(u + i);
+    // lanes past c hold padding zeros, which low = 0 would keep
+    const __mmask16 valid = c - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (c - i)) - 1);
+    const __mmask16 over = _mm512_cmpgt_epu32_mask(x, hi) & valid;
+    const __mmask16 keep = _mm512_cmpge_epu32_mask(x, lo) & valid & static_cast<__mmask16>(~over);
+    _mm512_storeu_si512(u + kept, _mm512_maskz_compress_epi32(keep, x));
+    kept += __builtin_popcount(keep);
+    above += __builtin_popcount(over);
+  }
+#else
+  for (int i = 0; i < c; ++i) {
+    const uint32_t x = u[i];
+    u[kept] = x;
+    kept += (x >= low && x <= high) ? 1 : 0;
+    above += x > high ? 1 : 0;
+  }
+#endif
+  return kept;
+}
+
 // The k-th largest of u[0..c) (1 <= k <= c; u has c + kPad room and is overwritten), exactly: the largest T with
-// count(u >= T) >= k, fixed bit by bit from the top by counting passes that vectorize. After every 8 bits
-// only the values sharing T's prefix are kept (the larger ones counted), so later passes read few vectors.
+// count(u >= T) >= k, fixed bit by bit from the top by counting passes that vectorize. The bits above the
+// highest one where the smallest and the largest value differ are T's already (scores of one row mostly share
+// sign and exponent), so bisection starts below them; every 4 bits only the values sharing T's prefix are kept
+// (the larger ones counted), so after a few passes the rest read one or two vectors.
 uint32_t kth_largest(uint32_t* u, int c, int k) {
-  uint32_t t = 0;
+  uint32_t low, high;
+  min_max_u(u, c, low, high);
+  if (low == high) return low;
+  const int first = 31 - __builtin_clz(low ^ high);  // the highest bit where values differ
+  uint32_t t = first == 31 ? 0u : low & ~((2u << first) - 1);
   std::fill(u + c, u + c + kPad, 0u);
-  for (int bit = 31; bit >= 0; --bit) {
+  int since = 0;
+  for (int bit = first; bit >= 0; --bit) {
     const uint32_t candidate = t | (1u << bit);
     if (count_at_least_u(u, c, candidate) >= k) t = candidate;
-    if (bit % 8 == 0 && bit > 0) {  // keep t <= u <= t | (2^bit - 1); count and drop those above
-      const uint32_t top = t | ((1u << bit) - 1);
-      int kept = 0, above = 0;
-#ifdef __AVX512F__
-      const __m512i low = _mm512_set1_epi32(static_cast<int>(t)), high = _mm512_set1_epi32(static_cast<int>(top));
-      for (int i = 0; i < c; i += 16) {  // in place: kept <= i, so a store never overtakes the loads
-        const __m512i x = _mm512_loadu_si512(u + i);
-        // lanes past c hold padding zeros, which t = 0 would keep
-        const __mmask16 valid = c - i >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (c - i)) - 1);
-        const __mmask16 over = _mm512_cmpgt_epu32_mask(x, high) & valid;
-        const __mmask16 keep = _mm512_cmpge_epu32_mask(x, low) & valid & static_cast<__mmask16>(~over);
-        _mm512_storeu_si512(u + kept, _mm512_maskz_compress_epi32(keep, x));
-        kept += __builtin_popcount(keep);
-        above += __builtin_popcount(over);
-      }
-#else
-      for (int i = 0; i < c; ++i) {
-        const uint32_t x = u[i];
-        u[kept] = x;
-        kept += (x >= t && x <= top) ? 1 : 0;
-        above += x > top ? 1 : 0;
-      }
-#endif
-      c = kept;
+    if (++since == 4 && bit > 0 && c > 16) {  // keep t <= u <= t | (2^bit - 1); count and drop those above
+      int above;
+      c = keep_between(u, c, t, t | ((1u << bit) - 1), above);
       k -= above;
       std::fill(u + c, u + c + kPad, 0u);
+      since = 0;
     }
   }
   return t;
@@ -179,31 +216,27 @@ inline float dot(const float* a, const float* b, int len) {
   return acc;
 }
 
-// Keeps the entries of x[0..n) above `floor`: their values in values[], their positions in ids[] (both need
-// n + kPad room); returns how many, and their maximum in `top` (`floor` if none). AVX-512 compresses 16 at a
-// time (into a register, then a plain store: compress-to-memory is slow on AMD); elsewhere branch-free scalar.
-int compact_above(const float* x, int n, float floor, const int32_t* positions, float* values, int32_t* ids,
-                  float& top) {
+// Rounds score[0..n) to float and keeps the keys whose rounded score is positive: their rounded scores in
+// values[], their positions in ids[] (both need n + kPad room); returns how many. One pass over the doubles
+// (AVX-512: 8 at a time, converted and compressed in registers); elsewhere branch-free scalar.
+int positive_rounded(const double* score, int n, const int32_t* positions, float* values, int32_t* ids) {
   int c = 0, j = 0;
-  top = floor;
-#ifdef __AVX512F__
-  const __m512 bound = _mm512_set1_ps(floor);
-  __m512 largest = bound;
-  for (; j + 16 <= n; j += 16) {
-    const __m512 v = _mm512_loadu_ps(x + j);
-    const __mmask16 keep = _mm512_cmp_ps_mask(v, bound, _CMP_GT_OQ);
-    _mm512_storeu_ps(values + c, _mm512_maskz_compress_ps(keep, v));
-    _mm512_storeu_si512(ids + c, _mm512_maskz_compress_epi32(keep, _mm512_loadu_si512(positions + j)));
+#if defined(__AVX512F__) && defined(__AVX512VL__)  // 256-bit compress and mask compares need VL
+  const __m256 zero = _mm256_setzero_ps();
+  for (; j + 8 <= n; j += 8) {
+    const __m256 v = _mm512_cvtpd_ps(_mm512_loadu_pd(score + j));
+    const __mmask8 keep = _mm256_cmp_ps_mask(v, zero, _CMP_GT_OQ);
+    _mm256_storeu_ps(values + c, _mm256_maskz_compress_ps(keep, v));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(ids + c),
+                        _mm256_maskz_compress_epi32(keep, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(positions + j))));
     c += __builtin_popcount(keep);
-    largest = _mm512_max_ps(largest, v);
   }
-  top = _mm512_reduce_max_ps(largest);
 #endif
   for (; j < n; ++j) {
-    values[c] = x[j];
+    const float x = static_cast<float>(score[j]);
+    values[c] = x;
     ids[c] = positions[j];
-    c += x[j] > floor ? 1 : 0;
-    top = x[j] > top ? x[j] : top;
+    c += x > 0.0f ? 1 : 0;
   }
   return c;
 }
@@ -319,9 +352,14 @@ void secondary_scores(const float* a, const Basis& b, const int32_t* ids, int cn
 // float, found with the fast selection on 32-bit keys, splits the keys into sure winners (above it), sure
 // losers (below) and a group equal to it, usually one key; only that group is compared in double.
 int pick_largest(const int32_t* ids, int g, int need, const double* key, Scratch& s, int64_t* out, int32_t* tied,
-                 int& ties) {
+                 int& ties, const float* rounded = nullptr) {
   uint32_t *u = s.order.data(), *work = s.work.data();
-  for (int t = 0; t < g; ++t) u[t] = work[t] = ordered(static_cast<float>(key[ids[t]]));
+  if (rounded != nullptr) {  // the keys' rounded values, in the order of ids (read in sequence, not gathered)
+#pragma omp simd
+    for (int t = 0; t < g; ++t) u[t] = work[t] = ordered(rounded[t]);
+  } else {
+    for (int t = 0; t < g; ++t) u[t] = work[t] = ordered(static_cast<float>(key[ids[t]]));
+  }
   const uint32_t cut = kth_largest(work, g, need);
   int32_t *in = s.in.data(), *group = s.unsure.data();
   const auto [above, equal] = split_at(u, ids, g, cut, in, group);
@@ -367,17 +405,16 @@ void select_row(const float* coeff, const float* a, const Basis& b, int k, Scrat
   const int n = b.n;
   double* score = s.score.data();
   primary_scores(coeff, b, score);
-  float* rounded = s.rounded.data();
-#pragma omp simd
-  for (int j = 0; j < n; ++j) rounded[j] = static_cast<float>(score[j]);
-  float top;
-  const int c = compact_above(rounded, n, 0.0f, s.all_keys.data(), s.values.data(), s.ids.data(), top);
+  const int c = positive_rounded(score, n, s.all_keys.data(), s.values.data(), s.ids.data());
   int32_t *tied = s.same.data(), *still_tied = s.same2.data();
   int ties = 0, filled = 0;
   if (c >= k) {
-    filled = pick_largest(s.ids.data(), c, k, score, s, out, tied, ties);
+    filled = pick_largest(s.ids.data(), c, k, score, s, out, tied, ties, s.values.data());
   } else {  // every positive score is in; the best of the other keys (scores <= 0) take the k - c places left
     for (int t = 0; t < c; ++t) out[t] = s.ids[t];
+    float* rounded = s.rounded.data();
+#pragma omp simd
+    for (int j = 0; j < n; ++j) rounded[j] = static_cast<float>(score[j]);
     const int others = compact_at_most(rounded, n, 0.0f, s.all_keys.data(), s.others.data());
     filled = c + pick_largest(s.others.data(), others, k - c, score, s, out + c, tied, ties);
   }
