@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Set up .venv when missing, then regenerate the report or run the tests.
 #
-#   ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N]   build reports/<profile>/ (default: quick)
+#   ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N] [--threads N]   build reports/<profile>/
 #   ./run_all.sh test [extra pytest args]                       unit tests + nbval over notebooks/
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
 usage() {
     cat <<'USAGE'
-usage: ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N]
+usage: ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N] [--threads N]
        ./run_all.sh test [extra pytest args]
 
   --profile P   smoke (CI-sized), quick (default; 38 min on 2 cores, README "Run time at quick") or paper
@@ -16,6 +16,8 @@ usage: ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N]
   --only LIST   re-run only the notebooks with these two-digit prefixes; keep the others' results
   --jobs N      notebooks run at once, the cores divided among them (default on 2 cores: 2 jobs of 1
                 thread each; never more jobs than cores)
+  --threads N   torch threads per notebook (default: the cores divided among the jobs); models are cached
+                per thread count, so --only 07 --threads 1 reuses models trained with BAB_THREADS=1
 USAGE
 }
 
@@ -27,6 +29,7 @@ mode=report
 profile=quick
 only=""
 jobs=""
+threads=""
 if [[ "${1:-}" == "test" ]]; then
     mode=test
     shift
@@ -39,6 +42,8 @@ else
             --only=*) only="${1#*=}"; shift ;;
             --jobs) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; jobs="$2"; shift 2 ;;
             --jobs=*) jobs="${1#*=}"; shift ;;
+            --threads) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; threads="$2"; shift 2 ;;
+            --threads=*) threads="${1#*=}"; shift ;;
             -h|--help) usage; exit 0 ;;
             *) printf 'unknown option: %s\n' "$1" >&2; usage >&2; exit 2 ;;
         esac
@@ -49,6 +54,10 @@ else
     esac
     if [[ -n "$jobs" && ! "$jobs" =~ ^[1-9][0-9]*$ ]]; then
         printf -- '--jobs must be a positive whole number of notebooks to run at once, got %s\n' "$jobs" >&2
+        usage >&2; exit 2
+    fi
+    if [[ -n "$threads" && ! "$threads" =~ ^[1-9][0-9]*$ ]]; then
+        printf -- '--threads must be a positive whole number of torch threads per notebook, got %s\n' "$threads" >&2
         usage >&2; exit 2
     fi
 fi
@@ -129,5 +138,6 @@ fi
 args=(--profile "$profile")
 [[ -n "$only" ]] && args+=(--only "$only")
 [[ -n "$jobs" ]] && args+=(--jobs "$jobs")
+[[ -n "$threads" ]] && args+=(--threads "$threads")
 say "building the report: $PY -m bab report ${args[*]}"
 exec "$PY" -m bab report "${args[@]}"

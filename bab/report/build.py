@@ -111,6 +111,14 @@ def threads_per_job(jobs: int, cores: int | None = None) -> int:
     return max(1, (cores or available_cores()) // jobs)
 
 
+def check_threads(threads) -> int | None:
+    """``threads`` (torch threads per notebook) validated; None means the cores divided among the jobs."""
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+        raise ValueError(f"--threads must be a positive whole number of torch threads per notebook, got "
+                         f"{threads!r} (this machine has {available_cores()} cores; e.g. --threads 1)")
+    return threads
+
+
 # One-thread seconds of each notebook at profile quick from an empty cache, two at once (README, "Run time at
 # quick"): what a first run plans its start order by, when the reports folder holds no earlier run to time them by.
 QUICK_SECONDS = {"01_synthetic": 800, "02_ag_news_custom": 529, "03_bert_ag_news": 906, "04_dbpedia_bert": 573,
@@ -272,21 +280,25 @@ def clear_outputs(staging, stem):
         path.unlink(missing_ok=True)
 
 
-def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only=None, jobs=1):
+def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only=None, jobs=1, threads=None):
     """Run the (selected) notebooks and swap a complete new reports/<profile>/ into place.
 
-    ``jobs`` notebooks run at once, each kernel with the cores divided among them (``$BAB_THREADS``).
+    ``jobs`` notebooks run at once, each kernel with ``threads`` torch threads (``$BAB_THREADS``; default: the
+    cores divided among the jobs). The run cache keys a model by its thread count, so a notebook run alone
+    reuses models trained one thread at a time (``BAB_THREADS=1 python -m bab train ...``) only with
+    ``threads=1``.
     Returns 0 when every selected notebook succeeded (and the comparison table rendered), else 1.
     Raises ValueError for an unknown profile, --only prefix or --jobs. On an exception or Ctrl-C the
     staging folder is removed and the previous report is left as it was.
     """
     check_profile(profile)
     jobs = check_jobs(jobs)
+    threads = check_threads(threads)
     notebooks_dir, reports_dir = Path(notebooks_dir).resolve(), Path(reports_dir).resolve()
     notebooks = discover_notebooks(notebooks_dir)
     selected = select_notebooks(notebooks, only)
     jobs = min(jobs, len(selected))
-    threads = threads_per_job(jobs)
+    threads = threads or threads_per_job(jobs)
     final = reports_dir / profile
     staging = make_staging(reports_dir, profile)
     try:
@@ -391,6 +403,10 @@ def add_arguments(parser):
     parser.add_argument("--jobs", type=int, default=default_jobs(),
                         help="notebooks run at once, the cores divided among them (default: %(default)s on this "
                              "machine)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads per notebook (default: the cores divided among the jobs); the run cache "
+                             "keys models by thread count, so --only with --threads 1 reuses models trained by "
+                             "BAB_THREADS=1 python -m bab train")
     parser.add_argument("--reports-dir", default="reports")
     parser.add_argument("--notebooks-dir", default="notebooks")
     parser.add_argument("--record-only", default=None, metavar="FOLDER",
@@ -410,7 +426,8 @@ def run(args):
         if args.pages_only is not None:
             print(f"wrote {rebuild_pages(args.pages_only, args.notebooks_dir)}")
             return 0
-        return build_report(args.profile, args.notebooks_dir, args.reports_dir, only=args.only, jobs=args.jobs)
+        return build_report(args.profile, args.notebooks_dir, args.reports_dir, only=args.only, jobs=args.jobs,
+                            threads=args.threads)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

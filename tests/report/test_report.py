@@ -392,6 +392,27 @@ def test_notebooks_start_in_the_order_that_ends_soonest_and_the_jobs_default():
     for bad in (0, -1, 1.5, "2"):
         with pytest.raises(ValueError, match="--jobs must be a positive whole number"):
             report.check_jobs(bad)
+        with pytest.raises(ValueError, match="--threads must be a positive whole number"):
+            report.check_threads(bad)
+    assert report.check_threads(None) is None and report.check_threads(3) == 3
+
+
+def test_threads_override_the_cores_divided_among_the_jobs(tmp_path, monkeypatch):
+    nb_dir = tmp_path / "notebooks"
+    nb_dir.mkdir()
+    write_notebook(nb_dir / "01_a.ipynb", THREADS_CODE)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setattr(report, "available_cores", lambda: 4)
+    monkeypatch.setitem(sys.modules, "bab.report.paper", fake_paper())
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):  # one notebook alone would get all 4 cores; --threads 1 gives it one
+        code = report.build_report("smoke", nb_dir, tmp_path / "reports", only="01", threads=1)
+    assert code == 0
+    assert "1 notebook at once, 1 torch thread each (4 cores)" in out.getvalue()
+    record = json.loads((tmp_path / "reports" / "smoke" / "runs" / "01_a.json").read_text())
+    assert (record["jobs"], record["threads"]) == (1, 1)
+    executed = nbformat.read(str(tmp_path / "reports" / "smoke" / "01_a.ipynb"), as_version=4)
+    assert executed.cells[-1].outputs[0]["text"].strip() == "threads 1 1"  # the kernel ran on one thread
 
 
 def test_select_notebooks_by_prefix(notebooks):
