@@ -354,6 +354,9 @@ class ConnectivityPredictor(nn.Module):
         and the basis W~_up [(B,) G, n_down, n] (G = H, or 1 shared by the heads): the k largest S = A~_down W~_up,
         ties at the k-th place by T = A_down W~_up, then by the lower token index (both summed by
         ``ranking_scores``). ``scores``: S when the caller has it already (the bench times the two steps apart)."""
+        n = basis.shape[-1]
+        if k == n:  # every key: nothing to rank (phase 1 and keep rate 1.0 skip the n x n scores)
+            return torch.arange(n, device=basis.device).expand(*coeff.shape[:-1], n).clone()
         if scores is None:
             scores = ranking_scores(coeff, basis)  # [B, H, n_q, n] float64
 

@@ -329,3 +329,28 @@ def test_the_fused_path_selects_the_torch_paths_sets(kernel, case):
                 expected = predictor(q, k, keep_rate, positions)["index"]
                 _, index = fused.fused_sparsifiner_attention(predictor, q, k, v, keep_rate, positions, module=kernel)
             assert not differing(index, expected).any(), (seed, keep_rate)
+
+
+@pytest.mark.parametrize("options", [{}, {"cls_dense": True, "coefficients": "topm", "top_m": 2, "basis": "shared"}])
+def test_keeping_every_key_ranks_nothing(monkeypatch, options):
+    """At k = n (keep rate 1.0, and phase 1's dense pass) every query keeps every key in index order, and the n x n
+    ranking scores are never formed; with token-pruning positions too."""
+    import bab.sparsifiner.predictor as predictor_module
+
+    torch.manual_seed(0)
+    predictor = ConnectivityPredictor(num_heads=2, max_tokens=9, n_down=4, **options).eval()
+    q, k = torch.randn(3, 2, 9, 4), torch.randn(3, 2, 9, 4)
+
+    def no_ranking(*args, **kwargs):
+        raise AssertionError("ranking_scores ran at k = n")
+
+    monkeypatch.setattr(predictor_module, "ranking_scores", no_ranking)
+    first = predictor.first_query
+    index = predictor(q, k, 1.0)["index"]
+    assert index.shape == (3, 2, 9 - first, 9)
+    assert all(index[b, h, i].tolist() == list(range(9)) for b in range(3) for h in range(2) for i in range(9 - first))
+    positions = torch.tensor([[0, 2, 4, 6, 8], [0, 1, 2, 3, 4], [0, 5, 6, 7, 8]])
+    pruned = predictor(q[:, :, :5], k[:, :, :5], 1.0, positions)["index"]
+    assert pruned.shape == (3, 2, 5 - first, 5) and (pruned == torch.arange(5)).all()
+    with pytest.raises(AssertionError, match="ranking_scores ran"):  # below k = n the scores are formed
+        predictor(q, k, 0.5)
