@@ -3,13 +3,18 @@
 Every trained model goes through the run cache (``bab.experiments.study.Study``), keyed by its whole lineage
 (data, model, training, and the run it started from), so the notebook re-runs in seconds once its models exist:
 
-    dense teacher -> Sparsifiner phase 1 (predictor) -> phase 2 (joint)
+    dense teacher -> Sparsifiner phase 1 (predictor) -> phase 2 (joint), once per predictor preset
                   -> Linformer at the same budget (warm start, same recipe as phase 2)
                   -> budgeted head gates (warm start, Eq. 5) -> hard top-k heads (straight-through)
+
+and the dense -> phase 1 -> phase 2 chain again at 197 tokens (``ViT197Study``), beside the 50-token model trained
+with the same recipe (``token_count_control``).
 """
 
 from __future__ import annotations
 
+import copy
+import math
 from dataclasses import dataclass, field, replace
 from functools import cache
 
@@ -22,7 +27,7 @@ from bab.data.images import image_splits, load_fashion_mnist
 from bab.experiments.methods import methods
 from bab.experiments.study import Study, as_run_cache, tensors_digest, trained
 from bab.sparsifiner.evaluate import evaluate_vit, vit_head_importance
-from bab.sparsifiner.predictor import num_connections
+from bab.sparsifiner.predictor import ConnectivityConfig, num_connections
 from bab.sparsifiner.train import ViTTrainConfig, train_vit
 from bab.sparsifiner.vit import ViTClassifier, ViTClassifierConfig
 
@@ -72,6 +77,12 @@ class ViTProfile:
     bench_tokens: tuple[int, ...] = (197, 577, 1025)
     bench_keep_rates: tuple[float, ...] = (0.5, 0.25, 0.1)
     bench_repeats: int = 10
+    # Which predictor the notebook's Sparsifiner rows (phase 1, the sweep, EViT + Sparsifiner, the figures) use:
+    # "profile", the one above, or "validation", the preset of PREDICTOR_PRESETS with the best mean validation
+    # accuracy over report_keep_rates (choose_predictor_preset). Both presets are trained and reported either way.
+    predictor_choice: str = "profile"
+    # The same method at the paper's 197 tokens (a ViTProfile of its own: model, sizes, epochs); None: not run.
+    variant_197: ViTProfile | None = None
 
     def __post_init__(self):
         if self.gate_start not in GATE_STARTS:
@@ -79,6 +90,19 @@ class ViTProfile:
         if self.gate_start_sharpness <= 0 or self.gate_start_examples < 1:
             raise ValueError(f"need gate_start_sharpness > 0 and gate_start_examples >= 1, got "
                              f"{self.gate_start_sharpness} and {self.gate_start_examples}")
+        if self.predictor_choice not in PREDICTOR_CHOICES:
+            raise ValueError(f"predictor_choice must be one of {PREDICTOR_CHOICES}, got {self.predictor_choice!r}")
+        if self.variant_197 is not None:
+            tokens = ViTClassifierConfig(**self.variant_197.model).num_tokens
+            if tokens != 197:
+                raise ValueError(f"variant_197 must be a ViTProfile whose model has 197 tokens (e.g. 28 x 28 images "
+                                 f"in 2 x 2 patches), got {tokens}: change its image_size / patch_size")
+            if self.variant_197.variant_197 is not None:
+                raise ValueError("variant_197 is a variant of one profile: it cannot hold a variant of its own")
+
+
+# "profile": the ViTProfile's own predictor; "validation": the preset chosen on validation (choose_predictor_preset)
+PREDICTOR_CHOICES = ("profile", "validation")
 
 
 # A DeiT-tiny-like shape sized for 2 CPU cores: 28x28 images in 4x4 patches = 49 patches + CLS = 50 tokens,
@@ -109,6 +133,24 @@ _VIT_HEADS = ViTTrainConfig(objective="budgeted", lr=3e-4, batch_size=128, lambd
 # 68.2% with flat gates (3 epochs), whose soft model shrank every head alike.
 _NESTED_HEADS = dict(gate_start="elimination", gate_start_sharpness=4.0)
 
+# The same method at the paper's token count: 28 x 28 images in 2 x 2 patches = 196 patches + CLS = 197 tokens,
+# DeiT-S's count and that of 56 x 56 up-sampled images in 4 x 4 patches, without interpolating any pixel. The model
+# keeps the 50-token ViT's width, layers and heads, so the token count is what changes. The predictor takes the
+# paper's own sizes at 197 tokens (n_down 32, tau 0.05, W_up pruned below 1e-2) with the profiles' four official
+# options, the official top 8 of 32 coefficients among them. Attention costs ~16x the 50-token model's and the rest
+# ~4x, and the torch predictor ranks 197 x 197 scores per head, so the recipe is smaller than the 50-token one
+# (fewer images and epochs); the same recipe at 50 tokens (token_count_control) is the like-for-like reference.
+_VIT_197_MODEL = dict(_VIT_MODEL, patch_size=2)
+_PREDICTOR_197 = dict(n_down=32, tau=0.05, up_prune=1e-2, predictor_options=dict(_OFFICIAL_PREDICTOR, top_m=8))
+
+
+def _variant_197(name, num_train, num_test, dense_epochs, phase1_epochs, phase2_epochs) -> ViTProfile:
+    return ViTProfile(name=f"{name}, 197 tokens", num_train=num_train, num_val=200, num_test=num_test,
+                      model=_VIT_197_MODEL, **_PREDICTOR_197, dense=replace(_VIT_DENSE, epochs=dense_epochs),
+                      phase1=replace(_VIT_PHASE1, epochs=phase1_epochs),
+                      phase2=replace(_VIT_PHASE2, epochs=phase2_epochs), heads=_VIT_HEADS)
+
+
 VIT = {
     "smoke": ViTProfile(
         name="smoke", num_train=3000, num_val=200, num_test=500, model=_VIT_MODEL,
@@ -116,6 +158,9 @@ VIT = {
         dense=replace(_VIT_DENSE, epochs=8), phase1=replace(_VIT_PHASE1, epochs=1),
         phase2=replace(_VIT_PHASE2, epochs=1), heads=replace(_VIT_HEADS, epochs=2),
         bench_tokens=(197, 577), bench_keep_rates=(0.1,), bench_repeats=3,
+        # the 197-token code path at a tiny size (CI runs it under nbval)
+        variant_197=_variant_197("smoke", num_train=300, num_test=200, dense_epochs=2, phase1_epochs=1,
+                                 phase2_epochs=1),
     ),
     "quick": ViTProfile(
         # the nested gate start ranks heads on 500 training images, not 2,000 as when the recipe was chosen:
@@ -128,6 +173,10 @@ VIT = {
         # the sweep at 9 keep rates (each a pass over the 5,000 test images), the paper's 0.5 / 0.25 / 0.1 among them;
         # the attention bench's medians over 5 repeats
         sweep_keep_rates=(1.0, 0.7, 0.5, 0.4, 0.3, 0.25, 0.2, 0.1, 0.05), bench_repeats=5,
+        # 197 tokens within ~12 minutes of one thread: 4,000 training images (not 10,000), dense 8 epochs (not 10),
+        # phase 1 1 (not 2), phase 2 2 (not 8), 2,000 test images (not 5,000)
+        variant_197=_variant_197("quick", num_train=4000, num_test=2000, dense_epochs=8, phase1_epochs=1,
+                                 phase2_epochs=2),
     ),
     # The paper's protocol at our scale: the whole training file, the whole test file, phase 1 for 5 epochs
     # and phase 2 for 40 (the paper's epoch counts; its DeiT-S teacher is pretrained for 300 epochs).
@@ -136,6 +185,11 @@ VIT = {
         predictor_options=_OFFICIAL_PREDICTOR, **_NESTED_HEADS,
         dense=replace(_VIT_DENSE, epochs=50), phase1=replace(_VIT_PHASE1, epochs=5),
         phase2=replace(_VIT_PHASE2, epochs=40), heads=replace(_VIT_HEADS, epochs=10),
+        # the Sparsifiner rows from the predictor preset with the better validation accuracy (both are trained)
+        predictor_choice="validation",
+        # 197 tokens on the whole training file for fewer epochs than at 50 tokens (hours on one thread)
+        variant_197=_variant_197("paper", num_train=55000, num_test=10000, dense_epochs=20, phase1_epochs=2,
+                                 phase2_epochs=8),
     ),
 }
 
@@ -162,8 +216,16 @@ VIT_METHODS = methods(
     ("linformer", "linformer (equal budget)", "low rank", "none", "baseline"),
     ("heads", "budgeted heads (hard top-k)", "heads", "fraction", "ours"),
     ("attention_speed", "attention core speed", "connections", "fraction", "paper", ("tokens",)),
+    # phase 2 of each predictor preset (PREDICTOR_PRESETS) at the report's keep rates, told apart by the preset
+    ("preset", "sparsifiner, predictor preset", "connections", "fraction", "paper", ("preset",)),
 )
-METHOD_SETS = (VIT_METHODS,)
+# The 197-token variant (ViTProfile.variant_197): its own experiment, so its rows are measured against its own dense
+VIT_197_METHODS = methods(
+    "vit_sparsifiner_197",
+    ("dense", "dense", "none", "dense", "paper"),
+    ("sparsifiner", "sparsifiner", "connections", "fraction", "paper"),
+)
+METHOD_SETS = (VIT_METHODS, VIT_197_METHODS)
 
 
 class ViTStudy(Study):
@@ -293,6 +355,22 @@ class ViTStudy(Study):
                                                     "adapted": history[-1]["selection"]}}
         return hard, metrics, lineage
 
+    def with_profile(self, profile: ViTProfile) -> ViTStudy:
+        """This study (its class, data, run cache) on another profile: a predictor preset, or a variant."""
+        other = copy.copy(self)
+        other.profile = profile
+        return other
+
+    def preset_study(self, preset: str) -> ViTStudy:
+        """This study with the predictor preset ``preset`` (``predictor_preset``); "profile" is this study's own."""
+        return self.with_profile(predictor_preset(self.profile, preset))
+
+    def training_seconds(self) -> dict[str, float]:
+        """Seconds of training of the dense teacher, phase 1 and phase 2, as recorded when each was trained (a model
+        served from the run cache reports the time it took then)."""
+        return {name: float(step()[1]["train_seconds"])
+                for name, step in (("dense", self.dense), ("phase 1", self.predictor), ("phase 2", self.sparsifiner))}
+
     # -- evaluation -------------------------------------------------------------------------
 
     def keep_rate_sweep(self, model, keep_rates, split: str = "test", attention: str = "masked") -> pd.DataFrame:
@@ -303,6 +381,24 @@ class ViTStudy(Study):
             stats = evaluate_vit(model, self.splits()[split], attention=attention, keep_rate=rate)
             rows.append({"keep_rate": rate, "connections": num_connections(rate, model.config.num_tokens), **stats})
         return pd.DataFrame(rows)
+
+    def retention(self, keep_rates, split: str = "test", attention: str = "masked") -> pd.DataFrame:
+        """The dense teacher and phase 2 at each of ``keep_rates`` on ``split``: one row per keep rate (the dense
+        model's row has keep rate None) with accuracy (%), "vs dense" (points against the dense model on the same
+        images), "retention" (accuracy / dense accuracy) and MHSA cost. ``attention``: the Sparsifiner core
+        ("masked", or "fused" for the same connections faster at inference)."""
+        dense, _, _ = self.dense()
+        model, _, _ = self.sparsifiner()
+        reference = evaluate_vit(dense, self.splits()[split])
+        rows = [{"model": "dense", "keep_rate": None, "connections": model.config.num_tokens, **reference}]
+        for rate in keep_rates:
+            stats = evaluate_vit(model, self.splits()[split], attention=attention, keep_rate=rate)
+            rows.append({"model": "sparsifiner", "keep_rate": rate,
+                         "connections": num_connections(rate, model.config.num_tokens), **stats})
+        table = pd.DataFrame(rows)
+        table["vs dense"] = table.accuracy - reference["accuracy"]
+        table["retention"] = table.accuracy / reference["accuracy"]
+        return table[["model", "keep_rate", "connections", "accuracy", "vs dense", "retention", "cost"]]
 
 
 
@@ -338,6 +434,165 @@ class OwnImagesStudy(ViTStudy):
 
     def sparsifiner_config(self) -> ViTClassifierConfig:
         return self.config
+
+
+# ----------------------------------------------------------------------------- the two predictor presets
+
+# "profile": the ViTProfile's own predictor (at every profile: four of the official code's options, chosen on
+# validation at quick against the paper's text; its phase 2 keeps the predictor frozen). "official":
+# ConnectivityConfig.official() at the profile's size, with the paper's joint phase 2 (official_preset).
+PREDICTOR_PRESETS = ("profile", "official")
+# The official config's W_up prune threshold (2e-2) against the paper's (1e-2); the official top 8 of n_down = 32
+# coefficients is a quarter of them.
+OFFICIAL_PRUNE_RATIO = 2.0
+OFFICIAL_TOP_M_FRACTION = 0.25
+
+
+def official_preset(profile: ViTProfile) -> ViTProfile:
+    """``profile`` with the official code's whole predictor, ``ConnectivityConfig.official()``, scaled to the
+    profile's model the way the profile scales the paper's values: n_down and tau stay the profile's (the paper's
+    n_down / n ratio, which is also the official N // 6: 8 at 50 tokens, 32 at 197), the W_up prune threshold is
+    the profile's times 2 (official 2e-2 against the paper's 1e-2; 0.08 at 50 tokens, ~4 / n as 2e-2 ~ 4 / 197)
+    and the top-m count a quarter of n_down (official 8 of 32; 2 of 8 at 50 tokens). Phase 2 trains the predictor
+    jointly with the backbone, as the paper's text says, at the paper's lambda_attn = 0 (``ViTTrainConfig``'s
+    ``joint_predictor``): only AdamW's weight decay moves it, where the official code's default schedule leaves it
+    out of the optimizer."""
+    official = ConnectivityConfig.official(n_down=profile.n_down, tau=profile.tau,
+                                           up_prune=OFFICIAL_PRUNE_RATIO * profile.up_prune,
+                                           top_m=max(1, round(OFFICIAL_TOP_M_FRACTION * profile.n_down)))
+    options = {key: value for key, value in official.to_dict().items() if key not in ("n_down", "tau", "up_prune")}
+    return replace(profile, up_prune=official.up_prune, predictor_options=options,
+                   phase2=replace(profile.phase2, joint_predictor=True, lambda_attn_joint=0.0))
+
+
+def predictor_preset(profile: ViTProfile, preset: str) -> ViTProfile:
+    """``profile`` with the predictor preset ``preset`` (``PREDICTOR_PRESETS``). Only the predictor and phase 2
+    change, so the dense teacher (and Linformer, the head gates) are the same runs."""
+    if preset == "profile":
+        return profile
+    if preset == "official":
+        return official_preset(profile)
+    raise ValueError(f"unknown predictor preset {preset!r}; the presets are {PREDICTOR_PRESETS}")
+
+
+@dataclass(frozen=True)
+class PresetChoice:
+    """The predictor preset chosen on validation: ``table`` (one row per preset: accuracy at each keep rate in points
+    against the dense model, and their mean), ``chosen`` (its name) and ``reason`` (one sentence from the numbers)."""
+
+    table: pd.DataFrame
+    chosen: str
+    reason: str
+
+
+def pick_preset(table: pd.DataFrame) -> tuple[str, str]:
+    """(the preset, why) from ``preset_validation``'s table: the highest mean "vs dense" over the keep rates; a tie
+    keeps the earlier row (the profile's own predictor comes first)."""
+    if table.empty:
+        raise ValueError("pick_preset needs at least one preset's validation row")
+    means = table["mean vs dense"]
+    chosen = str(means.idxmax())  # the first of equal maxima
+    others = [name for name in table.index if name != chosen]
+    if not others:
+        return chosen, f"{chosen!r} is the only preset"
+    runner_up = max(others, key=lambda name: means[name])
+    rates = ", ".join(column.removeprefix("vs dense @") for column in table.columns if column.startswith("vs dense @"))
+    said = (f"mean validation accuracy against dense over keep rates {rates}: {chosen!r} {means[chosen]:+.2f}, "
+            f"{runner_up!r} {means[runner_up]:+.2f} points")
+    margin = means[chosen] - means[runner_up]
+    if margin == 0:
+        return chosen, f"{said}; a tie keeps the earlier preset, {chosen!r}"
+    return chosen, f"{said}; {chosen!r} is higher by {margin:.2f}"
+
+
+def preset_validation(studies: dict[str, ViTStudy], keep_rates, split: str = "val",
+                      attention: str = "masked") -> pd.DataFrame:
+    """One row per preset (``{name: study}``, in order): the dense model's accuracy on ``split``, phase 2's at each
+    keep rate, each in points against that dense model ("vs dense @rate"), and their mean ("mean vs dense")."""
+    if not keep_rates:
+        raise ValueError("preset_validation needs at least one keep rate")
+    rows = {}
+    for name, study in studies.items():
+        table = study.retention(keep_rates, split, attention)  # the dense row first, then the keep rates in order
+        row = {"dense": float(table.accuracy.iloc[0])}
+        for rate, accuracy in zip(keep_rates, table.accuracy.iloc[1:], strict=True):
+            row[f"@{rate:g}"] = float(accuracy)
+        for rate in keep_rates:
+            row[f"vs dense @{rate:g}"] = row[f"@{rate:g}"] - row["dense"]
+        row["mean vs dense"] = sum(row[f"vs dense @{rate:g}"] for rate in keep_rates) / len(keep_rates)
+        rows[name] = row
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("preset")
+
+
+def choose_predictor_preset(study: ViTStudy, keep_rates=None, presets=PREDICTOR_PRESETS) -> PresetChoice:
+    """Train (through the run cache) every preset's phase 1 and phase 2 from ``study``'s dense teacher and choose on
+    validation (``pick_preset``) at ``keep_rates`` (default: the profile's report keep rates)."""
+    keep_rates = tuple(keep_rates or study.profile.report_keep_rates)
+    table = preset_validation({name: study.preset_study(name) for name in presets}, keep_rates)
+    chosen, reason = pick_preset(table)
+    return PresetChoice(table, chosen, reason)
+
+
+# ----------------------------------------------------------------------------- the 197-token variant
+
+
+class ViT197Study(ViTStudy):
+    """Notebook 05's dense -> phase 1 -> phase 2 steps at 197 tokens (``ViTProfile.variant_197``): its own
+    experiment, so its rows and runs are told apart from the 50-token ones and measured against its own dense."""
+
+    experiment = "vit_sparsifiner_197"
+
+
+def token_count_control(profile: ViTProfile) -> ViTProfile:
+    """``profile.variant_197``'s recipe (data sizes, epochs) with ``profile``'s 50-token model and predictor: the
+    like-for-like reference of the 197-token variant, where only the token count and the predictor's size differ."""
+    variant = profile.variant_197
+    if variant is None:
+        raise ValueError(f"profile {profile.name!r} has no variant_197 to compare with")
+    return replace(variant, name=f"{profile.name}, 50 tokens, the 197-token recipe", model=profile.model,
+                   n_down=profile.n_down, tau=profile.tau, up_prune=profile.up_prune,
+                   predictor_options=profile.predictor_options)
+
+
+def two_standard_errors(accuracy: float, n: int) -> float:
+    """Two binomial standard errors, in points, of an accuracy (%) measured on ``n`` images."""
+    if n < 1 or not 0 <= accuracy <= 100:
+        raise ValueError(f"need n >= 1 images and an accuracy in [0, 100] %, got {n} and {accuracy}")
+    p = accuracy / 100
+    return 200 * math.sqrt(p * (1 - p) / n)
+
+
+def carry_over(gaps_50: dict[float, float], gaps_197: dict[float, float], tolerance: float) -> dict[float, str]:
+    """Per keep rate, whether the 50-token loss against dense (points, ``gaps_50``) carries over to 197 tokens
+    (``gaps_197``): "carries over" when the two differ by at most ``tolerance`` points, else "smaller loss at 197
+    tokens" or "larger loss at 197 tokens"."""
+    if set(gaps_50) != set(gaps_197):
+        raise ValueError(f"the two sweeps must have the same keep rates, got {sorted(gaps_50)} and {sorted(gaps_197)}")
+    if tolerance < 0:
+        raise ValueError(f"tolerance must be >= 0 points, got {tolerance}")
+    verdicts = {}
+    for rate in gaps_50:
+        difference = gaps_197[rate] - gaps_50[rate]
+        verdicts[rate] = ("carries over" if abs(difference) <= tolerance else
+                          "smaller loss at 197 tokens" if difference > 0 else "larger loss at 197 tokens")
+    return verdicts
+
+
+def gaps_against_dense(table: pd.DataFrame) -> dict[float, float]:
+    """{keep rate: points against dense} of ``ViTStudy.retention``'s table (its dense row left out)."""
+    sparse = table[table.keep_rate.notna()]
+    return {float(rate): float(gap) for rate, gap in zip(sparse.keep_rate, sparse["vs dense"], strict=True)}
+
+
+def carry_over_sentence(verdicts: dict[float, str]) -> str:
+    """One sentence from ``carry_over``'s verdicts."""
+    kept = [f"{rate:g}" for rate, verdict in verdicts.items() if verdict == "carries over"]
+    if len(kept) == len(verdicts):
+        return "The 50-token result carries over to 197 tokens at every keep rate"
+    others = "; ".join(f"keep {rate:g}: {verdict}" for rate, verdict in verdicts.items() if verdict != "carries over")
+    if not kept:
+        return f"The 50-token result does not carry over to 197 tokens at any keep rate ({others})"
+    return f"The 50-token result carries over to 197 tokens at keep {', '.join(kept)}, not elsewhere ({others})"
 
 
 # ----------------------------------------------------------------------------- what closes the gap to dense

@@ -4,7 +4,8 @@
   attention heatmaps for several layers and heads (the paper's Fig. 3);
 - ``basis_figure``: rows of the sparse up-projection W~_up drawn on the patch grid (Fig. 6);
 - ``coefficients_figure``: the sparse low-rank coefficients A~_down (Fig. 7);
-- ``accuracy_cost_plot`` / ``keep_rate_plot``: every method on one MHSA-cost axis, and the sweep.
+- ``accuracy_cost_plot`` / ``keep_rate_plot``: every method on one MHSA-cost axis, and the sweep;
+- ``retention_plot``: several models' sweeps against their own dense models (50 vs 197 tokens).
 """
 
 from __future__ import annotations
@@ -118,6 +119,26 @@ def keep_rate_plot(sweep: pd.DataFrame, dense_accuracy: float, title: str = "One
     ax2.legend(fontsize=8)
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def retention_plot(tables: dict[str, pd.DataFrame], title: str = "Accuracy against own dense model"):
+    """Accuracy in points against each model's own dense model (``ViTStudy.retention``'s "vs dense") against the
+    keep rate, one line per ``{label: table}``, and the MHSA cost of each beside it."""
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.4))
+    for label, table in tables.items():
+        sparse = table[table.keep_rate.notna()].sort_values("keep_rate")
+        ax1.plot(sparse.keep_rate, sparse["vs dense"], "o-", label=label)
+        ax2.plot(sparse.keep_rate, sparse.cost, "o-", label=label)
+    ax1.axhline(0.0, ls="--", color="0.5", label="own dense")
+    ax1.set_ylabel("accuracy − own dense (points)")
+    ax2.set_ylabel("MHSA cost / dense")
+    for ax in (ax1, ax2):
+        ax.set_xlabel("keep rate")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
     return fig
