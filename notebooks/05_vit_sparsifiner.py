@@ -32,7 +32,8 @@
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these; see run_all.sh)
-# smoke: CI, ~2 min on 2 threads; quick: the default report, ~14 min on 1 thread; paper: the paper's epochs, hours
+# smoke: CI, ~3 min on 1 thread; quick: the default report, ~35 min on 1 thread from an empty run cache (the
+# 197-token variant ~12 of them); paper: the paper's epochs, hours
 profile = "smoke"
 results_path = None  # where the report wants this notebook's result rows (JSON); None: don't write
 interactive = None  # unused here; every notebook accepts it
@@ -411,9 +412,9 @@ verdicts = carry_over(gaps_control, gaps_197, tolerance)
 for rate, verdict in verdicts.items():
     print(f"keep {rate:g}: {gaps_197[rate]:+.2f} points at 197 tokens vs {gaps_control[rate]:+.2f} at 50 tokens with "
           f"the same recipe ({gaps_main[rate]:+.2f} with this notebook's recipe): {verdict}")
-carry_over_summary = (f"{carry_over_sentence(verdicts)}: against the 50-token model trained with the same recipe, within "
-                      f"{tolerance:.2f} points (two binomial standard errors of the 197-token dense accuracy on "
-                      f"{V.num_test} test images).")
+carry_over_summary = (f"{carry_over_sentence(verdicts)} (against the 50-token model trained with the same recipe; a "
+                      f"difference within {tolerance:.2f} points, two binomial standard errors of the 197-token dense "
+                      f"accuracy on {V.num_test} test images, carries over).")
 print(carry_over_summary)
 
 # %%

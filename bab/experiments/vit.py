@@ -585,14 +585,22 @@ def gaps_against_dense(table: pd.DataFrame) -> dict[float, float]:
 
 
 def carry_over_sentence(verdicts: dict[float, str]) -> str:
-    """One sentence from ``carry_over``'s verdicts."""
-    kept = [f"{rate:g}" for rate, verdict in verdicts.items() if verdict == "carries over"]
-    if len(kept) == len(verdicts):
+    """One sentence from ``carry_over``'s verdicts: where the 50-token result carries over, and where sparse attention
+    loses less or more at 197 tokens."""
+    def rates(verdict):
+        return ", ".join(f"{rate:g}" for rate, said in verdicts.items() if said == verdict)
+
+    kept, smaller = rates("carries over"), rates("smaller loss at 197 tokens")
+    larger = rates("larger loss at 197 tokens")
+    if not (smaller or larger):
         return "The 50-token result carries over to 197 tokens at every keep rate"
-    others = "; ".join(f"keep {rate:g}: {verdict}" for rate, verdict in verdicts.items() if verdict != "carries over")
-    if not kept:
-        return f"The 50-token result does not carry over to 197 tokens at any keep rate ({others})"
-    return f"The 50-token result carries over to 197 tokens at keep {', '.join(kept)}, not elsewhere ({others})"
+    parts = [f"The 50-token result carries over to 197 tokens at keep {kept}" if kept else
+             "The 50-token result does not carry over to 197 tokens"]
+    if smaller:
+        parts.append(f"at keep {smaller} sparse attention loses less at 197 tokens")
+    if larger:
+        parts.append(f"at keep {larger} it loses more at 197 tokens")
+    return "; ".join(parts)
 
 
 # ----------------------------------------------------------------------------- what closes the gap to dense
