@@ -106,23 +106,26 @@ print(f"dense ViT: test accuracy {dense_test['accuracy']:.2f}% after {len(dense_
 pd.DataFrame(dense_metrics["history"])
 
 # %% [markdown]
-# ## Which predictor: the profile's, or the official code's whole preset
+# ## Which predictor: the profile's, the paper's text, or the official code's whole preset
 #
-# Two predictor presets start from this dense teacher, each with its own phase 1 and phase 2
+# Three predictor presets start from this dense teacher, each with its own phase 1 and phase 2
 # (`bab.experiments.vit.PREDICTOR_PRESETS`):
 #
 # - **profile**: the profile's predictor, four of the official code's options (CLS dense, top-$m$ coefficients,
 #   $|W^{up}|$, $1/\sqrt{H}$), chosen on validation at quick against the paper's text; phase 2 freezes it.
-# - **official**: `ConnectivityConfig.official()`, which adds one basis per layer shared by its heads, the learned
-#   $q$ / $k$ maps before $A^{down}$ and phase 1 on the unthresholded $A^{down} W^{up}$. Its thresholds are scaled to
-#   this model as the profile scales the paper's: $n_{down}$ stays $N // 6$ (the official rule), the top quarter of
-#   the coefficients ($m = n_{down}/4$, official 8 of 32) and the $W^{up}$ threshold twice the profile's (official
-#   $2\cdot10^{-2}$ against the paper's $10^{-2}$). Phase 2 trains the predictor jointly with the backbone, as the
-#   paper's text says, at the paper's $\lambda_{attn} = 0$: only weight decay moves it.
+# - **paper_text**: the paper's text as we read it (coefficients above $\tau$, every query predicted, signed
+#   $W^{up}$, $1/\sqrt{d}$), and phase 2 trains the predictor jointly with the backbone, as the text says, at its
+#   $\lambda_{attn} = 0$: the hard top-$k$ passes no gradient to the predictor, so only weight decay moves it.
+# - **official**: `ConnectivityConfig.official()`, which adds to the profile's options one basis per layer shared by
+#   its heads, the learned $q$ / $k$ maps before $A^{down}$ and phase 1 on the unthresholded $A^{down} W^{up}$. Its
+#   thresholds are scaled to this model as the profile scales the paper's: $n_{down}$ stays $N // 6$ (the official
+#   rule), the top quarter of the coefficients ($m = n_{down}/4$, official 8 of 32) and the $W^{up}$ threshold twice
+#   the profile's (official $2\cdot10^{-2}$ against the paper's $10^{-2}$). Phase 2 freezes the predictor, as the
+#   official code's schedule leaves it out of the optimizer.
 #
-# Validation decides (`choose_predictor_preset`: the higher mean accuracy against dense over the keep rates
-# 0.5 / 0.25 / 0.1, a tie keeps the profile's). At profile paper the Sparsifiner rows below use the chosen preset;
-# at smoke and quick they stay the profile's, and both presets are reported on test.
+# Validation decides (`choose_predictor_preset`: the highest mean accuracy against dense over the keep rates
+# 0.5 / 0.25 / 0.1, a tie keeps the earlier preset). At profile paper the Sparsifiner rows below use the chosen
+# preset; at smoke and quick they stay the profile's, and every preset is reported on test.
 
 # %%
 choice = choose_predictor_preset(study)

@@ -1,5 +1,5 @@
-"""Notebook 05's two predictor presets (the profile's and the official code's whole predictor), the choice between
-them on validation, and the 197-token variant with its like-for-like 50-token reference and verdict."""
+"""Notebook 05's three predictor presets (the profile's, the paper's text and the official code's whole predictor), the
+choice between them on validation, and the 197-token variant with its like-for-like 50-token reference and verdict."""
 
 from dataclasses import replace
 
@@ -22,6 +22,7 @@ from bab.experiments.vit import (
     choose_predictor_preset,
     gaps_against_dense,
     official_preset,
+    paper_text_preset,
     pick_preset,
     predictor_preset,
     token_count_control,
@@ -74,23 +75,37 @@ def test_the_official_preset_scales_the_official_thresholds_as_the_profile_scale
     config = ViTStudy(official, progress=False).sparsifiner_config().connectivity()
     # at 50 tokens: n_down 8 (= 50 // 6, the official rule), top 2 of 8, |W_up| pruned at 2 x the profile's 0.04
     assert config == ConnectivityConfig.official(n_down=8, tau=0.2, up_prune=0.08, top_m=2)
-    assert official.phase2.joint_predictor is True and official.phase2.lambda_attn_joint == 0.0
-    # only the predictor and phase 2 change: the dense teacher, Linformer and the head gates are the same runs
+    # the official code's phase 2 leaves the predictor out of the optimizer: the profile's frozen phase 2
+    assert official.phase2 == quick.phase2 and official.phase2.joint_predictor is False
+    # only the predictor changes: the dense teacher, Linformer and the head gates are the same runs
     assert (official.model, official.dense, official.phase1, official.heads) == (quick.model, quick.dense,
                                                                                 quick.phase1, quick.heads)
-    assert replace(official.phase2, joint_predictor=False) == quick.phase2
     # at 197 tokens with the paper's sizes the scaling gives the official config itself (N // 6 = 32, 2e-2, top 8)
     variant = quick.variant_197
     config_197 = ViTStudy(official_preset(variant), progress=False).sparsifiner_config().connectivity()
     assert config_197 == ConnectivityConfig.official()
 
 
+def test_the_paper_text_preset_is_the_predictors_defaults_with_a_joint_phase_2():
+    quick = VIT["quick"]
+    paper_text = paper_text_preset(quick)
+    config = ViTStudy(paper_text, progress=False).sparsifiner_config().connectivity()
+    # the predictor's defaults are the paper's text; n_down, tau and the prune threshold stay the profile's
+    assert config == ConnectivityConfig(n_down=quick.n_down, tau=quick.tau, up_prune=quick.up_prune)
+    assert (config.cls_dense, config.coefficients, config.basis_threshold_abs, config.predictor_scale) == (
+        False, "threshold", False, "head_dim")
+    assert paper_text.phase2.joint_predictor is True and paper_text.phase2.lambda_attn_joint == 0.0
+    assert replace(paper_text.phase2, joint_predictor=False) == quick.phase2
+    assert (paper_text.model, paper_text.dense, paper_text.phase1) == (quick.model, quick.dense, quick.phase1)
+
+
 def test_predictor_preset_names_the_presets_and_rejects_others():
     quick = VIT["quick"]
-    assert PREDICTOR_PRESETS == ("profile", "official")
+    assert PREDICTOR_PRESETS == ("profile", "paper_text", "official")
     assert predictor_preset(quick, "profile") is quick
+    assert predictor_preset(quick, "paper_text") == paper_text_preset(quick)
     assert predictor_preset(quick, "official") == official_preset(quick)
-    with pytest.raises(ValueError, match="'profile', 'official'"):
+    with pytest.raises(ValueError, match="'profile', 'paper_text', 'official'"):
         predictor_preset(quick, "paper")
 
 
@@ -105,14 +120,17 @@ def test_the_presets_share_the_dense_teacher_and_train_their_own_predictors(tmp_
     official_model, official_metrics, official_lineage = official_study.sparsifiner()
     assert profile_metrics["cached"] is False and official_metrics["cached"] is False
     assert profile_lineage != official_lineage
-    assert official_lineage["train"]["joint_predictor"] is True and "joint_predictor" not in profile_lineage["train"]
     assert official_model.config.basis == "shared" and official_model.config.connectivity_projections
+    _, paper_metrics, paper_lineage = study.preset_study("paper_text").sparsifiner()
+    assert paper_metrics["cached"] is False and paper_lineage not in (profile_lineage, official_lineage)
+    assert paper_lineage["train"]["joint_predictor"] is True and "joint_predictor" not in profile_lineage["train"]
+    assert "joint_predictor" not in official_lineage["train"]
 
 
 def test_choose_predictor_preset_computes_the_validation_numbers_and_picks_the_higher_mean(tmp_path):
     study, data = tiny_study(tmp_path)
     choice = choose_predictor_preset(study, keep_rates=(0.5, 0.25))
-    assert list(choice.table.index) == ["profile", "official"]
+    assert list(choice.table.index) == ["profile", "paper_text", "official"]
     for name in PREDICTOR_PRESETS:  # against accuracies counted one image at a time
         preset = study.preset_study(name)
         dense, _, _ = preset.dense()
@@ -128,7 +146,7 @@ def test_choose_predictor_preset_computes_the_validation_numbers_and_picks_the_h
             gaps.append(expected - expected_dense)
         assert row["mean vs dense"] == pytest.approx(sum(gaps) / 2)
     means = choice.table["mean vs dense"]
-    expected_choice = "official" if means["official"] > means["profile"] else "profile"
+    expected_choice = next(name for name in PREDICTOR_PRESETS if means[name] == means.max())  # the first best
     assert choice.chosen == expected_choice and expected_choice in choice.reason
 
 
