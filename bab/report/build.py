@@ -121,9 +121,9 @@ def check_threads(threads) -> int | None:
 
 # One-thread seconds of each notebook at profile quick from an empty cache, two at once (README, "Run time at
 # quick"): what a first run plans its start order by, when the reports folder holds no earlier run to time them by.
-QUICK_SECONDS = {"01_synthetic": 800, "02_ag_news_custom": 529, "03_bert_ag_news": 906, "04_dbpedia_bert": 573,
-                 "05_vit_sparsifiner": 760, "06_gpt2_context_pruning": 512,
-                 "07_pretrained_decoder_context_pruning": 448}  # commit 61620cb
+QUICK_SECONDS = {"01_synthetic": 765, "02_ag_news_custom": 537, "03_bert_ag_news": 760, "04_dbpedia_bert": 769,
+                 "05_vit_sparsifiner": 2157, "06_gpt2_context_pruning": 504,
+                 "07_pretrained_decoder_context_pruning": 1204}  # commit 1184463
 ORDERS_TRIED_UP_TO = 8  # notebooks; 8! = 40,320 simulated runs take well under a second
 
 
