@@ -98,3 +98,35 @@ def pytest_collection_modifyitems(config, items):
                 reasons[name] = _missing_data(name)
             if reasons[name]:
                 item.add_marker(pytest.mark.skip(reason=reasons[name]))
+
+
+@pytest.fixture
+def tiny_vit_study(tmp_path):
+    """A factory for the experiment tests: ``tiny_vit_study(study_class=ViTStudy, **profile_changes)`` -> (study,
+    data), a 2-layer, 2-head ViT study on 24 random 8x8 images (train = val = test), its dense teacher trained for one
+    epoch, through a run cache in ``tmp_path``; ``profile_changes`` replace further fields of the smoke profile."""
+    from dataclasses import replace
+
+    import torch
+    from torch.utils.data import TensorDataset
+
+    from bab.core.runs import RunCache
+    from bab.experiments.profiles import get_profile
+    from bab.experiments.vit import ViTStudy
+
+    def make(study_class=ViTStudy, **profile_changes):
+        smoke = get_profile("vit_sparsifiner", "smoke")
+        model = dict(smoke.model, image_size=8, patch_size=4, hidden_size=16, num_layers=2, num_heads=2,
+                     intermediate_size=16)
+        tiny = replace(smoke, model=model, dense=replace(smoke.dense, epochs=1), **profile_changes)
+        generator = torch.Generator().manual_seed(0)
+        data = TensorDataset(torch.randn(24, 1, 8, 8, generator=generator),
+                             torch.randint(0, 10, (24,), generator=generator))
+
+        class TinyStudy(study_class):
+            def splits(self):
+                return {"train": data, "val": data, "test": data}
+
+        return TinyStudy(tiny, cache=RunCache(tmp_path), progress=False), data
+
+    return make

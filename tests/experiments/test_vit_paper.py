@@ -1,5 +1,7 @@
 """Sparsifiner's paper rows, notebook 05's profiles, and nbval's data check for Fashion-MNIST."""
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 
@@ -68,12 +70,16 @@ def test_vit_profile_rejects_an_unknown_gate_start_with_the_choices():
         replace(quick, gate_start_sharpness=0.0)
 
 
-def test_nested_gates_reach_the_budgeted_heads_lineage_and_the_model(tmp_path):
+# the tiny study's budgeted heads: one epoch, the gates ranked on 8 images
+TINY_HEADS = dict(gate_start_examples=8, heads=replace(get_profile("vit_sparsifiner", "smoke").heads, epochs=1))
+
+
+def test_nested_gates_reach_the_budgeted_heads_lineage_and_the_model(tmp_path, tiny_vit_study):
     """A tiny study end to end: the gate start reaches the lineage (so the run cache keys it and another start
     trains another checkpoint) and the model (nested gates are spread, flat ones are not)."""
     from dataclasses import replace
 
-    study, _ = _tiny_vit_study(tmp_path)
+    study, _ = tiny_vit_study(**TINY_HEADS)
     tiny, cache, TinyStudy = study.profile, study.cache, type(study)
     soft, _, lineage = study.budgeted_heads()
     assert lineage["gate_start"] == {"gate_start": "elimination", "sharpness": 4.0, "examples": 8}
@@ -86,39 +92,13 @@ def test_nested_gates_reach_the_budgeted_heads_lineage_and_the_model(tmp_path):
     assert float(random_soft.gates(0.5).detach().std()) > 10 * float(flat_soft.gates(0.5).detach().std())
 
 
-def _tiny_vit_study(tmp_path):
-    """A 2-layer, 2-head ViT study on 24 random 8x8 images (train = val = test), through a tmp run cache."""
-    from dataclasses import replace
-
-    import torch
-    from torch.utils.data import TensorDataset
-
-    from bab.core.runs import RunCache
-    from bab.experiments.vit import ViTStudy
-
-    smoke = get_profile("vit_sparsifiner", "smoke")
-    model = dict(smoke.model, image_size=8, patch_size=4, hidden_size=16, num_layers=2, num_heads=2,
-                 intermediate_size=16)
-    tiny = replace(smoke, model=model, gate_start_examples=8, dense=replace(smoke.dense, epochs=1),
-                   heads=replace(smoke.heads, epochs=1))
-    generator = torch.Generator().manual_seed(0)
-    data = TensorDataset(torch.randn(24, 1, 8, 8, generator=generator),
-                         torch.randint(0, 10, (24,), generator=generator))
-
-    class TinyStudy(ViTStudy):
-        def splits(self):
-            return {"train": data, "val": data, "test": data}
-
-    return TinyStudy(tiny, cache=RunCache(tmp_path), progress=False), data
-
-
-def test_vit_hard_heads_keep_the_adaptation_only_when_validation_rises(tmp_path, monkeypatch):
+def test_vit_hard_heads_keep_the_adaptation_only_when_validation_rises(tmp_path, monkeypatch, tiny_vit_study):
     import torch
 
     import bab.experiments.vit as vit_study
     from bab.experiments.hard_recipe import adaptation_kept
 
-    study, data = _tiny_vit_study(tmp_path)
+    study, data = tiny_vit_study(**TINY_HEADS)
     soft, _, _ = study.budgeted_heads()
     adapted, raw_metrics, raw_lineage = study.budgeted_heads_hard(select=False)
     assert raw_metrics["selected_epoch"] is None and "val_hard_mean" not in raw_metrics

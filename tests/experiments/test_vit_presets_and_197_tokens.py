@@ -7,9 +7,7 @@ import matplotlib
 import pandas as pd
 import pytest
 import torch
-from torch.utils.data import TensorDataset
 
-from bab.core.runs import RunCache
 from bab.experiments.profiles import get_profile
 from bab.experiments.vit import (
     PREDICTOR_PRESETS,
@@ -37,23 +35,13 @@ matplotlib.use("Agg")
 # ----------------------------------------------------------------------------- a tiny study
 
 
-def tiny_study(tmp_path, study_class=ViTStudy):
-    """A 2-layer, 2-head ViT study on 24 random 8x8 images (train = val = test), one epoch per step, through a tmp
-    run cache."""
+@pytest.fixture
+def tiny_study(tiny_vit_study):
+    """The shared tiny ViT study (conftest) with one epoch per phase: ``tiny_study(study_class=ViTStudy)``."""
     smoke = get_profile("vit_sparsifiner", "smoke")
-    model = dict(smoke.model, image_size=8, patch_size=4, hidden_size=16, num_layers=2, num_heads=2,
-                 intermediate_size=16)
-    tiny = replace(smoke, model=model, dense=replace(smoke.dense, epochs=1), phase1=replace(smoke.phase1, epochs=1),
-                   phase2=replace(smoke.phase2, epochs=1, batch_size=8), variant_197=None)
-    generator = torch.Generator().manual_seed(0)
-    data = TensorDataset(torch.randn(24, 1, 8, 8, generator=generator),
-                         torch.randint(0, 10, (24,), generator=generator))
-
-    class TinyStudy(study_class):
-        def splits(self):
-            return {"train": data, "val": data, "test": data}
-
-    return TinyStudy(tiny, cache=RunCache(tmp_path), progress=False), data
+    return lambda study_class=ViTStudy: tiny_vit_study(
+        study_class, phase1=replace(smoke.phase1, epochs=1), phase2=replace(smoke.phase2, epochs=1, batch_size=8),
+        variant_197=None)
 
 
 def accuracy_by_loop(model, data, **forward) -> float:
@@ -109,8 +97,8 @@ def test_predictor_preset_names_the_presets_and_rejects_others():
         predictor_preset(quick, "paper")
 
 
-def test_the_presets_share_the_dense_teacher_and_train_their_own_predictors(tmp_path):
-    study, _ = tiny_study(tmp_path)
+def test_the_presets_share_the_dense_teacher_and_train_their_own_predictors(tiny_study):
+    study, _ = tiny_study()
     profile_study, official_study = study.preset_study("profile"), study.preset_study("official")
     assert profile_study.profile is study.profile and official_study.cache is study.cache
     _, _, dense_lineage = study.dense()
@@ -127,8 +115,8 @@ def test_the_presets_share_the_dense_teacher_and_train_their_own_predictors(tmp_
     assert "joint_predictor" not in official_lineage["train"]
 
 
-def test_choose_predictor_preset_computes_the_validation_numbers_and_picks_the_higher_mean(tmp_path):
-    study, data = tiny_study(tmp_path)
+def test_choose_predictor_preset_computes_the_validation_numbers_and_picks_the_higher_mean(tiny_study):
+    study, data = tiny_study()
     choice = choose_predictor_preset(study, keep_rates=(0.5, 0.25))
     assert list(choice.table.index) == ["profile", "paper_text", "official"]
     for name in PREDICTOR_PRESETS:  # against accuracies counted one image at a time
@@ -203,8 +191,8 @@ def test_the_profile_rejects_a_bad_variant_or_choice():
         token_count_control(replace(quick, variant_197=None))
 
 
-def test_retention_counts_accuracy_against_the_own_dense_model(tmp_path):
-    study, data = tiny_study(tmp_path, ViT197Study)
+def test_retention_counts_accuracy_against_the_own_dense_model(tiny_study):
+    study, data = tiny_study(ViT197Study)
     table = study.retention((0.5, 0.25))
     dense, dense_metrics, _ = study.dense()
     model, phase2_metrics, _ = study.sparsifiner()
@@ -224,8 +212,8 @@ def test_retention_counts_accuracy_against_the_own_dense_model(tmp_path):
     assert set(seconds) == {"dense", "phase 1", "phase 2"} and all(s > 0 for s in seconds.values())
 
 
-def test_the_197_token_rows_are_their_own_experiment(tmp_path):
-    study, _ = tiny_study(tmp_path, ViT197Study)
+def test_the_197_token_rows_are_their_own_experiment(tiny_study):
+    study, _ = tiny_study(ViT197Study)
     dense, _, _ = study.dense()
     assert study.experiment == "vit_sparsifiner_197"
     rows = [study.result_row(study.methods.dense, 1.0, {"accuracy": 80.0, "cost": 1.0}, models=dense),
