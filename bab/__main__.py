@@ -9,6 +9,7 @@
     python -m bab bench generation [--model smollm2]                  context-pruned decoding vs dense
     python -m bab fit heads --train my.csv --budgets 0.25,0.5,0.75 --prune 0.5 --out runs/my   your data
     python -m bab train decoder --profile paper --gamma 3 [--frozen]   one of notebook 07's fine-tunes, resumable
+    python -m bab evaluate decoder --profile paper --gamma 3 [--frozen]  its evaluations, ahead of the notebook
 
 Every bench command follows one protocol (``bab.core.timing``): one process, one thread, warm-up,
 median of interleaved repeats, the analytic limit printed beside the measured ratio.
@@ -377,15 +378,9 @@ def _train_decoder(args) -> int:
     from bab.experiments.profiles import get_profile
 
     profile = get_profile("pretrained_context_pruning", args.profile)
-    if args.gamma is not None and args.gamma not in profile.gammas:
-        raise ValueError(f"gamma {args.gamma:g} is not one of profile {profile.name!r}'s gammas "
-                         f"{list(profile.gammas)}; notebook 07 would never use its run")
-    if args.frozen and args.budgeted:
-        raise ValueError("--frozen goes with --gamma (the budget-conditioned fine-tune has no frozen twin)")
+    _decoder_choice(args, profile)
     threads = set_threads()  # part of the run's cache key: train with the thread count the notebook will use
     study = PretrainedContextStudy(profile, progress=True)
-    if args.frozen and args.dense:
-        raise ValueError("--frozen goes with --gamma (a frozen dense fine-tune would train nothing)")
     if args.budgeted:
         (_, metrics), what = study.budget_conditioned(), "budget-conditioned"
     elif args.dense:
@@ -397,6 +392,69 @@ def _train_decoder(args) -> int:
     print(f"{what}, profile {profile.name}, {threads} thread(s): "
           f"{'from the run cache' if metrics.get('cached') else 'trained'}"
           f"{f', {seconds:.0f} s ({seconds / 3600:.2f} h) of training' if seconds else ''}")
+    return 0
+
+
+# -----------------------------------------------------------------------------
+# evaluate decoder: notebook 07's slow evaluations of one trained decoder into the run cache
+
+
+def _add_evaluate_decoder(sub) -> None:
+    p = sub.add_parser("decoder", help="notebook 07's evaluations of one SmolLM2 decoder (held-out perplexity on each "
+                                       "text and the zero-shot tasks; the budget table for --budgeted) into the run "
+                                       "cache ($BAB_CACHE_DIR), where the notebook finds them; never trains",
+                       formatter_class=DefaultsFormatter)
+    p.add_argument("--profile", default="paper", help="the notebook's profile (smoke, quick, paper)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--gamma", type=float, help="the per-gamma specialist with this gamma (one of the profile's)")
+    which.add_argument("--budgeted", action="store_true", help="the budget-conditioned fine-tune")
+    which.add_argument("--dense", action="store_true", help="the dense fine-tune")
+    which.add_argument("--pretrained", action="store_true", help="the pretrained decoder itself (nothing trained)")
+    p.add_argument("--frozen", action="store_true", help="with --gamma: the frozen twin (pretrained weights fixed)")
+    p.set_defaults(run=_evaluate_decoder, errors=(ValueError, FileNotFoundError, OSError, LookupError))
+
+
+def _decoder_choice(args, profile) -> None:
+    """ValueError when ``args`` (train / evaluate decoder) name a run notebook 07 never uses."""
+    if args.gamma is not None and args.gamma not in profile.gammas:
+        raise ValueError(f"gamma {args.gamma:g} is not one of profile {profile.name!r}'s gammas "
+                         f"{list(profile.gammas)}; notebook 07 would never use its run")
+    if args.frozen and args.gamma is None:
+        raise ValueError("--frozen goes with --gamma (only the per-gamma specialists have a frozen twin)")
+
+
+def _evaluate_decoder(args) -> int:
+    import time
+
+    from bab.core.runs import LoadOnlyRunCache
+    from bab.core.threads import set_threads
+    from bab.experiments.pretrained_context import PretrainedContextStudy
+    from bab.experiments.profiles import get_profile
+
+    profile = get_profile("pretrained_context_pruning", args.profile)
+    _decoder_choice(args, profile)
+    threads = set_threads()  # part of the measurements' keys, as it is of the models': the notebook's count
+    study = PretrainedContextStudy(profile, cache=LoadOnlyRunCache(), progress=True)
+    t0 = time.perf_counter()
+    if args.budgeted:
+        model, _ = study.budget_conditioned()
+        print(study.budget_table(model, profile.budgets).round(3).to_string(index=False))
+        what = "budget-conditioned"
+    else:
+        if args.pretrained:
+            (model, _), prune, what = study.dense(), False, "pretrained"
+        elif args.dense:
+            (model, _), prune, what = study.dense_fine_tuned(), False, "dense fine-tune"
+        else:
+            (model, _), prune = study.pruned(args.gamma, frozen=args.frozen), True
+            what = f"gamma={args.gamma:g}{' (frozen)' if args.frozen else ''}"
+        result = study.evaluations(model, prune=prune)
+        for text, r in result["texts"].items():
+            print(f"{text}: perplexity {r['perplexity']:.3f}, fraction pruned {r['fraction_pruned']:.3f}")
+        for task, r in result["zero_shot"].items():
+            print(f"{task}: accuracy {r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}], n {r['n']}")
+    print(f"{what}, profile {profile.name}, {threads} thread(s): evaluated in {time.perf_counter() - t0:.0f} s "
+          f"(stored measurements are read, not recomputed)")
     return 0
 
 
@@ -533,6 +591,9 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="one of a notebook's trainings into the run cache: decoder")
     train_sub = train.add_subparsers(dest="target", required=True, metavar="WHAT")
     _add_train_decoder(train_sub)
+    evaluate = sub.add_parser("evaluate", help="a notebook's slow evaluations into the run cache, ahead of it: decoder")
+    evaluate_sub = evaluate.add_subparsers(dest="target", required=True, metavar="WHAT")
+    _add_evaluate_decoder(evaluate_sub)
     return parser
 
 

@@ -34,7 +34,8 @@
 # official ones). Profile `paper` is the record: the whole decoder fine-tuned as in the paper, 300 steps of
 # 2 × 512 tokens per γ, with the official code's sparsity normalisation (so γ means its `sparsity_loss_weight`)
 # and initial values, each beside the same protocol with the weights frozen. Each of its fine-tunes is a
-# resumable cached run: `python -m bab train decoder --profile paper --gamma 3 [--frozen]`.
+# resumable cached run: `python -m bab train decoder --profile paper --gamma 3 [--frozen]`, and its evaluations
+# can run ahead of the notebook into the same cache: `python -m bab evaluate decoder --profile paper --gamma 3`.
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these; see run_all.sh)

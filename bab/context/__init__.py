@@ -11,3 +11,6 @@ See docs/context-pruning.md.
 # 2: every LMTrainConfig and PruningConfig field enters the key (no field left out at a default any more), and
 # the study lineages are built by the one Study base.
 TRAINING_VERSION = 2
+# Part of the key of every cached measurement of this method (bab.experiments.study.Study.measured: held-out
+# perplexity, zero-shot scores). Bump it whenever evaluation or scoring change what they return.
+EVALUATION_VERSION = 1

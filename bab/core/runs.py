@@ -11,10 +11,16 @@ The root is ``$BAB_CACHE_DIR``, else ``.bab_cache/runs`` in a source checkout, e
 
 ``train_cached`` is how the studies train: it adds the method's code version to the key (each method
 package's ``TRAINING_VERSION``), seeds, builds the model and trains it on a miss.
+
+``RunCache.measured`` keeps slow measurements of cached models the same way (JSON under
+``<root>/measurements/``, keyed by the measured run, what was measured and the code version), so a notebook
+whose evaluation alone takes hours (notebook 07 at its record profile) resumes after an interruption and can
+have its evaluations run ahead, one model at a time, as its models finish training.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -33,10 +39,13 @@ from bab.core.training import Checkpointer, distributed_state, seed_everything
 # Bump when a change to the code makes old checkpoints mean something different.
 CACHE_SCHEMA = 1
 PARTIAL = "partial"  # the folder of unfinished runs' resumable checkpoints, under the cache root
+MEASUREMENTS = "measurements"  # the folder of cached measurements (RunCache.measured), under the cache root
 
 # Every model this process trained or loaded through a run cache, first use first: its provenance for the report
 # (a notebook's results name the commits that trained its models, and which came from the cache).
 _MODELS_USED: dict[str, dict] = {}
+# Every measurement this process computed or took from a run cache (RunCache.measured), first use first.
+_MEASUREMENTS_USED: dict[str, dict] = {}
 
 
 # The attribute ``train_cached`` sets on the model it returns: {"run": the cache folder's name, "seed": the seed it
@@ -50,6 +59,13 @@ def models_used() -> list[dict]:
     that trained it; None for a run stored before they were recorded), ``train_seconds`` and ``seed`` (None when
     not trained through ``train_cached``)."""
     return [dict(record) for record in _MODELS_USED.values()]
+
+
+def measurements_used() -> list[dict]:
+    """The measurements this process computed or took from a run cache (``RunCache.measured``), in order of first
+    use: ``measurement`` (the file's name), ``cached`` (True: measured by an earlier process), ``commit``,
+    ``measured_at`` and ``seconds`` (of the process that measured it)."""
+    return [dict(record) for record in _MEASUREMENTS_USED.values()]
 
 
 def _note_model(folder: Path, metrics: dict, cached: bool) -> None:
@@ -200,6 +216,47 @@ class RunCache:
         state.wait_for_everyone()
         _note_model(folder, metrics, cached=False)
         return {**metrics, "cached": False}
+
+    def measurement_path(self, name: str, config) -> Path:
+        return self.root / MEASUREMENTS / f"{self.path(name, config).name}.json"
+
+    def measured(self, name: str, config, measure) -> dict:
+        """``measure() -> dict`` (plain JSON data: numbers, strings, lists, dicts), or its stored result for the same
+        ``name`` and ``config``.
+
+        ``config`` must determine the result: the measured model's run (its cache folder's name, which holds its
+        whole lineage), the data, what is measured and how, and the code's version. The result always comes back
+        as its JSON round trip, so a measurement reads the same whether computed now or loaded (tuples as lists).
+        With the cache off it is computed every time. The stored file also says which commit measured it and
+        when (``measurements_used``)."""
+        if not self.enabled:
+            return json.loads(strict_json.dumps(measure()))
+        path = self.measurement_path(name, config)
+        try:
+            stored = json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            stored = None
+        if stored is not None and canonical(stored.get("config")) == canonical(config):
+            record = {"measurement": path.name, "cached": True, **stored["measured_by"]}
+            _MEASUREMENTS_USED.setdefault(path.name, record)
+            return stored["result"]
+        started, t0 = now_iso(), time.perf_counter()
+        result = json.loads(strict_json.dumps(measure()))
+        measured_by = {"commit": git_commit(), "measured_at": started, "seconds": round(time.perf_counter() - t0, 1)}
+        if distributed_state().is_main_process:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", dir=path.parent)
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(strict_json.dumps({"config": config, "result": result, "measured_by": measured_by},
+                                              indent=1, sort_keys=True))
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+        _MEASUREMENTS_USED.setdefault(path.name, {"measurement": path.name, "cached": False, **measured_by})
+        return result
 
 
 

@@ -105,10 +105,20 @@ class DecoderStudy(Study):
 
     def evaluate(self, model, budget: float | None = None, prune: bool = True, text: str | None = None,
                  attn_mask: torch.Tensor | None = None) -> dict:
-        """Perplexity and fraction of context pruned on ``text``'s held-out windows (hard decisions)."""
-        seed_everything(0)
-        return evaluate_lm(model, self.eval_ids(text or self.texts[0]), self.eval_context, budget=budget,
-                           prune=prune, max_windows=self.profile.eval_windows, attn_mask=attn_mask)
+        """Perplexity and fraction of context pruned on ``text``'s held-out windows (hard decisions). Through the
+        run cache (``measured``) for a model a run names and no ``attn_mask``."""
+        text = text or self.texts[0]
+
+        def measure():
+            seed_everything(0)
+            return evaluate_lm(model, self.eval_ids(text), self.eval_context, budget=budget, prune=prune,
+                               max_windows=self.profile.eval_windows, attn_mask=attn_mask)
+
+        if attn_mask is not None:  # a static mask is built in the session: nothing in a key names it
+            return measure()
+        settings = {"text": text, "budget": budget, "prune": prune, "context": self.eval_context,
+                    "windows": self.profile.eval_windows}
+        return self.measured("evaluate", model, settings, measure)
 
     def calibrate_budget(self, model, target: float, windows: int = 4, steps: int = 10) -> float:
         """The budget to pass to a budget-conditioned ``model`` so that it keeps ``target`` of the context on

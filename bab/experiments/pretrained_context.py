@@ -20,7 +20,7 @@ source and config, the data, the training config).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import torch
 from torch import nn
@@ -203,6 +203,9 @@ class PretrainedContextStudy(DecoderStudy):
             self._base = (as_downloaded(from_hf_model(hf_model).eval()), hf_model, tokenizer, source)
         return self._base
 
+    def downloaded_identity(self) -> str:
+        return self._load()[3].describe()
+
     def dense(self):
         """(the pretrained decoder, pruning off, {"source": ...})."""
         model, _, _, source = self._load()
@@ -261,13 +264,25 @@ class PretrainedContextStudy(DecoderStudy):
 
     def zero_shot(self, model, budget: float | None = None, prune: bool = True) -> dict[str, dict]:
         """Each task's accuracy, n and 95% interval (and the cloze target's perplexity) on ``model``."""
-        items, config, tokenizer = self.zero_shot_items(), self.profile.zero_shot, self.tokenizer
-        return {
-            "cloze": zero_shot.score_cloze(model, tokenizer, items["cloze"], config.batch_size, budget, prune),
-            "ending": zero_shot.score_choice(model, tokenizer, items["ending"], config.batch_size, budget, prune),
-            "topic": zero_shot.score_choice(model, tokenizer, items["topic"], config.batch_size, budget, prune,
-                                            score="sum"),
-        }
+        config = self.profile.zero_shot
+
+        def measure():
+            items, tokenizer = self.zero_shot_items(), self.tokenizer
+            return {
+                "cloze": zero_shot.score_cloze(model, tokenizer, items["cloze"], config.batch_size, budget, prune),
+                "ending": zero_shot.score_choice(model, tokenizer, items["ending"], config.batch_size, budget, prune),
+                "topic": zero_shot.score_choice(model, tokenizer, items["topic"], config.batch_size, budget, prune,
+                                                score="sum"),
+            }
+
+        return self.measured("zero-shot", model, {"tasks": asdict(config), "budget": budget, "prune": prune}, measure)
+
+    def evaluations(self, model, prune: bool = True) -> dict:
+        """What notebook 07 measures of each decoder it compares, each through the run cache (``measured``):
+        ``{"texts": {text: evaluate(...)}, "zero_shot": zero_shot(...)}``. ``python -m bab evaluate decoder``
+        runs it ahead of the notebook, one model at a time, as the models finish training."""
+        return {"texts": {text: self.evaluate(model, prune=prune, text=text) for text in self.texts},
+                "zero_shot": self.zero_shot(model, prune=prune)}
 
     @torch.no_grad()
     def logit_equality(self, tokens: int | None = None) -> dict:
@@ -301,6 +316,10 @@ class PretrainedContextStudy(DecoderStudy):
 
     def data_lineage(self) -> dict:
         return self.profile.data.to_dict()
+
+    def measurement_data(self) -> dict:
+        # evaluations also read the out-of-domain text, and the topic choice AG News's test split
+        return {**self.data_lineage(), "ood_file": self.profile.ood_file, "topic_items": "ag_news test"}
 
     def _fine_tune(self, run_name: str, pruning: PruningConfig | None, train_config: LMTrainConfig):
         """The pretrained weights plus fresh interaction modules of ``pruning``, fine-tuned under ``train_config``.

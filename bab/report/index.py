@@ -60,6 +60,12 @@ def collect_models(files):
     return {stem: data["models"] for stem, data in files.items() if data.get("models") is not None}
 
 
+def collect_measurements(files):
+    """{stem: the slow measurements its kernel computed or read from the run cache} (the "measurements" of
+    ``save_results``; notebooks that recorded none are left out)."""
+    return {stem: data["measurements"] for stem, data in files.items() if data.get("measurements")}
+
+
 def collect_code(files):
     """{stem: {bab module path: digest}} of the code each notebook's kernel loaded (the "code" of ``save_results``;
     notebooks written before it was recorded are left out)."""
@@ -194,6 +200,7 @@ def write_index(staging, profile, notebooks, repo_dir):
         "claims": claims,
         "rows": [{"notebook": stem, **row} for stem, stem_rows in results.items() for row in stem_rows],
         "models": collect_models(files),
+        "measurements": collect_measurements(files),
         "code": collect_code(files),
     }
     write_json_atomic(staging / "results.json", merged)

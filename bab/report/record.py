@@ -111,6 +111,7 @@ def record_markdown(results: dict, runs: list[dict], code_now: dict[str, str] | 
                      f"{_code_state(run, code_now)} | {package} |")
     lines.append("")
     lines += models_section(results.get("models") or {})
+    lines += measurements_section(results.get("measurements") or {})
     return "\n".join(lines)
 
 
@@ -129,6 +130,26 @@ def models_section(models: dict) -> list[str]:
                      f"{_duration(sum(seconds)) if seconds else '–'} |")
     lines += ["", "Each model's run, commit, start and training time are in `results.json` under `models`.", ""]
     return lines
+
+
+def measurements_section(measurements: dict) -> list[str]:
+    """Which commits made the slow measurements each notebook read from the run cache (``RunCache.measured``);
+    nothing for a record whose notebooks computed all of theirs in the run."""
+    if not measurements:
+        return []
+    lines = ["## Measurements from the run cache", "",
+             "Slow evaluations (held-out perplexity, zero-shot scores) are cached like models, keyed by the measured "
+             "run, the data, the settings, the evaluation code's version and the thread count, so they can run "
+             "ahead of the notebook as the models finish training.", "",
+             "| notebook | measurements | made in this run | from the run cache | measured at commits | time |",
+             "|---|---|---|---|---|---|"]
+    for stem, used in sorted(measurements.items()):
+        commits = sorted({m.get("commit") or "not recorded" for m in used})
+        seconds = [m["seconds"] for m in used if m.get("seconds") is not None]
+        lines.append(f"| {stem} | {len(used)} | {sum(not m.get('cached') for m in used)} | "
+                     f"{sum(bool(m.get('cached')) for m in used)} | {', '.join(commits)} | "
+                     f"{_duration(sum(seconds)) if seconds else '–'} |")
+    return lines + [""]
 
 
 def write_record(folder, notebooks_dir=None) -> Path:

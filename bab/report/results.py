@@ -18,7 +18,7 @@ from pathlib import Path
 from bab.core import strict_json
 from bab.core.folders import current_umask
 from bab.core.provenance import loaded_code_digests
-from bab.core.runs import models_used
+from bab.core.runs import measurements_used, models_used
 
 # The version of the rows' meaning: 2 = methods are declared typed ids (bab.experiments.methods), the papers'
 # method names hold the papers' recipes, settings are typed values. Rows of an older version are not judged.
@@ -174,10 +174,12 @@ def write_json_atomic(path, obj):
 
 def save_results(rows, path):
     """Write a notebook's result rows to `path` as {"notebook": <stem>, "contract": RESULTS_CONTRACT, "rows": rows,
-    "models": ..., "code": ...}: "models" are the models this kernel trained or took from the run cache, with the
-    commit that trained each (``bab.core.runs.models_used``), and each row that names its models gets their
-    commits and cache hits (``with_provenance``); "code" holds the digests of the ``bab`` modules the kernel loaded
-    (``bab.core.provenance.loaded_code_digests``), so a record can tell when that code changed after the run.
+    "models": ..., "measurements": ..., "code": ...}: "models" are the models this kernel trained or took from the
+    run cache, with the commit that trained each (``bab.core.runs.models_used``), and each row that names its
+    models gets their commits and cache hits (``with_provenance``); "measurements" are the slow measurements it
+    computed or read from the run cache, with the commit that measured each (``measurements_used``); "code" holds
+    the digests of the ``bab`` modules the kernel loaded (``bab.core.provenance.loaded_code_digests``), so a record
+    can tell when that code changed after the run.
 
     `path` is the `results_path` parameter papermill injects. When it is None (the notebook runs interactively,
     or under nbval) the rows go to `$BAB_RESULTS_DIR/<experiments>.json` if that variable is set, else nothing is
@@ -193,7 +195,7 @@ def save_results(rows, path):
     used = models_used()
     return write_json_atomic(path, {"notebook": path.stem, "contract": RESULTS_CONTRACT,
                                     "rows": with_provenance(validate_rows(rows), used), "models": used,
-                                    "code": loaded_code_digests()})
+                                    "measurements": measurements_used(), "code": loaded_code_digests()})
 
 
 def now_iso():

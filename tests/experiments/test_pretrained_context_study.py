@@ -149,3 +149,43 @@ def test_full_fine_tune_its_frozen_twin_and_the_official_initial_values(tiny_stu
     assert run_of(dense_ft)["run"] not in (run_of(full)["run"], run_of(twin)["run"])
     with pytest.raises(ValueError, match="nothing to fine-tune"):
         study.dense_fine_tuned()
+
+
+def test_evaluations_run_ahead_of_the_notebook_and_are_read_back_not_recomputed(tiny_study, monkeypatch, tmp_path):
+    import bab.experiments.decoder_study as decoder_study
+    import bab.experiments.pretrained_context as pretrained_context
+
+    # the zero-shot scorers are tested in tests/context; here a stand-in scorer counts how often it runs
+    scored = []
+
+    def score(model, tokenizer, items, batch_size, budget, prune, **kwargs):
+        scored.append(prune)
+        return {"accuracy": 0.5, "ci_low": 0.2, "ci_high": 0.8, "n": 4}
+
+    monkeypatch.setattr(pretrained_context.zero_shot, "score_cloze", score)
+    monkeypatch.setattr(pretrained_context.zero_shot, "score_choice", score)
+    study = tiny_study()
+    monkeypatch.setattr(study, "zero_shot_items", lambda: {"cloze": [], "ending": [], "topic": []})
+    model, _ = study.pruned(1.0)
+    dense, _ = study.dense()
+    ahead = {"pruned": study.evaluations(model), "dense": study.evaluations(dense, prune=False)}
+    assert set(ahead["pruned"]["texts"]) == {"austen", "wiki"} and len(scored) == 6
+    assert ahead["dense"]["texts"]["wiki"]["fraction_pruned"] == 0.0 and scored[3:] == [False] * 3
+    assert len(list((tmp_path / "runs" / "measurements").glob("*.json"))) == 2 * (2 + 1)
+
+    # the notebook's own calls in a later process: every one is read back, nothing evaluated or scored again
+    def never(*args, **kwargs):
+        raise AssertionError("a stored measurement was computed again")
+
+    monkeypatch.setattr(decoder_study, "evaluate_lm", never)
+    again = tiny_study()
+    model, _ = again.pruned(1.0)
+    dense, _ = again.dense()
+    assert {text: again.evaluate(model, text=text) for text in again.texts} == ahead["pruned"]["texts"]
+    assert again.evaluate(dense, prune=False, text="wiki") == ahead["dense"]["texts"]["wiki"]
+    assert again.zero_shot(model) == ahead["pruned"]["zero_shot"] and len(scored) == 6
+    # what no stored measurement covers is computed: another budget, or a static mask built in the session
+    with pytest.raises(AssertionError, match="computed again"):
+        again.evaluate(model, budget=0.5)
+    with pytest.raises(AssertionError, match="computed again"):
+        again.evaluate(dense, prune=False, attn_mask=torch.ones(32, 32, dtype=torch.bool))

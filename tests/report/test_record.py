@@ -49,6 +49,17 @@ def test_a_record_says_which_commits_trained_each_notebooks_models():
     assert "Not recorded" in record_markdown({"profile": "paper"}, [])
 
 
+def test_a_record_says_which_measurements_came_from_the_run_cache_and_which_commits_made_them():
+    results = {"profile": "paper", "measurements": {"07": [
+        {"measurement": "a.json", "cached": True, "commit": "aaa1111", "seconds": 900.0},
+        {"measurement": "b.json", "cached": True, "commit": "bbb2222", "seconds": 2800.0},
+        {"measurement": "c.json", "cached": False, "commit": "bbb2222", "seconds": 60.0}]}}
+    text = record_markdown(results, [])
+    assert "## Measurements from the run cache" in text
+    assert "| 07 | 3 | 1 | 2 | aaa1111, bbb2222 | 1 h 02 min |" in text
+    assert "Measurements from the run cache" not in record_markdown({"profile": "paper"}, [])
+
+
 def notebook(path, code, prose="A note."):
     cells = [{"cell_type": "markdown", "metadata": {}, "source": [prose]},
              {"cell_type": "code", "metadata": {}, "source": code, "outputs": [], "execution_count": None}]
