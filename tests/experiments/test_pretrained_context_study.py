@@ -189,3 +189,35 @@ def test_evaluations_run_ahead_of_the_notebook_and_are_read_back_not_recomputed(
         again.evaluate(model, budget=0.5)
     with pytest.raises(AssertionError, match="computed again"):
         again.evaluate(dense, prune=False, attn_mask=torch.ones(32, 32, dtype=torch.bool))
+
+
+def test_the_evaluate_command_stores_what_the_notebook_reads_and_never_trains(tiny_study, monkeypatch, tmp_path,
+                                                                               capsys):
+    import bab.experiments.decoder_study as decoder_study
+    import bab.experiments.pretrained_context as pretrained_context
+    import bab.experiments.profiles as profiles
+    from bab.__main__ import main
+
+    cloze = {"accuracy": 0.25, "ci_low": 0.1, "ci_high": 0.5, "n": 4, "target_perplexity": 9.0}
+    choice = {"accuracy": 0.75, "ci_low": 0.5, "ci_high": 0.9, "n": 4, "chance": 0.25}
+    monkeypatch.setattr(pretrained_context.zero_shot, "score_cloze", lambda *a, **k: cloze)
+    monkeypatch.setattr(pretrained_context.zero_shot, "score_choice", lambda *a, **k: choice)
+    no_items = {"cloze": [], "ending": [], "topic": []}
+    monkeypatch.setattr(PretrainedContextStudy, "zero_shot_items", lambda self: no_items)
+    study = tiny_study()
+    monkeypatch.setattr(profiles, "get_profile", lambda experiment, name: study.profile)
+    monkeypatch.setenv("BAB_CACHE_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("BAB_THREADS", str(torch.get_num_threads()))  # the command sets it: leave it as it is
+    command = ["evaluate", "decoder", "--profile", "smoke", "--gamma", "1"]
+    assert main(command) == 2  # not trained: the command says so instead of training
+    assert "not trained yet" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+    model, _ = study.pruned(1.0)
+    assert main(command) == 0
+    out = capsys.readouterr().out
+    assert "austen: perplexity" in out and "wiki: perplexity" in out and "cloze: accuracy 0.250 [0.100, 0.500]" in out
+    monkeypatch.setattr(decoder_study, "evaluate_lm", lambda *a, **k: pytest.fail("a stored measurement recomputed"))
+    again = tiny_study()
+    assert again.evaluate(model, text="wiki")["windows"] == 2  # read back, as the notebook's call would be
+    assert main(["evaluate", "decoder", "--profile", "smoke", "--dense", "--frozen"]) == 2
+    assert "--frozen goes with --gamma" in capsys.readouterr().err
