@@ -401,7 +401,8 @@ def _train_decoder(args) -> int:
 
 def _add_evaluate_decoder(sub) -> None:
     p = sub.add_parser("decoder", help="notebook 07's evaluations of one SmolLM2 decoder (held-out perplexity on each "
-                                       "text and the zero-shot tasks; the budget table for --budgeted) into the run "
+                                       "text and the zero-shot tasks; for a --gamma specialist also the static "
+                                       "baselines at its sparsity; the budget table for --budgeted) into the run "
                                        "cache ($BAB_CACHE_DIR), where the notebook finds them; never trains",
                        formatter_class=DefaultsFormatter)
     p.add_argument("--profile", default="paper", help="the notebook's profile (smoke, quick, paper)")
@@ -451,6 +452,10 @@ def _evaluate_decoder(args) -> int:
         result = study.evaluations(model, prune=prune)
         for text, r in result["texts"].items():
             print(f"{text}: perplexity {r['perplexity']:.3f}, fraction pruned {r['fraction_pruned']:.3f}")
+        if args.gamma is not None and not args.frozen:  # the notebook matches the static baselines to these
+            fractions = {text: r["fraction_pruned"] for text, r in result["texts"].items()}
+            static = study.static_baselines(study.dense()[0], fractions)
+            print(static[["text", "method", "fraction_pruned", "perplexity"]].round(3).to_string(index=False))
         for task, r in result["zero_shot"].items():
             print(f"{task}: accuracy {r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}], n {r['n']}")
     print(f"{what}, profile {profile.name}, {threads} thread(s): evaluated in {time.perf_counter() - t0:.0f} s "

@@ -27,7 +27,7 @@ import torch
 from bab.context.bench import generation_table
 from bab.context.evaluate import evaluate_lm
 from bab.context.static_masks import KINDS as STATIC_KINDS
-from bab.context.static_masks import match_stride, match_window, static_mask
+from bab.context.static_masks import local_window_mask, match_stride, match_window, strided_mask
 from bab.context.token_kinds import token_kind_breakdown
 from bab.context.train import LMTrainConfig, train_lm
 from bab.core.training import seed_everything
@@ -104,9 +104,10 @@ class DecoderStudy(Study):
     # ------------------------------------------------------------------ measurements
 
     def evaluate(self, model, budget: float | None = None, prune: bool = True, text: str | None = None,
-                 attn_mask: torch.Tensor | None = None) -> dict:
+                 attn_mask: torch.Tensor | None = None, mask_name: str | None = None) -> dict:
         """Perplexity and fraction of context pruned on ``text``'s held-out windows (hard decisions). Through the
-        run cache (``measured``) for a model a run names and no ``attn_mask``."""
+        run cache (``measured``) for a model a run names, unless an ``attn_mask`` comes without a ``mask_name``
+        (what determines the mask, e.g. "local 37": its kind and size; the evaluation length is in the key)."""
         text = text or self.texts[0]
 
         def measure():
@@ -114,10 +115,14 @@ class DecoderStudy(Study):
             return evaluate_lm(model, self.eval_ids(text), self.eval_context, budget=budget, prune=prune,
                                max_windows=self.profile.eval_windows, attn_mask=attn_mask)
 
-        if attn_mask is not None:  # a static mask is built in the session: nothing in a key names it
+        if attn_mask is not None and mask_name is None:  # nothing in a key would name the mask
             return measure()
         settings = {"text": text, "budget": budget, "prune": prune, "context": self.eval_context,
                     "windows": self.profile.eval_windows}
+        if mask_name is not None:
+            if attn_mask is None:
+                raise ValueError(f"mask_name {mask_name!r} names a mask, but no attn_mask was passed")
+            settings["mask"] = mask_name
         return self.measured("evaluate", model, settings, measure)
 
     def calibrate_budget(self, model, target: float, windows: int = 4, steps: int = 10) -> float:
@@ -170,8 +175,12 @@ class DecoderStudy(Study):
         T, rows = self.eval_context, []
         for text, fraction in fractions.items():
             for kind in kinds:
+                if kind not in STATIC_KINDS:
+                    raise ValueError(f"static mask kind must be one of {STATIC_KINDS}, got {kind!r}")
                 size = match_window(T, fraction) if kind == "local" else match_stride(T, fraction)
-                result = self.evaluate(dense, prune=False, text=text, attn_mask=static_mask(kind, T, fraction))
+                mask = local_window_mask(T, size) if kind == "local" else strided_mask(T, size)
+                # the pattern and its size fix the mask (the evaluation length is in every key)
+                result = self.evaluate(dense, prune=False, text=text, attn_mask=mask, mask_name=f"{kind} {size}")
                 rows.append({"text": text, "method": f"{kind} {'window' if kind == 'local' else 'stride'} {size}",
                              "kind": kind, "size": size, "target": fraction,
                              "fraction_pruned": result["fraction_pruned"], "perplexity": result["perplexity"]})

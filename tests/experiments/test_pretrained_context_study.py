@@ -106,6 +106,17 @@ def test_static_baselines_reach_the_requested_sparsity_on_both_texts(tiny_study)
     w, T = int(local.iloc[0]["size"]), 32
     expected = sum(T - d for d in range(w, T)) / (T * (T - 1) / 2)
     assert local.iloc[0].fraction_pruned == pytest.approx(expected, abs=1e-6)
+    # each row is the dense model under the matched pattern (static_mask), evaluated directly
+    from bab.context.evaluate import evaluate_lm
+    from bab.context.static_masks import static_mask
+
+    for r in table.itertuples():
+        direct = evaluate_lm(dense, study.eval_ids(r.text), T, prune=False, max_windows=2,
+                             attn_mask=static_mask(r.kind, T, r.target))
+        assert r.perplexity == pytest.approx(direct["perplexity"], rel=1e-6)
+    # a cached mask must be named, and a name needs its mask
+    with pytest.raises(ValueError, match="no attn_mask was passed"):
+        study.evaluate(dense, prune=False, mask_name="local 4")
 
 
 def test_pretrained_tokenizer_must_be_passed_and_texts_are_named(tiny_study):
@@ -219,5 +230,7 @@ def test_the_evaluate_command_stores_what_the_notebook_reads_and_never_trains(ti
     monkeypatch.setattr(decoder_study, "evaluate_lm", lambda *a, **k: pytest.fail("a stored measurement recomputed"))
     again = tiny_study()
     assert again.evaluate(model, text="wiki")["windows"] == 2  # read back, as the notebook's call would be
+    fractions = {text: again.evaluate(model, text=text)["fraction_pruned"] for text in again.texts}
+    assert len(again.static_baselines(again.dense()[0], fractions)) == 4  # the static baselines too
     assert main(["evaluate", "decoder", "--profile", "smoke", "--dense", "--frozen"]) == 2
     assert "--frozen goes with --gamma" in capsys.readouterr().err
