@@ -12,7 +12,6 @@ it becomes one token stream, cut into windows of ``context`` tokens.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -25,19 +24,10 @@ from bab.context.interaction import PruningConfig
 from bab.context.pretrained import load_decoder
 from bab.context.train import LMTrainConfig, train_lm
 from bab.core.budget import validate_budget
-from bab.core.runs import RunCache
+from bab.core.runs import RunCache, state_digest
 from bab.core.step_clock import fit_plan
 from bab.core.threads import apply_threads
 from bab.experiments.study import tensors_digest
-
-
-def state_digest(model: torch.nn.Module) -> str:
-    """SHA-256 of a model's state dict (names, shapes, values): which weights a fit starts from."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(f"{name} {tuple(tensor.shape)} {tensor.dtype}".encode())
-        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 def read_text(text, text_column: str = "text") -> str:

@@ -23,7 +23,7 @@ import torch
 import bab.context
 import bab.heads
 import bab.sparsifiner
-from bab.core.runs import RUN_TAG, RunCache, run_of, train_cached
+from bab.core.runs import RUN_TAG, RunCache, run_of, state_digest, train_cached
 from bab.core.training import TrainResult
 from bab.core.warm_start import warm_start
 from bab.experiments.methods import Method, MethodSet, registry
@@ -89,10 +89,11 @@ class Study:
     def measured(self, what: str, model, settings: dict, measure) -> dict:
         """``measure()`` on ``model``, through the run cache (``RunCache.measured``) when a run names the model.
 
-        The key: this experiment, the measured model's run (the cache folder's name, its whole lineage) or, for
-        the downloaded model, ``downloaded_identity()``; ``measurement_data()``; ``what`` and its ``settings``; the
-        method's ``EVALUATION_VERSION`` and the thread count (sums run in another order on another count). A
-        model no run names (built or changed in the session) is measured every time."""
+        The key: this experiment; the measured model's run (the cache folder's name, its whole lineage) or, for
+        the downloaded model, ``downloaded_identity()``, with a digest of its weights (a model changed after it
+        was loaded is another model); ``measurement_data()``; ``what`` and its ``settings``; the method's
+        ``EVALUATION_VERSION`` and the thread count (sums run in another order on another count). A model no run
+        names (built in the session) is measured every time."""
         tag = getattr(model, RUN_TAG, None)
         identity = None if not isinstance(tag, dict) else tag["run"] or self.downloaded_identity()
         if identity is None:
@@ -100,7 +101,8 @@ class Study:
         version = getattr(_METHODS[self.method], "EVALUATION_VERSION", None)
         if version is None:
             return measure()  # the method's measurements are not versioned: never serve a stored one
-        config = {"experiment": self.experiment, "model": identity, "data": self.measurement_data(), "what": what,
+        config = {"experiment": self.experiment, "model": {"run": identity, "weights": state_digest(model)},
+                  "data": self.measurement_data(), "what": what,
                   "settings": settings, "code": {"method": self.method, "version": version,
                                                  "threads": torch.get_num_threads()}}
         return self.cache.measured(f"{self.experiment}-{what}", config, measure)

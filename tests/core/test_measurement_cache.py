@@ -71,6 +71,7 @@ class TinyStudy(Study):
 
 
 def _tagged(run):
+    torch.manual_seed(0)  # the same weights every time: what tells two models apart is their run
     model = torch.nn.Linear(2, 2)
     setattr(model, RUN_TAG, {"run": run, "seed": 0})
     return model
@@ -96,6 +97,25 @@ def test_a_study_keys_a_measurement_on_the_run_the_code_version_and_the_thread_c
     finally:
         torch.set_num_threads(threads)
     assert len(calls) == 5
+    with torch.no_grad():
+        model.weight.add_(1.0)  # the same run's model, changed after it was loaded: another model
+    study.measured("evaluate", model, {"text": "austen"}, measure)
+    assert len(calls) == 6
+
+
+def test_the_weights_digest_sees_every_value_name_and_dtype():
+    from bab.core.runs import state_digest
+
+    model = torch.nn.Linear(3, 2)
+    before = state_digest(model)
+    assert state_digest(model) == before and len(before) == 64
+    copy = torch.nn.Linear(3, 2)
+    copy.load_state_dict(model.state_dict())
+    assert state_digest(copy) == before  # the same weights in another object
+    with torch.no_grad():
+        copy.bias[1] += 1e-7
+    assert state_digest(copy) != before
+    assert state_digest(model.to(torch.float64)) != before
 
 
 def test_a_model_no_run_names_is_measured_every_time(tmp_path):
