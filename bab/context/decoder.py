@@ -249,9 +249,7 @@ class ContextDecoder(nn.Module):
         a static pattern (True: may attend) AND-ed with the causal mask, for the static baselines.
         ``sparsity_normalisation``: how ``LMOutput.sparsity`` averages I (``bab.context.interaction.sparsity_term``).
         """
-        if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must be [batch, time], got shape {tuple(input_ids.shape)}")
-        self.check_length(input_ids.shape[1])
+        self._check_ids(input_ids)
         masses, sparsities, log_keeps = [], [], []
 
         def record(_, own, effective, *__):
@@ -266,6 +264,19 @@ class ContextDecoder(nn.Module):
         mass = torch.stack(masses).mean() if masses else None
         sparsity = torch.stack(sparsities).mean() if sparsities else mass
         return LMOutput(logits=self.head(h), keep_mass=mass, sparsity=sparsity, log_keep=log_keeps)
+
+    def hidden_states(self, input_ids: torch.Tensor, alpha: float = HARD, budget: float | None = None,
+                      prune: bool = True) -> torch.Tensor:
+        """input_ids [B, T] -> the last hidden states [B, T, d], before the head: for a caller that needs the
+        logits at a few positions only (``head(h[rows, positions])``; the output projection over the whole
+        vocabulary is a fifth of SmolLM2's compute per token)."""
+        self._check_ids(input_ids)
+        return self._run(self.embed(input_ids), alpha, budget, prune)
+
+    def _check_ids(self, input_ids: torch.Tensor) -> None:
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be [batch, time], got shape {tuple(input_ids.shape)}")
+        self.check_length(input_ids.shape[1])
 
     # ------------------------------------------------------------------ generation with a KV cache
 

@@ -202,7 +202,8 @@ def topic_items(texts: list[str], labels: list[int], topics: list[str],
 
 def _continuation_logprobs(model, tokenizer, pairs: list[tuple[str, str]], batch_size: int, budget, prune: bool):
     """For each (context, continuation): the log-probabilities of the continuation's tokens [len] and whether each
-    was the greedy choice, from one forward of <eot> context continuation (right-padded batches)."""
+    was the greedy choice, from one forward of <eot> context continuation (right-padded batches, longest first),
+    the output projection applied at the continuation's positions only."""
     encoded = []
     for context, continuation in pairs:
         ctx = [tokenizer.eot_id] + tokenizer.encode(context)
@@ -223,15 +224,15 @@ def _continuation_logprobs(model, tokenizer, pairs: list[tuple[str, str]], batch
             seq = encoded[i][0] + encoded[i][1]
             ids[row, : len(seq)] = torch.tensor(seq)
         with torch.no_grad():
-            logits = model(ids.to(device), budget=budget, prune=prune).logits.float()
-        log_probs = F.log_softmax(logits, dim=-1)
-        for row, i in enumerate(chunk):
-            ctx, cont = encoded[i]
-            positions = torch.arange(len(ctx) - 1, len(ctx) + len(cont) - 1)  # the logits that predict cont
-            target = torch.tensor(cont)
-            lp = log_probs[row, positions].gather(-1, target[:, None])[:, 0]
-            greedy = log_probs[row, positions].argmax(-1) == target
-            results[i] = (lp, greedy)
+            h = model.hidden_states(ids.to(device), budget=budget, prune=prune)
+            for row, i in enumerate(chunk):
+                ctx, cont = encoded[i]
+                positions = torch.arange(len(ctx) - 1, len(ctx) + len(cont) - 1)  # the states that predict cont
+                log_probs = F.log_softmax(model.head(h[row, positions]).float(), dim=-1)  # only where scored
+                target = torch.tensor(cont)
+                lp = log_probs.gather(-1, target[:, None])[:, 0]
+                greedy = log_probs.argmax(-1) == target
+                results[i] = (lp.cpu(), greedy.cpu())
     return results
 
 

@@ -160,3 +160,18 @@ def test_packaged_smollm2_logits_equal_transformers():
         diff = (ours(ids, prune=False).logits - expected).abs().max().item()
     print(f"SmolLM2-135M max abs logit diff vs transformers: {diff:.2e}")
     assert diff < 1e-4
+
+
+@pytest.mark.parametrize("prune", [False, True])
+def test_the_head_on_hidden_states_at_a_few_positions_gives_transformers_logits_there(prune):
+    # the zero-shot scorer's path (hidden_states, then the head where it scores) against transformers' full
+    # forward (dense) and our own full forward (pruned; transformers has no interactions)
+    hf = random_hf(tie_word_embeddings=False)
+    torch.manual_seed(1)
+    model = from_hf_model(hf, PruningConfig(r=8, init_std=0.5, init_bias=1.0)).eval()
+    ids = torch.randint(0, 97, (2, 20))
+    positions = torch.tensor([3, 11, 19])
+    with torch.no_grad():
+        some = model.head(model.hidden_states(ids, prune=prune)[:, positions])
+        full = (model(ids, prune=True).logits if prune else hf(ids).logits)[:, positions]
+    assert (some - full).abs().max() < 1e-4
