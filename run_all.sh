@@ -11,7 +11,7 @@ usage() {
 usage: ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N] [--threads N]
        ./run_all.sh test [extra pytest args]
 
-  --profile P   smoke (CI-sized), quick (default; 38 min on 2 cores, README "Run time at quick") or paper
+  --profile P   smoke (CI-sized), quick (default; about an hour on 2 cores, README "Run time at quick") or paper
                 (the papers' protocols, hours)
   --only LIST   re-run only the notebooks with these two-digit prefixes; keep the others' results
   --jobs N      notebooks run at once, the cores divided among them (default on 2 cores: 2 jobs of 1

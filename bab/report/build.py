@@ -121,9 +121,9 @@ def check_threads(threads) -> int | None:
 
 # One-thread seconds of each notebook at profile quick from an empty cache, two at once (README, "Run time at
 # quick"): what a first run plans its start order by, when the reports folder holds no earlier run to time them by.
-QUICK_SECONDS = {"01_synthetic": 765, "02_ag_news_custom": 537, "03_bert_ag_news": 760, "04_dbpedia_bert": 769,
-                 "05_vit_sparsifiner": 2157, "06_gpt2_context_pruning": 504,
-                 "07_pretrained_decoder_context_pruning": 1204}  # commit 1184463
+QUICK_SECONDS = {"01_synthetic": 839, "02_ag_news_custom": 536, "03_bert_ag_news": 798, "04_dbpedia_bert": 852,
+                 "05_vit_sparsifiner": 2005, "06_gpt2_context_pruning": 499,
+                 "07_pretrained_decoder_context_pruning": 1042}  # commit 03254ce
 ORDERS_TRIED_UP_TO = 8  # notebooks; 8! = 40,320 simulated runs take well under a second
 
 
