@@ -362,14 +362,21 @@ def _add_train_decoder(sub) -> None:
     p = sub.add_parser("decoder", help="one of notebook 07's SmolLM2 fine-tunes into the run cache ($BAB_CACHE_DIR), "
                                        "resumed where an interrupted run stopped",
                        formatter_class=DefaultsFormatter)
+    _add_decoder_choice(p)
+    p.set_defaults(run=_train_decoder, errors=(ValueError, FileNotFoundError, OSError))
+
+
+def _add_decoder_choice(p, pretrained: bool = False) -> None:
+    """Which of notebook 07's decoders a train / evaluate command means (``pretrained``: the downloaded one too)."""
     p.add_argument("--profile", default="paper", help="the notebook's profile (smoke, quick, paper)")
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--gamma", type=float, help="the per-gamma specialist with this gamma (one of the profile's)")
     which.add_argument("--budgeted", action="store_true", help="the budget-conditioned fine-tune")
     which.add_argument("--dense", action="store_true",
                        help="the dense fine-tune (same protocol, no pruning): the like-for-like reference")
+    if pretrained:
+        which.add_argument("--pretrained", action="store_true", help="the pretrained decoder itself (nothing trained)")
     p.add_argument("--frozen", action="store_true", help="with --gamma: the frozen twin (pretrained weights fixed)")
-    p.set_defaults(run=_train_decoder, errors=(ValueError, FileNotFoundError, OSError))
 
 
 def _train_decoder(args) -> int:
@@ -405,13 +412,7 @@ def _add_evaluate_decoder(sub) -> None:
                                        "baselines at its sparsity; the budget table for --budgeted) into the run "
                                        "cache ($BAB_CACHE_DIR), where the notebook finds them; never trains",
                        formatter_class=DefaultsFormatter)
-    p.add_argument("--profile", default="paper", help="the notebook's profile (smoke, quick, paper)")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--gamma", type=float, help="the per-gamma specialist with this gamma (one of the profile's)")
-    which.add_argument("--budgeted", action="store_true", help="the budget-conditioned fine-tune")
-    which.add_argument("--dense", action="store_true", help="the dense fine-tune")
-    which.add_argument("--pretrained", action="store_true", help="the pretrained decoder itself (nothing trained)")
-    p.add_argument("--frozen", action="store_true", help="with --gamma: the frozen twin (pretrained weights fixed)")
+    _add_decoder_choice(p, pretrained=True)
     p.set_defaults(run=_evaluate_decoder, errors=(ValueError, FileNotFoundError, OSError, LookupError))
 
 

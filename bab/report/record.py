@@ -122,12 +122,7 @@ def models_section(models: dict) -> list[str]:
         return lines + ["Not recorded: the notebooks ran before their results named the models they used.", ""]
     lines += ["| notebook | models | trained in this run | from the run cache | trained at commits | training time |",
               "|---|---|---|---|---|---|"]
-    for stem, used in sorted(models.items()):
-        commits = sorted({m.get("commit") or "not recorded" for m in used})
-        seconds = [m["train_seconds"] for m in used if m.get("train_seconds") is not None]
-        lines.append(f"| {stem} | {len(used)} | {sum(not m.get('cached') for m in used)} | "
-                     f"{sum(bool(m.get('cached')) for m in used)} | {', '.join(commits) or '–'} | "
-                     f"{_duration(sum(seconds)) if seconds else '–'} |")
+    lines += [_provenance_row(stem, used, "train_seconds") for stem, used in sorted(models.items())]
     lines += ["", "Each model's run, commit, start and training time are in `results.json` under `models`.", ""]
     return lines
 
@@ -143,13 +138,18 @@ def measurements_section(measurements: dict) -> list[str]:
              "ahead of the notebook as the models finish training.", "",
              "| notebook | measurements | made in this run | from the run cache | measured at commits | time |",
              "|---|---|---|---|---|---|"]
-    for stem, used in sorted(measurements.items()):
-        commits = sorted({m.get("commit") or "not recorded" for m in used})
-        seconds = [m["seconds"] for m in used if m.get("seconds") is not None]
-        lines.append(f"| {stem} | {len(used)} | {sum(not m.get('cached') for m in used)} | "
-                     f"{sum(bool(m.get('cached')) for m in used)} | {', '.join(commits)} | "
-                     f"{_duration(sum(seconds)) if seconds else '–'} |")
+    lines += [_provenance_row(stem, used, "seconds") for stem, used in sorted(measurements.items())]
     return lines + [""]
+
+
+def _provenance_row(stem: str, used: list[dict], seconds_key: str) -> str:
+    """One notebook's table row: how many models (or measurements) it used, made in the run, read from the cache,
+    the commits that made them and the time they took."""
+    commits = sorted({m.get("commit") or "not recorded" for m in used})
+    seconds = [m[seconds_key] for m in used if m.get(seconds_key) is not None]
+    return (f"| {stem} | {len(used)} | {sum(not m.get('cached') for m in used)} | "
+            f"{sum(bool(m.get('cached')) for m in used)} | {', '.join(commits) or '–'} | "
+            f"{_duration(sum(seconds)) if seconds else '–'} |")
 
 
 def write_record(folder, notebooks_dir=None) -> Path:
