@@ -27,7 +27,7 @@ import torch
 from bab.context.bench import generation_table
 from bab.context.evaluate import evaluate_lm
 from bab.context.static_masks import KINDS as STATIC_KINDS
-from bab.context.static_masks import local_window_mask, match_stride, match_window, strided_mask
+from bab.context.static_masks import match_stride, match_window, static_mask
 from bab.context.token_kinds import token_kind_breakdown
 from bab.context.train import LMTrainConfig, train_lm
 from bab.core.training import seed_everything
@@ -175,11 +175,9 @@ class DecoderStudy(Study):
         T, rows = self.eval_context, []
         for text, fraction in fractions.items():
             for kind in kinds:
-                if kind not in STATIC_KINDS:
-                    raise ValueError(f"static mask kind must be one of {STATIC_KINDS}, got {kind!r}")
+                mask = static_mask(kind, T, fraction)
                 size = match_window(T, fraction) if kind == "local" else match_stride(T, fraction)
-                mask = local_window_mask(T, size) if kind == "local" else strided_mask(T, size)
-                # the pattern and its size fix the mask (the evaluation length is in every key)
+                # static_mask builds the pattern at this size: the two name the mask (the length is in every key)
                 result = self.evaluate(dense, prune=False, text=text, attn_mask=mask, mask_name=f"{kind} {size}")
                 rows.append({"text": text, "method": f"{kind} {'window' if kind == 'local' else 'stride'} {size}",
                              "kind": kind, "size": size, "target": fraction,
