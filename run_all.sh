@@ -12,7 +12,7 @@ usage: ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N] [--t
        ./run_all.sh test [extra pytest args]
 
   --profile P   smoke (CI-sized), quick (default; about an hour on 2 cores, README "Run time at quick") or paper
-                (the papers' protocols, hours)
+                (the papers' protocols, hours; 01 and 02 run once per seed 7 / 13 / 21, rows averaged)
   --only LIST   re-run only the notebooks with these two-digit prefixes; keep the others' results
   --jobs N      notebooks run at once, the cores divided among them (default on 2 cores: 2 jobs of 1
                 thread each; never more jobs than cores)

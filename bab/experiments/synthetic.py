@@ -36,6 +36,9 @@ class SyntheticProfile:
     data_seeds: tuple[int, ...] = (0,)  # the dense calibration grid: data seeds x optimisation seeds
     opt_seeds: tuple[int, ...] = (0,)
     scratch_seeds: tuple[int, ...] = (0,)
+    # the optimisation seeds the report runs notebook 01 at, once each, averaging the rows (bab.report.seeds); ():
+    # once, at the first of `opt_seeds`
+    report_seeds: tuple[int, ...] = ()
     static_budgets: tuple[float, ...] = (0.25, 0.50)
     posthoc_budgets: tuple[float, ...] = (0.50, 0.75)
     sweep_budgets: tuple[float, ...] = SWEEP_BUDGETS
@@ -102,6 +105,7 @@ SYNTHETIC = {
         data_seeds=(7, 13, 21),
         opt_seeds=(7, 13, 21),
         scratch_seeds=(7, 13, 21),
+        report_seeds=(7, 13, 21),  # "three optimization seeds for the main budgeted/static comparisons"
     ),
 }
 
@@ -137,9 +141,19 @@ class SyntheticExperiment(BudgetedStudy):
     experiment = EXPERIMENT
     eval_split = "val"
 
+    def __init__(self, profile: SyntheticProfile, cache=None, progress: bool = True, seed: int | None = None):
+        """``seed``: the optimisation seed of the dense model the gated models start from and of every model
+        trained from it (None: the first of the profile's ``opt_seeds``). The data seed, the dense grid and the
+        from-scratch seeds are the profile's whatever ``seed`` is."""
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise ValueError(f"seed must be a whole number (e.g. 7, 13 or 21) or None for the profile's first "
+                             f"optimisation seed, got {seed!r}")
+        super().__init__(profile, cache, progress)
+        self.seed = seed
+
     @property
     def default_seed(self) -> int:
-        return self.profile.opt_seeds[0]
+        return self.profile.opt_seeds[0] if self.seed is None else self.seed
 
     def data_config(self, data_seed: int | None = None) -> SyntheticConfig:
         seed = self.profile.data_seeds[0] if data_seed is None else data_seed

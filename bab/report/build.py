@@ -36,6 +36,7 @@ import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 
 from bab.core.folders import current_umask, swap_into_place
@@ -46,6 +47,7 @@ from bab.report.index import write_index
 from bab.report.progress import CellProgress, estimate_line, last_run, last_run_note, progress_engine
 from bab.report.record import code_digest, write_record
 from bab.report.results import now_iso, read_json, write_json_atomic
+from bab.report.seeds import notebook_seeds, seed_stem
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 # the inline backend renders figures as PNG outputs without a display; plain Agg would drop them
@@ -78,6 +80,29 @@ def select_notebooks(notebooks, only=None):
         listed = ", ".join(available)
         raise ValueError(f"unknown notebook prefix {unknown[0]!r} in --only; available prefixes: {listed}")
     return [nb for nb in notebooks if nb.name[:2] in wanted]
+
+
+@dataclass(frozen=True)
+class NotebookRun:
+    """One execution of a notebook: at its profile's own seed (``seed`` None), or at one of the seeds its profile
+    averages (``bab.report.seeds``), saved as ``<stem>-seed<N>``."""
+
+    notebook: Path
+    seed: int | None = None
+
+    @property
+    def stem(self) -> str:
+        """The name its page, notebook, results and run record are saved under."""
+        return seed_stem(self.notebook.stem, self.seed)
+
+    @property
+    def name(self) -> str:
+        return f"{self.stem}.ipynb"
+
+
+def notebook_runs(notebooks, profile) -> list[NotebookRun]:
+    """The runs a report makes of ``notebooks``: one each, or one per seed where the profile averages seeds."""
+    return [NotebookRun(nb, seed) for nb in notebooks for seed in notebook_seeds(nb.stem, profile) or (None,)]
 
 
 def check_profile(profile):
@@ -135,18 +160,18 @@ def planned_finish(seconds, jobs: int) -> float:
     return max(free)
 
 
-def start_order(notebooks, previous, jobs: int):
-    """``notebooks`` in the order to start them with ``jobs`` at once: the order whose simulated run
+def start_order(runs, previous, jobs: int):
+    """``runs`` (``NotebookRun``s) in the order to start them with ``jobs`` at once: the order whose simulated run
     (``planned_finish``) ends soonest, ties going to the longest first. A notebook's expected time is its last run
     (``previous``), else ``QUICK_SECONDS``, else the longest of the others (a new notebook may be long). Longest
     first alone can leave one job with a long tail: at the quick times above it plans 2,456 s, the best order
     2,279 s (the order planned from estimates ran in 2,288 s). Beyond ``ORDERS_TRIED_UP_TO`` notebooks: longest
     first."""
-    known = [r["seconds"] if r is not None else QUICK_SECONDS.get(src.stem) for src, r in zip(notebooks, previous,
-                                                                                                strict=True)]
+    known = [r["seconds"] if r is not None else QUICK_SECONDS.get(run.notebook.stem)
+             for run, r in zip(runs, previous, strict=True)]
     longest = max([s for s in known if s is not None], default=1.0)
-    seconds = {src: longest if s is None else float(s) for src, s in zip(notebooks, known, strict=True)}
-    order = sorted(notebooks, key=lambda src: (-seconds[src], src.name))
+    seconds = {run: longest if s is None else float(s) for run, s in zip(runs, known, strict=True)}
+    order = sorted(runs, key=lambda run: (-seconds[run], run.name))
     if jobs == 1 or len(order) > ORDERS_TRIED_UP_TO:
         return order
     return list(min(itertools.permutations(order), key=lambda o: planned_finish([seconds[s] for s in o], jobs)))
@@ -193,15 +218,18 @@ def one_line(error, limit=200):
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def execute_notebook(src, out, profile, results_path, cwd, label=""):
-    """Execute src into out with papermill, injecting the report's parameters; a line per code cell on stdout
-    (prefixed with ``label`` when several notebooks run at once)."""
+def execute_notebook(src, out, profile, results_path, cwd, label="", seed=None):
+    """Execute src into out with papermill, injecting the report's parameters (and ``seed`` unless None); a line
+    per code cell on stdout (prefixed with ``label`` when several notebooks run at once)."""
     import papermill
 
+    parameters = {"profile": profile, "results_path": str(results_path), "interactive": False}
+    if seed is not None:
+        parameters["seed"] = seed
     papermill.execute_notebook(
         str(src),
         str(out),
-        parameters={"profile": profile, "results_path": str(results_path), "interactive": False},
+        parameters=parameters,
         kernel_name="python3",
         cwd=str(cwd),
         engine_name=progress_engine(),
@@ -222,11 +250,12 @@ def convert_to_html(ipynb, out):
     Path(out).write_text(body, encoding="utf-8")
 
 
-def run_notebook(src, staging, profile, label="", jobs=1, threads=None):
+def run_notebook(src, staging, profile, label="", jobs=1, threads=None, seed=None):
     """Execute one notebook into staging, convert it to HTML, write runs/<stem>.json; return that record.
 
-    ``jobs`` and ``threads`` are recorded: how many notebooks ran at once, and the torch threads each had."""
-    stem = src.stem
+    ``jobs`` and ``threads`` are recorded: how many notebooks ran at once, and the torch threads each had. With a
+    ``seed`` the notebook runs at that seed and everything it writes is named ``<stem>-seed<N>``."""
+    stem = seed_stem(src.stem, seed)
     out = staging / f"{stem}.ipynb"
     results_path = (staging / "results" / f"{stem}.json").resolve()
     t0 = time.perf_counter()
@@ -234,7 +263,7 @@ def run_notebook(src, staging, profile, label="", jobs=1, threads=None):
     code = code_digest(src)  # RECORD.md marks the run stale once the notebook's code changes
     error = None
     try:
-        execute_notebook(src, out, profile, results_path, src.parent.resolve(), label=label)
+        execute_notebook(src, out, profile, results_path, src.parent.resolve(), label=label, seed=seed)
     except Exception as exc:  # a failed notebook is recorded; KeyboardInterrupt propagates
         error = error_info(exc)
     if out.exists():
@@ -244,6 +273,7 @@ def run_notebook(src, staging, profile, label="", jobs=1, threads=None):
             error = error or error_info(exc)
     record = {
         "notebook": stem,
+        "seed": seed,
         "status": "failed" if error else "ok",
         "seconds": round(time.perf_counter() - t0, 2),
         "error": error,
@@ -270,14 +300,12 @@ def make_staging(reports_dir, profile):
 
 
 def clear_outputs(staging, stem):
-    """Remove a notebook's earlier outputs from staging, so a failed re-run leaves no stale results."""
-    for path in (
-        staging / f"{stem}.ipynb",
-        staging / f"{stem}.html",
-        staging / "runs" / f"{stem}.json",
-        staging / "results" / f"{stem}.json",
-    ):
-        path.unlink(missing_ok=True)
+    """Remove a notebook's earlier outputs from staging, those of its seed runs (``<stem>-seed<N>``) included, so a
+    failed re-run leaves no stale results and a run at other seeds leaves none of the old seeds behind."""
+    for name in (stem, f"{stem}-seed*"):
+        for pattern in (f"{name}.ipynb", f"{name}.html", f"runs/{name}.json", f"results/{name}.json"):
+            for path in staging.glob(pattern):
+                path.unlink()
 
 
 def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only=None, jobs=1, threads=None):
@@ -296,7 +324,7 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
     threads = check_threads(threads)
     notebooks_dir, reports_dir = Path(notebooks_dir).resolve(), Path(reports_dir).resolve()
     notebooks = discover_notebooks(notebooks_dir)
-    selected = select_notebooks(notebooks, only)
+    selected = notebook_runs(select_notebooks(notebooks, only), profile)
     jobs = min(jobs, len(selected))
     threads = threads or threads_per_job(jobs)
     final = reports_dir / profile
@@ -304,7 +332,9 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
     try:
         if only is not None and final.is_dir():  # keep the other notebooks' pages and results
             shutil.copytree(final, staging, dirs_exist_ok=True)
-        previous = [last_run(reports_dir, profile, src.stem) for src in selected]
+        for run in selected:
+            clear_outputs(staging, run.notebook.stem)
+        previous = [last_run(reports_dir, profile, run.stem) for run in selected]
         print(estimate_line(previous, profile), flush=True)
         print(f"{jobs} notebook{'s' if jobs > 1 else ''} at once, {threads} torch thread{'s' if threads > 1 else ''} "
               f"each ({available_cores()} cores)", flush=True)
@@ -364,20 +394,19 @@ def scrub_machine_paths(folder, checkout) -> None:
 
 
 def run_all_notebooks(selected, previous, staging, profile, jobs, threads) -> int:
-    """Run ``selected`` into ``staging``, ``jobs`` at a time; print a line as each starts and ends; return the
-    number that failed. With one job they run in name order, with several in ``start_order``."""
-    numbers = {src: i for i, src in enumerate(selected, 1)}
+    """Run ``selected`` (``NotebookRun``s) into ``staging``, ``jobs`` at a time; print a line as each starts and
+    ends; return the number that failed. With one job they run in name order, with several in ``start_order``."""
+    numbers = {run: i for i, run in enumerate(selected, 1)}
     before = dict(zip(selected, previous, strict=True))
     order = selected if jobs == 1 else start_order(selected, previous, jobs)
     lock = threading.Lock()
 
-    def one(src):
-        tag = f"[{numbers[src]}/{len(selected)}] {src.stem} ..."
+    def one(run):
+        tag = f"[{numbers[run]}/{len(selected)}] {run.stem} ..."
         with lock:
-            print(f"{tag} {last_run_note(before[src])}", flush=True)
-        clear_outputs(staging, src.stem)
-        record = run_notebook(src, staging, profile, label="" if jobs == 1 else f"{src.name[:2]} ", jobs=jobs,
-                              threads=threads)
+            print(f"{tag} {last_run_note(before[run])}", flush=True)
+        record = run_notebook(run.notebook, staging, profile, label="" if jobs == 1 else f"{run.name[:2]} ",
+                              jobs=jobs, threads=threads, seed=run.seed)
         with lock:
             if record["status"] == "ok":
                 print(f"{tag} ok ({record['seconds']:.1f} s)", flush=True)
@@ -386,9 +415,9 @@ def run_all_notebooks(selected, previous, staging, profile, jobs, threads) -> in
         return record["status"] != "ok"
 
     if jobs == 1:
-        return sum(one(src) for src in order)
+        return sum(one(run) for run in order)
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="notebook") as pool:
-        futures = [pool.submit(one, src) for src in order]  # the pool starts them in this order
+        futures = [pool.submit(one, run) for run in order]  # the pool starts them in this order
         return sum(future.result() for future in as_completed(futures))
 
 

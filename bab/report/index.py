@@ -14,14 +14,20 @@ from pathlib import Path
 
 from bab.core.provenance import git_commit
 from bab.report.results import RESULTS_CONTRACT, now_iso, read_json, write_json_atomic
+from bab.report.seeds import combine_seed_results, split_seed_stem
 
 COST_AXIS_FIGURE = "cost_axis.png"
 
 
 def collect_runs(staging, notebooks):
-    """One record per notebook (and per earlier run record without a notebook file), 'not run' if none."""
-    stems = [nb.stem for nb in notebooks]
-    stems += sorted(p.stem for p in (staging / "runs").glob("*.json") if p.stem not in stems)
+    """One record per run of a notebook (one per seed for a notebook run at several, ``bab.report.seeds``) and per
+    earlier run record without a notebook file; 'not run' for a notebook without any."""
+    recorded: dict[str, list[tuple[int, str]]] = {}  # notebook -> [(seed, saved name)], seed -1 for none
+    for path in (staging / "runs").glob("*.json"):
+        notebook, seed = split_seed_stem(path.stem)
+        recorded.setdefault(notebook, []).append((-1 if seed is None else seed, path.stem))
+    order = [nb.stem for nb in notebooks] + sorted(set(recorded) - {nb.stem for nb in notebooks})
+    stems = [stem for notebook in order for _, stem in sorted(recorded.get(notebook, [(-1, notebook)]))]
     runs = []
     for stem in stems:
         record = read_json(staging / "runs" / f"{stem}.json") or {
@@ -49,9 +55,16 @@ def results_files(staging):
 
 
 def collect_results_with_contract(staging, files=None):
-    """{stem: (results contract version or None, rows)} from the results files (read here unless ``files``)."""
+    """{notebook stem: (results contract version or None, rows)} from the results files (read here unless
+    ``files``), a notebook run at several seeds as its rows averaged over them (``bab.report.seeds``)."""
+    return collect_seeded_results(staging, files)[0]
+
+
+def collect_seeded_results(staging, files=None):
+    """(``collect_results_with_contract``'s dict, {notebook stem: {seed: rows}} of the notebooks run at several
+    seeds)."""
     files = results_files(staging) if files is None else files
-    return {stem: (data.get("contract"), data.get("rows", [])) for stem, data in files.items()}
+    return combine_seed_results({stem: (data.get("contract"), data.get("rows", [])) for stem, data in files.items()})
 
 
 def collect_models(files):
@@ -177,7 +190,7 @@ def write_index(staging, profile, notebooks, repo_dir):
     generated_at = now_iso()
     runs = collect_runs(staging, notebooks)
     files = results_files(staging)
-    with_contract = collect_results_with_contract(staging, files)
+    with_contract, seed_rows = collect_seeded_results(staging, files)
     results = {stem: rows for stem, (_, rows) in with_contract.items()}
     rows = [row for stem_rows in results.values() for row in stem_rows]
     table_html, table_error = comparison_html(rows)
@@ -199,6 +212,8 @@ def write_index(staging, profile, notebooks, repo_dir):
         "contracts": {stem: contract for stem, (contract, _) in with_contract.items()},
         "claims": claims,
         "rows": [{"notebook": stem, **row} for stem, stem_rows in results.items() for row in stem_rows],
+        # the rows of each seed's run of a notebook run at several seeds, before ``rows`` averaged them
+        "seed_rows": {stem: {str(seed): rows for seed, rows in by_seed.items()} for stem, by_seed in seed_rows.items()},
         "models": collect_models(files),
         "measurements": collect_measurements(files),
         "code": collect_code(files),

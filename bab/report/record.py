@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bab.core.provenance import PACKAGE_ROOT, changed_code
 from bab.report.index import claims_summary
+from bab.report.seeds import seed_table, split_seed_stem
 
 RECORD_NAME = "RECORD.md"
 
@@ -37,11 +38,12 @@ def current_code(notebooks_dir) -> dict[str, str]:
 
 
 def _code_state(run: dict, code_now: dict[str, str]) -> str:
+    notebook = split_seed_stem(run.get("notebook") or "")[0]  # a seed's run ran its notebook's code
     if not run.get("code"):
         return "not recorded"
-    if run.get("notebook") not in code_now:
+    if notebook not in code_now:
         return "–"
-    return "unchanged" if code_now[run["notebook"]] == run["code"] else "**changed since: stale**"
+    return "unchanged" if code_now[notebook] == run["code"] else "**changed since: stale**"
 
 
 def _number(value, digits: int = 3) -> str:
@@ -110,9 +112,34 @@ def record_markdown(results: dict, runs: list[dict], code_now: dict[str, str] | 
                      f"{run.get('finished_at') or '–'} | {run.get('commit') or 'not recorded'} | {parallel} | "
                      f"{_code_state(run, code_now)} | {package} |")
     lines.append("")
+    lines += seeds_section(results.get("seed_rows") or {})
     lines += models_section(results.get("models") or {})
     lines += measurements_section(results.get("measurements") or {})
     return "\n".join(lines)
+
+
+def seeds_section(seed_rows: dict) -> list[str]:
+    """Each row averaged over seeds, with its accuracy at every seed: the mean and std the claims read, and any
+    seed that collapsed where the others did not. Nothing for a record without a notebook run at several seeds."""
+    if not seed_rows:
+        return []
+    lines = ["## Seeds", "",
+             "Notebooks whose paper tables are means over seeds ran once per seed; the claims and the front page read "
+             "the mean, with the sample standard deviation over the seeds. Rows measured on the same models in "
+             "every seed's run (the from-scratch seeds each run trains) are not averaged and are left out here.", ""]
+    for notebook, by_seed in sorted(seed_rows.items()):
+        rows_by_seed = {int(seed): rows for seed, rows in by_seed.items()}
+        seeds = sorted(rows_by_seed)
+        lines += [f"**{notebook}**, seeds {', '.join(map(str, seeds))}:", "",
+                  "| method | budget | settings | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± std |",
+                  "|---|---|---|" + "---|" * len(seeds) + "---|"]
+        for row in seed_table(rows_by_seed):
+            settings = ", ".join(f"{k}={v}" for k, v in sorted(row["settings"].items())) or "–"
+            per_seed = " | ".join(_number(row["accuracy"][s], 4) for s in seeds)
+            lines.append(f"| {_cell(row['method'])} | {_number(row['budget'])} | {_cell(settings)} | {per_seed} | "
+                         f"{_number(row['mean'], 4)} ± {_number(row['std'], 2)} |")
+        lines.append("")
+    return lines
 
 
 def models_section(models: dict) -> list[str]:

@@ -19,6 +19,19 @@ def test_the_committed_paper_record_is_what_its_files_give(tmp_path):
         "reports/paper/RECORD.md is stale: run `python -m bab report --record-only reports/paper`")
 
 
+# a record a reader can browse and a clone can carry: pages, notebooks and figures of every run together
+RECORD_LIMIT_BYTES = 20 * 1024 * 1024
+
+
+def test_the_committed_records_stay_browsable_in_size():
+    for profile in ("paper", "quick"):
+        files = [p for p in (ROOT / "reports" / profile).rglob("*") if p.is_file()]
+        total = sum(p.stat().st_size for p in files)
+        assert total < RECORD_LIMIT_BYTES, (
+            f"reports/{profile} holds {total / 2**20:.1f} MiB in {len(files)} files; keep a record under "
+            f"{RECORD_LIMIT_BYTES / 2**20:.0f} MiB: downscale or compress the notebooks' figures")
+
+
 def test_a_record_lists_claims_with_counts_and_every_notebook_run(tmp_path):
     results = {"profile": "quick", "generated_at": "2026-11-25T00:00:00+00:00", "contracts": {"02": 2},
                "claims": [{"id": "a", "paper": "sparsifiner", "where": "Table 2", "claim": "Keep 0.1 costs 0.4.",

@@ -92,7 +92,7 @@ def copy_reports(first_run, tmp_path):
     return dst
 
 
-def fake_execute(src, out, profile, results_path, cwd, label=""):
+def fake_execute(src, out, profile, results_path, cwd, label="", seed=None):
     """Execution without a kernel: copy the input notebook as 'executed'."""
     shutil.copy(src, out)
 
@@ -310,7 +310,7 @@ def test_new_report_without_previous_and_broken_comparison_table(notebooks, tmp_
 
 
 def test_index_escapes_error_text(notebooks, tmp_path, monkeypatch):
-    def execute(src, out, profile, results_path, cwd, label=""):
+    def execute(src, out, profile, results_path, cwd, label="", seed=None):
         raise ValueError("<script>alert(1)</script>")
 
     monkeypatch.setattr(report, "execute_notebook", execute)
@@ -374,7 +374,7 @@ def test_notebooks_start_in_the_order_that_ends_soonest_and_the_jobs_default():
     # two jobs, each taking the next notebook when free: 3, 3 | 2 after 3 | 2 after 3 | 2 after 5 -> ends at 7
     assert report.planned_finish([3, 3, 2, 2, 2], jobs=2) == 7
     assert report.planned_finish([3, 3, 2, 2, 2], jobs=1) == 12
-    a, b, c, d, e = (Path(f"0{i}_{n}.ipynb") for i, n in enumerate("abcde", 1))
+    a, b, c, d, e = (report.NotebookRun(Path(f"0{i}_{n}.ipynb")) for i, n in enumerate("abcde", 1))
     runs = [{"seconds": s} for s in (5.0, 4.0, 3.0, 3.0, 3.0)]
     # longest first ends at 10 (a | b, c after b, d after a, e after c); {a, b} beside {c, d, e} ends at 9
     assert report.planned_finish([5, 4, 3, 3, 3], jobs=2) == 10
@@ -384,7 +384,7 @@ def test_notebooks_start_in_the_order_that_ends_soonest_and_the_jobs_default():
     assert report.start_order([a, b, c, d, e], runs, jobs=1) == [a, b, c, d, e]  # one job: nothing to plan
     # a first run plans by QUICK_SECONDS; a notebook with no time at all counts as the longest, so it starts at once
     stems = ("06_gpt2_context_pruning", "01_synthetic", "99_new", "03_bert_ag_news")
-    first = report.start_order([Path(f"{s}.ipynb") for s in stems], [None] * 4, jobs=2)
+    first = report.start_order([report.NotebookRun(Path(f"{s}.ipynb")) for s in stems], [None] * 4, jobs=2)
     longest_known = max(("06_gpt2_context_pruning", "01_synthetic", "03_bert_ag_news"), key=report.QUICK_SECONDS.get)
     assert {p.stem for p in first[:2]} == {"99_new", longest_known}
     assert sorted(report.QUICK_SECONDS) == sorted(p.stem for p in (ROOT / "notebooks").glob("0*.ipynb"))
