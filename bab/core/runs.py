@@ -16,6 +16,9 @@ package's ``TRAINING_VERSION``), seeds, builds the model and trains it on a miss
 ``<root>/measurements/``, keyed by the measured run, what was measured and the code version), so a notebook
 whose evaluation alone takes hours (notebook 07 at its record profile) resumes after an interruption and can
 have its evaluations run ahead, one model at a time, as its models finish training.
+
+Several processes may share one cache (two notebooks of a report at once, ``python -m bab train`` beside a
+notebook): a run is trained by one of them at a time (``RunCache.training_lock``), and the others wait and load it.
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
+
+try:
+    import fcntl
+except ImportError:  # Windows: runs are not locked there
+    fcntl = None
 
 from bab.core import strict_json
 from bab.core.provenance import git_commit, now_iso
@@ -209,9 +217,15 @@ class RunCache:
         """
         folder = self.path(name, config)
         metrics = self.load(name, config, model)
-        if metrics is not None:
-            _note_model(folder, metrics, cached=True)
-            return {**metrics, "cached": True}
+        if metrics is None:
+            with self.training_lock(name, config):
+                metrics = self.load(name, config, model)  # stored by the process this one waited for
+                if metrics is None:
+                    return self._train(name, config, model, train_fn)
+        _note_model(folder, metrics, cached=True)
+        return {**metrics, "cached": True}
+
+    def _train(self, name: str, config, model: torch.nn.Module, train_fn) -> dict:
         checkpoint = self.checkpointer(name, config)
         started, t0 = now_iso(), time.perf_counter()
         metrics = train_fn(model, checkpoint)
@@ -224,8 +238,33 @@ class RunCache:
             if checkpoint is not None:
                 checkpoint.clear()
         state.wait_for_everyone()
-        _note_model(folder, metrics, cached=False)
+        _note_model(self.path(name, config), metrics, cached=False)
         return {**metrics, "cached": False}
+
+    @contextlib.contextmanager
+    def training_lock(self, name: str, config):
+        """Hold the right to train run ``name`` / ``config``. A second process asking for the same run waits here
+        until the first has stored it, then loads it: training it beside the first would double the work and let
+        two training loops write one resumable checkpoint. An advisory lock (``flock``) on
+        ``<root>/partial/<run>.lock``, which the system releases when its process ends, however it ends. No lock
+        with the cache off, without ``fcntl`` (Windows), or under ``accelerate launch`` with several processes
+        (they train one model together; a lock would hold one of them back from the others)."""
+        if not self.enabled or fcntl is None or distributed_state().num_processes > 1:
+            yield
+            return
+        path = self.root / PARTIAL / f"{self.path(name, config).name}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # the file stays: removing it would let a third process lock a new file while a waiter holds the old one
+        with open(path, "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                print(f"{name}: another process is training run {path.stem}; waiting for it to finish", flush=True)
+                fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def measurement_path(self, name: str, config) -> Path:
         return self.root / MEASUREMENTS / f"{self.path(name, config).name}.json"

@@ -86,7 +86,8 @@ def test_failed_training_leaves_no_partial_run(tmp_path):
 
     with pytest.raises(RuntimeError):
         cache.get_or_train("dense", {"lr": 1}, tiny_model(0), boom)
-    assert list(tmp_path.iterdir()) == []
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert left == [f"partial/{cache.path('dense', {'lr': 1}).name}.lock"]  # the training lock's file, empty
 
 
 def test_save_is_atomic_even_if_writing_fails(tmp_path, monkeypatch):
@@ -283,3 +284,52 @@ def test_code_digests_name_the_loaded_bab_modules_and_find_the_changed_ones(tmp_
     assert changed_code(recorded, tmp_path) == ["bab/gone.py"]
     (tmp_path / "bab" / "b.py").write_text("y = 3\n")
     assert changed_code(recorded, tmp_path) == ["bab/b.py", "bab/gone.py"]
+
+
+# a process asking the run cache for a run that takes a while to train (its fit writes who trained it)
+CONCURRENT_TRAINER = """\
+import sys, time
+from pathlib import Path
+import torch
+from bab.core.runs import RunCache
+
+root, who, started = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+
+def fit(model, checkpoint):
+    started.write_text(who)  # the test starts the second process once the first is training
+    time.sleep(2.0)
+    with torch.no_grad():
+        model.weight.fill_(float(len(who)))
+    return {"trained_by_process": who}
+
+model = torch.nn.Linear(3, 2)
+metrics = RunCache(root).get_or_train("slow", {"lr": 0.1}, model, fit)
+print(who, metrics["trained_by_process"], metrics["cached"], float(model.weight[0, 0]), flush=True)
+"""
+
+
+def test_a_second_process_waits_for_the_run_the_first_is_training_and_loads_it(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "trainer.py"
+    script.write_text(CONCURRENT_TRAINER)
+    started = tmp_path / "started"
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}  # this checkout's bab
+    run = lambda who: subprocess.Popen([sys.executable, str(script), str(tmp_path / "cache"), who, str(started)],  # noqa: E731
+                                       stdout=subprocess.PIPE, text=True, env=env)
+    first = run("first")
+    deadline = time.monotonic() + 60
+    while not started.exists():  # the first holds the run's lock and is inside its fit
+        assert time.monotonic() < deadline and first.poll() is None, "the first process never started training"
+        time.sleep(0.05)
+    second = run("second-process")
+    out_first, out_second = (p.communicate(timeout=60)[0] for p in (first, second))
+    assert out_first.split() == ["first", "first", "False", "5.0"]
+    # the second never trained it beside the first: it waited, said so, and loaded the first's weights
+    assert "another process is training run slow-" in out_second
+    assert out_second.splitlines()[-1].split() == ["second-process", "first", "True", "5.0"]
+    assert started.read_text() == "first" and (tmp_path / "cache" / "partial").is_dir()
