@@ -114,6 +114,29 @@ def test_the_synthetic_study_takes_its_optimisation_seed():
         SyntheticExperiment(profile, cache=False, seed="7")
 
 
+def test_runs_at_different_seeds_train_their_own_seeds_dense_models_first(monkeypatch):
+    import bab.experiments.synthetic as synthetic
+
+    profile = get_profile("synthetic", "paper")
+    study = SyntheticExperiment(profile, cache=False, seed=13)
+    assert study.own_seed_first((7, 13, 21)) == [13, 7, 21]
+    trained = []
+
+    def dense(data_seed, opt_seed):
+        trained.append((data_seed, opt_seed))
+        return f"model {data_seed} {opt_seed}", {"train_seconds": 1.0, "cached": False}, {}
+
+    monkeypatch.setattr(study, "dense", dense)
+    monkeypatch.setattr(study, "data", lambda d: (None, f"val {d}"))
+    monkeypatch.setattr(synthetic, "evaluate", lambda model, data: {"accuracy": float(model.split()[2])})
+    grid = study.dense_grid()
+    assert trained[:3] == [(7, 13), (13, 13), (21, 13)]  # this run's seed first: what its warm start needs
+    assert sorted(trained) == [(d, o) for d in (7, 13, 21) for o in (7, 13, 21)]
+    # the table keeps the profile's order
+    assert list(zip(grid.data_seed, grid.opt_seed, strict=True)) == [(d, o) for d in (7, 13, 21) for o in (7, 13, 21)]
+    assert list(grid.accuracy) == [float(o) for _ in (7, 13, 21) for o in (7, 13, 21)]
+
+
 SEEDED_CODE = """\
 from bab.report.results import write_json_atomic
 accuracy = {None: 70.0, 7: 80.0, 13: 82.0, 21: 90.0}[seed]
