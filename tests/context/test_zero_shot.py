@@ -101,10 +101,10 @@ def _loop_logprobs(model, tokenizer, context, continuation, prune):
 
 
 @pytest.mark.parametrize("prune", [False, True])
-def test_padded_batches_score_as_one_sequence_at_a_time(tiny, prune):
+def test_padded_batches_and_shared_contexts_score_as_one_sequence_at_a_time(tiny, prune):
     model, tokenizer = tiny
     items = zs.ending_items(STORY * 3, zs.ZeroShotConfig(context_words=(5, 60), ending_words=(3, 20), choices=3))
-    result = zs.score_choice(model, tokenizer, items, batch_size=4, prune=prune)
+    result = zs.score_choice(model, tokenizer, items, prune=prune)
     correct = 0
     for it in items:
         per_char = [_loop_logprobs(model, tokenizer, it.context, c, prune)[0] / len(c) for c in it.choices]
@@ -112,7 +112,7 @@ def test_padded_batches_score_as_one_sequence_at_a_time(tiny, prune):
     assert result["n"] == len(items) and result["accuracy"] == correct / len(items)
     assert result["ci_low"] <= result["accuracy"] <= result["ci_high"]
     assert result["chance"] == pytest.approx(1 / 3)
-    totals = zs.score_choice(model, tokenizer, items, batch_size=3, prune=prune, score="sum")
+    totals = zs.score_choice(model, tokenizer, items, prune=prune, score="sum")
     correct = 0
     for it in items:
         sums = [_loop_logprobs(model, tokenizer, it.context, c, prune)[0] for c in it.choices]

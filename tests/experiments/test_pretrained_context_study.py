@@ -169,12 +169,18 @@ def test_evaluations_run_ahead_of_the_notebook_and_are_read_back_not_recomputed(
     # the zero-shot scorers are tested in tests/context; here a stand-in scorer counts how often it runs
     scored = []
 
-    def score(model, tokenizer, items, batch_size, budget, prune, **kwargs):
+    def score(model, tokenizer, items, *args, prune, **kwargs):
         scored.append(prune)
         return {"accuracy": 0.5, "ci_low": 0.2, "ci_high": 0.8, "n": 4}
 
-    monkeypatch.setattr(pretrained_context.zero_shot, "score_cloze", score)
-    monkeypatch.setattr(pretrained_context.zero_shot, "score_choice", score)
+    def cloze(model, tokenizer, items, batch_size, budget, prune):
+        return score(model, tokenizer, items, prune=prune)
+
+    def choice(model, tokenizer, items, budget, prune, **kwargs):
+        return score(model, tokenizer, items, prune=prune)
+
+    monkeypatch.setattr(pretrained_context.zero_shot, "score_cloze", cloze)
+    monkeypatch.setattr(pretrained_context.zero_shot, "score_choice", choice)
     study = tiny_study()
     monkeypatch.setattr(study, "zero_shot_items", lambda: {"cloze": [], "ending": [], "topic": []})
     model, _ = study.pruned(1.0)
