@@ -294,15 +294,20 @@ import torch
 from bab.core.runs import RunCache
 
 root, who, started = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+ready = started.with_name("second ready")
 
 def fit(model, checkpoint):
     started.write_text(who)  # the test starts the second process once the first is training
-    time.sleep(2.0)
+    while not ready.exists():  # hold the run until the second process is about to ask for it
+        time.sleep(0.05)
+    time.sleep(1.5)
     with torch.no_grad():
         model.weight.fill_(float(len(who)))
     return {"trained_by_process": who}
 
 model = torch.nn.Linear(3, 2)
+if who != "first":
+    ready.write_text(who)
 metrics = RunCache(root).get_or_train("slow", {"lr": 0.1}, model, fit)
 print(who, metrics["trained_by_process"], metrics["cached"], float(model.weight[0, 0]), flush=True)
 """
