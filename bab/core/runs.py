@@ -227,10 +227,11 @@ class RunCache:
 
     def _train(self, name: str, config, model: torch.nn.Module, train_fn) -> dict:
         checkpoint = self.checkpointer(name, config)
-        started, t0 = now_iso(), time.perf_counter()
+        # the checkout as training starts: a training of hours must not take the commit the checkout has moved to
+        commit, started, t0 = git_commit(), now_iso(), time.perf_counter()
         metrics = train_fn(model, checkpoint)
         # which code trained it, when, and how long the sitting that finished it took (stored with the model)
-        metrics = {**metrics, "trained_by": {"commit": git_commit(), "started_at": started,
+        metrics = {**metrics, "trained_by": {"commit": commit, "started_at": started,
                                              "wall_seconds": round(time.perf_counter() - t0, 1)}}
         state = distributed_state()
         if state.is_main_process:
@@ -289,9 +290,9 @@ class RunCache:
             record = {"measurement": path.name, "cached": True, **stored["measured_by"]}
             _MEASUREMENTS_USED.setdefault(path.name, record)
             return stored["result"]
-        started, t0 = now_iso(), time.perf_counter()
+        commit, started, t0 = git_commit(), now_iso(), time.perf_counter()  # the checkout as the measurement starts
         result = json.loads(strict_json.dumps(measure()))
-        measured_by = {"commit": git_commit(), "measured_at": started, "seconds": round(time.perf_counter() - t0, 1)}
+        measured_by = {"commit": commit, "measured_at": started, "seconds": round(time.perf_counter() - t0, 1)}
         if distributed_state().is_main_process:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", dir=path.parent)

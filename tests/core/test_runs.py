@@ -338,3 +338,22 @@ def test_a_second_process_waits_for_the_run_the_first_is_training_and_loads_it(t
     assert "another process is training run slow-" in out_second
     assert out_second.splitlines()[-1].split() == ["second-process", "first", "True", "5.0"]
     assert started.read_text() == "first" and (tmp_path / "cache" / "partial").is_dir()
+
+
+def test_a_run_names_the_commit_the_checkout_was_at_when_training_started(tmp_path, monkeypatch):
+    import bab.core.runs as runs
+
+    head = {"commit": "aaaaaaa"}
+    monkeypatch.setattr(runs, "git_commit", lambda *_: head["commit"])
+
+    def fit(model, checkpoint):  # a training of hours, during which the checkout moves on
+        head["commit"] = "bbbbbbb"
+        return {}
+
+    metrics = RunCache(tmp_path).get_or_train("long", {"lr": 1}, tiny_model(0), fit)
+    assert metrics["trained_by"]["commit"] == "aaaaaaa"
+    head["commit"] = "ccccccc"
+    cache = RunCache(tmp_path)
+    assert cache.measured("slow", {"x": 1}, lambda: head.update(commit="ddddddd") or {"v": 1}) == {"v": 1}
+    stored = json.loads(cache.measurement_path("slow", {"x": 1}).read_text())
+    assert stored["measured_by"]["commit"] == "ccccccc"
