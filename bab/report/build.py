@@ -47,7 +47,7 @@ from bab.report.index import write_index
 from bab.report.progress import CellProgress, estimate_line, last_run, last_run_note, progress_engine
 from bab.report.record import code_digest, write_record
 from bab.report.results import now_iso, read_json, write_json_atomic
-from bab.report.seeds import notebook_seeds, seed_stem
+from bab.report.seeds import SEED_SUFFIX, notebook_seeds, seed_stem
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 # the inline backend renders figures as PNG outputs without a display; plain Agg would drop them
@@ -302,7 +302,7 @@ def make_staging(reports_dir, profile):
 def clear_outputs(staging, stem):
     """Remove a notebook's earlier outputs from staging, those of its seed runs (``<stem>-seed<N>``) included, so a
     failed re-run leaves no stale results and a run at other seeds leaves none of the old seeds behind."""
-    for name in (stem, f"{stem}-seed*"):
+    for name in (stem, f"{stem}{SEED_SUFFIX}*"):
         for pattern in (f"{name}.ipynb", f"{name}.html", f"runs/{name}.json", f"results/{name}.json"):
             for path in staging.glob(pattern):
                 path.unlink()
@@ -332,8 +332,8 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
     try:
         if only is not None and final.is_dir():  # keep the other notebooks' pages and results
             shutil.copytree(final, staging, dirs_exist_ok=True)
-        for run in selected:
-            clear_outputs(staging, run.notebook.stem)
+        for stem in dict.fromkeys(run.notebook.stem for run in selected):  # a seeded notebook once, not per seed
+            clear_outputs(staging, stem)
         previous = [last_run(reports_dir, profile, run.stem) for run in selected]
         print(estimate_line(previous, profile), flush=True)
         print(f"{jobs} notebook{'s' if jobs > 1 else ''} at once, {threads} torch thread{'s' if threads > 1 else ''} "

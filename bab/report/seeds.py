@@ -23,7 +23,8 @@ from bab.experiments.profiles import get_profile
 # notebook stem -> the experiment whose profile lists the seeds the report runs it at (``report_seeds``)
 SEEDED_NOTEBOOKS = {"01_synthetic": "synthetic", "02_ag_news_custom": "ag_news_custom"}
 
-SEED_STEM = re.compile(r"^(?P<notebook>.+)-seed(?P<seed>\d+)$")
+SEED_SUFFIX = "-seed"  # a run at seed 7 of 02_ag_news_custom is saved as 02_ag_news_custom-seed7
+SEED_STEM = re.compile(rf"^(?P<notebook>.+){SEED_SUFFIX}(?P<seed>\d+)$")
 
 # the columns averaged over seeds; intervals of one measurement (zero-shot ``accuracy_low`` ...) are not
 AVERAGED = ("cost", "accuracy", "speedup", "perplexity", "memory_ratio", "analytic_limit", "value")
@@ -42,7 +43,7 @@ def notebook_seeds(stem: str, profile: str) -> tuple[int, ...]:
 
 def seed_stem(stem: str, seed: int | None) -> str:
     """The name a notebook's run at ``seed`` is saved under: ``02_ag_news_custom-seed7``; ``stem`` for None."""
-    return stem if seed is None else f"{stem}-seed{seed}"
+    return stem if seed is None else f"{stem}{SEED_SUFFIX}{seed}"
 
 
 def split_seed_stem(stem: str) -> tuple[str, int | None]:
