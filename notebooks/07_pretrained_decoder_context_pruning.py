@@ -421,7 +421,7 @@ for r in austen.itertuples():
     result_rows.append(study.result_row(M.specialist, None, r._asdict(), settings={"gamma": r.gamma},
                                         models=specialists[r.gamma]))
 result_rows.append(study.result_row(M.headline, 0.2, dict(headline),
-                                    note=f"gamma={gamma80:g}; SmolLM2-135M, profile {P.name}", models=model80))
+                                    note=f"gamma={gamma80:g}; {P.protocol}", models=model80))
 for r in static[static.text == "austen"].itertuples():
     result_rows.append(study.result_row(M.static, None, r._asdict(), settings={"kind": r.kind, "gamma": r.gamma},
                                         note=r.method, models=dense))

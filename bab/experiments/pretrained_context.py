@@ -96,6 +96,14 @@ class PretrainedContextProfile:
         if not self.bench_gammas:
             object.__setattr__(self, "bench_gammas", (max(self.gammas),))
 
+    @property
+    def protocol(self) -> str:
+        """The specialists' training protocol in words, for the claims' setup column: which weights learn, on
+        how many tokens."""
+        f = self.finetune
+        learns = "interaction modules only" if f.freeze_pretrained else "whole decoder fine-tuned"
+        return f"SmolLM2-135M, {learns}, {f.steps} steps of {f.batch_size} x {f.context}-token windows"
+
 
 _DATA = LMDataConfig(files=("austen.txt",), tokenizer="pretrained")
 # Only the interaction modules train at smoke and quick: a full backward through SmolLM2's 135 M weights with

@@ -121,9 +121,19 @@ class Claim:
     statement: str
     metric: str  # what the numbers in the verdict are, in words
     setup: str = ""  # what differs between the paper's setup and ours, when it matters for the verdict
+    # a method whose row's note says how the rows were trained, where that depends on the profile (the decoder
+    # study freezes its weights at quick and fine-tunes them at paper): appended to ``setup``
+    protocol_from: Method | None = None
 
     def judge(self, rows) -> Verdict:
         raise NotImplementedError
+
+    def setup_for(self, rows) -> str:
+        """``setup``, with the note of ``protocol_from``'s first row among ``rows`` that has one appended."""
+        notes = [row["note"] for row in rows if self.protocol_from is not None and row.get("note")
+                 and row.get("experiment") == self.protocol_from.experiment
+                 and row.get("method") == self.protocol_from.name]
+        return "; ".join(part for part in (self.setup, notes[0] if notes else "") if part)
 
 
 @dataclass(frozen=True)
@@ -510,8 +520,7 @@ CLAIMS: tuple[Claim, ...] = (
                    "perplexity over dense", "a small GPT-2 trained here", row=Row(GPT2.headline, 0.2)),
     PerplexityHeld("dcp-perplexity-pretrained", "dynamic context pruning", "Abstract, Section 5",
                    "The same holds for a pretrained decoder fine-tuned with the interaction.",
-                   "perplexity over dense", "SmolLM2-135M, interaction modules only, 128-token windows",
-                   row=Row(DECODER.headline, 0.2)),
+                   "perplexity over dense", row=Row(DECODER.headline, 0.2), protocol_from=DECODER.headline),
     Speed("dcp-throughput", "dynamic context pruning", "Abstract",
           "Removing dropped tokens from the KV cache gives up to 2x inference throughput.",
           "generation throughput over dense", f"a small GPT-2; {_HARDWARE}", row=Row(GPT2.headline, 0.2),
@@ -523,8 +532,8 @@ CLAIMS: tuple[Claim, ...] = (
     ZeroShotHeld("dcp-zero-shot", "dynamic context pruning", "Section 5",
                  "Zero-shot accuracy on downstream tasks is held with up to 80% of the context pruned.",
                  "largest fraction pruned with every task within dense's 95% interval",
-                 "SmolLM2-135M; LAMBADA-, HellaSwag-style and topic tasks built offline from held-out text",
-                 method=DECODER.zero_shot),
+                 "LAMBADA-, HellaSwag-style and topic tasks built offline from held-out text",
+                 method=DECODER.zero_shot, protocol_from=DECODER.headline),
     KindsFirst("dcp-token-kinds", "dynamic context pruning", "Section 5",
                "Punctuation and stop words are dropped first.",
                "(text, kind) pairs where the kind loses more of its pairs than other tokens",
@@ -532,7 +541,7 @@ CLAIMS: tuple[Claim, ...] = (
     KindsFirst("dcp-token-kinds-pretrained", "dynamic context pruning", "Section 5",
                "The same on a pretrained decoder.",
                "(text, kind) pairs where the kind loses more of its pairs than other tokens",
-               "SmolLM2-135M, interaction modules only; held-out Austen and Wikipedia", method=DECODER.token_kinds),
+               "held-out Austen and Wikipedia", method=DECODER.token_kinds, protocol_from=DECODER.headline),
     # -- Sparsifiner
     Retention("sparsifiner-keep-0.5", "sparsifiner", "Table 2",
               "Keeping half the connections costs no accuracy.",
@@ -559,8 +568,9 @@ CLAIMS: tuple[Claim, ...] = (
 class Judged:
     claim: Claim
     verdict: Verdict
+    setup: str  # the claim's setup on these rows (``Claim.setup_for``)
 
 
 def judge_all(rows, claims=CLAIMS) -> list[Judged]:
     """Every claim judged on ``rows`` (the rows of a report's ``results.json``)."""
-    return [Judged(claim, claim.judge(rows)) for claim in claims]
+    return [Judged(claim, claim.judge(rows), claim.setup_for(rows)) for claim in claims]

@@ -100,7 +100,7 @@ def judged_claims(results):
 
     rows, older = current_rows(results)
     claims = [{"id": j.claim.id, "paper": j.claim.paper, "where": j.claim.where, "claim": j.claim.statement,
-               "metric": j.claim.metric, "setup": j.claim.setup, "verdict": j.verdict.status,
+               "metric": j.claim.metric, "setup": j.setup, "verdict": j.verdict.status,
                "ours": j.verdict.ours, "theirs": j.verdict.theirs, "why": j.verdict.why} for j in judge_all(rows)]
     return claims, older
 

@@ -273,3 +273,24 @@ def test_zero_shot_claim_judges_against_the_pretrained_dense_rows_only():
 def test_zero_shot_claim_falls_back_to_frozen_weights_and_says_so():
     frozen = [r | {"settings": {**r["settings"], "weights": "frozen"}} for r in _PRUNED_ZS]
     assert "frozen weights" in claim("dcp-zero-shot").judge(_DENSE_ZS + frozen).why
+
+
+def test_the_decoder_claims_setup_says_how_the_judged_model_was_trained_at_its_profile():
+    # the decoder study freezes the weights at quick and fine-tunes them at paper: the setup column follows the
+    # headline row's note, which the notebook writes from its profile's protocol
+    from bab.experiments.pretrained_context import PRETRAINED_CONTEXT_PRUNING as PROFILES
+    from bab.experiments.pretrained_context import PRETRAINED_METHODS as DECODER
+
+    assert PROFILES["paper"].protocol == "SmolLM2-135M, whole decoder fine-tuned, 300 steps of 2 x 512-token windows"
+    assert PROFILES["quick"].protocol == "SmolLM2-135M, interaction modules only, 30 steps of 2 x 128-token windows"
+    for profile in ("quick", "paper"):
+        headline = row(DECODER.headline, 0.2, note=f"gamma=3; {PROFILES[profile].protocol}")
+        judged = {j.claim.id: j.setup for j in C.judge_all([row(AGN.dense, 1.0, note="another study's"), headline])}
+        assert judged["dcp-perplexity-pretrained"] == f"gamma=3; {PROFILES[profile].protocol}"
+        kinds_setup = f"held-out Austen and Wikipedia; gamma=3; {PROFILES[profile].protocol}"
+        assert judged["dcp-token-kinds-pretrained"] == kinds_setup
+        assert judged["dcp-zero-shot"].endswith(PROFILES[profile].protocol)
+        assert judged["baa-agnews-budgeted"] == ""  # a claim without protocol_from keeps its own setup
+    # no headline row: the claim's own words only
+    alone = {j.claim.id: j.setup for j in C.judge_all([])}
+    assert alone["dcp-token-kinds-pretrained"] == "held-out Austen and Wikipedia"
