@@ -417,6 +417,8 @@ print(f"budget-conditioned rows: {len(budgeted)} budgets, columns {list(budgeted
 austen = learned[learned.text == "austen"]
 M = study.methods  # the rows this experiment declares (bab.experiments.methods)
 result_rows = [study.result_row(M.dense, 1.0, dense_eval["austen"], models=dense)]
+if dense_ft is not None:  # the fine-tunes' like-for-like reference
+    result_rows.append(study.result_row(M.dense_finetuned, 1.0, dense_ft_eval["austen"], models=dense_ft))
 for r in austen.itertuples():
     result_rows.append(study.result_row(M.specialist, None, r._asdict(), settings={"gamma": r.gamma},
                                         models=specialists[r.gamma]))

@@ -43,6 +43,9 @@ def context_pruning_methods(experiment: str, ablations: bool = True):
     return methods(
         experiment,
         ("dense", "dense", "none", "dense", "paper"),
+        # the same fine-tune without interactions, where the profile fine-tunes the whole model: the like-for-like
+        # reference of the fine-tunes, which also adapt to the training text
+        ("dense_finetuned", "dense fine-tune, same protocol", "none", "dense", "ours"),
         ("specialist", "context pruning", "context tokens", "none", "paper", ("gamma",)),
         ("headline", "context pruning, ~80% of context pruned", "context tokens", "fraction", "paper"),
         ("budgeted", "budget-conditioned context pruning", "context tokens", "fraction", "ours"),

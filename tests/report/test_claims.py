@@ -294,3 +294,20 @@ def test_the_decoder_claims_setup_says_how_the_judged_model_was_trained_at_its_p
     # no headline row: the claim's own words only
     alone = {j.claim.id: j.setup for j in C.judge_all([])}
     assert alone["dcp-token-kinds-pretrained"] == "held-out Austen and Wikipedia"
+
+
+def test_the_decoder_perplexity_claim_divides_by_the_dense_fine_tune_where_there_is_one():
+    # a fine-tune also adapts to Austen: 33 / 59 (the untouched pretrained model) = 0.56x would read as a gain from
+    # pruning; 33 / 26 (the dense fine-tune of the same protocol) = 1.27x is like for like ("partly": <= 1.5x)
+    from bab.experiments.pretrained_context import PRETRAINED_METHODS as DECODER
+
+    pretrained = row(DECODER.dense, 1.0, perplexity=59.0)
+    finetuned = row(DECODER.dense_finetuned, 1.0, perplexity=26.0)
+    headline = row(DECODER.headline, 0.2, perplexity=33.0, cost=0.14)
+    verdict = claim("dcp-perplexity-pretrained").judge([pretrained, finetuned, headline])
+    assert verdict.ours == pytest.approx(33.0 / 26.0) and verdict.status == "partly"
+    assert "dense fine-tune, same protocol" in verdict.why and "86%" in verdict.why
+    # no dense fine-tune (frozen weights, profile quick): the pretrained model is the like-for-like reference
+    verdict = claim("dcp-perplexity-pretrained").judge([pretrained, headline])
+    assert verdict.ours == pytest.approx(33.0 / 59.0) and verdict.status == "reproduced"
+    assert claim("dcp-perplexity-pretrained").judge([headline]).status == "not run"
