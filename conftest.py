@@ -87,6 +87,20 @@ def pytest_pycollect_makemodule(module_path, parent):
     return None
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """nbval's kernels run at the thread count the stored smoke outputs and rows were made with.
+
+    Set before the notebook's kernel starts (at its first cell's setup), which inherits this environment;
+    unit tests keep whatever $BAB_THREADS they were given.
+    """
+    if Path(str(item.fspath)).suffix == ".ipynb":
+        from bab.core.threads import THREADS_ENV
+        from bab.report.regression import SMOKE_THREADS
+
+        os.environ[THREADS_ENV] = str(SMOKE_THREADS)
+
+
 def pytest_collection_modifyitems(config, items):
     # checks of what the notebooks wrote (the smoke regression check) run after every notebook cell
     items.sort(key=lambda item: item.get_closest_marker("after_notebooks") is not None)  # stable: order kept

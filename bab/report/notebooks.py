@@ -30,7 +30,7 @@ from pathlib import Path
 
 from bab.report.build import discover_notebooks, error_info, kernel_env, one_line, select_notebooks
 from bab.report.progress import CellProgress, progress_engine
-from bab.report.regression import store_reference
+from bab.report.regression import SMOKE_THREADS, store_reference
 from bab.report.results import ROWS_DIR_ENV
 
 DEFAULT_NOTEBOOKS = Path("notebooks")
@@ -144,7 +144,8 @@ def refresh_notebook(path, cache_dir, on_cell=None) -> float:
     with contextlib.ExitStack() as stack:
         rows_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bab-refresh-rows-")))
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=path.parent, prefix=".refresh-")))
-        stack.enter_context(kernel_env(BAB_CACHE_DIR=str(cache_dir), **{ROWS_DIR_ENV: str(rows_dir)}))
+        stack.enter_context(kernel_env(BAB_CACHE_DIR=str(cache_dir), BAB_THREADS=str(SMOKE_THREADS),
+                                       **{ROWS_DIR_ENV: str(rows_dir)}))
         out = tmp / path.name
         papermill.execute_notebook(str(path), str(out), kernel_name="python3", cwd=str(path.parent),
                                    engine_name=progress_engine(), on_cell=on_cell, progress_bar=False,

@@ -428,7 +428,8 @@ def test_select_notebooks_by_prefix(notebooks):
 
 REFRESH_CODE = """\
 import os
-print("profile", profile, "cache empty:", os.listdir(os.environ["BAB_CACHE_DIR"]) == [])
+print("profile", profile, "threads", os.environ.get("BAB_THREADS"), "cache empty:",
+      os.listdir(os.environ["BAB_CACHE_DIR"]) == [])
 open(os.path.join(os.environ["BAB_CACHE_DIR"], "run"), "w").close()
 """
 
@@ -463,6 +464,7 @@ def test_refresh_stores_outputs_keeps_pairs_and_leaves_a_failed_notebook_untouch
 
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("BAB_CACHE_DIR", "/nonexistent/cache")
+    monkeypatch.setenv("BAB_THREADS", "1")  # the kernels run at the smoke references' count all the same
     failed_before = (refresh_dir / "02_fail.ipynb").read_bytes()
     scripts_before = {p.name: p.read_bytes() for p in refresh_dir.glob("*.py")}
     code = bab_main(["notebooks", "refresh", "--notebooks-dir", str(refresh_dir)])
@@ -475,7 +477,7 @@ def test_refresh_stores_outputs_keeps_pairs_and_leaves_a_failed_notebook_untouch
     for stem in ("01_ok", "03_ok"):  # one empty run cache for the whole refresh, the notebooks in order
         nb = nbformat.read(refresh_dir / f"{stem}.ipynb", as_version=4)
         text = "".join(o.get("text", "") for o in nb.cells[1].outputs)
-        assert text == f"profile smoke cache empty: {stem == '01_ok'}\n"
+        assert text == f"profile smoke threads 2 cache empty: {stem == '01_ok'}\n"
         assert "papermill" not in nb.metadata
         assert all("papermill" not in c.metadata and "execution" not in c.metadata for c in nb.cells)
         assert [c.metadata.get("tags") for c in nb.cells] == [["parameters"], None]  # no empty tags added
@@ -483,7 +485,7 @@ def test_refresh_stores_outputs_keeps_pairs_and_leaves_a_failed_notebook_untouch
         assert pair_differences(ipynb) == []
         assert os.stat(paired_script(ipynb)).st_mtime >= os.stat(ipynb).st_mtime or ipynb.stem == "02_fail"
     assert {p.name: p.read_bytes() for p in refresh_dir.glob("*.py")} == scripts_before
-    assert os.environ["BAB_CACHE_DIR"] == "/nonexistent/cache"
+    assert os.environ["BAB_CACHE_DIR"] == "/nonexistent/cache" and os.environ["BAB_THREADS"] == "1"
     assert sorted(p.name for p in refresh_dir.iterdir()) == [
         "01_ok.ipynb", "01_ok.py", "02_fail.ipynb", "02_fail.py", "03_ok.ipynb", "03_ok.py"]  # no temp files left
 
