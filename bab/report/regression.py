@@ -19,7 +19,7 @@ REFERENCE = Path(__file__).resolve().parents[2] / "tests" / "reference" / "smoke
 # The torch thread count of every smoke run whose outputs or rows are stored (``notebooks refresh``) or checked
 # (nbval, through conftest.py), whatever $BAB_THREADS or the machine's core count says: reductions split over
 # another number of threads round differently, and a few-step training carries that far past the tolerances
-# (notebook 06 at one thread pruned 13% of the context where the two-thread reference pruned 29%).
+# (notebook 06 at one thread kept 13% of the context where the two-thread reference kept 29%).
 SMOKE_THREADS = 2
 # metric -> (kind, tolerance): "abs" in the metric's unit, "rel" as a fraction of the reference value, or of 1
 # where the reference is smaller than 1 (a method's ``value`` may be a correlation near 1 or a share near 0, where a
