@@ -436,7 +436,7 @@ print(f"197-token model: {study197.sparsifiner_config().num_tokens} tokens; tabl
 
 # %%
 M = study.methods  # the rows this experiment declares (bab.experiments.methods)
-rows = [study.result_row(M.dense, 1.0, dense_test, models=dense)]
+rows = [study.result_row(M.dense, 1.0, dense_test, models=dense, note=P.protocol)]  # how much it trained
 rows += [study.result_row(M.sparsifiner, r.keep_rate, {"cost": r.cost, "accuracy": r.accuracy}, models=sparsifiner)
          for r in sweep.itertuples()]
 rows += [study.result_row(M.phase1_only, r.keep_rate, {"cost": r.cost, "accuracy": r.accuracy}, models=phase1)
@@ -466,7 +466,8 @@ dense197, dense197_metrics, _ = study197.dense()
 sparsifiner197, _, _ = study197.sparsifiner()
 phase_seconds_197 = study197.training_seconds()
 rows.append(study197.result_row(M197.dense, 1.0, table_197.iloc[0].to_dict(), models=dense197,
-                                note=f"28x28 in 2x2 patches; trained {phase_seconds_197['dense']:.0f} s, 1 thread"))
+                                note=f"28x28 in 2x2 patches; trained {phase_seconds_197['dense']:.0f} s, 1 thread; "
+                                     f"{study197.profile.protocol}"))
 rows += [study197.result_row(M197.sparsifiner, r.keep_rate, {"cost": r.cost, "accuracy": r.accuracy},
                              models=sparsifiner197,
                              note=f"phase 1 {phase_seconds_197['phase 1']:.0f} s + phase 2 "

@@ -296,6 +296,29 @@ def test_the_decoder_claims_setup_says_how_the_judged_model_was_trained_at_its_p
     assert alone["dcp-token-kinds-pretrained"] == "held-out Austen and Wikipedia"
 
 
+def test_the_sparsifiner_claims_say_how_much_the_judged_model_trained():
+    # the dense row's note (its profile's protocol) goes into every Sparsifiner claim's setup, and no other paper's;
+    # a profile that trains less than the paper says so (the 197-token variant at paper: phase 2 for 3 epochs)
+    from dataclasses import replace
+
+    from bab.experiments.vit import VIT as PROFILES
+
+    paper = PROFILES["paper"]
+    assert paper.protocol == "55,000 training images; epochs: dense 50, phase 1 5 (paper 5), phase 2 40 (paper 40)"
+    variant = paper.variant_197
+    assert variant.protocol == (f"smaller than the paper ({variant.smaller_than_paper}); 20,000 training images; "
+                                "epochs: dense 10, phase 1 2 (paper 5), phase 2 3 (paper 40)")
+    assert "smaller than the paper" not in replace(variant, smaller_than_paper="").protocol
+    for profile in ("quick", "paper"):
+        note = PROFILES[profile].protocol
+        judged = {j.claim.id: j.setup for j in C.judge_all([row(VIT.dense, 1.0, accuracy=90.0, note=note)])}
+        sparsifiner = [j.claim.id for j in C.judge_all([]) if j.claim.paper == "sparsifiner"]
+        assert len(sparsifiner) == 5
+        for claim_id in sparsifiner:
+            assert judged[claim_id] == f"{C._VIT}; {note}", claim_id
+        assert not any(note in setup for cid, setup in judged.items() if cid not in sparsifiner)
+
+
 def test_the_decoder_perplexity_claim_divides_by_the_dense_fine_tune_where_there_is_one():
     # a fine-tune also adapts to Austen: 33 / 59 (the untouched pretrained model) = 0.56x would read as a gain from
     # pruning; 33 / 26 (the dense fine-tune of the same protocol) = 1.27x is like for like ("partly": <= 1.5x)
