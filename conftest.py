@@ -87,18 +87,27 @@ def pytest_pycollect_makemodule(module_path, parent):
     return None
 
 
+def pytest_report_header(config):
+    """The CPU in the session header: the smoke regression check compares rows only between machines that round
+    alike, and a CI log should say which machine it ran on."""
+    from bab.report.regression import SMOKE_NUMERICS_ENV, cpu_name
+
+    pins = ", ".join(f"{k}={v}" for k, v in SMOKE_NUMERICS_ENV.items())
+    return f"cpu: {cpu_name()}, {os.cpu_count()} cores; nbval's kernels: {pins}"
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    """nbval's kernels run at the thread count the stored smoke outputs and rows were made with.
+    """nbval's kernels run at the thread count and instruction sets the stored smoke outputs and rows were made
+    with (``bab.report.regression.smoke_kernel_env``).
 
     Set before the notebook's kernel starts (at its first cell's setup), which inherits this environment;
     unit tests keep whatever $BAB_THREADS they were given.
     """
     if Path(str(item.fspath)).suffix == ".ipynb":
-        from bab.core.threads import THREADS_ENV
-        from bab.report.regression import SMOKE_THREADS
+        from bab.report.regression import smoke_kernel_env
 
-        os.environ[THREADS_ENV] = str(SMOKE_THREADS)
+        os.environ.update(smoke_kernel_env())
 
 
 def pytest_collection_modifyitems(config, items):

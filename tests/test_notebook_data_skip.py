@@ -1,4 +1,12 @@
-"""conftest.py: nbval skips a notebook whose data cannot be resolved, and runs its kernels at the smoke thread count."""
+"""conftest.py: nbval skips a notebook whose data cannot be resolved, and runs its kernels at the smoke thread count
+and instruction sets."""
+
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
 
 import conftest
 
@@ -19,13 +27,28 @@ def test_csv_notebook_check_still_works(tmp_path, monkeypatch):
     assert conftest._missing_data("01_synthetic.ipynb") is None  # needs no data
 
 
-def test_notebook_kernels_get_the_smoke_thread_count_and_unit_tests_keep_theirs(monkeypatch):
+def test_notebook_kernels_get_the_smoke_threads_and_instruction_sets_and_unit_tests_keep_theirs(monkeypatch):
     from types import SimpleNamespace
 
-    from bab.report.regression import SMOKE_THREADS
+    from bab.report.regression import SMOKE_NUMERICS_ENV, SMOKE_THREADS
 
-    monkeypatch.setenv("BAB_THREADS", "1")  # what a caller asked for
+    monkeypatch.setenv("BAB_THREADS", "2")  # what a caller asked for
+    for name in SMOKE_NUMERICS_ENV:
+        monkeypatch.delenv(name, raising=False)  # restored after the test, whatever was set before
     conftest.pytest_runtest_setup(SimpleNamespace(fspath="tests/core/test_threads.py"))
-    assert conftest.os.environ["BAB_THREADS"] == "1"
+    assert conftest.os.environ["BAB_THREADS"] == "2"
+    assert not any(name in conftest.os.environ for name in SMOKE_NUMERICS_ENV)
     conftest.pytest_runtest_setup(SimpleNamespace(fspath="notebooks/06_gpt2_context_pruning.ipynb"))
-    assert conftest.os.environ["BAB_THREADS"] == "2" == str(SMOKE_THREADS)
+    assert conftest.os.environ["BAB_THREADS"] == "1" == str(SMOKE_THREADS)
+    assert conftest.os.environ["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert conftest.os.environ["MKL_CBWR"] == "AVX2"
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the pinned instruction sets are x86's")
+def test_a_kernel_started_with_the_smoke_environment_runs_torch_on_the_pinned_instruction_set():
+    from bab.report.regression import smoke_kernel_env
+
+    probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    env = {**os.environ, **smoke_kernel_env()}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "AVX2"

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from bab.report.build import discover_notebooks, error_info, kernel_env, one_line, select_notebooks
 from bab.report.progress import CellProgress, progress_engine
-from bab.report.regression import SMOKE_THREADS, store_reference
+from bab.report.regression import numerics_fingerprint, smoke_kernel_env, store_numerics, store_reference
 from bab.report.results import ROWS_DIR_ENV
 
 DEFAULT_NOTEBOOKS = Path("notebooks")
@@ -144,7 +144,7 @@ def refresh_notebook(path, cache_dir, on_cell=None) -> float:
     with contextlib.ExitStack() as stack:
         rows_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bab-refresh-rows-")))
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=path.parent, prefix=".refresh-")))
-        stack.enter_context(kernel_env(BAB_CACHE_DIR=str(cache_dir), BAB_THREADS=str(SMOKE_THREADS),
+        stack.enter_context(kernel_env(BAB_CACHE_DIR=str(cache_dir), **smoke_kernel_env(),
                                        **{ROWS_DIR_ENV: str(rows_dir)}))
         out = tmp / path.name
         papermill.execute_notebook(str(path), str(out), kernel_name="python3", cwd=str(path.parent),
@@ -160,6 +160,7 @@ def refresh_notebook(path, cache_dir, on_cell=None) -> float:
             os.utime(script)  # same sources; not older than the new .ipynb
         for rows_file in sorted(rows_dir.glob("*.json")):
             store_reference(rows_file.stem, json.loads(rows_file.read_text())["rows"])
+            store_numerics(rows_file.stem, numerics_fingerprint())
     return time.perf_counter() - start
 
 
