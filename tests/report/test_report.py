@@ -429,7 +429,7 @@ def test_select_notebooks_by_prefix(notebooks):
 REFRESH_CODE = """\
 import os
 print("profile", profile, "threads", os.environ.get("BAB_THREADS"), "cache empty:",
-      os.listdir(os.environ["BAB_CACHE_DIR"]) == [])
+      os.listdir(os.environ["BAB_CACHE_DIR"]) == [], "MKL", os.environ.get("MKL_CBWR"))
 open(os.path.join(os.environ["BAB_CACHE_DIR"], "run"), "w").close()
 """
 
@@ -461,10 +461,12 @@ def refresh_dir(tmp_path):
 
 def test_refresh_stores_outputs_keeps_pairs_and_leaves_a_failed_notebook_untouched(refresh_dir, monkeypatch, capsys):
     from bab.report.notebooks import pair_differences
+    from bab.report.regression import SMOKE_NUMERICS_ENV, SMOKE_THREADS
 
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("BAB_CACHE_DIR", "/nonexistent/cache")
-    monkeypatch.setenv("BAB_THREADS", "1")  # the kernels run at the smoke references' count all the same
+    monkeypatch.setenv("BAB_THREADS", "2")  # the kernels run at the smoke references' count all the same
+    monkeypatch.delenv("MKL_CBWR", raising=False)
     failed_before = (refresh_dir / "02_fail.ipynb").read_bytes()
     scripts_before = {p.name: p.read_bytes() for p in refresh_dir.glob("*.py")}
     code = bab_main(["notebooks", "refresh", "--notebooks-dir", str(refresh_dir)])
@@ -477,7 +479,8 @@ def test_refresh_stores_outputs_keeps_pairs_and_leaves_a_failed_notebook_untouch
     for stem in ("01_ok", "03_ok"):  # one empty run cache for the whole refresh, the notebooks in order
         nb = nbformat.read(refresh_dir / f"{stem}.ipynb", as_version=4)
         text = "".join(o.get("text", "") for o in nb.cells[1].outputs)
-        assert text == f"profile smoke threads 2 cache empty: {stem == '01_ok'}\n"
+        assert text == (f"profile smoke threads {SMOKE_THREADS} cache empty: {stem == '01_ok'} "
+                        f"MKL {SMOKE_NUMERICS_ENV['MKL_CBWR']}\n")
         assert "papermill" not in nb.metadata
         assert all("papermill" not in c.metadata and "execution" not in c.metadata for c in nb.cells)
         assert [c.metadata.get("tags") for c in nb.cells] == [["parameters"], None]  # no empty tags added
@@ -485,7 +488,8 @@ def test_refresh_stores_outputs_keeps_pairs_and_leaves_a_failed_notebook_untouch
         assert pair_differences(ipynb) == []
         assert os.stat(paired_script(ipynb)).st_mtime >= os.stat(ipynb).st_mtime or ipynb.stem == "02_fail"
     assert {p.name: p.read_bytes() for p in refresh_dir.glob("*.py")} == scripts_before
-    assert os.environ["BAB_CACHE_DIR"] == "/nonexistent/cache" and os.environ["BAB_THREADS"] == "1"
+    assert os.environ["BAB_CACHE_DIR"] == "/nonexistent/cache" and os.environ["BAB_THREADS"] == "2"
+    assert "MKL_CBWR" not in os.environ  # the caller's environment, restored
     assert sorted(p.name for p in refresh_dir.iterdir()) == [
         "01_ok.ipynb", "01_ok.py", "02_fail.ipynb", "02_fail.py", "03_ok.ipynb", "03_ok.py"]  # no temp files left
 
