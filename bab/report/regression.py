@@ -92,7 +92,7 @@ def cpu_name() -> str:
 def numerics_fingerprint() -> dict[str, str]:
     """{"fingerprint", "cpu"}: a digest of what torch computes here in a process started with
     ``smoke_kernel_env``, and the CPU's name. Two machines with one fingerprint round every probed kernel alike,
-    and the smoke notebooks train the same weights on both."""
+    and, as far as the probe reaches, the smoke notebooks train the same weights on both."""
     env = {**os.environ, **smoke_kernel_env()}
     probe = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, check=True)
     return {"fingerprint": probe.stdout.strip(), "cpu": cpu_name()}
