@@ -10,6 +10,7 @@
     python -m bab fit heads --train my.csv --budgets 0.25,0.5,0.75 --prune 0.5 --out runs/my   your data
     python -m bab train decoder --profile paper --gamma 3 [--frozen]   one of notebook 07's fine-tunes, resumable
     python -m bab evaluate decoder --profile paper --gamma 3 [--frozen]  its evaluations, ahead of the notebook
+    python -m bab train vit --profile paper heads linformer             notebook 05's trainings, resumable
 
 Every bench command follows one protocol (``bab.core.timing``): one process, one thread, warm-up,
 median of interleaved repeats, the analytic limit printed beside the measured ratio.
@@ -403,6 +404,69 @@ def _train_decoder(args) -> int:
 
 
 # -----------------------------------------------------------------------------
+# train vit: notebook 05's trainings into the run cache
+
+# what each part trains, in the order notebook 05 asks for them (its dense teacher comes first in every part)
+VIT_PARTS = {
+    "dense": "the dense ViT teacher",
+    "presets": "phase 1 and phase 2 of every predictor preset the notebook chooses among",
+    "heads": "the budgeted head gates and their hard adaptation",
+    "linformer": "the Linformer baseline at equal budget",
+    "control": "the 50-token model under the 197-token recipe (dense, phase 1, phase 2)",
+    "197": "the 197-token variant (dense, phase 1, phase 2)",
+}
+
+
+def _add_train_vit(sub) -> None:
+    parts = "; ".join(f"{name}: {what}" for name, what in VIT_PARTS.items())
+    p = sub.add_parser("vit", help="notebook 05's Sparsifiner trainings into the run cache ($BAB_CACHE_DIR), resumed "
+                                   "where an interrupted run stopped; two processes may share the work (a run one "
+                                   "of them trains, the other waits for and loads)",
+                       formatter_class=DefaultsFormatter, description=f"Parts: {parts}.")
+    p.add_argument("parts", nargs="+", choices=list(VIT_PARTS), metavar="PART",
+                   help=f"what to train, in the order given: {', '.join(VIT_PARTS)}")
+    p.add_argument("--profile", default="paper", help="the notebook's profile (smoke, quick, paper)")
+    p.set_defaults(run=_train_vit, errors=(ValueError, FileNotFoundError, OSError))
+
+
+def _train_vit(args) -> int:
+    from bab.core.threads import set_threads
+    from bab.experiments.profiles import get_profile
+    from bab.experiments.vit import PREDICTOR_PRESETS, ViT197Study, ViTStudy, token_count_control
+
+    profile = get_profile("vit_sparsifiner", args.profile)
+    threads = set_threads()  # part of every run's cache key: train with the thread count the notebook will use
+    study = ViTStudy(profile, progress=True)
+    steps = {
+        "dense": [("dense", study.dense)],
+        "presets": [(f"preset {name}, {phase}", getattr(study.preset_study(name), method))
+                    for name in PREDICTOR_PRESETS for phase, method in (("phase 1", "predictor"),
+                                                                         ("phase 2", "sparsifiner"))],
+        "heads": [("budgeted heads", study.budgeted_heads), ("budgeted heads, hard", study.budgeted_heads_hard)],
+        "linformer": [("linformer", study.linformer)],
+    }
+    if profile.variant_197 is not None:  # built only when asked: a profile without the variant has no control
+        control = ViTStudy(token_count_control(profile), progress=True)
+        study197 = ViT197Study(profile.variant_197, progress=True)
+        steps["control"] = [("control, dense", control.dense), ("control, phase 1", control.predictor),
+                            ("control, phase 2", control.sparsifiner)]
+        steps["197"] = [("197 tokens, dense", study197.dense), ("197 tokens, phase 1", study197.predictor),
+                        ("197 tokens, phase 2", study197.sparsifiner)]
+    missing = [part for part in args.parts if part not in steps]
+    if missing:
+        raise ValueError(f"profile {profile.name!r} has no 197-token variant, so it has no part {missing[0]!r}; "
+                         f"choose among {', '.join(steps)}")
+    print(f"notebook 05's trainings, profile {profile.name}, {threads} thread(s)")
+    for part in args.parts:
+        for what, train in steps[part]:
+            _, metrics, _ = train()
+            seconds = metrics.get("train_seconds")
+            print(f"{what}: {'from the run cache' if metrics.get('cached') else 'trained'}"
+                  f"{f', {seconds:.0f} s of training' if seconds else ''}", flush=True)
+    return 0
+
+
+# -----------------------------------------------------------------------------
 # evaluate decoder: notebook 07's slow evaluations of one trained decoder into the run cache
 
 
@@ -594,9 +658,10 @@ def build_parser() -> argparse.ArgumentParser:
     fit = sub.add_parser("fit", help="a method on your own data: heads")
     fit_sub = fit.add_subparsers(dest="target", required=True, metavar="METHOD")
     _add_fit_heads(fit_sub)
-    train = sub.add_parser("train", help="one of a notebook's trainings into the run cache: decoder")
+    train = sub.add_parser("train", help="a notebook's trainings into the run cache: decoder, vit")
     train_sub = train.add_subparsers(dest="target", required=True, metavar="WHAT")
     _add_train_decoder(train_sub)
+    _add_train_vit(train_sub)
     evaluate = sub.add_parser("evaluate", help="a notebook's slow evaluations into the run cache, ahead of it: decoder")
     evaluate_sub = evaluate.add_subparsers(dest="target", required=True, metavar="WHAT")
     _add_evaluate_decoder(evaluate_sub)

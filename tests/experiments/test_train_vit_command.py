@@ -1,0 +1,48 @@
+"""`python -m bab train vit`: notebook 05's trainings into the run cache, under the keys its own calls use."""
+
+from dataclasses import replace
+
+import torch
+
+from bab.__main__ import main
+from bab.experiments import profiles, vit
+from bab.experiments.profiles import get_profile
+
+
+def test_train_vit_stores_the_runs_the_notebooks_calls_then_load(tiny_vit_study, tmp_path, monkeypatch, capsys):
+    smoke = get_profile("vit_sparsifiner", "smoke")
+    tiny, data = tiny_vit_study(phase2=replace(smoke.phase2, epochs=1, batch_size=8), variant_197=None)
+
+    class TinyViTStudy(vit.ViTStudy):  # the notebook's study on the tiny random images
+        def splits(self):
+            return {"train": data, "val": data, "test": data}
+
+    monkeypatch.setattr(profiles, "get_profile", lambda experiment, name: tiny.profile)
+    monkeypatch.setattr(vit, "ViTStudy", TinyViTStudy)
+    monkeypatch.setenv("BAB_CACHE_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("BAB_THREADS", str(torch.get_num_threads()))  # the command sets it: leave it as it is
+
+    assert main(["train", "vit", "--profile", "smoke", "linformer"]) == 0
+    out = capsys.readouterr().out
+    assert "linformer: trained" in out and "from the run cache" not in out  # its dense teacher trained on the way
+
+    # the notebook's own calls, in a fresh study on the same cache, load what the command trained
+    notebook_study = TinyViTStudy(tiny.profile, progress=False)
+    assert notebook_study.dense()[1]["cached"] is True
+    assert notebook_study.linformer()[1]["cached"] is True
+    assert notebook_study.budgeted_heads()[1]["cached"] is False  # a part not asked for was not trained
+
+    assert main(["train", "vit", "--profile", "smoke", "dense", "linformer"]) == 0
+    out = capsys.readouterr().out
+    assert "dense: from the run cache" in out and "linformer: from the run cache" in out and "trained," not in out
+
+
+def test_train_vit_refuses_a_part_the_profile_lacks(tiny_vit_study, tmp_path, monkeypatch, capsys):
+    tiny, _ = tiny_vit_study(variant_197=None)
+    monkeypatch.setattr(profiles, "get_profile", lambda experiment, name: tiny.profile)
+    monkeypatch.setenv("BAB_CACHE_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("BAB_THREADS", str(torch.get_num_threads()))
+    assert main(["train", "vit", "--profile", "smoke", "dense", "197"]) == 2
+    err = capsys.readouterr().err
+    assert "has no 197-token variant" in err and "choose among dense, presets, heads, linformer" in err
+    assert not (tmp_path / "runs").exists()  # refused before anything trained
