@@ -445,7 +445,7 @@ def _train_vit(args) -> int:
         "heads": [("budgeted heads", study.budgeted_heads), ("budgeted heads, hard", study.budgeted_heads_hard)],
         "linformer": [("linformer", study.linformer)],
     }
-    if profile.variant_197 is not None:  # built only when asked: a profile without the variant has no control
+    if profile.variant_197 is not None:  # without the 197-token variant there is no control for it either
         control = ViTStudy(token_count_control(profile), progress=True)
         study197 = ViT197Study(profile.variant_197, progress=True)
         steps["control"] = [("control, dense", control.dense), ("control, phase 1", control.predictor),
