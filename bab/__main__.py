@@ -426,6 +426,10 @@ def _add_train_vit(sub) -> None:
     p.add_argument("parts", nargs="+", choices=list(VIT_PARTS), metavar="PART",
                    help=f"what to train, in the order given: {', '.join(VIT_PARTS)}")
     p.add_argument("--profile", default="paper", help="the notebook's profile (smoke, quick, paper)")
+    p.add_argument("--preset", action="append", dest="presets", metavar="NAME",
+                   help="a predictor preset the presets part trains, repeated for several, in the order given "
+                        "(default: all, in the notebook's order). A second process beside the notebook's build "
+                        "names the last preset first, so the two train different presets instead of one waiting")
     p.set_defaults(run=_train_vit, errors=(ValueError, FileNotFoundError, OSError))
 
 
@@ -434,13 +438,17 @@ def _train_vit(args) -> int:
     from bab.experiments.profiles import get_profile
     from bab.experiments.vit import PREDICTOR_PRESETS, ViT197Study, ViTStudy, token_count_control
 
+    presets = tuple(args.presets or PREDICTOR_PRESETS)
+    unknown = [name for name in presets if name not in PREDICTOR_PRESETS]
+    if unknown:
+        raise ValueError(f"no predictor preset {unknown[0]!r}; choose among {', '.join(PREDICTOR_PRESETS)}")
     profile = get_profile("vit_sparsifiner", args.profile)
     threads = set_threads()  # part of every run's cache key: train with the thread count the notebook will use
     study = ViTStudy(profile, progress=True)
     steps = {
         "dense": [("dense", study.dense)],
         "presets": [(f"preset {name}, {phase}", getattr(study.preset_study(name), method))
-                    for name in PREDICTOR_PRESETS for phase, method in (("phase 1", "predictor"),
+                    for name in presets for phase, method in (("phase 1", "predictor"),
                                                                          ("phase 2", "sparsifiner"))],
         "heads": [("budgeted heads", study.budgeted_heads), ("budgeted heads, hard", study.budgeted_heads_hard)],
         "linformer": [("linformer", study.linformer)],

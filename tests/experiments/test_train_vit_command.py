@@ -46,3 +46,34 @@ def test_train_vit_refuses_a_part_the_profile_lacks(tiny_vit_study, tmp_path, mo
     err = capsys.readouterr().err
     assert "has no 197-token variant" in err and "choose among dense, presets, heads, linformer" in err
     assert not (tmp_path / "runs").exists()  # refused before anything trained
+
+
+def test_train_vit_trains_only_the_presets_named_in_their_order(tiny_vit_study, tmp_path, monkeypatch, capsys):
+    smoke = get_profile("vit_sparsifiner", "smoke")
+    tiny, data = tiny_vit_study(phase2=replace(smoke.phase2, epochs=1, batch_size=8), variant_197=None)
+
+    class TinyViTStudy(vit.ViTStudy):
+        def splits(self):
+            return {"train": data, "val": data, "test": data}
+
+    monkeypatch.setattr(profiles, "get_profile", lambda experiment, name: tiny.profile)
+    monkeypatch.setattr(vit, "ViTStudy", TinyViTStudy)
+    monkeypatch.setenv("BAB_CACHE_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("BAB_THREADS", str(torch.get_num_threads()))
+
+    assert main(["train", "vit", "--profile", "smoke", "--preset", "official", "presets"]) == 0
+    out = capsys.readouterr().out
+    trained = [line.split(":")[0] for line in out.splitlines() if line.startswith("preset ")]
+    assert trained == ["preset official, phase 1", "preset official, phase 2"]
+
+    notebook_study = TinyViTStudy(tiny.profile, progress=False)
+    assert notebook_study.preset_study("official").sparsifiner()[1]["cached"] is True
+    assert notebook_study.preset_study("paper_text").predictor()[1]["cached"] is False  # not named: not trained
+
+
+def test_train_vit_refuses_an_unknown_preset(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("BAB_CACHE_DIR", str(tmp_path / "runs"))
+    assert main(["train", "vit", "--profile", "smoke", "--preset", "offical", "presets"]) == 2
+    err = capsys.readouterr().err
+    assert "no predictor preset 'offical'" in err and "choose among profile, paper_text, official" in err
+    assert not (tmp_path / "runs").exists()
