@@ -2,6 +2,7 @@
 
 from dataclasses import replace
 
+import pytest
 import torch
 
 from bab.__main__ import main
@@ -9,46 +10,10 @@ from bab.experiments import profiles, vit
 from bab.experiments.profiles import get_profile
 
 
-def test_train_vit_stores_the_runs_the_notebooks_calls_then_load(tiny_vit_study, tmp_path, monkeypatch, capsys):
-    smoke = get_profile("vit_sparsifiner", "smoke")
-    tiny, data = tiny_vit_study(phase2=replace(smoke.phase2, epochs=1, batch_size=8), variant_197=None)
-
-    class TinyViTStudy(vit.ViTStudy):  # the notebook's study on the tiny random images
-        def splits(self):
-            return {"train": data, "val": data, "test": data}
-
-    monkeypatch.setattr(profiles, "get_profile", lambda experiment, name: tiny.profile)
-    monkeypatch.setattr(vit, "ViTStudy", TinyViTStudy)
-    monkeypatch.setenv("BAB_CACHE_DIR", str(tmp_path / "runs"))
-    monkeypatch.setenv("BAB_THREADS", str(torch.get_num_threads()))  # the command sets it: leave it as it is
-
-    assert main(["train", "vit", "--profile", "smoke", "linformer"]) == 0
-    out = capsys.readouterr().out
-    assert "linformer: trained" in out and "from the run cache" not in out  # its dense teacher trained on the way
-
-    # the notebook's own calls, in a fresh study on the same cache, load what the command trained
-    notebook_study = TinyViTStudy(tiny.profile, progress=False)
-    assert notebook_study.dense()[1]["cached"] is True
-    assert notebook_study.linformer()[1]["cached"] is True
-    assert notebook_study.budgeted_heads()[1]["cached"] is False  # a part not asked for was not trained
-
-    assert main(["train", "vit", "--profile", "smoke", "dense", "linformer"]) == 0
-    out = capsys.readouterr().out
-    assert "dense: from the run cache" in out and "linformer: from the run cache" in out and "trained," not in out
-
-
-def test_train_vit_refuses_a_part_the_profile_lacks(tiny_vit_study, tmp_path, monkeypatch, capsys):
-    tiny, _ = tiny_vit_study(variant_197=None)
-    monkeypatch.setattr(profiles, "get_profile", lambda experiment, name: tiny.profile)
-    monkeypatch.setenv("BAB_CACHE_DIR", str(tmp_path / "runs"))
-    monkeypatch.setenv("BAB_THREADS", str(torch.get_num_threads()))
-    assert main(["train", "vit", "--profile", "smoke", "dense", "197"]) == 2
-    err = capsys.readouterr().err
-    assert "has no 197-token variant" in err and "choose among dense, presets, heads, linformer" in err
-    assert not (tmp_path / "runs").exists()  # refused before anything trained
-
-
-def test_train_vit_trains_only_the_presets_named_in_their_order(tiny_vit_study, tmp_path, monkeypatch, capsys):
+@pytest.fixture
+def tiny_notebook(tiny_vit_study, tmp_path, monkeypatch):
+    """The command on a tiny study of random images: every profile name resolves to its profile, the command's
+    studies read its images, and the run cache is empty. Returns (profile, the notebook's study class)."""
     smoke = get_profile("vit_sparsifiner", "smoke")
     tiny, data = tiny_vit_study(phase2=replace(smoke.phase2, epochs=1, batch_size=8), variant_197=None)
 
@@ -59,20 +24,47 @@ def test_train_vit_trains_only_the_presets_named_in_their_order(tiny_vit_study, 
     monkeypatch.setattr(profiles, "get_profile", lambda experiment, name: tiny.profile)
     monkeypatch.setattr(vit, "ViTStudy", TinyViTStudy)
     monkeypatch.setenv("BAB_CACHE_DIR", str(tmp_path / "runs"))
-    monkeypatch.setenv("BAB_THREADS", str(torch.get_num_threads()))
+    monkeypatch.setenv("BAB_THREADS", str(torch.get_num_threads()))  # the command sets it: leave it as it is
+    return tiny.profile, TinyViTStudy
 
+
+def test_train_vit_stores_the_runs_the_notebooks_calls_then_load(tiny_notebook, capsys):
+    profile, notebook_study_class = tiny_notebook
+    assert main(["train", "vit", "--profile", "smoke", "linformer"]) == 0
+    out = capsys.readouterr().out
+    assert "linformer: trained" in out and "from the run cache" not in out  # its dense teacher trained on the way
+
+    # the notebook's own calls, in a fresh study on the same cache, load what the command trained
+    notebook_study = notebook_study_class(profile, progress=False)
+    assert notebook_study.dense()[1]["cached"] is True
+    assert notebook_study.linformer()[1]["cached"] is True
+    assert notebook_study.budgeted_heads()[1]["cached"] is False  # a part not asked for was not trained
+
+    assert main(["train", "vit", "--profile", "smoke", "dense", "linformer"]) == 0
+    out = capsys.readouterr().out
+    assert "dense: from the run cache" in out and "linformer: from the run cache" in out and "trained," not in out
+
+
+def test_train_vit_trains_only_the_presets_named_in_their_order(tiny_notebook, capsys):
+    profile, notebook_study_class = tiny_notebook
     assert main(["train", "vit", "--profile", "smoke", "--preset", "official", "presets"]) == 0
     out = capsys.readouterr().out
     trained = [line.split(":")[0] for line in out.splitlines() if line.startswith("preset ")]
     assert trained == ["preset official, phase 1", "preset official, phase 2"]
 
-    notebook_study = TinyViTStudy(tiny.profile, progress=False)
+    notebook_study = notebook_study_class(profile, progress=False)
     assert notebook_study.preset_study("official").sparsifiner()[1]["cached"] is True
     assert notebook_study.preset_study("paper_text").predictor()[1]["cached"] is False  # not named: not trained
 
 
-def test_train_vit_refuses_an_unknown_preset(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("BAB_CACHE_DIR", str(tmp_path / "runs"))
+def test_train_vit_refuses_a_part_the_profile_lacks(tiny_notebook, tmp_path, capsys):
+    assert main(["train", "vit", "--profile", "smoke", "dense", "197"]) == 2
+    err = capsys.readouterr().err
+    assert "has no 197-token variant" in err and "choose among dense, presets, heads, linformer" in err
+    assert not (tmp_path / "runs").exists()  # refused before anything trained
+
+
+def test_train_vit_refuses_an_unknown_preset(tiny_notebook, tmp_path, capsys):
     assert main(["train", "vit", "--profile", "smoke", "--preset", "offical", "presets"]) == 2
     err = capsys.readouterr().err
     assert "no predictor preset 'offical'" in err and "choose among profile, paper_text, official" in err
