@@ -448,8 +448,8 @@ def _train_vit(args) -> int:
     steps = {
         "dense": [("dense", study.dense)],
         "presets": [(f"preset {name}, {phase}", getattr(study.preset_study(name), method))
-                    for name in presets for phase, method in (("phase 1", "predictor"),
-                                                                         ("phase 2", "sparsifiner"))],
+                    for name in presets
+                    for phase, method in (("phase 1", "predictor"), ("phase 2", "sparsifiner"))],
         "heads": [("budgeted heads", study.budgeted_heads), ("budgeted heads, hard", study.budgeted_heads_hard)],
         "linformer": [("linformer", study.linformer)],
     }
