@@ -27,8 +27,11 @@ from bab.experiments.text import AG_NEWS_METHODS as AGN
 from bab.experiments.vit import VIT_METHODS as VIT
 from bab.report import paper as paper_numbers
 
-VERDICTS = ("reproduced", "partly", "not reproduced", "not comparable", "not run")
+VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "not informative", "not comparable", "not run")
 PAPERS = ("budgeted attention", "dynamic context pruning", "sparsifiner")
+# "paper": the claim is tested with the paper's recipe (its unpublished knobs ours); "ours": what this package's
+# own recipe adds, counted apart and never in the paper's count
+RECIPES = ("paper", "ours")
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,17 @@ class Claim:
 
     def judge(self, rows) -> Verdict:
         raise NotImplementedError
+
+    def experiments(self) -> set[str]:
+        """The experiments whose rows this claim reads (every Row and Method among its fields)."""
+        found = set()
+        for value in vars(self).values():
+            for item in (value if isinstance(value, tuple) else (value,)):
+                if isinstance(item, Row):
+                    found.add(item.method.experiment)
+                elif isinstance(item, Method):
+                    found.add(item.experiment)
+        return found
 
     def setup_for(self, rows) -> str:
         """``setup``, with the note of ``protocol_from``'s first row among ``rows`` that has one appended."""
@@ -573,12 +587,56 @@ CLAIMS: tuple[Claim, ...] = (
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """What the intervals are computed from besides the merged rows: each seed's own rows of a notebook run at
+    several seeds ({notebook: {seed: rows}}), and the report's profile (the test-set size of rows that do not
+    carry their own ``accuracy_n``)."""
+
+    seed_rows: dict
+    profile: str | None = None
+
+    @classmethod
+    def of(cls, rows, seed_rows=None, profile=None) -> Evidence:
+        return cls(seed_rows or {}, profile)
+
+
+@dataclass(frozen=True)
 class Judged:
     claim: Claim
     verdict: Verdict
     setup: str  # the claim's setup on these rows (``Claim.setup_for``)
 
+    def as_dict(self) -> dict:
+        """The judged claim as ``results.json`` stores it and the pages show it."""
+        return {"id": self.claim.id, "paper": self.claim.paper, "where": self.claim.where,
+                "claim": self.claim.statement, "metric": self.claim.metric, "setup": self.setup,
+                "setting": getattr(self.claim, "setting", ""), "recipe": getattr(self.claim, "recipe", "paper"),
+                "verdict": self.verdict.status, "ours": self.verdict.ours,
+                "low": getattr(self.verdict, "low", None), "high": getattr(self.verdict, "high", None),
+                "theirs": self.verdict.theirs, "region": getattr(self.verdict, "region", ""),
+                "covers": getattr(self.verdict, "covers", ""), "why": self.verdict.why}
 
-def judge_all(rows, claims=CLAIMS) -> list[Judged]:
+
+def judge_all(rows, claims=CLAIMS, evidence: Evidence | None = None) -> list[Judged]:
     """Every claim judged on ``rows`` (the rows of a report's ``results.json``)."""
     return [Judged(claim, claim.judge(rows), claim.setup_for(rows)) for claim in claims]
+
+
+def judgement_table(rows, evidence: Evidence | None = None, claims=CLAIMS):
+    """The claims that ``rows`` (one notebook's, or a report's) test, judged on them, as a table for a notebook
+    to display: claim, where, recipe, ours with its interval, the paper's, the region, the verdict and why.
+    Claims none of whose experiments appear in ``rows`` are left out."""
+    import pandas as pd
+
+    experiments = {row.get("experiment") for row in rows}
+    shown = [c for c in claims if not experiments.isdisjoint(c.experiments())]
+    records = []
+    for judged in judge_all(rows, shown, evidence):
+        d = judged.as_dict()
+        ours = "–" if d["ours"] is None else (f"{d['ours']:.3g}" if d["low"] is None else
+                                              f"{d['ours']:.3g} [{d['low']:.3g}, {d['high']:.3g}]")
+        records.append({"claim": d["claim"], "where": d["where"], "recipe": d["recipe"], "ours [95% interval]": ours,
+                        "paper": "–" if d["theirs"] is None else f"{d['theirs']:.3g}", "holds if": d["region"],
+                        "verdict": d["verdict"], "why": d["why"]})
+    return pd.DataFrame(records, columns=["claim", "where", "recipe", "ours [95% interval]", "paper", "holds if",
+                                          "verdict", "why"])

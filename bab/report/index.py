@@ -92,26 +92,27 @@ def current_rows(results):
     return [row for stem_rows in current.values() for row in stem_rows], older
 
 
-def judged_claims(results):
+def judged_claims(results, seed_rows=None, profile=None):
     """The claims (bab.report.claims) judged on the rows of notebooks written under the current results
-    contract, as plain dicts; and the notebooks left out because their rows are older. Rows of an older contract
-    can mean something else under the same method name (the paper's recipe, since version 2)."""
-    from bab.report.claims import judge_all
+    contract, as plain dicts (``bab.report.claims.Judged.as_dict``); and the notebooks left out because their rows
+    are older. Rows of an older contract can mean something else under the same method name (the paper's recipe,
+    since version 2). ``seed_rows``: {notebook: {seed: rows}} of notebooks run at several seeds, for intervals
+    over seeds; ``profile``: the report's profile, for the test-set sizes of rows that do not carry theirs."""
+    from bab.report.claims import Evidence, judge_all
 
     rows, older = current_rows(results)
-    claims = [{"id": j.claim.id, "paper": j.claim.paper, "where": j.claim.where, "claim": j.claim.statement,
-               "metric": j.claim.metric, "setup": j.setup, "verdict": j.verdict.status,
-               "ours": j.verdict.ours, "theirs": j.verdict.theirs, "why": j.verdict.why} for j in judge_all(rows)]
-    return claims, older
+    evidence = Evidence.of(rows, seed_rows or {}, profile)
+    return [j.as_dict() for j in judge_all(rows, evidence=evidence)], older
 
 
 def claims_summary(claims):
-    """{paper: {verdict: count}} of judged claims (plain dicts), every verdict present."""
-    from bab.report.claims import PAPERS, VERDICTS
+    """{paper: {recipe: {verdict: count}}} of judged claims (plain dicts): the claims tested with the paper's
+    recipe ("paper") apart from what this package's recipe adds ("ours"), every verdict present."""
+    from bab.report.claims import PAPERS, RECIPES, VERDICTS
 
-    counts = {paper: dict.fromkeys(VERDICTS, 0) for paper in PAPERS}
+    counts = {paper: {recipe: dict.fromkeys(VERDICTS, 0) for recipe in RECIPES} for paper in PAPERS}
     for claim in claims:
-        counts[claim["paper"]][claim["verdict"]] += 1
+        counts[claim["paper"]][claim.get("recipe", "paper")][claim["verdict"]] += 1
     return counts
 
 
@@ -196,7 +197,7 @@ def write_index(staging, profile, notebooks, repo_dir):
     table_html, table_error = comparison_html(rows)
     claims, older, claims_error, figure = [], [], None, None
     try:
-        claims, older = judged_claims(with_contract)
+        claims, older = judged_claims(with_contract, seed_rows, profile)
         rows_judged, _ = current_rows(with_contract)
         if rows_judged:
             from bab.report.figures import cost_axis_figure

@@ -1,0 +1,183 @@
+"""Intervals for the numbers the claims judge: accuracies, paired differences, ratios.
+
+Every interval is a 95% interval with a line saying what it covers ("3 seeds x 10,000 test examples, paired"),
+so a reader knows which sources of noise it carries. Where the raw outcomes exist the interval is a bootstrap
+(paired: two models resampled on the same test examples; over seeds too: seeds resampled first, then examples
+within each, so the spread of training seeds and the sampling of the test set both show). Where only a row's
+accuracy and its test-set size are known, it is a score interval (Wilson for one accuracy, Newcombe's for a
+difference of two), unpaired and so wider than a paired one would be.
+
+Resampling uses a fixed generator (``SEED``), so an interval is the same number on every run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+CONFIDENCE = 0.95
+RESAMPLES = 4000
+SEED = 0
+_Z = float(stats.norm.ppf(0.5 + CONFIDENCE / 2))
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its ``CONFIDENCE`` interval and what the interval covers, in words."""
+
+    value: float
+    low: float
+    high: float
+    covers: str
+
+    def __post_init__(self):
+        if not (self.low <= self.value <= self.high) and not any(map(math.isnan, (self.low, self.value, self.high))):
+            raise ValueError(f"interval [{self.low}, {self.high}] does not contain its estimate {self.value}")
+
+    def text(self, spec: str = "+.2f") -> str:
+        """'-0.55 [-1.10, +0.02]'."""
+        return f"{self.value:{spec}} [{self.low:{spec}}, {self.high:{spec}}]"
+
+    def scaled(self, factor: float) -> Interval:
+        """The same interval in other units (e.g. a fraction as percentage points)."""
+        low, high = sorted((self.low * factor, self.high * factor))
+        return Interval(self.value * factor, low, high, self.covers)
+
+
+def examples_text(n: int, what: str = "test examples") -> str:
+    return f"{n:,} {what}"
+
+
+def _covers(seeds: int, n: int, what: str, paired: bool) -> str:
+    pairing = "paired" if paired else "unpaired (per-example outcomes not stored)"
+    if seeds > 1:
+        return f"{seeds} seeds x {examples_text(n, what)}, {pairing}"
+    return f"1 training seed: test sampling only, {examples_text(n, what)}, {pairing}"
+
+
+# ----------------------------------------------------------------------------- from stored counts
+
+
+def proportion_interval(correct: int, n: int) -> tuple[float, float]:
+    """Wilson score interval of an accuracy of ``correct`` of ``n``, as fractions."""
+    if n < 1 or not 0 <= correct <= n:
+        raise ValueError(f"need 0 <= correct <= n and n >= 1, got correct={correct}, n={n}")
+    ci = stats.binomtest(int(correct), int(n)).proportion_ci(confidence_level=CONFIDENCE, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def accuracy_interval(accuracy: float, n: int, seeds: int = 1) -> Interval:
+    """An accuracy in % measured on ``n`` test examples: its Wilson interval in %."""
+    correct = round(accuracy / 100 * n)
+    low, high = proportion_interval(correct, n)
+    low, high = min(low * 100, accuracy), max(high * 100, accuracy)
+    return Interval(accuracy, low, high, _covers(seeds, n, "test examples", paired=False))
+
+
+def unpaired_difference(accuracy: float, n: int, reference: float, n_reference: int) -> Interval:
+    """``accuracy - reference`` in percentage points, both in % of their test sets: Newcombe's hybrid score
+    interval (method 10), from the two Wilson intervals. Without the per-example outcomes the two models cannot
+    be paired, so this ignores their correlation on shared test examples and is wider than a paired interval."""
+    p, q = accuracy / 100, reference / 100
+    (l1, u1), (l2, u2) = (proportion_interval(round(p * n), n),
+                          proportion_interval(round(q * n_reference), n_reference))
+    d = p - q
+    low = d - math.sqrt((p - l1) ** 2 + (u2 - q) ** 2)
+    high = d + math.sqrt((u1 - p) ** 2 + (q - l2) ** 2)
+    return Interval(100 * d, 100 * low, 100 * high, _covers(1, min(n, n_reference), "test examples", paired=False))
+
+
+def seed_differences(differences, standard_errors, n: int, paired: bool = False) -> Interval:
+    """The mean over seeds of per-seed differences ``differences`` (each with its test-sampling standard error):
+    a parametric two-level bootstrap, seeds resampled with replacement and each drawn seed's difference perturbed
+    by its own sampling error, so the interval carries the seed spread and the test sampling."""
+    d, se = np.asarray(differences, float), np.asarray(standard_errors, float)
+    if d.ndim != 1 or d.shape != se.shape or d.size == 0:
+        raise ValueError(f"need one difference and one standard error per seed, got {d.shape} and {se.shape}")
+    rng = np.random.default_rng(SEED)
+    picks = rng.integers(d.size, size=(RESAMPLES, d.size))
+    draws = (d[picks] + rng.standard_normal(picks.shape) * se[picks]).mean(axis=1)
+    low, high = np.quantile(draws, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
+    value = float(d.mean())
+    return Interval(value, min(float(low), value), max(float(high), value), _covers(d.size, n, "test examples", paired))
+
+
+def difference_standard_error(accuracy: float, n: int, reference: float, n_reference: int) -> float:
+    """The unpaired standard error, in points, of a difference of two accuracies in % (Newcombe's interval's
+    half-width over z), for ``seed_differences``."""
+    interval = unpaired_difference(accuracy, n, reference, n_reference)
+    return (interval.high - interval.low) / (2 * _Z)
+
+
+# ----------------------------------------------------------------------------- from per-example outcomes
+
+
+def _as_seeds(outcomes) -> np.ndarray:
+    array = np.asarray(outcomes, dtype=float)
+    if array.ndim == 1:
+        array = array[None, :]
+    if array.ndim != 2 or array.shape[1] == 0:
+        raise ValueError(f"outcomes must be [examples] or [seeds, examples], got shape {array.shape}")
+    return array
+
+
+def paired_difference(outcomes, reference, what: str = "test examples") -> Interval:
+    """Mean of ``outcomes - reference`` (per example, e.g. 1 correct / 0 wrong; [examples] or [seeds, examples],
+    the two scored on the same examples in the same order), averaged over seeds: a bootstrap that resamples
+    seeds, then examples within each drawn seed, the two models always together. Units as given (multiply
+    0/1 outcomes by 100 for percentage points)."""
+    a, b = _as_seeds(outcomes), _as_seeds(reference)
+    if a.shape != b.shape:
+        raise ValueError(f"outcomes {a.shape} and reference {b.shape} must pair example for example")
+    d = a - b
+    seeds, n = d.shape
+    value = float(d.mean())
+    rng = np.random.default_rng(SEED)
+    if np.all(d == d.flat[0]):  # every resample gives the same mean
+        return Interval(value, value, value, _covers(seeds, n, what, paired=True))
+    if seeds == 1:
+        result = stats.bootstrap((d[0],), np.mean, confidence_level=CONFIDENCE, n_resamples=RESAMPLES,
+                                 method="percentile", random_state=rng, vectorized=True)
+        low, high = result.confidence_interval
+    else:
+        draws = np.empty(RESAMPLES)
+        for r in range(RESAMPLES):
+            chosen = d[rng.integers(seeds, size=seeds)]
+            draws[r] = np.take_along_axis(chosen, rng.integers(n, size=chosen.shape), axis=1).mean()
+        low, high = np.quantile(draws, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
+    return Interval(value, min(float(low), value), max(float(high), value), _covers(seeds, n, what, paired=True))
+
+
+def ratio_of_medians(numerator, denominator, what: str = "interleaved repeats") -> Interval:
+    """``median(numerator) / median(denominator)`` (e.g. dense time over pruned time: a speed-up), bootstrapped
+    over the paired repeats (repeat i of both was timed back to back, so they are resampled together)."""
+    a, b = np.asarray(numerator, float), np.asarray(denominator, float)
+    if a.shape != b.shape or a.ndim != 1 or a.size < 2:
+        raise ValueError(f"need two equally long series of at least 2 paired repeats, got {a.shape} and {b.shape}")
+    value = float(np.median(a) / np.median(b))
+    result = stats.bootstrap((a, b), lambda x, y, axis=-1: np.median(x, axis=axis) / np.median(y, axis=axis),
+                             paired=True, vectorized=True, confidence_level=CONFIDENCE, n_resamples=RESAMPLES,
+                             method="percentile", random_state=np.random.default_rng(SEED))
+    low, high = result.confidence_interval
+    return Interval(value, min(float(low), value), max(float(high), value), f"{a.size} {what}, paired")
+
+
+def perplexity_ratio(nll, reference_nll, tokens, what: str = "windows") -> Interval:
+    """Perplexity of one model over another's on the same windows: exp(sum nll / sum tokens) of each, from
+    per-window summed negative log-likelihoods and token counts, bootstrapped over the windows together."""
+    a, b, t = (np.asarray(x, float) for x in (nll, reference_nll, tokens))
+    if not (a.shape == b.shape == t.shape) or a.ndim != 1 or a.size < 2:
+        raise ValueError(f"need per-window nll, reference nll and token counts of one length >= 2, got "
+                         f"{a.shape}, {b.shape}, {t.shape}")
+
+    def ratio(x, y, n, axis=-1):
+        return np.exp((x.sum(axis=axis) - y.sum(axis=axis)) / n.sum(axis=axis))
+
+    value = float(ratio(a, b, t))
+    result = stats.bootstrap((a, b, t), ratio, paired=True, vectorized=True, confidence_level=CONFIDENCE,
+                             n_resamples=RESAMPLES, method="percentile", random_state=np.random.default_rng(SEED))
+    low, high = result.confidence_interval
+    return Interval(value, min(float(low), value), max(float(high), value), f"{a.size} {what}, paired")
