@@ -43,3 +43,20 @@ def get_profile(experiment: str, profile: str):
     if profile not in PROFILE_NAMES:
         raise ValueError(f"unknown profile {profile!r}; choose one of {PROFILE_NAMES}")
     return profiles[profile]
+
+
+def held_out_size(experiment: str, profile: str) -> int | None:
+    """How many examples ``experiment``'s accuracies are measured on at ``profile`` (its held-out split: the
+    synthetic task's validation set, the others' test sets), for rows that do not carry their own count; None for
+    an experiment measured otherwise (perplexity) or an unknown profile."""
+    if profile not in PROFILE_NAMES:
+        return None
+    if experiment == "vit_sparsifiner_197":
+        variant = get_profile("vit_sparsifiner", profile).variant_197
+        return None if variant is None else variant.num_test
+    if experiment not in EXPERIMENTS:
+        return None
+    settings = get_profile(experiment, profile)
+    if experiment == "synthetic":
+        return settings.data.num_val
+    return getattr(settings, "num_test", None)

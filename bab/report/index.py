@@ -158,24 +158,90 @@ def environment_info(profile, repo_dir):
 
 
 
+MINUS = "\u2212"  # a typographic minus: "−0.55" reads as a number, "-0.55" as a hyphen
+# the front page's two claims tables: the papers' recipes, then what this package's own recipe adds
+CLAIM_SECTIONS = (("paper", "Claims tested with the papers' recipes"), ("ours", "What this package's recipe adds"))
+
+
+def format_number(value, signed: bool = False) -> str:
+    """A claim's number as the page shows it: two decimals below 10, one below 100, none above (thousands
+    separated); three significant digits below 0.1; a minus sign, and a plus sign too when ``signed``."""
+    if value is None:
+        return "–"
+    magnitude = abs(value)
+    if magnitude == 0 or magnitude >= 0.1:
+        text = f"{magnitude:,.{2 if magnitude < 10 else 1 if magnitude < 100 else 0}f}"
+    else:
+        text = f"{magnitude:.3g}"
+    sign = MINUS if value < 0 and float(text.replace(",", "")) != 0 else ("+" if signed else "")
+    return sign + text
+
+
+def ours_with_interval(claim) -> str:
+    """"ours [low, high]" of a judged claim ("−0.55 [−1.10, +0.02]"): signed throughout when any of the three is
+    negative (a difference), plain otherwise (a ratio); "–" when not measured."""
+    ours, low, high = claim.get("ours"), claim.get("low"), claim.get("high")
+    if ours is None:
+        return "–"
+    if low is None or high is None:
+        return format_number(ours)
+    signed = min(ours, low, high) < 0
+    return (f"{format_number(ours, signed and ours > 0)} "
+            f"[{format_number(low, signed)}, {format_number(high, signed)}]")
+
+
+def claim_row(claim) -> dict:
+    """A judged claim with the texts its table row shows."""
+    return {**claim, "ours_text": ours_with_interval(claim), "theirs_text": format_number(claim.get("theirs")),
+            "setting_text": claim.get("setting") or claim.get("setup") or ""}
+
+
+def claim_sections(claims) -> list[dict]:
+    """The claims tested with the papers' recipes, then those of this package's recipe: [{"title", "claims"}]."""
+    return [{"title": title, "claims": [claim_row(c) for c in claims if c.get("recipe", "paper") == recipe]}
+            for recipe, title in CLAIM_SECTIONS]
+
+
+def wall_time(seconds) -> str:
+    """"12.3 s", "4 min 05 s", "2 h 26 min"; "" when not recorded."""
+    if seconds is None:
+        return ""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
+
+
+def error_line(error, limit: int = 240) -> str:
+    """A failed notebook's error on one line (its type and the first line of its message, cut at ``limit``); the
+    page keeps the traceback folded away."""
+    message = str(error.get("evalue") or "").strip().splitlines()
+    text = f"{error.get('ename') or 'error'}: {message[0] if message else ''}".rstrip(": ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
 
 def render_index(profile, generated_at, runs, table_html, table_error, env, claims=(), older=(), claims_error=None,
                  figure=None):
-    """The index page as a string (jinja2, autoescaped): the claims first, then the notebooks, then the long
+    """The index page as a string (jinja2, autoescaped): the claim counts per paper (the papers' recipes apart
+    from this package's), the claims in two tables, a glossary, the cost-axis figure, the notebooks, the long
     paper-vs-reproduction table (collapsed), then the machine."""
     import jinja2
 
     source = resources.files("bab.report").joinpath("template.html").read_text(encoding="utf-8")
     template = jinja2.Environment(autoescape=True).from_string(source)
     count = lambda status: sum(r["status"] == status for r in runs)  # noqa: E731
+    claims = list(claims)
+    shown_runs = [{**r, "wall_time": wall_time(r.get("seconds")),
+                   "error_line": error_line(r["error"]) if r.get("error") else ""} for r in runs]
     return template.render(
         profile=profile,
         generated_at=generated_at,
-        runs=runs,
+        runs=shown_runs,
         table_html=table_html,
         table_error=table_error,
         env=env,
-        claims=list(claims),
+        sections=claim_sections(claims),
         summary=claims_summary(claims) if claims else {},
         older=list(older),
         claims_error=claims_error,
@@ -187,8 +253,13 @@ def render_index(profile, generated_at, runs, table_html, table_error, env, clai
 
 
 def write_index(staging, profile, notebooks, repo_dir):
-    """Write index.html and results.json into staging; return the comparison-table error (or None)."""
+    """Write index.html and results.json into staging, and the notebook pages that are missing or were written
+    by an older converter (``bab.report.notebooks.write_pages``: MathJax beside them, no machine path); return the
+    comparison-table error (or None)."""
+    from bab.report.notebooks import write_pages  # that module imports bab.report.build, which imports this one
+
     generated_at = now_iso()
+    write_pages(staging, repo_dir)
     runs = collect_runs(staging, notebooks)
     files = results_files(staging)
     with_contract, seed_rows = collect_seeded_results(staging, files)
