@@ -21,7 +21,7 @@ from scipy import stats
 CONFIDENCE = 0.95
 RESAMPLES = 4000
 SEED = 0
-_Z = float(stats.norm.ppf(0.5 + CONFIDENCE / 2))
+Z = float(stats.norm.ppf(0.5 + CONFIDENCE / 2))  # the normal quantile of CONFIDENCE
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def difference_standard_error(accuracy: float, n: int, reference: float, n_refer
     """The unpaired standard error, in points, of a difference of two accuracies in % (Newcombe's interval's
     half-width over z), for ``seed_differences``."""
     interval = unpaired_difference(accuracy, n, reference, n_reference)
-    return (interval.high - interval.low) / (2 * _Z)
+    return (interval.high - interval.low) / (2 * Z)
 
 
 # ----------------------------------------------------------------------------- from per-example outcomes
