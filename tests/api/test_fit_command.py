@@ -30,6 +30,22 @@ def strict_loads(text):
     return json.loads(text, parse_constant=refuse)
 
 
+def check_intervals(sweep, recorded, n):
+    """sweep.csv's and metrics.json's interval columns: each accuracy inside its interval, each difference from
+    dense the difference of the two accuracies and inside its paired interval, none on the dense row."""
+    columns = ["accuracy_low", "accuracy_high", "vs_dense", "vs_dense_low", "vs_dense_high", "n"]
+    for table in (sweep, recorded):
+        assert set(columns) <= set(table.columns)
+        assert (table["n"] == n).all()
+        assert ((table["accuracy_low"] <= table["accuracy"]) & (table["accuracy"] <= table["accuracy_high"])).all()
+        assert (table["accuracy_low"] >= 0).all() and (table["accuracy_high"] <= 100).all()
+        dense, rows = table.iloc[0], table.iloc[1:]
+        assert dense["mode"] == "dense" and dense[["vs_dense", "vs_dense_low", "vs_dense_high"]].isna().all()
+        assert rows["vs_dense"].tolist() == pytest.approx((rows["accuracy"] - dense["accuracy"]).tolist(), abs=1e-9)
+        assert ((rows["vs_dense_low"] <= rows["vs_dense"]) & (rows["vs_dense"] <= rows["vs_dense_high"])).all()
+    assert recorded[columns[:-1]].iloc[1:].to_numpy() == pytest.approx(sweep[columns[:-1]].iloc[1:].to_numpy())
+
+
 FAST = ["--max-len", "16", "--batch-size", "8", "--epochs", "1,1,1", "--dense-lr", "3e-3", "--lr", "1e-3",
         "--timing-examples", "8", "--timing-repeats", "1", "--quiet"]
 
@@ -51,6 +67,8 @@ def test_fit_heads_writes_every_artefact(tiny_encoder, topic_csvs, tmp_path, cap
     assert sweep["mode"].tolist() == ["dense", "soft", "soft", "hard", "hard"]
     assert sweep["budget"].tolist()[1:] == [0.25, 0.5, 0.25, 0.5]  # budgets sorted
     metrics = strict_loads((out / "metrics.json").read_text())
+    check_intervals(sweep, pd.DataFrame(metrics["sweep"]), n=len(pd.read_csv(topic_csvs[1])))
+    assert "paired" in metrics["intervals"]["vs_dense"] and metrics["intervals"]["confidence"] == 0.95
     strict_loads((out / "gated" / "bab_history.json").read_text())
     assert metrics["reload"]["gated_logits_max_abs_diff"] == 0.0
     assert metrics["reload"]["pruned_predictions_equal"] is True
@@ -58,6 +76,15 @@ def test_fit_heads_writes_every_artefact(tiny_encoder, topic_csvs, tmp_path, cap
     assert metrics["latency"]["config"] == ["dense", "pruned @0.50"]
     summary = (out / "summary.html").read_text()
     assert "<table" in summary and "<NA>" not in summary and "nan" not in summary.lower()
+    for row in sweep[sweep["mode"] != "dense"].to_dict("records"):  # each difference says where it stands
+        name = fit_module.MODE_NAMES[row["mode"]] + f" @{row['budget']:.2f}: "
+        if row["vs_dense_low"] == row["vs_dense_high"] == 0:
+            assert name + "right and wrong on exactly the same" in summary
+        elif row["vs_dense_low"] <= 0 <= row["vs_dense_high"]:
+            assert name + f"on {len(pd.read_csv(topic_csvs[1]))} test texts a " in summary
+            assert "-point difference is within noise" in summary
+        else:
+            assert name in summary and "beyond noise: the interval of " in summary
     assert f"Trained on <code>{topic_csvs[0]}</code> (" in summary
     assert f"test file <code>{topic_csvs[1]}</code>" in summary
     assert "<b>dense</b>: 1 epoch(s) of fine-tuning" in summary and "accuracy_cost.png" in summary

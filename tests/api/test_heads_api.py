@@ -55,6 +55,12 @@ def test_sweep_rows_and_hard_head_counts_by_hand(fitted, topic_csvs):
     assert hard.heads_kept.to_dict() == {0.1: 2, 0.25: 2, 0.5: 4, 1.0: 8}
     assert hard.cost.tolist() == pytest.approx([2 / 8, 2 / 8, 4 / 8, 1.0])
     assert pd.isna(sweep.loc[0, "budget"]) and sweep.loc[0, "cost"] == 1.0
+    # each row's difference from the dense row, in points, inside its paired interval; none on the dense row
+    assert sweep["n"].tolist() == [30] * 9 and pd.isna(sweep.loc[0, "vs_dense"])
+    rows = sweep.iloc[1:]
+    assert rows["vs_dense"].tolist() == pytest.approx((rows["accuracy"] - sweep.loc[0, "accuracy"]).tolist())
+    assert ((rows["vs_dense_low"] <= rows["vs_dense"]) & (rows["vs_dense"] <= rows["vs_dense_high"])).all()
+    assert ((sweep["accuracy_low"] <= sweep["accuracy"]) & (sweep["accuracy"] <= sweep["accuracy_high"])).all()
 
 
 def test_hard_prediction_is_the_pruned_transformers_model(fitted, topic_csvs):
