@@ -115,6 +115,11 @@ def difference_standard_error(accuracy: float, n: int, reference: float, n_refer
 # ----------------------------------------------------------------------------- from per-example outcomes
 
 
+def _batch(n: int) -> int:
+    """Resamples drawn at once: about 10 million values of memory, whatever the test set's size."""
+    return max(1, min(RESAMPLES, 10_000_000 // max(n, 1)))
+
+
 def _as_seeds(outcomes) -> np.ndarray:
     array = np.asarray(outcomes, dtype=float)
     if array.ndim == 1:
@@ -140,7 +145,7 @@ def paired_difference(outcomes, reference, what: str = "test examples") -> Inter
         return Interval(value, value, value, _covers(seeds, n, what, paired=True))
     if seeds == 1:
         result = stats.bootstrap((d[0],), np.mean, confidence_level=CONFIDENCE, n_resamples=RESAMPLES,
-                                 method="percentile", random_state=rng, vectorized=True)
+                                 method="percentile", random_state=rng, vectorized=True, batch=_batch(n))
         low, high = result.confidence_interval
     else:
         draws = np.empty(RESAMPLES)

@@ -23,6 +23,7 @@ import torch
 import bab.context
 import bab.heads
 import bab.sparsifiner
+from bab.core import outcomes
 from bab.core.runs import RUN_TAG, RunCache, run_of, state_digest, train_cached
 from bab.core.training import TrainResult
 from bab.core.warm_start import warm_start
@@ -146,6 +147,8 @@ class Study:
         row.update({key: value if key == "note" else _number(value) for key, value in extra.items()
                     if value is not None and value != ""})
         row.update(measured_on(models))
+        if stats.get("outcomes") is not None:  # per-example outcomes: paired intervals in the claims
+            row["accuracy_n"] = outcomes.record(row, stats["outcomes"])
         return row
 
     def mean_row(self, method: Method, budget: float | None, per_model: list[tuple], **extra) -> dict:
@@ -162,6 +165,9 @@ class Study:
         row.update({key: _mean([c[key] for c in columns]) for key in columns[0]})
         if row.get("accuracy") is not None:
             row["accuracy_std"] = statistics.stdev(float(c["accuracy"]) for c in columns)
+        per_example = [stats.get("outcomes") for _, stats in per_model]
+        if all(o is not None for o in per_example) and len({len(o) for o in per_example}) == 1:
+            row["accuracy_n"] = outcomes.record(row, [list(o) for o in per_example])  # [seeds, examples]
         return row
 
 

@@ -29,7 +29,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from bab.core import statistics
+from bab.core.outcomes import outcome_key
 from bab.core.statistics import Interval
 from bab.experiments.bert import BERT_AG_NEWS_METHODS as BERT
 from bab.experiments.bert import BERT_DBPEDIA_METHODS as DBPEDIA
@@ -219,10 +222,36 @@ class Evidence:
 
     seed_rows: dict = field(default_factory=dict)
     profile: str | None = None
+    outcomes: dict = field(default_factory=dict)  # {outcome_key(row): per-example outcomes} (bab.core.outcomes)
 
     @classmethod
-    def of(cls, rows=None, seed_rows=None, profile=None) -> Evidence:
-        return cls(seed_rows or {}, profile)
+    def of(cls, rows=None, seed_rows=None, profile=None, outcomes=None) -> Evidence:
+        return cls(seed_rows or {}, profile, outcomes or {})
+
+    def paired(self, terms, matched) -> Interval | None:
+        """The interval of sum(coefficient x accuracy) from the rows' per-example outcomes, paired example by example
+        (and over seeds where a row holds several models' outcomes), or None unless every row has them on the same
+        examples. A row of one model's outcomes pairs with a row of several seeds' scored on the same examples."""
+        arrays = [self.outcomes.get(outcome_key(m)) for m in matched]
+        if any(a is None for a in arrays) or len({a.shape[-1] for a in arrays}) != 1:
+            return None
+        seeds = max(a.shape[0] if a.ndim == 2 else 1 for a in arrays)
+        if any(a.ndim == 2 and a.shape[0] != seeds for a in arrays):
+            return None
+        combined = sum(c * 100.0 * np.broadcast_to(np.atleast_2d(a), (seeds, a.shape[-1]))
+                       for (_, c), a in zip(terms, arrays, strict=True))
+        return statistics.paired_difference(combined, np.zeros_like(combined))
+
+    def paired_over_seeds(self, terms, by_seed) -> Interval | None:
+        """``paired`` over the seed runs of a notebook: each seed's rows paired on its own test examples."""
+        per_seed = [[self.outcomes.get(outcome_key(m)) for m in matched] for matched in by_seed.values()]
+        if any(a is None or a.ndim != 1 for arrays in per_seed for a in arrays):
+            return None
+        if len({a.size for arrays in per_seed for a in arrays}) != 1:
+            return None
+        combined = np.stack([sum(c * 100.0 * a for (_, c), a in zip(terms, arrays, strict=True))
+                             for arrays in per_seed])
+        return statistics.paired_difference(combined, np.zeros_like(combined))
 
     def examples(self, row: dict) -> int | None:
         """How many test examples ``row``'s accuracy was measured on, or None when unknown."""
@@ -244,10 +273,15 @@ class Evidence:
     def accuracy_combination(self, terms, rows) -> Interval | None:
         """The interval, in points, of sum(coefficient * accuracy) over ``terms`` ((Row, coefficient) pairs; e.g.
         ((method, 1), (dense, -1)) for a retention). Over seeds and test examples where the notebook ran at several
-        seeds, else over test examples; a score interval from each accuracy and its test-set size, since per-example
-        outcomes are not stored. None when a test-set size is unknown."""
+        seeds, else over test examples: paired on the per-example outcomes where the rows have them, else a score
+        interval from each accuracy and its test-set size (unpaired, wider). None when a test-set size is
+        unknown."""
         pointers = [p for p, _ in terms]
         by_seed = self.per_seed(pointers)
+        if by_seed and (interval := self.paired_over_seeds(terms, by_seed)) is not None:
+            return interval
+        if not by_seed and (interval := self.paired(terms, [p.find(rows) for p in pointers])) is not None:
+            return interval
         if by_seed:
             values, errors = [], []
             for matched in by_seed.values():
@@ -1166,3 +1200,11 @@ def judgement_table(rows, evidence: Evidence | None = None, claims=CLAIMS):
                         "paper": "–" if d["theirs"] is None else f"{d['theirs']:.3g}", "holds if": d["region"] or "–",
                         "verdict": d["verdict"], "why": d["why"]})
     return pd.DataFrame(records, columns=columns)
+
+
+def claim_by_id(claim_id: str, claims=CLAIMS) -> Claim:
+    """The claim named ``claim_id``; KeyError naming the known ids when there is none."""
+    for claim in claims:
+        if claim.id == claim_id:
+            return claim
+    raise KeyError(f"no claim {claim_id!r}; known: {', '.join(c.id for c in claims)}")

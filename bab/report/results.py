@@ -15,7 +15,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from bab.core import strict_json
+from bab.core import outcomes, strict_json
 from bab.core.folders import current_umask
 from bab.core.provenance import loaded_code_digests
 from bab.core.runs import measurements_used, models_used
@@ -193,9 +193,20 @@ def save_results(rows, path):
         path = Path(folder) / ("+".join(sorted({row["experiment"] for row in rows})) + ".json")
     path = Path(path)
     used = models_used()
-    return write_json_atomic(path, {"notebook": path.stem, "contract": RESULTS_CONTRACT,
-                                    "rows": with_provenance(validate_rows(rows), used), "models": used,
-                                    "measurements": measurements_used(), "code": loaded_code_digests()})
+    clean = validate_rows(rows)
+    written = write_json_atomic(path, {"notebook": path.stem, "contract": RESULTS_CONTRACT,
+                                       "rows": with_provenance(clean, used), "models": used,
+                                       "measurements": measurements_used(), "code": loaded_code_digests()})
+    stale = outcomes_path(path)
+    if outcomes.write(stale, outcomes.recorded_for(clean)) is None:
+        stale.unlink(missing_ok=True)  # no row of this run has outcomes: an older run's must not pair with them
+    return written
+
+
+def outcomes_path(results_path) -> Path:
+    """Where the per-example outcomes of a results file's rows are kept: beside it, ``<stem>.outcomes.npz``."""
+    results_path = Path(results_path)
+    return results_path.with_name(f"{results_path.stem}.outcomes.npz")
 
 
 def now_iso():

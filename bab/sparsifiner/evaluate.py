@@ -15,18 +15,20 @@ from bab.sparsifiner.predictor import num_connections
 @torch.no_grad()
 def evaluate_vit(model, data: Dataset, batch_size: int = 500, **forward) -> dict:
     """Accuracy (%), mean loss and MHSA cost (multiply-adds per example and fraction of dense) on ``data``, with
-    the forward's options ``forward`` (``bab.sparsifiner.vit.ViTForward``'s fields as keywords)."""
+    the forward's options ``forward`` (``bab.sparsifiner.vit.ViTForward``'s fields as keywords); ``outcomes``:
+    whether each example was classified right (numpy bool, in data order), ``n`` how many were scored."""
     model.eval()
-    correct, loss_sum, seen, macs = 0, 0.0, 0, 0.0
+    right, loss_sum, seen, macs = [], 0.0, 0, 0.0
     for pixels, labels in DataLoader(data, batch_size=batch_size):
         out = model(pixels, **forward)
         loss_sum += F.cross_entropy(out.logits, labels, reduction="sum").item()
-        correct += (out.logits.argmax(-1) == labels).sum().item()
+        right.append(out.logits.argmax(-1) == labels)
         seen += labels.numel()
         macs += out.mhsa_macs * labels.numel()
     macs /= seen
-    return {"accuracy": 100.0 * correct / seen, "loss": loss_sum / seen, "mhsa_macs": macs,
-            "cost": macs / model.dense_mhsa_macs()}
+    outcomes = torch.cat(right).numpy()
+    return {"accuracy": 100.0 * outcomes.sum() / seen, "loss": loss_sum / seen, "mhsa_macs": macs,
+            "cost": macs / model.dense_mhsa_macs(), "n": seen, "outcomes": outcomes}
 
 
 IMPORTANCE_METHODS = {"ablation": head_ablation_importance, "elimination": head_elimination_importance}

@@ -1,0 +1,103 @@
+"""Per-example outcomes: recorded with the rows a study builds, saved beside the results, read back by the report,
+and used by the claims to pair two rows example by example."""
+
+import json
+
+import numpy as np
+import pytest
+
+from bab.core import outcomes
+from bab.core.statistics import paired_difference, unpaired_difference
+from bab.experiments.text import AG_NEWS_METHODS as AGN
+from bab.report import claims as C
+from bab.report.index import collect_outcomes, judged_claims
+from bab.report.results import RESULTS_CONTRACT, outcomes_path, save_results
+
+
+def row(method, budget, **values):
+    return {"experiment": method.experiment, "method": method.name, "budget": budget, "cost": None,
+            "accuracy": None, "speedup": None, **values}
+
+
+def _agreeing(n=2000, seed=0):
+    """Dense outcomes and a method's that agree on all but ~3% of the examples."""
+    rng = np.random.default_rng(seed)
+    dense = rng.random(n) < 0.85
+    method = np.where(rng.random(n) < 0.97, dense, ~dense)
+    return dense, method
+
+
+@pytest.fixture(autouse=True)
+def _empty_register():
+    outcomes.clear()
+    yield
+    outcomes.clear()
+
+
+def test_outcomes_survive_a_write_and_a_read(tmp_path):
+    dense, method = _agreeing(37)
+    stored = {"a": dense, "b": np.stack([method, dense])}
+    back = outcomes.read(outcomes.write(tmp_path / "x.outcomes.npz", stored))
+    assert set(back) == {"a", "b"} and all(np.array_equal(back[k], stored[k]) for k in stored)
+    assert outcomes.read(tmp_path / "missing.npz") == {}
+
+
+def test_a_claim_pairs_two_rows_on_their_outcomes(tmp_path):
+    dense, method = _agreeing()
+    rows = [row(AGN.dense, 1.0, accuracy=100 * dense.mean(), accuracy_n=dense.size),
+            row(AGN.warm, 0.5, accuracy=100 * method.mean(), accuracy_n=method.size)]
+    stored = {outcomes.outcome_key(rows[0]): dense, outcomes.outcome_key(rows[1]): method}
+    paired = C.claim_by_id("baa-agnews-budgeted").judge(rows, C.Evidence(outcomes=stored))
+    expected = paired_difference(100.0 * method, 100.0 * dense)
+    assert (paired.ours, paired.low, paired.high) == pytest.approx((expected.value, expected.low, expected.high))
+    assert "paired" in paired.covers and "unpaired" not in paired.covers
+    unpaired = C.claim_by_id("baa-agnews-budgeted").judge(rows, C.Evidence())
+    newcombe = unpaired_difference(rows[1]["accuracy"], 2000, rows[0]["accuracy"], 2000)
+    assert (unpaired.low, unpaired.high) == pytest.approx((newcombe.low, newcombe.high))
+    assert paired.high - paired.low < 0.6 * (unpaired.high - unpaired.low)
+
+
+def test_rows_of_several_seed_runs_pair_within_each_seed():
+    per_seed = {}
+    stored = {}
+    for seed in (7, 13, 21):
+        dense, method = _agreeing(seed=seed)
+        seed_rows = [row(AGN.dense, 1.0, accuracy=100 * dense.mean(), seeds=[seed]),
+                     row(AGN.warm, 0.5, accuracy=100 * method.mean(), seeds=[seed])]
+        stored.update({outcomes.outcome_key(seed_rows[0]): dense, outcomes.outcome_key(seed_rows[1]): method})
+        per_seed[str(seed)] = seed_rows
+    merged = [row(AGN.dense, 1.0, accuracy=85.0, seeds=[7, 13, 21]), row(AGN.warm, 0.5, accuracy=85.0,
+                                                                          seeds=[7, 13, 21])]
+    verdict = C.claim_by_id("baa-agnews-budgeted").judge(
+        merged, C.Evidence(seed_rows={"02": per_seed}, outcomes=stored))
+    assert verdict.covers == "3 seeds x 2,000 test examples, paired"
+    differences = [100 * (stored[outcomes.outcome_key(r[1])].mean() - stored[outcomes.outcome_key(r[0])].mean())
+                   for r in per_seed.values()]
+    assert verdict.ours == pytest.approx(np.mean(differences))
+
+
+def test_a_study_row_records_its_evaluations_outcomes_and_their_count(tmp_path, monkeypatch):
+    from bab.experiments.text import AG_NEWS, TextStudy
+
+    study = TextStudy(AG_NEWS["smoke"], "ag_news_custom", cache=False, progress=False)
+    dense, _ = _agreeing(50)
+    built = study.result_row(AGN.dense, 1.0, {"cost": 1.0, "accuracy": 100 * dense.mean(), "outcomes": dense},
+                             models=())
+    assert built["accuracy_n"] == 50 and "outcomes" not in built
+    assert np.array_equal(outcomes.recorded_for([built])[outcomes.outcome_key(built)], dense)
+    # saved beside the results file and read back by the report under the same key
+    path = tmp_path / "results" / "02_ag_news_custom.json"
+    path.parent.mkdir()
+    save_results([built], path)
+    assert outcomes_path(path).is_file()
+    merged = collect_outcomes(tmp_path)
+    assert np.array_equal(merged[outcomes.outcome_key(json.loads(path.read_text())["rows"][0])], dense)
+    claims, _ = judged_claims({"02_ag_news_custom": (RESULTS_CONTRACT, [built])}, outcomes=merged)
+    assert any(c["id"] == "baa-agnews-budgeted" for c in claims)
+
+
+def test_a_run_without_outcomes_removes_an_older_runs_file(tmp_path):
+    path = tmp_path / "02.json"
+    outcomes.write(outcomes_path(path), {"stale": np.ones(3, bool)})
+    save_results([row(AGN.dense, 1.0, accuracy=90.0)], path)
+    assert not outcomes_path(path).exists()
