@@ -127,6 +127,11 @@ class Study:
         columns (``perplexity``, ``memory_ratio``, ``analytic_limit``, ``value``, ``accuracy_std``, ``note``; left
         out when None or empty).
 
+        ``stats`` may also hold the measurement's units, kept for the claims' intervals (``bab.core.outcomes``):
+        ``outcomes`` (whether each test example was right; the row gets ``accuracy_n``), ``window_nll`` and
+        ``window_tokens`` (each held-out window's summed log-likelihood and token count), ``dense_ms`` and ``ms``
+        (each interleaved repeat's times).
+
         ``models``: the trained model (or models) the row measured, as ``train_cached`` returned them; the row
         names their runs and seeds, and ``save_results`` adds the commit that trained each and whether it came
         from the run cache. ``()`` for a row that measured no trained model.
@@ -149,6 +154,9 @@ class Study:
         row.update(measured_on(models))
         if stats.get("outcomes") is not None:  # per-example outcomes: paired intervals in the claims
             row["accuracy_n"] = outcomes.record(row, stats["outcomes"])
+        for kind in outcomes.KINDS[1:]:  # per-window log-likelihoods, per-repeat times: intervals over them
+            if stats.get(kind) is not None:
+                outcomes.record(row, stats[kind], kind)
         return row
 
     def mean_row(self, method: Method, budget: float | None, per_model: list[tuple], **extra) -> dict:

@@ -228,6 +228,27 @@ class Evidence:
     def of(cls, rows=None, seed_rows=None, profile=None, outcomes=None) -> Evidence:
         return cls(seed_rows or {}, profile, outcomes or {})
 
+    def series(self, row: dict | None, kind: str):
+        """``row``'s per-unit measurements of ``kind`` (``bab.core.outcomes.KINDS``), or None."""
+        return None if row is None else self.outcomes.get(outcome_key(row, kind))
+
+    def speedup(self, row: dict) -> Interval | None:
+        """A speed-up's interval over its interleaved repeats (dense and method timed back to back), or None."""
+        dense, ours = self.series(row, "dense_ms"), self.series(row, "ms")
+        if dense is None or ours is None or dense.shape != ours.shape or dense.ndim != 1 or dense.size < 2:
+            return None
+        return statistics.ratio_of_medians(dense, ours)
+
+    def perplexity_ratio(self, row: dict, reference: dict) -> Interval | None:
+        """Perplexity of ``row`` over ``reference``'s on the same held-out windows, bootstrapped over the windows,
+        or None unless both rows kept each window's log-likelihood."""
+        nll, reference_nll = self.series(row, "window_nll"), self.series(reference, "window_nll")
+        tokens = self.series(row, "window_tokens")
+        if nll is None or reference_nll is None or tokens is None or not (nll.shape == reference_nll.shape
+                                                                           == tokens.shape) or nll.ndim != 1:
+            return None
+        return statistics.perplexity_ratio(nll, reference_nll, tokens)
+
     def paired(self, terms, matched) -> Interval | None:
         """The interval of sum(coefficient x accuracy) from the rows' per-example outcomes, paired example by example
         (and over seeds where a row holds several models' outcomes), or None unless every row has them on the same
@@ -545,8 +566,9 @@ class Speed(Claim):
                 f", less its rounding {self.delta:g}")
         else:
             region = at_most(1.0 + self.delta, f"no speed-up: at most 1x plus the paper's rounding {self.delta:g}")
-        interval = _exact(ours, "point estimate: the median of interleaved repeats; the per-repeat times are not "
-                                "stored, so no interval")
+        interval = (evidence or Evidence()).speedup(found) or _exact(
+            ours, "point estimate: the median of interleaved repeats; the per-repeat times are not stored, so no "
+                  "interval")
         return judged(region, interval, theirs, f"{ours:.2f}x measured vs the paper's {theirs:.2f}x"
                       + ("" if limit is None else f", analytic limit {limit:.2f}x"), ".2f")
 
@@ -610,7 +632,8 @@ class PerplexityHeld(Claim):
         ratio = _value(found, "perplexity") / _value(dense, "perplexity")
         kept = _value(found, "cost")
         at = "" if kept is None else f" with {1 - kept:.0%} of the context pruned"
-        interval = _exact(ratio, "point estimate: per-window log-likelihoods are not stored, so no interval")
+        interval = (evidence or Evidence()).perplexity_ratio(found, dense) or _exact(
+            ratio, "point estimate: per-window log-likelihoods are not stored, so no interval")
         return judged(self.region, interval, None, f"perplexity {ratio:.3f}x {reference.label()}{at}", ".3f")
 
 

@@ -101,3 +101,29 @@ def test_a_run_without_outcomes_removes_an_older_runs_file(tmp_path):
     outcomes.write(outcomes_path(path), {"stale": np.ones(3, bool)})
     save_results([row(AGN.dense, 1.0, accuracy=90.0)], path)
     assert not outcomes_path(path).exists()
+
+
+def test_a_speed_claim_takes_its_interval_from_the_interleaved_repeats():
+    rng = np.random.default_rng(2)
+    timed = row(AGN.hard_adapted_ours, 0.5, speedup=1.5, analytic_limit=1.6)
+    ms = rng.normal(10.0, 0.3, 15)
+    stored = {outcomes.outcome_key(timed, "dense_ms"): 1.5 * ms + rng.normal(0, 0.3, 15),
+              outcomes.outcome_key(timed, "ms"): ms}
+    verdict = C.claim_by_id("baa-agnews-skip-speed").judge([timed], C.Evidence(outcomes=stored))
+    assert verdict.low < 1.5 < verdict.high and verdict.covers == "15 interleaved repeats, paired"
+
+
+def test_a_perplexity_claim_bootstraps_over_the_same_windows():
+    from bab.experiments.context_pruning import GPT2_METHODS as GPT2
+
+    dense = row(GPT2.dense, 1.0, perplexity=20.0)
+    pruned = row(GPT2.headline, 0.2, perplexity=20.5, cost=0.2)
+    rng = np.random.default_rng(4)
+    nll = rng.normal(300.0, 20.0, 40)
+    stored = {outcomes.outcome_key(dense, "window_nll"): nll,
+              outcomes.outcome_key(pruned, "window_nll"): nll + rng.normal(2.0, 1.0, 40),
+              outcomes.outcome_key(pruned, "window_tokens"): np.full(40, 128.0)}
+    verdict = C.claim_by_id("dcp-perplexity-gpt2").judge([dense, pruned], C.Evidence(outcomes=stored))
+    assert verdict.covers == "40 windows, paired" and verdict.low < verdict.ours < verdict.high
+    assert verdict.ours == pytest.approx(np.exp((stored[outcomes.outcome_key(pruned, "window_nll")] - nll).sum()
+                                                / (40 * 128)))
