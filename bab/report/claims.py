@@ -722,7 +722,8 @@ class KindsFirst(Claim):
         held = [share[text, kind] > share[text, self.other] for text, kind in tests]
         status = "reproduced" if all(held) else ("partly" if any(held) else "not reproduced")
         named = "; ".join(f"{text}: {kind} {share[text, kind]:.1f}% vs {self.other} {share[text, self.other]:.1f}% "
-                          f"({'holds' if ok else 'does not hold'})" for (text, kind), ok in zip(tests, held, strict=True))
+                          f"({'holds' if ok else 'does not hold'})"
+                          for (text, kind), ok in zip(tests, held, strict=True))
         return Verdict(status, float(sum(held)), float(len(tests)),
                        f"{sum(held)} of {len(tests)} (text, kind) parts pruned more than {self.other} tokens: {named}",
                        region=f"every part: kind pruned more than {self.other}",
