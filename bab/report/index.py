@@ -9,6 +9,7 @@ import importlib
 import importlib.metadata
 import os
 import platform
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -163,37 +164,47 @@ MINUS = "\u2212"  # a typographic minus: "−0.55" reads as a number, "-0.55" as
 CLAIM_SECTIONS = (("paper", "Claims tested with the papers' recipes"), ("ours", "What this package's recipe adds"))
 
 
-def format_number(value, signed: bool = False) -> str:
-    """A claim's number as the page shows it: two decimals below 10, one below 100, none above (thousands
-    separated); three significant digits below 0.1; a minus sign, and a plus sign too when ``signed``."""
+def _decimals(magnitude: float) -> int:
+    return 3 if 0 < magnitude < 0.1 else 2 if magnitude < 10 else 1 if magnitude < 100 else 0
+
+
+def format_number(value, signed: bool = False, decimals: int | None = None) -> str:
+    """A claim's number as the page shows it: three decimals below 0.1, two below 10, one below 100, none above
+    (thousands separated), unless ``decimals`` says; a minus sign, and a plus sign too when ``signed``."""
     if value is None:
         return "–"
-    magnitude = abs(value)
-    if magnitude == 0 or magnitude >= 0.1:
-        text = f"{magnitude:,.{2 if magnitude < 10 else 1 if magnitude < 100 else 0}f}"
-    else:
-        text = f"{magnitude:.3g}"
-    sign = MINUS if value < 0 and float(text.replace(",", "")) != 0 else ("+" if signed else "")
-    return sign + text
+    text = f"{abs(value):,.{_decimals(abs(value)) if decimals is None else decimals}f}"
+    if value < 0 and text.strip("0.,"):
+        return MINUS + text
+    return ("+" if signed and text.strip("0.,") else "") + text
 
 
 def ours_with_interval(claim) -> str:
-    """"ours [low, high]" of a judged claim ("−0.55 [−1.10, +0.02]"): signed throughout when any of the three is
-    negative (a difference), plain otherwise (a ratio); "–" when not measured."""
+    """"ours [low, high]" of a judged claim ("−0.55 [−1.10, +0.02]"), the three with the decimals of the largest:
+    signed throughout when any of them is negative (a difference), plain otherwise (a ratio); "–" when not
+    measured."""
     ours, low, high = claim.get("ours"), claim.get("low"), claim.get("high")
     if ours is None:
         return "–"
     if low is None or high is None:
         return format_number(ours)
+    decimals = _decimals(max(abs(ours), abs(low), abs(high)))
     signed = min(ours, low, high) < 0
-    return (f"{format_number(ours, signed and ours > 0)} "
-            f"[{format_number(low, signed)}, {format_number(high, signed)}]")
+    return (f"{format_number(ours, signed, decimals)} "
+            f"[{format_number(low, signed, decimals)}, {format_number(high, signed, decimals)}]")
+
+
+def region_text(region: str) -> str:
+    """A claim's region with the page's signs: "≥", "≤" and a minus before a number."""
+    text = (region or "").replace(">=", "\u2265").replace("<=", "\u2264")
+    return re.sub(r"(?<![\w.)\]])-(?=\d|\.\d)", MINUS, text)
 
 
 def claim_row(claim) -> dict:
     """A judged claim with the texts its table row shows."""
     return {**claim, "ours_text": ours_with_interval(claim), "theirs_text": format_number(claim.get("theirs")),
-            "setting_text": claim.get("setting") or claim.get("setup") or ""}
+            "setting_text": claim.get("setting") or claim.get("setup") or "",
+            "region": region_text(claim.get("region"))}
 
 
 def claim_sections(claims) -> list[dict]:
@@ -293,5 +304,7 @@ def write_index(staging, profile, notebooks, repo_dir):
     write_json_atomic(staging / "results.json", merged)
     page = render_index(profile, generated_at, runs, table_html, table_error, environment_info(profile, repo_dir),
                         claims, older, claims_error, figure)
-    (staging / "index.html").write_text(page, encoding="utf-8")
+    from bab.report.notebooks import scrub_paths
+
+    (staging / "index.html").write_text(scrub_paths(page, repo_dir), encoding="utf-8")
     return table_error

@@ -50,6 +50,17 @@ def _number(value, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}g}"
 
 
+def _counts(counts: dict) -> str:
+    return ", ".join(f"{n} {verdict}" for verdict, n in counts.items() if n)
+
+
+def _interval(claim: dict) -> str:
+    """Our number of a claim with its 95% interval when it has one: "-0.55 [-1.1, 0.02]"."""
+    if claim.get("ours") is None or claim.get("low") is None or claim.get("high") is None:
+        return _number(claim.get("ours"))
+    return f"{_number(claim['ours'])} [{_number(claim['low'])}, {_number(claim['high'])}]"
+
+
 def _cell(text) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -92,15 +103,28 @@ def record_markdown(results: dict, runs: list[dict], code_now: dict[str, str] | 
         lines += [f"No claim is judged: the rows of {', '.join(older) or 'no notebook'} were written before the "
                   "claims and the typed results contract existed. Rerun the notebooks to judge them.", ""]
     else:
-        for paper, counts in claims_summary(claims).items():
-            shown = ", ".join(f"{n} {verdict}" for verdict, n in counts.items() if n)
-            lines.append(f"- **{paper}**: {shown or 'no claims'}")
-        lines += ["", "| paper | where | claim | ours | paper's | verdict | why |", "|---|---|---|---|---|---|---|"]
-        for c in claims:
-            setup = f" ({c['setup']})" if c.get("setup") else ""
-            lines.append(f"| {_cell(c['paper'])} | {_cell(c['where'])} | {_cell(c['claim'] + setup)} | "
-                         f"{_number(c['ours'])} | {_number(c['theirs'])} | {c['verdict']} | {_cell(c['why'])} |")
+        lines += ["Counts of the claims tested with the papers' recipes; what this package's own recipe adds is "
+                  "counted apart, beneath each paper.", ""]
+        for paper, by_recipe in claims_summary(claims).items():
+            lines.append(f"- **{paper}**: {_counts(by_recipe['paper']) or 'no claims'}")
+            if _counts(by_recipe["ours"]):
+                lines.append(f"  - with our recipe (not in the paper's count): {_counts(by_recipe['ours'])}")
         lines.append("")
+        for recipe, title in (("paper", "Claims tested with the papers' recipes"),
+                              ("ours", "What this package's recipe adds")):
+            shown = [c for c in claims if c.get("recipe", "paper") == recipe]
+            if not shown:
+                continue
+            lines += [f"### {title}", "", "| paper | where | claim | ours [95% interval] | paper's | verdict | "
+                      "holds if | why |", "|---|---|---|---|---|---|---|---|"]
+            for c in shown:
+                setup = c.get("setting") or c.get("setup")
+                claim = c["claim"] + (f" ({setup})" if setup else "")
+                covers = f" Interval: {c['covers']}." if c.get("covers") else ""
+                lines.append(f"| {_cell(c['paper'])} | {_cell(c['where'])} | {_cell(claim)} | {_interval(c)} | "
+                             f"{_number(c['theirs'])} | {c['verdict']} | {_cell(c.get('region') or '–')} | "
+                             f"{_cell(c['why'] + covers)} |")
+            lines.append("")
     lines += ["## Notebooks", "",
               "| notebook | status | wall time | finished | commit | jobs × threads | notebook code | bab code |",
               "|---|---|---|---|---|---|---|---|"]

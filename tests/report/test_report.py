@@ -137,6 +137,20 @@ def test_index_names_both_notebooks_and_shows_the_error(first_run):
         assert what in index
 
 
+def test_the_pages_read_offline_and_name_no_folder_of_the_machine(first_run):
+    from bab.report.notebooks import MATHJAX_URL
+
+    out = first_run.reports / "smoke"
+    assert (out / MATHJAX_URL).is_file()  # beside the pages, which load it by a relative URL
+    for name in ("01_ok.html", "02_fail.html", "index.html"):
+        page = (out / name).read_text()
+        assert str(first_run.reports.parent) not in page and "<checkout>" not in page, name
+        assert not re.search(r'<script[^>]*src="(?:https?:)?//', page), name
+    page = (out / "01_ok.html").read_text()
+    assert f'src="{MATHJAX_URL}"' in page
+    assert 'results_path = "results/01_ok.json"' in re.sub(r"<[^>]+>", "", page).replace("&quot;", '"')
+
+
 def test_run_records_and_results(first_run):
     out = first_run.reports / "smoke"
     failed = json.loads((out / "runs" / "02_fail.json").read_text())
