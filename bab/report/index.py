@@ -93,16 +93,28 @@ def current_rows(results):
     return [row for stem_rows in current.values() for row in stem_rows], older
 
 
-def judged_claims(results, seed_rows=None, profile=None):
+def collect_outcomes(staging) -> dict:
+    """The per-example outcomes of every notebook's rows ({key: array}, ``bab.core.outcomes``), from the
+    results/<stem>.outcomes.npz files beside the results."""
+    from bab.core import outcomes
+
+    merged = {}
+    for path in sorted((staging / "results").glob("*.outcomes.npz")):
+        merged.update(outcomes.read(path))
+    return merged
+
+
+def judged_claims(results, seed_rows=None, profile=None, outcomes=None):
     """The claims (bab.report.claims) judged on the rows of notebooks written under the current results
     contract, as plain dicts (``bab.report.claims.Judged.as_dict``); and the notebooks left out because their rows
     are older. Rows of an older contract can mean something else under the same method name (the paper's recipe,
     since version 2). ``seed_rows``: {notebook: {seed: rows}} of notebooks run at several seeds, for intervals
-    over seeds; ``profile``: the report's profile, for the test-set sizes of rows that do not carry theirs."""
+    over seeds; ``profile``: the report's profile, for the test-set sizes of rows that do not carry theirs;
+    ``outcomes``: the rows' per-example outcomes, for paired intervals (``collect_outcomes``)."""
     from bab.report.claims import Evidence, judge_all
 
     rows, older = current_rows(results)
-    evidence = Evidence.of(rows, seed_rows or {}, profile)
+    evidence = Evidence.of(rows, seed_rows or {}, profile, outcomes or {})
     return [j.as_dict() for j in judge_all(rows, evidence=evidence)], older
 
 
@@ -279,7 +291,7 @@ def write_index(staging, profile, notebooks, repo_dir):
     table_html, table_error = comparison_html(rows)
     claims, older, claims_error, figure = [], [], None, None
     try:
-        claims, older = judged_claims(with_contract, seed_rows, profile)
+        claims, older = judged_claims(with_contract, seed_rows, profile, collect_outcomes(staging))
         rows_judged, _ = current_rows(with_contract)
         if rows_judged:
             from bab.report.figures import cost_axis_figure
