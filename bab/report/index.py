@@ -277,9 +277,9 @@ def render_index(profile, generated_at, runs, table_html, table_error, env, clai
 
 def write_index(staging, profile, notebooks, repo_dir):
     """Write index.html and results.json into staging, and the notebook pages that are missing or were written
-    by an older converter (``bab.report.notebooks.write_pages``: MathJax beside them, no machine path); return the
+    by an older converter (``bab.report.pages.write_pages``: MathJax beside them, no machine path); return the
     comparison-table error (or None)."""
-    from bab.report.notebooks import write_pages  # that module imports bab.report.build, which imports this one
+    from bab.report.pages import write_pages
 
     generated_at = now_iso()
     write_pages(staging, repo_dir)
@@ -316,7 +316,7 @@ def write_index(staging, profile, notebooks, repo_dir):
     write_json_atomic(staging / "results.json", merged)
     page = render_index(profile, generated_at, runs, table_html, table_error, environment_info(profile, repo_dir),
                         claims, older, claims_error, figure)
-    from bab.report.notebooks import scrub_paths
+    from bab.report.pages import scrub_paths
 
     (staging / "index.html").write_text(scrub_paths(page, repo_dir), encoding="utf-8")
     return table_error

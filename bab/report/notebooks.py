@@ -1,5 +1,4 @@
-"""Maintaining notebooks/: the paired jupytext scripts, refreshing the stored smoke outputs, and the report's
-notebook pages.
+"""Maintaining notebooks/: the paired jupytext scripts and refreshing the stored smoke outputs.
 
     python -m bab notebooks refresh [--only 05]
 
@@ -16,10 +15,6 @@ edited (the .py is newer and disagrees) takes the .py's cell sources, as `jupyte
 a pair that disagrees with the .ipynb newer stops the refresh. Executing never changes sources: the
 pair is checked again, and the .py is touched so that it is not older than its new .ipynb (jupytext
 in JupyterLab refuses a pair whose text file is older).
-
-A report shows each executed notebook as an HTML page (``notebook_page``) that reads offline: MathJax from the
-report folder (``install_mathjax``), no script from the web, no machine or staging path, and "–" where a
-table holds no value.
 """
 
 from __future__ import annotations
@@ -28,8 +23,6 @@ import contextlib
 import itertools
 import json
 import os
-import re
-import shutil
 import sys
 import tempfile
 import time
@@ -214,134 +207,3 @@ def run_refresh(args) -> int:
         print(f"refresh FAILED for {', '.join(failed)}; those notebooks were left as they were", flush=True)
         return 1
     return 0
-
-
-# -----------------------------------------------------------------------------
-# the report's notebook pages
-
-# Copied beside the pages: MathJax 3's TeX-to-HTML component and the fonts it loads (static/mathjax/README.md).
-MATHJAX_DIR = "mathjax"
-MATHJAX_URL = f"{MATHJAX_DIR}/tex-chtml.js"  # relative: the pages sit beside the folder
-# Marks a page written by ``notebook_page``; bump the number when the page changes, and ``write_pages`` rewrites
-# the pages of an existing report folder.
-PAGE_VERSION = "bab notebook page 2"
-PAGE_MARKER = f'<meta name="generator" content="{PAGE_VERSION}">'
-
-# MathJax 3 reads its configuration from window.MathJax before it loads (nbconvert's own block configures
-# MathJax 2); nothing is loaded from the web: require.js, mermaid and the widget manager are left out, since
-# the notebooks use none of them and an offline reader has no network.
-PAGE_TEMPLATE = """{%- extends 'index.html.j2' -%}
-{%- block html_head_js_requirejs -%}
-""" + PAGE_MARKER + """
-{%- endblock html_head_js_requirejs -%}
-{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
-{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
-{%- block html_head_js_mathjax -%}
-<script>
-window.MathJax = {
-  tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], displayMath: [['$$', '$$'], ['\\\\[', '\\\\]']],
-        processEscapes: true, processEnvironments: true, tags: 'ams'},
-  options: {ignoreHtmlClass: 'tex2jax_ignore', processHtmlClass: 'tex2jax_process'}
-};
-</script>
-<script src="{{ resources.mathjax_url }}" defer></script>
-{%- endblock html_head_js_mathjax -%}
-"""
-
-# a table cell that pandas filled with its text for a missing value
-_EMPTY_CELL = re.compile(r"(<t[dh]\b[^>]*>)\s*(?:NaN|nan|None|NaT|&lt;NA&gt;|<NA>)\s*(</t[dh]>)")
-# characters that end a path in a page's text (quotes and entities included: the page is HTML)
-_PATH_END = r"\s\"'<>()&,;`"
-_CHECKOUT = "\x00checkout\x00"  # stands for the checkout while paths are rewritten
-
-
-def install_mathjax(folder) -> Path:
-    """Copy the vendored MathJax into ``folder``/mathjax (the pages load it from there); return the script's
-    path."""
-    from importlib import resources
-
-    target = Path(folder) / MATHJAX_DIR
-    with resources.as_file(resources.files("bab.report") / "static" / MATHJAX_DIR) as source:
-        shutil.copytree(source, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("README.md"))
-    return Path(folder) / MATHJAX_URL
-
-
-def empty_cells_as_dashes(html: str) -> str:
-    """Table cells that show a missing value (NaN, None, NaT, <NA>) show "–" instead."""
-    return _EMPTY_CELL.sub(lambda m: f"{m.group(1)}–{m.group(2)}", html)
-
-
-def scrub_paths(text: str, checkout=None) -> str:
-    """``text`` without this machine's paths: a report folder's files (the staging folder's results path papermill
-    injects) as ``results/<notebook>.json``, installed packages as ``site-packages/<package>/...``, the checkout's
-    other files relative to it, temporary folders and home folders by neutral names. ``checkout``: the checkout's
-    absolute path; its ``<checkout>`` stand-in (``bab.report.build.scrub_machine_paths``) is handled either way."""
-    forms = ["<checkout>", "&lt;checkout&gt;"]
-    if checkout is not None:
-        forms.insert(0, str(Path(checkout).resolve()))
-    data_dir = os.environ.get("BAB_DATA_DIR")
-    if data_dir:
-        text = text.replace(str(Path(data_dir).resolve()), "$BAB_DATA_DIR")
-    for form in forms:
-        text = text.replace(form, _CHECKOUT)
-    end = _PATH_END
-    text = re.sub(rf"{_CHECKOUT}/reports/[^/{end}]+/", "", text)  # a report folder's own files: relative to it
-    text = re.sub(rf"(?:{_CHECKOUT}|(?<![\w.])/)[^{end}]*?/((?:site|dist)-packages)/", r"\1/", text)
-    text = re.sub(rf"{_CHECKOUT}/", "", text)  # the checkout's other files: relative to it
-    text = text.replace(_CHECKOUT, "the checkout")
-    text = re.sub(rf"(?<![\w.~])/(?:var/)?tmp/(?:[^{end}]*/)?", "(temporary folder)/", text)
-    text = re.sub(rf"(?<![\w.~])/(?:home|Users)/[^/{end}]+(?=[/{end}]|$)", "~", text)
-    return re.sub(rf"(?<![\w.~])/root(?=[/{end}]|$)", "~", text)
-
-
-def _page_notebook(ipynb):
-    """The executed notebook as its page shows it: outputs of widgets (progress bars, which need a live kernel to
-    draw) left out."""
-    import nbformat
-
-    nb = nbformat.read(str(ipynb), as_version=4)
-    nb.metadata.pop("widgets", None)
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            cell.outputs = [o for o in cell.outputs
-                            if "application/vnd.jupyter.widget-view+json" not in o.get("data", {})]
-    return nb
-
-
-def notebook_page(ipynb, out, checkout=None) -> Path:
-    """Write the executed notebook ``ipynb`` as an HTML page ``out`` that reads offline (MathJax from ``mathjax/``
-    beside it: ``install_mathjax``), with no path of this machine (``scrub_paths``) and "–" in table cells without
-    a value."""
-    from nbconvert import HTMLExporter
-
-    exporter = HTMLExporter(raw_template=PAGE_TEMPLATE, mathjax_url=MATHJAX_URL)
-    body, _ = exporter.from_notebook_node(_page_notebook(ipynb))
-    Path(out).write_text(scrub_paths(empty_cells_as_dashes(body), checkout), encoding="utf-8")
-    return Path(out)
-
-
-def page_is_current(page) -> bool:
-    """Whether ``page`` exists and was written by this version of ``notebook_page``."""
-    page = Path(page)
-    if not page.is_file():
-        return False
-    with page.open(encoding="utf-8", errors="replace") as f:
-        return f'content="{PAGE_VERSION}"' in f.read(4096)  # the marker sits right after the title
-
-
-def write_pages(folder, checkout=None) -> dict[str, str]:
-    """Give every executed notebook (``<stem>.ipynb``) in a report folder its page (``<stem>.html``) where the page
-    is missing or older than this version of ``notebook_page``, and put MathJax beside them. Returns {stem: error}
-    of the notebooks whose page could not be written (their earlier page, if any, is kept)."""
-    folder = Path(folder)
-    install_mathjax(folder)
-    errors = {}
-    for ipynb in sorted(folder.glob("*.ipynb")):
-        page = ipynb.with_suffix(".html")
-        if page_is_current(page) and page.stat().st_mtime >= ipynb.stat().st_mtime:
-            continue
-        try:
-            notebook_page(ipynb, page, checkout)
-        except Exception as exc:  # a notebook that cannot be read keeps its old page; the others go on
-            errors[ipynb.stem] = f"{type(exc).__name__}: {exc}"
-    return errors

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from bab.report.index import format_number, ours_with_interval, region_text, render_index
-from bab.report.notebooks import (
+from bab.report.pages import (
     MATHJAX_URL,
     PAGE_VERSION,
     install_mathjax,

@@ -138,7 +138,7 @@ def test_index_names_both_notebooks_and_shows_the_error(first_run):
 
 
 def test_the_pages_read_offline_and_name_no_folder_of_the_machine(first_run):
-    from bab.report.notebooks import MATHJAX_URL
+    from bab.report.pages import MATHJAX_URL
 
     out = first_run.reports / "smoke"
     assert (out / MATHJAX_URL).is_file()  # beside the pages, which load it by a relative URL
