@@ -22,7 +22,8 @@ import time
 import pandas as pd
 import torch
 
-from bab.core.timing import single_thread
+from bab.core.timing import TIMES, single_thread
+from bab.core.timing import repeat_times as repeat_times  # a row's paired repeats of a generation_table
 
 
 @torch.no_grad()
@@ -127,6 +128,10 @@ def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmu
     live tokens (keys, values, interaction keys; the mean of after the prompt and at the end), and
     ``decode_limit`` = the baseline's bytes per step / ours: the throughput ratio a step that only
     streams memory would reach.
+
+    ``table.attrs["times_ms"]``: each config's decode ms of every repeat (the baseline's and each config's repeat i
+    run in the same round), so median(baseline) / median(config) is its throughput_ratio; ``repeat_times(table,
+    name)`` gives a result row's ``dense_ms`` and ``ms``.
     """
     if baseline not in configs:
         raise ValueError(f"generation_table needs the baseline {baseline!r} among the configs {list(configs)}")
@@ -160,4 +165,5 @@ def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmu
     table.insert(2, "decode_limit", table.loc[baseline, "read_mb_per_step"] / table.read_mb_per_step)
     table.attrs.update(batch=B, prompt=T, new_tokens=new_tokens, repeats=repeats, warmup=warmup,
                        live_by_layer=live_by_layer)
+    table.attrs[TIMES] = {name: [1e3 * r[1] for r in results] for name, results in runs.items()}
     return table

@@ -20,6 +20,10 @@ def evaluate_lm(model, ids: torch.Tensor, context: int, budget: float | None = N
     fraction_pruned = 1 - mean over layers, windows and pairs k > j of I_kj: the share of
     (query, earlier token) pairs whose key/value the model no longer keeps.
 
+    ``window_nll`` and ``window_tokens``: each window's summed cross-entropy (nats) and its token count, in window
+    order, so a perplexity ratio of two models on the same windows can be bootstrapped over the windows
+    (bab.core.outcomes); perplexity = exp(sum(window_nll) / sum(window_tokens)) up to float rounding.
+
     ``attn_mask`` [context, context] bool: a static pattern (bab.context.static_masks) for the static
     baselines, with ``prune=False``; its fraction_pruned is the share of pairs k > j the mask hides.
     """
@@ -33,13 +37,20 @@ def evaluate_lm(model, ids: torch.Tensor, context: int, budget: float | None = N
     model.eval()
     x, y = lm_windows(ids, context, max_windows)
     nll, count, keep_sum = 0.0, 0, 0.0
+    window_nll, window_tokens = [], []
     for i in range(0, len(x), batch_size):
         out = model(x[i: i + batch_size], alpha=HARD, budget=budget, prune=prune, attn_mask=attn_mask)
         logits = out.logits
-        nll += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[i: i + batch_size].reshape(-1),
-                               reduction="sum").item()
-        count += y[i: i + batch_size].numel()
+        targets = y[i: i + batch_size]
+        # cross_entropy is log_softmax then nll_loss: the same sum as before, bit for bit, and one log_softmax
+        # gives each token's loss as well
+        log_probs = F.log_softmax(logits.reshape(-1, logits.shape[-1]), dim=1)
+        nll += F.nll_loss(log_probs, targets.reshape(-1), reduction="sum").item()
+        per_token = -log_probs.gather(1, targets.reshape(-1, 1)).view(targets.shape)
+        window_nll += per_token.double().sum(dim=1).tolist()
+        window_tokens += [targets.shape[1]] * len(targets)
+        count += targets.numel()
         keep_sum += (out.keep_mass.item() if out.keep_mass is not None else 1.0) * len(logits)
     keep = keep_sum / len(x) if attn_mask is None else 1.0 - pruned_fraction(attn_mask)
     return {"perplexity": math.exp(nll / count), "val_ce": nll / count, "fraction_pruned": 1.0 - keep,
-            "windows": len(x), "context": context}
+            "windows": len(x), "context": context, "window_nll": window_nll, "window_tokens": window_tokens}

@@ -54,6 +54,25 @@ def time_side_by_side(fns: dict, warmup: int = 5, repeats: int = 20) -> dict[str
     return {name: Timing(statistics.median(t), t) for name, t in times.items()}
 
 
+# The attribute of a timing table (``bab.heads.bench.latency_table``, ``bab.context.bench.generation_table``) that
+# holds every configuration's per-repeat times, {name: [ms of repeat 0, 1, ...]}, behind its median and speed-up.
+TIMES = "times_ms"
+
+
+def repeat_times(table, name: str, baseline: str = "dense") -> dict[str, list[float]]:
+    """The paired repeats behind ``table``'s speed-up of ``name`` over ``baseline``, as a result row's stats take
+    them (``bab.core.outcomes``): ``dense_ms`` (the baseline's time of each repeat) and ``ms`` (``name``'s), repeat i
+    of both from the same interleaved round, so median(dense_ms) / median(ms) is the table's speed-up."""
+    times = getattr(table, "attrs", {}).get(TIMES)
+    if times is None:
+        raise ValueError(f"this table keeps no per-repeat times (attrs[{TIMES!r}]); time it with "
+                         "bab.heads.bench.latency_table or bab.context.bench.generation_table")
+    for key in (baseline, name):
+        if key not in times:
+            raise ValueError(f"no per-repeat times of {key!r} in this table; it has {list(times)}")
+    return {"dense_ms": list(times[baseline]), "ms": list(times[name])}
+
+
 class single_thread:
     """Context manager: one intra-op and one inter-op thread (inter-op can only be set once)."""
 

@@ -67,6 +67,10 @@ def context_pruning_methods(experiment: str, ablations: bool = True):
     )
 
 
+# an evaluation's per-window units (bab.context.evaluate.evaluate_lm), recorded by result_row for the claims
+WINDOW_UNITS = ("window_nll", "window_tokens")
+
+
 class DecoderStudy(Study):
     method = "context"
 
@@ -110,7 +114,10 @@ class DecoderStudy(Study):
                  attn_mask: torch.Tensor | None = None, mask_name: str | None = None) -> dict:
         """Perplexity and fraction of context pruned on ``text``'s held-out windows (hard decisions). Through the
         run cache (``measured``) for a model a run names, unless an ``attn_mask`` comes without a ``mask_name``
-        (what determines the mask, e.g. "local 37": its kind and size; the evaluation length is in the key)."""
+        (what determines the mask, e.g. "local 37": its kind and size; the evaluation length is in the key).
+
+        The result also holds ``window_nll`` and ``window_tokens`` (evaluate_lm), which ``result_row`` records for
+        the claims' interval over windows; None where the measurement was stored before they were kept."""
         text = text or self.texts[0]
 
         def measure():
@@ -126,7 +133,8 @@ class DecoderStudy(Study):
             if attn_mask is None:
                 raise ValueError(f"mask_name {mask_name!r} names a mask, but no attn_mask was passed")
             settings["mask"] = mask_name
-        return self.measured("evaluate", model, settings, measure)
+        result = self.measured("evaluate", model, settings, measure)
+        return {**result, **window_units(result)}
 
     def calibrate_budget(self, model, target: float, windows: int = 4, steps: int = 10) -> float:
         """The budget to pass to a budget-conditioned ``model`` so that it keeps ``target`` of the context on
@@ -150,8 +158,13 @@ class DecoderStudy(Study):
         return float(torch.sigmoid(torch.tensor((lo + hi) / 2)))
 
     def budget_table(self, model, budgets, calibrate: bool = True) -> pd.DataFrame:
-        """Requested vs delivered fraction of context kept on held-out text, raw and calibrated (calibrate_budget)."""
-        rows = []
+        """Requested vs delivered fraction of context kept on held-out text, raw and calibrated (calibrate_budget).
+
+        ``table.attrs["windows"]``: {budget: {"window_nll": [...], "window_tokens": [...]}} of the evaluation whose
+        perplexity the row reports (calibrated, or raw without calibration), for a result row's stats
+        (``result_row(method, b, {**row, **table.attrs["windows"][b]})``). They stay out of the columns, which
+        are printed whole."""
+        rows, windows = [], {}
         for b in budgets:
             raw = self.evaluate(model, budget=b)
             row = {"budget": b, "kept (raw)": 1 - raw["fraction_pruned"], "perplexity (raw)": raw["perplexity"]}
@@ -163,17 +176,22 @@ class DecoderStudy(Study):
                 row.update({"passed budget": passed, "kept": 1 - result["fraction_pruned"],
                             "fraction_pruned": result["fraction_pruned"], "perplexity": result["perplexity"]})
             else:
+                result = raw
                 row.update({"kept": row["kept (raw)"], "fraction_pruned": raw["fraction_pruned"],
                             "perplexity": raw["perplexity"]})
             row["kept - budget"] = row["kept"] - b
             rows.append(row)
-        return pd.DataFrame(rows)
+            windows[b] = window_units(result)
+        table = pd.DataFrame(rows)
+        table.attrs["windows"] = windows
+        return table
 
     def static_baselines(self, dense, fractions: dict[str, float], kinds=STATIC_KINDS) -> pd.DataFrame:
         """The dense model with each static pattern matched to ``fractions`` ({text: fraction pruned}).
 
         Returns one row per (text, kind): the window or stride chosen, the fraction pruned it reaches
-        at the evaluation length (the closest the pattern can get), the perplexity.
+        at the evaluation length (the closest the pattern can get), the perplexity, and each window's summed
+        log-likelihood and token count (``window_nll``, ``window_tokens``: lists, for a result row's stats).
         """
         T, rows = self.eval_context, []
         for text, fraction in fractions.items():
@@ -184,7 +202,8 @@ class DecoderStudy(Study):
                 result = self.evaluate(dense, prune=False, text=text, attn_mask=mask, mask_name=f"{kind} {size}")
                 rows.append({"text": text, "method": f"{kind} {'window' if kind == 'local' else 'stride'} {size}",
                              "kind": kind, "size": size, "target": fraction,
-                             "fraction_pruned": result["fraction_pruned"], "perplexity": result["perplexity"]})
+                             "fraction_pruned": result["fraction_pruned"], "perplexity": result["perplexity"],
+                             **window_units(result)})
         return pd.DataFrame(rows)
 
     def long_prompt(self, length: int, batch: int, text: str | None = None) -> torch.Tensor:
@@ -247,6 +266,14 @@ class DecoderStudy(Study):
             return {"cost": None, "accuracy": None, "perplexity": None}
         return {"cost": 1.0 - stats["fraction_pruned"], "accuracy": stats.get("accuracy"),
                 "perplexity": stats.get("perplexity")}
+
+
+def window_units(result: dict) -> dict:
+    """The per-window units of an evaluation (``evaluate``): ``window_nll`` and ``window_tokens``, each None for a
+    measurement stored before evaluations kept them (its rows then have no interval over windows). None rather
+    than absent, so a table of several evaluations has None in the gaps, never NaN, which a row's stats would
+    take for a measurement."""
+    return {key: result.get(key) for key in WINDOW_UNITS}
 
 
 def closest_to(points: pd.DataFrame, column: str, target: float):

@@ -21,7 +21,8 @@ import pandas as pd
 import torch
 
 from bab.core.budget import validate_budget
-from bab.core.timing import count_flops, single_thread, time_side_by_side
+from bab.core.timing import TIMES, count_flops, single_thread, time_side_by_side
+from bab.core.timing import repeat_times as repeat_times  # a row's paired repeats of a latency_table
 
 DEFAULT_BUDGETS = (0.25, 0.5, 0.75)
 HEADS_BATCH_SIZES = (1, 64)
@@ -195,6 +196,8 @@ def latency_table(configs: dict, batches: list[torch.Tensor], warmup: int = 2, r
     (baseline ms / ms), gflops (FlopCounterMode, one pass), analytic_limit (baseline FLOPs / FLOPs)
     and realised (the share of the limit's time saving that was measured:
     (1 - ms / baseline ms) / (1 - 1 / analytic_limit); undefined when the limit is 1).
+    ``table.attrs["times_ms"]``: every repeat's ms of each name, the baseline's and each name's repeat i timed in
+    the same round; ``repeat_times(table, name)`` gives a result row's ``dense_ms`` and ``ms``.
     ``flop_configs`` (same names) are counted instead of ``configs``, e.g. eager-attention twins of
     models whose fused SDPA kernel FlopCounterMode cannot see.
     """
@@ -220,7 +223,9 @@ def latency_table(configs: dict, batches: list[torch.Tensor], warmup: int = 2, r
         rows.append({"config": name, "ms": ms, "speedup": base_ms / ms, "gflops": flops[name] / 1e9,
                      "analytic_limit": limit,
                      "realised": (1 - ms / base_ms) / saving_limit if abs(saving_limit) > 1e-9 else float("nan")})
-    return pd.DataFrame(rows).set_index("config")
+    table = pd.DataFrame(rows).set_index("config")
+    table.attrs[TIMES] = {name: list(timings[name].times_ms) for name in configs}
+    return table
 
 
 

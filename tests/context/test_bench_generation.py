@@ -52,6 +52,22 @@ def test_generation_table_reports_ratios_against_dense():
         generation_table({"pruned": (model, {"prune": True})}, prompt, 2)
 
 
+def test_generation_table_keeps_the_paired_decode_repeats_behind_each_throughput_ratio():
+    import numpy as np
+
+    from bab.context.bench import repeat_times
+
+    model = model_with(1.0)
+    prompt = torch.randint(0, 64, (2, 24))
+    table = generation_table({"dense": (model, {"prune": False}), "pruned": (model, {"prune": True})}, prompt,
+                             new_tokens=4, warmup=0, repeats=3)
+    series = repeat_times(table, "pruned")
+    assert len(series["dense_ms"]) == len(series["ms"]) == 3
+    assert np.median(series["ms"]) == pytest.approx(table.loc["pruned", "decode_ms"], rel=1e-12)
+    assert np.median(series["dense_ms"]) / np.median(series["ms"]) == pytest.approx(
+        table.loc["pruned", "throughput_ratio"], rel=1e-12)
+
+
 def test_generation_longer_than_the_context_raises():
     with pytest.raises(ValueError, match="longer than the model's maximum context"):
         generate_once(model_with(1.0), torch.zeros(1, 90, dtype=torch.long), new_tokens=10)

@@ -1,5 +1,6 @@
 """Notebook 06's orchestration on a tiny text and model: every step runs, and the run cache is reused."""
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -103,3 +104,73 @@ def test_budget_calibration_finds_the_smallest_budget_that_keeps_the_target(tiny
         assert (max(below) if below else 0.0) - 1e-9 <= got <= (min(above) if above else 1.0) + 1e-9
     table = study.budget_table(model, (0.3,))
     assert list(table.columns[:3]) == ["budget", "kept (raw)", "perplexity (raw)"] and "passed budget" in table
+    # the windows of the calibrated evaluation the row reports, kept beside the columns for its result row
+    windows = table.attrs["windows"][0.3]
+    assert len(windows["window_nll"]) == len(windows["window_tokens"]) == study.profile.eval_windows
+    assert "window_nll" not in table
+    reported = study.evaluate(model, budget=float(table.loc[0, "passed budget"]))
+    assert windows["window_nll"] == reported["window_nll"] and table.loc[0, "perplexity"] == reported["perplexity"]
+
+
+@pytest.fixture
+def recorded():
+    from bab.core import outcomes
+
+    outcomes.clear()
+    yield outcomes
+    outcomes.clear()
+
+
+def test_the_headline_row_records_its_windows_and_paired_repeats(tiny_study, recorded):
+    """The rows the claims judge get their units: per-window log-likelihoods from evaluate, per-repeat decode times
+    from the generation table, and the claims' intervals are built from them."""
+    import numpy as np
+    import torch
+
+    from bab.context.bench import generation_table, repeat_times
+    from bab.context.evaluate import evaluate_lm
+    from bab.context.gpt2 import GPT2LM, GPT2Config
+    from bab.context.interaction import PruningConfig
+    from bab.report.claims import Evidence
+
+    study = tiny_study()
+    torch.manual_seed(0)
+    model = GPT2LM(GPT2Config(vocab_size=50, n_positions=64, n_embd=16, n_layer=2, n_head=2,
+                              pruning=PruningConfig(r=8, init_std=0.5, init_bias=1.0))).eval()
+    ids = torch.randint(0, 50, (6 * 16 + 1,))
+    dense_eval = evaluate_lm(model, ids, 16, prune=False)
+    pruned_eval = evaluate_lm(model, ids, 16)
+    table = generation_table({"dense": (model, {"prune": False}), "pruned": (model, {"prune": True})},
+                             ids[:48].view(2, 24), new_tokens=4, warmup=0, repeats=3)
+    M = study.methods
+    dense = study.result_row(M.dense, 1.0, dense_eval, speedup=1.0, models=())
+    headline = study.result_row(M.headline, 0.2, {**pruned_eval, **repeat_times(table, "pruned")},
+                                speedup=table.loc["pruned", "throughput_ratio"], models=())
+    kept = recorded.recorded_for([headline])
+    kinds = {json.loads(key)[-1] for key in kept}
+    assert kinds == {"window_nll", "window_tokens", "dense_ms", "ms"}
+    assert {json.loads(key)[-1] for key in recorded.recorded_for([dense])} == {"window_nll", "window_tokens"}
+    evidence = Evidence(outcomes=recorded.recorded_for([dense, headline]))
+    ratio = evidence.perplexity_ratio(headline, dense)
+    assert ratio.value == pytest.approx(headline["perplexity"] / dense["perplexity"], rel=1e-6)
+    assert ratio.low <= ratio.value <= ratio.high
+    speed = evidence.speedup(headline)
+    assert speed.value == pytest.approx(headline["speedup"], rel=1e-12)
+    assert np.isfinite([speed.low, speed.high]).all()
+
+
+def test_a_measurement_stored_before_windows_were_kept_gives_none_not_nan(tiny_study, recorded, monkeypatch):
+    import pandas as pd
+    import torch
+
+    study = tiny_study()
+    old = {"perplexity": 9.0, "val_ce": 2.2, "fraction_pruned": 0.5, "windows": 4, "context": 32}
+    monkeypatch.setattr(study, "measured", lambda *args: dict(old))
+    result = study.evaluate(torch.nn.Linear(1, 1))  # served from the (patched) store: never run
+    assert result == {**old, "window_nll": None, "window_tokens": None}
+    # a table mixing it with a new evaluation has None in the gap (NaN would read as a measurement)
+    table = pd.DataFrame([{"gamma": 1.0, **result},
+                          {"gamma": 2.0, **result, "window_nll": [1.0], "window_tokens": [4]}])
+    assert table.loc[0, "window_nll"] is None
+    row = study.result_row(study.methods.headline, 0.2, dict(table.loc[0]), models=())
+    assert recorded.recorded_for([row]) == {}

@@ -114,6 +114,8 @@ def test_static_baselines_reach_the_requested_sparsity_on_both_texts(tiny_study)
         direct = evaluate_lm(dense, study.eval_ids(r.text), T, prune=False, max_windows=2,
                              attn_mask=static_mask(r.kind, T, r.target))
         assert r.perplexity == pytest.approx(direct["perplexity"], rel=1e-6)
+        # the windows behind it, for the static row's interval over windows (itertuples is how rows are built)
+        assert r.window_nll == pytest.approx(direct["window_nll"], rel=1e-6) and r.window_tokens == [T, T]
     # a cached mask must be named, and a name needs its mask
     with pytest.raises(ValueError, match="no attn_mask was passed"):
         study.evaluate(dense, prune=False, mask_name="local 4")

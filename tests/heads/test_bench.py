@@ -170,6 +170,25 @@ def test_latency_table_times_an_emptied_layer_and_reports_the_realised_share():
         latency_table({"skip": (model, {"mode": "dense"})}, batches)
 
 
+@pytest.mark.parametrize("repeats", [2, 3])
+def test_latency_table_keeps_the_paired_repeats_behind_each_speedup(repeats):
+    import numpy as np
+    import torch
+
+    from bab.heads.bench import latency_table, repeat_times
+
+    small, big = torch.nn.Linear(8, 8), torch.nn.Linear(8, 256)
+    batches = [torch.ones(16, 8)]
+    table = latency_table({"dense": (big, {}), "small": (small, {})}, batches, warmup=0, repeats=repeats)
+    series = repeat_times(table, "small")
+    assert len(series["dense_ms"]) == len(series["ms"]) == repeats
+    assert series["dense_ms"] == repeat_times(table, "dense")["ms"]  # the baseline's own series
+    assert np.median(series["ms"]) == pytest.approx(table.loc["small", "ms"], rel=1e-12)
+    assert np.median(series["dense_ms"]) / np.median(series["ms"]) == pytest.approx(table.loc["small", "speedup"],
+                                                                                      rel=1e-12)
+    assert table.round(3).attrs == table.attrs  # a displayed copy keeps them
+
+
 def test_structural_bench_times_saved_and_reloaded_models_with_an_eager_flop_limit(capsys):
     assert main(["bench", "bert", "--budgets", "0.25,0.5", "--examples", "2", "--batch-sizes", "1,2",
                  "--seq-len", "16", "--warmup", "0", "--repeats", "1"]) == 0
