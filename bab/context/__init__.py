@@ -14,4 +14,5 @@ TRAINING_VERSION = 2
 # Part of the key of every cached measurement of this method (bab.experiments.study.Study.measured: held-out
 # perplexity, zero-shot scores). Bump it whenever evaluation or scoring change what they return.
 # 2: a choice item's context runs once for all its choices (sums in another order: a score may move in the last bits)
-EVALUATION_VERSION = 2
+# 3: held-out evaluations return each window's log-likelihood and token count (intervals over windows)
+EVALUATION_VERSION = 3
