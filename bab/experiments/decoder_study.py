@@ -58,6 +58,9 @@ def context_pruning_methods(experiment: str, ablations: bool = True):
         # zero-shot tasks built from held-out text (bab.context.zero_shot): accuracy % with its 95% interval;
         # gamma 0 and weights "pretrained" is the dense model
         ("zero_shot", "zero-shot task accuracy", "context tokens", "none", "paper", ("task", "weights", "gamma")),
+        # the same tasks on the budget-conditioned model at a requested budget (one checkpoint, any fraction kept)
+        ("zero_shot_budgeted", "zero-shot task accuracy, budget-conditioned", "context tokens", "fraction", "ours",
+         ("task",)),
         ("static", "static context mask", "context tokens", "none", "baseline", ("kind", "gamma")),
         *([("ablation", "context pruning ablation", "context tokens", "none", "ours", ("ablation", "irreversible"))]
           if ablations else []),

@@ -484,3 +484,13 @@ def test_the_decoder_perplexity_claim_divides_by_the_dense_fine_tune_where_there
     verdict = claim("dcp-perplexity-pretrained").judge([pretrained, headline])
     assert verdict.ours == pytest.approx(33.0 / 59.0) and verdict.status == "reproduced"
     assert claim("dcp-perplexity-pretrained").judge([headline]).status == "not run"
+
+
+def test_zero_shot_of_the_budget_conditioned_model_is_its_own_claim_judged_at_its_budget_near_80_percent():
+    budgeted = [row(DECODER.zero_shot_budgeted, b, cost=kept, accuracy=acc, accuracy_n=300, settings={"task": task})
+                for b, kept in ((0.2, 0.18), (0.5, 0.45)) for task, acc in (("cloze", 62.0), ("ending", 72.0))]
+    verdict = claim("dcp-zero-shot-budget-conditioned").judge(_DENSE_ZS + budgeted, C.Evidence())
+    assert verdict.status == "reproduced" and verdict.why.startswith("b=0.2, 82% pruned")
+    assert claim("dcp-zero-shot-budget-conditioned").recipe == "ours"
+    # the paper-recipe claim does not read the budget-conditioned rows
+    assert claim("dcp-zero-shot").judge(_DENSE_ZS + budgeted, C.Evidence()).status == "not run"
