@@ -4,8 +4,10 @@ Every trained model goes through the run cache (``bab.experiments.study.Study``)
 (data, model, training, and the run it started from), so the notebook re-runs in seconds once its models exist:
 
     dense teacher -> Sparsifiner phase 1 (predictor) -> phase 2 (joint), once per predictor preset
+                                                     -> Sparsif-EViT: phase 2 with its tokens pruned (Table 1)
                   -> Linformer at the same budget (warm start, same recipe as phase 2)
                   -> budgeted head gates (warm start, Eq. 5) -> hard top-k heads (straight-through)
+                  -> EViT fine-tuned with its tokens pruned (warm start, CE; Table 1)
 
 and the dense -> phase 1 -> phase 2 chain again at 197 tokens (``ViT197Study``), beside the 50-token model trained
 with the same recipe (``token_count_control``).
@@ -62,6 +64,10 @@ class ViTProfile:
     token_keep_rates: tuple[float, ...] = (0.7, 0.5)  # EViT's keep rates in the paper's Table 1
     prune_layers: tuple[int, ...] = (1, 2)  # after the attention of these layers (EViT: layers 4, 7, 10 of 12)
     combo_keep_rate: float = 0.25  # Sparsifiner keep rate combined with token pruning (Table 1)
+    # Epochs of the two token-pruning fine-tunes (Table 1, like for like): EViT (the dense ViT fine-tuned with its
+    # tokens pruned, ``ViTStudy.evit``) and Sparsif-EViT (phase 2 with its tokens pruned, ``ViTStudy.
+    # evit_sparsifiner``), the same for both so neither gets more training than the other.
+    evit_epochs: int = 1
     head_budgets: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25)
     # How the head gates start (bab.core.budget.GATE_STARTS; docs/sparsifiner.md, "Head gates that commit"):
     # "flat" (as the ViT builds them: every gate at sigmoid(2), the same slope, so the soft cost is met by
@@ -93,6 +99,8 @@ class ViTProfile:
         if self.gate_start_sharpness <= 0 or self.gate_start_examples < 1:
             raise ValueError(f"need gate_start_sharpness > 0 and gate_start_examples >= 1, got "
                              f"{self.gate_start_sharpness} and {self.gate_start_examples}")
+        if isinstance(self.evit_epochs, bool) or not isinstance(self.evit_epochs, int) or self.evit_epochs < 1:
+            raise ValueError(f"evit_epochs must be a whole number of epochs >= 1, got {self.evit_epochs!r}")
         if self.predictor_choice not in PREDICTOR_CHOICES:
             raise ValueError(f"predictor_choice must be one of {PREDICTOR_CHOICES}, got {self.predictor_choice!r}")
         if self.variant_197 is not None:
@@ -135,6 +143,10 @@ _VIT_PHASE2 = ViTTrainConfig(objective="joint", lr=3e-4, batch_size=128, keep_ra
 # against 2.1 / 5.4 with the paper-text semantics.
 _OFFICIAL_PREDICTOR = dict(cls_dense=True, coefficients="topm", top_m=2, basis_threshold_abs=True,
                            predictor_scale="num_heads")
+# EViT fine-tuned (Table 1's baseline as its paper trains it: CE only, the tokens pruned in the training forward),
+# warm-started from the dense ViT with phase 2's optimiser settings (lr 3e-4: the backbone is already trained, as
+# EViT's own fine-tune of a pretrained DeiT lowers its lr). The token keep rate and prune layers are the profile's.
+_VIT_EVIT = ViTTrainConfig(objective="dense", lr=3e-4, batch_size=128)
 # Budgeted heads on the same ViT: the AG News setting of Eq. 5 (lambda_cost 0.05, lambda_viol 20).
 _VIT_HEADS = ViTTrainConfig(objective="budgeted", lr=3e-4, batch_size=128, lambda_cost=0.05, lambda_viol=20.0)
 # The gates start nested by greedy backward elimination on the dense model (slope 4 in logit(b)), and soft and
@@ -169,6 +181,8 @@ VIT = {
         predictor_options=_OFFICIAL_PREDICTOR, **_NESTED_HEADS, gate_start_examples=500,
         dense=replace(_VIT_DENSE, epochs=8), phase1=replace(_VIT_PHASE1, epochs=1),
         phase2=replace(_VIT_PHASE2, epochs=1), heads=replace(_VIT_HEADS, epochs=2),
+        # the token-pruning fine-tunes for one epoch, as phase 2 (~4 s EViT and ~13 s Sparsif-EViT a keep rate)
+        evit_epochs=1,
         bench_tokens=(197, 577), bench_keep_rates=(0.1,), bench_repeats=3,
         # the 197-token code path at a tiny size (CI runs it under nbval)
         variant_197=_variant_197("smoke", num_train=300, num_test=200, dense_epochs=2, phase1_epochs=1,
@@ -182,6 +196,9 @@ VIT = {
         dense=replace(_VIT_DENSE, epochs=10), phase1=replace(_VIT_PHASE1, epochs=2),
         # phase 2 for 8 epochs, not 4: on validation 0.1 / 1.0 points under dense at keep 0.25 / 0.1, not 1.0 / 2.5
         phase2=replace(_VIT_PHASE2, epochs=8), heads=replace(_VIT_HEADS, epochs=6),
+        # the token-pruning fine-tunes for 4 epochs, half of phase 2's 8: ~9 s an epoch for EViT and ~28 s for
+        # Sparsif-EViT on one thread, so ~5 minutes for both at both token keep rates (8 would take ~10)
+        evit_epochs=4,
         # the sweep at 9 keep rates (each a pass over the 5,000 test images), the paper's 0.5 / 0.25 / 0.1 among them;
         # the attention bench's medians over 5 repeats
         sweep_keep_rates=(1.0, 0.7, 0.5, 0.4, 0.3, 0.25, 0.2, 0.1, 0.05), bench_repeats=5,
@@ -198,6 +215,10 @@ VIT = {
         predictor_options=_OFFICIAL_PREDICTOR, **_NESTED_HEADS,
         dense=replace(_VIT_DENSE, epochs=50), phase1=replace(_VIT_PHASE1, epochs=5),
         phase2=replace(_VIT_PHASE2, epochs=40), heads=replace(_VIT_HEADS, epochs=10),
+        # the token-pruning fine-tunes for 40 epochs: Sparsif-EViT is the paper's phase 2 (40 epochs) with the tokens
+        # pruned, and EViT gets the same fine-tuning from the same dense model (EViT's own fine-tune of a pretrained
+        # DeiT-S runs 30 epochs; its 300-epoch training from scratch is the dense teacher's 50 here)
+        evit_epochs=40,
         # the Sparsifiner rows from the predictor preset with the best validation accuracy (all are trained)
         predictor_choice="validation",
         variant_197=_variant_197(
@@ -225,6 +246,10 @@ VIT_METHODS = methods(
     ("phase1_only", "sparsifiner, phase 1 only", "connections", "fraction", "paper"),
     ("evit", "token pruning (EViT)", "tokens", "fraction", "baseline"),
     ("evit_sparsifiner", "EViT + sparsifiner", "tokens + connections", "fraction", "paper", ("token_keep",)),
+    # the two above trained with their tokens pruned, as the paper trains them (ViTStudy.evit, .evit_sparsifiner)
+    ("evit_finetuned", "token pruning (EViT), fine-tuned", "tokens", "fraction", "baseline"),
+    ("evit_sparsifiner_finetuned", "EViT + sparsifiner, fine-tuned", "tokens + connections", "fraction", "paper",
+     ("token_keep",)),
     # its projection length is the connection count of Sparsifiner at linformer_keep_rate (the note says which);
     # the paper's Table 4 gives no rate, so neither row carries a budget
     ("linformer", "linformer (equal budget)", "low rank", "none", "baseline"),
@@ -310,6 +335,39 @@ class ViTStudy(Study):
         config = replace(self.profile.phase2, seed=self.profile.seed)
         return self._train("phase2", self.sparsifiner_config(), config, parent=phase1_lineage, init=phase1,
                            teacher=dense)
+
+    def evit_config(self, token_keep: float) -> ViTTrainConfig:
+        """EViT's fine-tune at ``token_keep``: ``_VIT_EVIT`` for ``evit_epochs`` with the profile's prune layers."""
+        p = self.profile
+        return replace(_VIT_EVIT, epochs=p.evit_epochs, seed=p.seed, token_keep=token_keep,
+                       prune_layers=p.prune_layers)
+
+    def evit(self, token_keep: float):
+        """EViT fine-tuned (Table 1's baseline): the dense ViT warm-started and trained with CE while its tokens are
+        pruned (``token_keep`` after the attention of ``prune_layers``), so it adapts to the pruning it is evaluated
+        with. Evaluate it with the same ``token_keep`` and ``prune_layers``."""
+        dense, _, dense_lineage = self.dense()
+        return self._train("evit", self.model_config(), self.evit_config(token_keep), parent=dense_lineage,
+                           init=dense)
+
+    def evit_sparsifiner_config(self, token_keep: float) -> ViTTrainConfig:
+        """Sparsif-EViT's phase 2 at ``token_keep``: the profile's phase 2 (its keep-rate draw and losses, so only
+        the pruning tells it from the Sparsifiner rows' model) for ``evit_epochs`` with the tokens pruned."""
+        p = self.profile
+        return replace(p.phase2, epochs=p.evit_epochs, seed=p.seed, token_keep=token_keep,
+                       prune_layers=p.prune_layers)
+
+    def evit_sparsifiner(self, token_keep: float):
+        """Sparsif-EViT (Table 1): Sparsifiner's phase 2 trained with the tokens pruned, distilled from the dense
+        teacher. It starts from phase 1, not from the phase-2 checkpoint: the paper has one training recipe, two
+        phases (predictor, then backbone), and Table 1 names no other for Sparsif-EViT, so we read it as that recipe
+        with token pruning on: the backbone learns sparse attention and token pruning in one phase 2, and gets no
+        more fine-tuning than the EViT it is compared with. Evaluate it
+        with attention="masked" (or "sparse") at ``combo_keep_rate``, ``token_keep`` and ``prune_layers``."""
+        dense, _, _ = self.dense()
+        phase1, _, phase1_lineage = self.predictor()
+        return self._train("sparsif-evit", self.sparsifiner_config(), self.evit_sparsifiner_config(token_keep),
+                           parent=phase1_lineage, init=phase1, teacher=dense)
 
     def linformer(self):
         dense, _, dense_lineage = self.dense()

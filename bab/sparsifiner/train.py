@@ -21,6 +21,12 @@ Eq. 8-10 are the Sparsifiner paper's; Eq. 4-6 the budgeted-attention paper's:
 - ``heads_hard``: hard top-k heads with a straight-through gradient to the soft gates (Eq. 4 and 6),
   b ~ U[budget_min, 1], CE + lambda_kl * KL to the dense teacher: the adaptation that makes hard head
   skipping work (notebook 02 shows why it is needed).
+
+EViT-style token pruning (``token_keep`` after the attention of ``prune_layers``) can run in the training forward
+of ``dense`` (EViT: CE on the pruned model, fine-tuned from the dense teacher) and ``joint`` (Sparsif-EViT: phase 2
+with the tokens pruned). There the token MSE compares the tokens the student kept with the teacher's tokens at the
+same positions, as the official Sparsifiner code masks the dropped tokens out of that loss; with
+``joint_predictor``, Eq. 10 reads the teacher's attention at the kept queries and keys.
 """
 
 from __future__ import annotations
@@ -36,8 +42,12 @@ from bab.core.budget import validate_budget
 from bab.core.losses import attention_distillation_loss, budget_loss, kl_distillation_loss, token_distillation_loss
 from bab.core.training import Checkpointer, EpochBatches, Objective, Selection, TrainResult, run_training
 from bab.sparsifiner.predictor import validate_keep_rate
+from bab.sparsifiner.token_pruning import prune_tokens, validate_token_keep
 
 VIT_OBJECTIVES = ("dense", "predictor", "joint", "linformer", "budgeted", "heads_hard")
+# token pruning needs each layer's CLS attention row and fine-tunes the whole backbone: EViT ("dense") and
+# Sparsif-EViT ("joint"); phase 1 distils unpruned attention and Linformer computes no full row
+TOKEN_PRUNING_OBJECTIVES = ("dense", "joint")
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,10 @@ class ViTTrainConfig:
     # phase 2 (objective "joint"): train the predictors too (the paper's text), with this weight on Eq. 10
     joint_predictor: bool = False
     lambda_attn_joint: float = 0.0  # the paper's lambda_attn in phase 2
+    # EViT-style token pruning in the training forward (objectives "dense" and "joint"): keep this fraction of the
+    # patch tokens after the attention of these layers (0-based); None and (): no pruning
+    token_keep: float | None = None
+    prune_layers: tuple[int, ...] = ()
 
     def __post_init__(self):
         if self.objective not in VIT_OBJECTIVES:
@@ -85,15 +99,54 @@ class ViTTrainConfig:
         if self.lambda_attn_joint and not self.joint_predictor:
             raise ValueError("lambda_attn_joint weighs the predictor's loss in phase 2, which only learns with "
                              "joint_predictor=True: set it, or leave lambda_attn_joint at 0.0")
+        self._check_token_pruning()
+
+    def _check_token_pruning(self):
+        layers = self.prune_layers
+        if not isinstance(layers, (tuple, list)) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                            for i in layers):
+            raise TypeError(f"prune_layers must be a tuple of layer indices (0-based ints), e.g. (1, 2), got "
+                            f"{layers!r}")
+        object.__setattr__(self, "prune_layers", tuple(layers))  # a list would not hash or key alike
+        if (self.token_keep is None) != (not self.prune_layers):
+            raise ValueError(f"token pruning needs both token_keep and prune_layers (or neither), got token_keep="
+                             f"{self.token_keep!r} and prune_layers={self.prune_layers!r}: e.g. token_keep=0.7, "
+                             f"prune_layers=(1, 2)")
+        if self.token_keep is None:
+            return
+        object.__setattr__(self, "token_keep", validate_token_keep(self.token_keep))
+        if any(i < 0 for i in self.prune_layers) or len(set(self.prune_layers)) != len(self.prune_layers):
+            raise ValueError(f"prune_layers must be distinct layer indices >= 0 (0-based), got {self.prune_layers}")
+        if self.objective not in TOKEN_PRUNING_OBJECTIVES:
+            raise ValueError(f"token pruning trains with objective 'dense' (EViT) or 'joint' (Sparsif-EViT), not "
+                             f"{self.objective!r}: leave token_keep at None and prune_layers at () here")
+
+    @property
+    def prunes_tokens(self) -> bool:
+        return self.token_keep is not None
+
+    def token_pruning(self) -> dict:
+        """The forward's token-pruning keywords (``bab.sparsifiner.vit.ViTForward``), empty without pruning."""
+        return dict(token_keep=self.token_keep, prune_layers=self.prune_layers) if self.prunes_tokens else {}
+
+    def check_model(self, model) -> None:
+        """Raise, saying what fits, when ``prune_layers`` lie outside ``model``'s layers."""
+        num_layers = model.config.num_layers
+        bad = [i for i in self.prune_layers if i >= num_layers]
+        if bad:
+            raise ValueError(f"prune_layers {bad} lie outside the model's layers 0..{num_layers - 1} "
+                             f"({num_layers} layers): choose prune_layers among them")
 
     def to_dict(self) -> dict:
-        """The fields (part of the run cache's key), without the phase-2 predictor fields at their defaults, so a
-        config that trains what it trained before they existed keeps its key."""
-        later = {f.name: f.default for f in fields(self) if f.name in JOINT_PREDICTOR_FIELDS}
+        """The fields (part of the run cache's key), without the fields added later (phase 2's predictor, token
+        pruning) at their defaults, so a config that trains what it trained before they existed keeps its key."""
+        later = {f.name: f.default for f in fields(self) if f.name in LATER_FIELDS}
         return {name: value for name, value in asdict(self).items() if name not in later or value != later[name]}
 
 
 JOINT_PREDICTOR_FIELDS = ("joint_predictor", "lambda_attn_joint")  # added after runs were keyed on this config
+TOKEN_PRUNING_FIELDS = ("token_keep", "prune_layers")  # added later still
+LATER_FIELDS = JOINT_PREDICTOR_FIELDS + TOKEN_PRUNING_FIELDS
 
 
 def trainable_parameters(model, config: ViTTrainConfig) -> list[dict]:
@@ -150,6 +203,7 @@ def train_vit(model, train_data: Dataset, config: ViTTrainConfig, teacher=None, 
         raise ValueError(f"objective {config.objective!r} needs teacher=<the dense ViT>")
     if config.objective in ("predictor", "joint") and model.predictors is None:
         raise ValueError(f"objective {config.objective!r} needs a model with connectivity predictors")
+    config.check_model(model)
     selection = None
     if select is not None:
         selection = Selection(select, keep_start=True, each_epoch=False)
@@ -159,7 +213,7 @@ def train_vit(model, train_data: Dataset, config: ViTTrainConfig, teacher=None, 
 
 def _step(model, teacher, pixels, labels, config: ViTTrainConfig, rng: random.Random):
     if config.objective == "dense":
-        out = model(pixels)
+        out = model(pixels, **config.token_pruning())
         return out, F.cross_entropy(out.logits, labels)
     if config.objective == "predictor":
         out = model(pixels, attention="dense", with_predictor=True)
@@ -185,19 +239,54 @@ def _step(model, teacher, pixels, labels, config: ViTTrainConfig, rng: random.Ra
         return out, F.cross_entropy(out.logits, labels) + config.lambda_kl * kl_distillation_loss(out.logits,
                                                                                                   target.logits)
     # joint / linformer: CE + token MSE + KL to the dense teacher
+    teacher_tokens = target.tokens
     if config.objective == "joint":
-        # the masked path is numerically equal to the gathered one and faster for short training sequences
+        # the masked path is numerically equal to the gathered one and faster for short training sequences;
+        # with token pruning, the internals say which positions each layer (and the output) kept
         out = model(pixels, attention="masked", keep_rate=rng.choice(config.keep_rates),
-                    with_predictor=joint_predictor)
+                    with_predictor=joint_predictor, return_internals=config.prunes_tokens,
+                    **config.token_pruning())
+        if config.prunes_tokens:
+            teacher_tokens = _gather_tokens(target.tokens, _output_positions(out, config))
     else:
         out = model(pixels, attention="linformer")
     loss = (F.cross_entropy(out.logits, labels)
-            + config.lambda_token * token_distillation_loss(out.tokens, target.tokens)
+            + config.lambda_token * token_distillation_loss(out.tokens, teacher_tokens)
             + config.lambda_kl * kl_distillation_loss(out.logits, target.logits))
     if joint_predictor:
         # Eq. 10 on S = A~_down W~_up, weighted even at the paper's 0.0: the predictors then get a zero gradient
         # rather than none, so AdamW's weight decay still applies to them, as in training them jointly
-        teacher_rows = [t["probs"][:, :, s["first_query"]:] for s, t in zip(out.layers, target.layers, strict=True)]
+        teacher_rows = [_teacher_rows(t["probs"], s) for s, t in zip(out.layers, target.layers, strict=True)]
         loss = loss + config.lambda_attn_joint * attention_distillation_loss(
             [layer["scores"] for layer in out.layers], teacher_rows)
     return out, loss
+
+
+def _output_positions(out, config: ViTTrainConfig) -> torch.Tensor:
+    """[B, n_out] the original positions of the tokens a token-pruned forward returned (``out.layers``: its
+    internals): the last layer's input positions, pruned once more where tokens are pruned after that layer."""
+    last = out.layers[-1]
+    positions = last["positions"]
+    if positions is None:
+        positions = torch.arange(last["n"], device=out.tokens.device).expand(out.tokens.shape[0], -1)
+    if len(out.layers) - 1 in config.prune_layers:
+        # the forward's own rule (prune_tokens) on the positions, so the two keep the same tokens
+        positions = prune_tokens(positions.unsqueeze(-1), last["cls_probs"], config.token_keep)[0].squeeze(-1)
+    return positions
+
+
+def _gather_tokens(tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """tokens [B, N, D] at positions [B, n] -> [B, n, D]."""
+    return torch.gather(tokens, 1, positions.unsqueeze(-1).expand(-1, -1, tokens.shape[-1]))
+
+
+def _teacher_rows(probs: torch.Tensor, layer: dict) -> torch.Tensor:
+    """The dense teacher's attention [B, H, N, N] at the rows the student's predictor scored (queries from
+    ``first_query`` on) and, after token pruning, at the positions the student kept (rows and columns)."""
+    positions = layer["positions"]
+    if positions is None:
+        return probs[:, :, layer["first_query"]:]
+    B, H = probs.shape[:2]
+    rows = positions[:, layer["first_query"]:]
+    probs = torch.gather(probs, 2, rows.view(B, 1, -1, 1).expand(B, H, -1, probs.shape[-1]))
+    return torch.gather(probs, 3, positions.view(B, 1, 1, -1).expand(B, H, rows.shape[1], -1))
