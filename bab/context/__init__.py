@@ -14,5 +14,6 @@ TRAINING_VERSION = 2
 # Part of the key of every cached measurement of this method (bab.experiments.study.Study.measured: held-out
 # perplexity, zero-shot scores). Bump it whenever evaluation or scoring change what they return.
 # 2: a choice item's context runs once for all its choices (sums in another order: a score may move in the last bits)
-# 3: held-out evaluations return each window's log-likelihood and token count (intervals over windows)
+# 3: held-out evaluations return each window's log-likelihood and token count (intervals over windows), and
+# zero-shot scores each item's outcome (paired intervals over items)
 EVALUATION_VERSION = 3

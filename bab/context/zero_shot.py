@@ -238,9 +238,12 @@ def _continuation_logprobs(model, tokenizer, pairs: list[tuple[str, str]], batch
     return results
 
 
-def _accuracy(correct: int, n: int) -> dict:
+def _accuracy(outcomes: list[bool]) -> dict:
+    """Accuracy, its 95% interval and n of per-item ``outcomes``, which stay in the result (in item order) so two
+    models scored on the same items can be compared item by item."""
+    correct, n = sum(outcomes), len(outcomes)
     low, high = wilson_interval(correct, n)
-    return {"accuracy": correct / n, "ci_low": low, "ci_high": high, "n": n}
+    return {"accuracy": correct / n, "ci_low": low, "ci_high": high, "n": n, "outcomes": [bool(o) for o in outcomes]}
 
 
 def score_cloze(model, tokenizer, items: list[ClozeItem], batch_size: int = 8, budget: float | None = None,
@@ -250,9 +253,9 @@ def score_cloze(model, tokenizer, items: list[ClozeItem], batch_size: int = 8, b
         raise ValueError("no cloze items: the text gave none that pass the rules (use more text or looser rules)")
     scored = _continuation_logprobs(model, tokenizer, [(it.context, f" {it.target}") for it in items], batch_size,
                                     budget, prune)
-    correct = sum(bool(greedy.all()) for _, greedy in scored)
+    outcomes = [bool(greedy.all()) for _, greedy in scored]
     nll = sum(-float(lp.sum()) for lp, _ in scored) / len(items)
-    return {**_accuracy(correct, len(items)), "target_perplexity": math.exp(nll)}
+    return {**_accuracy(outcomes), "target_perplexity": math.exp(nll)}
 
 
 CHOICE_SCORES = ("per_character", "sum")
@@ -287,10 +290,10 @@ def score_choice(model, tokenizer, items: list[ChoiceItem], budget: float | None
         raise ValueError(f"score must be one of {CHOICE_SCORES}, got {score!r}")
     if not items:
         raise ValueError("no choice items: the text gave none that pass the rules (use more text or looser rules)")
-    correct = 0
+    outcomes = []
     for it in items:
         log_probs = _choice_logprobs(model, tokenizer, it, budget, prune)
         totals = [float(lp.sum()) / (len(choice) if score == "per_character" else 1)
                   for lp, choice in zip(log_probs, it.choices, strict=True)]
-        correct += int(max(range(len(totals)), key=totals.__getitem__) == it.label)
-    return {**_accuracy(correct, len(items)), "chance": sum(1 / len(it.choices) for it in items) / len(items)}
+        outcomes.append(max(range(len(totals)), key=totals.__getitem__) == it.label)
+    return {**_accuracy(outcomes), "chance": sum(1 / len(it.choices) for it in items) / len(items)}

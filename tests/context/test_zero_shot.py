@@ -105,11 +105,13 @@ def test_padded_batches_and_shared_contexts_score_as_one_sequence_at_a_time(tiny
     model, tokenizer = tiny
     items = zs.ending_items(STORY * 3, zs.ZeroShotConfig(context_words=(5, 60), ending_words=(3, 20), choices=3))
     result = zs.score_choice(model, tokenizer, items, prune=prune)
-    correct = 0
+    outcomes = []
     for it in items:
         per_char = [_loop_logprobs(model, tokenizer, it.context, c, prune)[0] / len(c) for c in it.choices]
-        correct += int(per_char.index(max(per_char)) == it.label)
+        outcomes.append(per_char.index(max(per_char)) == it.label)
+    correct = sum(outcomes)
     assert result["n"] == len(items) and result["accuracy"] == correct / len(items)
+    assert result["outcomes"] == outcomes  # item by item, in item order
     assert result["ci_low"] <= result["accuracy"] <= result["ci_high"]
     assert result["chance"] == pytest.approx(1 / 3)
     totals = zs.score_choice(model, tokenizer, items, prune=prune, score="sum")
@@ -123,6 +125,7 @@ def test_padded_batches_and_shared_contexts_score_as_one_sequence_at_a_time(tiny
     scored = zs.score_cloze(model, tokenizer, cloze, batch_size=2, prune=prune)
     loops = [_loop_logprobs(model, tokenizer, it.context, f" {it.target}", prune) for it in cloze]
     assert scored["accuracy"] == sum(g for _, g in loops) / len(cloze)
+    assert scored["outcomes"] == [bool(g) for _, g in loops]
     assert scored["target_perplexity"] == pytest.approx(math.exp(-sum(lp for lp, _ in loops) / len(cloze)), rel=1e-4)
 
 
