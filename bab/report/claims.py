@@ -787,8 +787,9 @@ class ZeroShotHeld(Claim):
             if task not in reference:
                 continue
             dense = reference[task]
-            interval = statistics.unpaired_difference(float(row["accuracy"]), int(row["accuracy_n"]),
-                                                      float(dense["accuracy"]), int(dense["accuracy_n"]))
+            interval = (evidence or Evidence()).paired((("row", 1), ("dense", -1)), [row, dense]) or \
+                statistics.unpaired_difference(float(row["accuracy"]), int(row["accuracy_n"]),
+                                               float(dense["accuracy"]), int(dense["accuracy_n"]))
             parts.append((task, judged(self.region, interval, None, f"{task} {interval.text()} points against the "
                                        f"{reference_weights} model")))
         if not parts:

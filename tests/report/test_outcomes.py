@@ -127,3 +127,22 @@ def test_a_perplexity_claim_bootstraps_over_the_same_windows():
     assert verdict.covers == "40 windows, paired" and verdict.low < verdict.ours < verdict.high
     assert verdict.ours == pytest.approx(np.exp((stored[outcomes.outcome_key(pruned, "window_nll")] - nll).sum()
                                                 / (40 * 128)))
+
+
+def test_zero_shot_tasks_pair_item_by_item_when_their_outcomes_are_stored():
+    from bab.experiments.pretrained_context import PRETRAINED_METHODS as DECODER
+
+    rng = np.random.default_rng(6)
+    rows, stored = [], {}
+    for task in ("cloze", "ending"):
+        dense = rng.random(300) < 0.55
+        pruned = np.where(rng.random(300) < 0.9, dense, ~dense)
+        for weights, gamma, kept, items in (("dense fine-tuned", 0.0, 1.0, dense), ("fine-tuned", 3.0, 0.2, pruned)):
+            r = row(DECODER.zero_shot, None, cost=kept, accuracy=100 * items.mean(), accuracy_n=300,
+                    settings={"task": task, "weights": weights, "gamma": gamma})
+            rows.append(r)
+            stored[outcomes.outcome_key(r)] = items
+    verdict = C.claim_by_id("dcp-zero-shot").judge(rows, C.Evidence(outcomes=stored))
+    assert "300 test examples, paired" in verdict.covers
+    unpaired = C.claim_by_id("dcp-zero-shot").judge(rows, C.Evidence())
+    assert verdict.high - verdict.low < unpaired.high - unpaired.low
