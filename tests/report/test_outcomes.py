@@ -146,3 +146,19 @@ def test_zero_shot_tasks_pair_item_by_item_when_their_outcomes_are_stored():
     assert "300 test examples, paired" in verdict.covers
     unpaired = C.claim_by_id("dcp-zero-shot").judge(rows, C.Evidence())
     assert verdict.high - verdict.low < unpaired.high - unpaired.low
+
+
+def test_a_notebooks_judgement_table_pairs_on_the_outcomes_its_kernel_recorded():
+    from bab.experiments.text import AG_NEWS, TextStudy
+
+    study = TextStudy(AG_NEWS["smoke"], "ag_news_custom", cache=False, progress=False)
+    dense, method = _agreeing()
+    rows = [study.result_row(AGN.dense, 1.0, {"cost": 1.0, "accuracy": 100 * dense.mean(), "outcomes": dense},
+                             models=()),
+            study.result_row(AGN.warm, 0.5, {"cost": 0.5, "accuracy": 100 * method.mean(), "outcomes": method},
+                             models=())]
+    table = C.judgement_table(rows).set_index("where")
+    expected = paired_difference(100.0 * method, 100.0 * dense)
+    shown = table.loc["Section 6.3, Table 3", "ours [95% interval]"]
+    shown = shown.iloc[0] if hasattr(shown, "iloc") else shown
+    assert shown == f"{expected.value:.3g} [{expected.low:.3g}, {expected.high:.3g}]"
