@@ -52,6 +52,7 @@ from bab.heads import plots
 from bab.heads.evaluate import evaluate, gates_are_monotone, gates_by_budget, spearman, topk_nested
 from bab.heads.interactive import budget_explorer
 from bab.report import paper
+from bab.report.claims import judgement_table
 from bab.report.results import save_results
 
 notebook_start = time.perf_counter()
@@ -137,13 +138,13 @@ scratch = scratch_table[scratch_table["budget term"] == "two-sided"]
 # after another in the order greedy backward elimination on the dense model finds, so $C(b) \approx b$
 # before training and the top-k sets of all budgets are nested. The second table trains the paper's recipe
 # (flat gates, one-sided term) beside it: its cost ends far below the request, while the two-sided term makes
-# the knob deliver what is asked. The last column checks $|C(b) - b| \le 0.05$.
+# the knob deliver what is asked. The last column is the miss $|C(b) - b|$.
 
 # %%
 warm, warm_metrics, _ = exp.warm_start_budgeted()
 warm_points = pd.DataFrame([evaluate(warm, val_set, budget=b, mode="soft") for b in (0.25, 0.5, 0.75, 1.0)])
-warm_points["|cost - b| <= 0.05"] = (warm_points.cost - warm_points.budget).abs() <= 0.05
-display(warm_points[["budget", "cost", "accuracy", "loss", "|cost - b| <= 0.05"]])
+warm_points["|cost - b|"] = (warm_points.cost - warm_points.budget).abs()
+display(warm_points[["budget", "cost", "accuracy", "loss", "|cost - b|"]])
 paper_warm, _, _ = exp.warm_start_budgeted(replace(P.warm, gate_start="flat", two_sided=False))
 paper_points = pd.DataFrame([evaluate(paper_warm, val_set, budget=b, mode="soft") for b in (0.25, 0.5, 0.75)])
 print("the paper's recipe (flat gates, one-sided term):")
@@ -310,7 +311,14 @@ print(f"notebook run time {time.perf_counter() - notebook_start:.0f} s")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-warm_half = warm_points.set_index("budget").accuracy[0.5]
 print(f"comparison table columns: {list(comparison.columns[:3])}")
-print(f"warm-start budgeted@0.5 within 2 points of dense: {warm_half >= dense_stats['accuracy'] - 2}")
-print(f"warm-start budgeted cost at b=0.5 stays within the budget (+0.05): {warm_points.set_index('budget').cost[0.5] <= 0.55}")
+
+# %% [markdown]
+# ## What the papers' claims say on these rows
+#
+# The verdicts below are decided by `bab/report/claims.py`, the same rules the report's front page applies,
+# here to this notebook's rows alone. At profile `smoke` the data are far too small for them to mean anything,
+# so they are shown, not checked.
+
+# %%
+display(judgement_table(rows))
