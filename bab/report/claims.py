@@ -224,10 +224,6 @@ class Evidence:
     profile: str | None = None
     outcomes: dict = field(default_factory=dict)  # {outcome_key(row): per-example outcomes} (bab.core.outcomes)
 
-    @classmethod
-    def of(cls, rows=None, seed_rows=None, profile=None, outcomes=None) -> Evidence:
-        return cls(seed_rows or {}, profile, outcomes or {})
-
     def series(self, row: dict | None, kind: str):
         """``row``'s per-unit measurements of ``kind`` (``bab.core.outcomes.KINDS``), or None."""
         return None if row is None else self.outcomes.get(outcome_key(row, kind))
@@ -280,14 +276,14 @@ class Evidence:
             return int(row["accuracy_n"])
         return None if self.profile is None else held_out_size(row["experiment"], self.profile)
 
-    def per_seed(self, pointers) -> dict[int, list[dict]]:
-        """{seed: the rows ``pointers`` point at in that seed's run}, for the seeds whose run has all of them; empty
-        unless at least two seeds do."""
+    def per_seed(self, pointers, column: str = "accuracy") -> dict[int, list[dict]]:
+        """{seed: the rows ``pointers`` point at in that seed's run}, for the seeds whose run has all of them with a
+        ``column``; empty unless at least two seeds do."""
         found = {}
         for by_seed in self.seed_rows.values():
             for seed, rows in by_seed.items():
                 matched = [p.find(rows) for p in pointers]
-                if all(_value(m, "accuracy") is not None for m in matched):
+                if all(_value(m, column) is not None for m in matched):
                     found[int(seed)] = matched
         return found if len(found) > 1 else {}
 
@@ -490,13 +486,10 @@ class Parts(Claim):
     beside: tuple = ()  # ((name, Claim), ...) judged and shown for context, not counted in the verdict
 
     def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
-        verdicts = [(name, part.judge(rows, evidence)) for name, part in self.parts]
+        verdict = _from_parts([(name, part.judge(rows, evidence)) for name, part in self.parts])
         shown = [(name, part.judge(rows, evidence)) for name, part in self.beside]
-        lines = "; ".join(f"{name}: {v.status} ({v.why})" for name, v in verdicts)
-        lines += "".join(f"; beside it, {name}: {v.why.split('; holds if')[0]}" for name, v in shown)
-        first = verdicts[0][1]
-        return Verdict(_combine([v for _, v in verdicts]), first.ours, first.theirs, lines, first.low, first.high,
-                       "; ".join(f"{name}: {v.region}" for name, v in verdicts if v.region), first.covers)
+        return replace(verdict, why=verdict.why + "".join(f"; beside it, {name}: {v.why.split('; holds if')[0]}"
+                                                         for name, v in shown))
 
 
 @dataclass(frozen=True)
@@ -515,10 +508,10 @@ class CostTracks(Claim):
         if None in found.values():
             return _not_run(*[r for r, v in found.items() if v is None])
         ours = max(abs(cost - r.budget) for r, cost in found.items())
-        by_seed = _costs_by_seed(evidence, self.rows)
+        by_seed = evidence.per_seed(self.rows, "cost")
         if by_seed:
-            misses = [max(abs(cost - r.budget) for r, cost in zip(self.rows, costs, strict=True))
-                      for costs in by_seed.values()]
+            misses = [max(abs(float(m["cost"]) - r.budget) for r, m in zip(self.rows, matched, strict=True))
+                      for matched in by_seed.values()]
             interval = replace(statistics.seed_differences(misses, [0.0] * len(misses), 0),
                                covers=f"{len(misses)} seeds; the soft cost does not depend on test examples")
             interval = Interval(ours, min(interval.low, ours), max(interval.high, ours), interval.covers)
@@ -528,16 +521,6 @@ class CostTracks(Claim):
         costs = ", ".join(f"{cost:.3f} @{r.budget:g}" for r, cost in found.items())
         return judged(self.region, interval, theirs, f"largest |cost - b| {interval.text('.3f')} (paper "
                       f"{theirs:.3f}): {costs}", ".3f")
-
-
-def _costs_by_seed(evidence: Evidence, pointers) -> dict[int, list[float]]:
-    found = {}
-    for by_seed in evidence.seed_rows.values():
-        for seed, rows in by_seed.items():
-            costs = [_value(p.find(rows), "cost") for p in pointers]
-            if None not in costs:
-                found[int(seed)] = costs
-    return found if len(found) > 1 else {}
 
 
 @dataclass(frozen=True)
@@ -591,23 +574,6 @@ class MemoryFollowsPruning(Claim):
         return judged(region, _exact(ours, "exact: bytes counted"), None,
                       f"KV cache {ours:.2f}x smaller than dense, {ours / implied:.0%} of the {implied:.2f}x that "
                       f"{kept:.1%} of the context kept implies", ".2f")
-
-
-@dataclass(frozen=True)
-class Fraction(Claim):
-    """An analytic fraction of dense (MHSA FLOPs, MACs removed), counted rather than sampled, against ``region``."""
-
-    row: Row = None
-    region: Region = None
-    column: str = "cost"
-
-    def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
-        ours = _value(self.row.find(rows), self.column)
-        if ours is None:
-            return _not_run(self.row)
-        theirs = self.row.paper()[self.column]
-        return judged(self.region, _exact(ours, "exact: counted, not sampled"), theirs,
-                      f"{self.row.label()}: {ours:.3f} vs the paper's {theirs:.3f}", ".3f")
 
 
 @dataclass(frozen=True)
@@ -794,10 +760,17 @@ class ZeroShotHeld(Claim):
                                        f"{reference_weights} model")))
         if not parts:
             return _not_run(Row(self.method, None, (("task", "any"), ("weights", reference_weights), ("gamma", 0))))
-        status = _combine([v for _, v in parts])
-        first = parts[0][1]
-        return Verdict(status, first.ours, None, f"{label}, {inside[label]:.0%} pruned: " + "; ".join(
-            f"{task}: {v.status} ({v.why})" for task, v in parts), first.low, first.high, first.region, first.covers)
+        return _from_parts(parts, parts[0][1].region, f"{label}, {inside[label]:.0%} pruned: ")
+
+
+def _from_parts(parts, region: str | None = None, prefix: str = "") -> Verdict:
+    """The verdict of a claim with named ``parts`` ((name, Verdict) pairs): their combined status (``_combine``),
+    each part named with its own verdict and why, the first part's number and interval."""
+    first = parts[0][1]
+    regions = region if region is not None else "; ".join(f"{name}: {v.region}" for name, v in parts if v.region)
+    return Verdict(_combine([v for _, v in parts]), first.ours, first.theirs,
+                   prefix + "; ".join(f"{name}: {v.status} ({v.why})" for name, v in parts),
+                   first.low, first.high, regions, first.covers)
 
 
 def _combine(verdicts: list[Verdict]) -> str:
@@ -855,10 +828,7 @@ class Dominates(Claim):
             part = margin(self.id, self.paper, "", "", better=Row(self.frontier, best["budget"]), worse=point,
                           region=self.region)
             parts.append((f"{point.label()} vs {self.frontier.name} @{best['budget']:g}", part.judge(rows, evidence)))
-        first = parts[0][1]
-        return Verdict(_combine([v for _, v in parts]), first.ours, first.theirs,
-                       "; ".join(f"{name}: {v.status} ({v.why})" for name, v in parts), first.low, first.high,
-                       self.region.text(), first.covers)
+        return _from_parts(parts, self.region.text())
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,7 @@ def judged_claims(results, seed_rows=None, profile=None, outcomes=None):
     from bab.report.claims import Evidence, judge_all
 
     rows, older = current_rows(results)
-    evidence = Evidence.of(rows, seed_rows or {}, profile, outcomes or {})
+    evidence = Evidence(seed_rows or {}, profile, outcomes or {})
     return [j.as_dict() for j in judge_all(rows, evidence=evidence)], older
 
 
