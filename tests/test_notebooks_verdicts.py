@@ -1,4 +1,5 @@
-"""One verdict system: the notebooks show the claims engine's judgement of their rows, never a verdict of their own.
+"""One verdict system: the notebooks show the claims engine's judgement of their rows, never a verdict of their own,
+and the studies build those rows (a notebook never loops over its measurements to make rows).
 
 ``bab/report/claims.py`` decides every verdict (the report's front page shows the same). A notebook that printed
 "within 2 points of dense: True" with a threshold of its own could say the opposite of the claims table, so each
@@ -87,6 +88,26 @@ def judgement_cells(text: str) -> tuple[set[str], list[tuple[str, bool]]]:
     return saved, shown
 
 
+ROW_MAKERS = {"result_row", "mean_row"}
+
+
+def rows_built_in_loops(text: str) -> list[str]:
+    """Each call of a study's row maker (``result_row``, ``mean_row``) that a notebook script makes inside a loop or
+    a comprehension: rows built one per measurement there, rather than by the study's row builders."""
+    found = []
+    loops = (ast.For, ast.While, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+    for i, cell in enumerate(jupytext.reads(text, fmt="py:percent").cells):
+        if cell.cell_type != "code":
+            continue
+        tree = ast.parse(cell.source)
+        for loop in (node for node in ast.walk(tree) if isinstance(node, loops)):
+            for node in ast.walk(loop):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr in ROW_MAKERS):
+                    found.append(f"cell {i}, line {node.lineno}: {node.func.attr}")
+    return sorted(set(found))
+
+
 # ----------------------------------------------------------------------------- the checks find what they look for
 
 # lines the notebooks printed before they showed the claims engine's judgement instead
@@ -139,6 +160,15 @@ def test_judgement_cells_pairs_the_table_with_the_saved_rows():
     assert judgement_cells(text) == ({"rows"}, [("rows", False), ("other", True)])
 
 
+def test_rows_built_in_a_loop_are_found_and_single_rows_are_not():
+    looped = "# %%\nrows = [study.result_row(M.warm, b, evaluate(m, test, b), models=m) for b in budgets]\n"
+    assert rows_built_in_loops(looped) == ["cell 0, line 1: result_row"]
+    in_for = "# %%\nfor r in table.itertuples():\n    rows.append(exp.mean_row(M.x, r.budget, pairs))\n"
+    assert rows_built_in_loops(in_for) == ["cell 0, line 2: mean_row"]
+    single = "# %%\nrows = [study.result_row(M.dense, 1.0, dense_test, models=dense), *study.budget_rows(t, m)]\n"
+    assert rows_built_in_loops(single) == []
+
+
 # ----------------------------------------------------------------------------- the notebooks
 
 
@@ -177,3 +207,10 @@ def test_no_notebook_speaks_of_issues(script):
             lines += [f"{script.with_suffix('.ipynb').name} cell {i} output: {m.group(0)!r}"
                       for m in ISSUE.finditer(text)]
     assert not lines, "say what the code does, not what an issue asked: " + "; ".join(lines[:5])
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
+def test_the_studies_build_each_notebooks_repeated_rows(script):
+    found = rows_built_in_loops(script.read_text())
+    assert not found, (f"{script.name} builds rows one per measurement itself; give its study a row builder "
+                       f"(bab.experiments) instead: " + "; ".join(found[:5]))

@@ -275,7 +275,7 @@ class BudgetedClassifier:
         budgets = [validate_budget(b) for b in budgets]
         dense = evaluate(self.model, test)
         rows = [dense, *(evaluate(self.model, test, b, mode) for mode in modes for b in budgets)]
-        table = pd.DataFrame([{**{k: v for k, v in row.items() if k not in ("outcomes", "n")},
+        table = pd.DataFrame([{**{k: v for k, v in row.items() if k not in ("outcomes", "unit_ids", "n")},
                                **interval_columns(row, None if row is dense else dense), "n": row["n"]}
                               for row in rows])
         table = table.reindex(columns=[*SWEEP_COLUMNS, *(c for c in table.columns if c not in SWEEP_COLUMNS)])

@@ -16,4 +16,5 @@ TRAINING_VERSION = 2
 # 2: a choice item's context runs once for all its choices (sums in another order: a score may move in the last bits)
 # 3: held-out evaluations return each window's log-likelihood and token count (intervals over windows), and
 # zero-shot scores each item's outcome (paired intervals over items)
-EVALUATION_VERSION = 3
+# 4: both also return each window's or item's fingerprint (unit_ids), which pairs two rows unit by unit
+EVALUATION_VERSION = 4

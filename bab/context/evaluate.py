@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from bab.context.interaction import HARD
 from bab.context.static_masks import pruned_fraction
+from bab.core.outcomes import unit_ids
 from bab.data.lm import lm_windows
 
 
@@ -22,7 +23,8 @@ def evaluate_lm(model, ids: torch.Tensor, context: int, budget: float | None = N
 
     ``window_nll`` and ``window_tokens``: each window's summed cross-entropy (nats) and its token count, in window
     order, so a perplexity ratio of two models on the same windows can be bootstrapped over the windows
-    (bab.core.outcomes); perplexity = exp(sum(window_nll) / sum(window_tokens)) up to float rounding.
+    (bab.core.outcomes; ``unit_ids`` fingerprint each window's tokens); perplexity = exp(sum(window_nll) /
+    sum(window_tokens)) up to float rounding.
 
     ``attn_mask`` [context, context] bool: a static pattern (bab.context.static_masks) for the static
     baselines, with ``prune=False``; its fraction_pruned is the share of pairs k > j the mask hides.
@@ -53,4 +55,5 @@ def evaluate_lm(model, ids: torch.Tensor, context: int, budget: float | None = N
         keep_sum += (out.keep_mass.item() if out.keep_mass is not None else 1.0) * len(logits)
     keep = keep_sum / len(x) if attn_mask is None else 1.0 - pruned_fraction(attn_mask)
     return {"perplexity": math.exp(nll / count), "val_ce": nll / count, "fraction_pruned": 1.0 - keep,
-            "windows": len(x), "context": context, "window_nll": window_nll, "window_tokens": window_tokens}
+            "windows": len(x), "context": context, "window_nll": window_nll, "window_tokens": window_tokens,
+            "unit_ids": unit_ids(torch.cat([x, y[:, -1:]], dim=1)).tolist()}

@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from bab.context.token_kinds import STOP_WORDS
+from bab.core.outcomes import unit_ids
 
 # A sentence ends at . ! ? and any closing quotes, except after the titles Mr. Mrs. Ms. Dr. St.
 SENTENCE_END = re.compile(r"(?<!\bMr\.)(?<!\bMrs\.)(?<!\bMs\.)(?<!\bDr\.)(?<!\bSt\.)(?<=[.!?])[\"'\u201d\u2019)]*\s+")
@@ -238,12 +239,14 @@ def _continuation_logprobs(model, tokenizer, pairs: list[tuple[str, str]], batch
     return results
 
 
-def _accuracy(outcomes: list[bool]) -> dict:
+def _accuracy(outcomes: list[bool], texts: list[str]) -> dict:
     """Accuracy, its 95% interval and n of per-item ``outcomes``, which stay in the result (in item order) so two
-    models scored on the same items can be compared item by item."""
+    models scored on the same items can be compared item by item, with each item's fingerprint (``unit_ids``,
+    from the item's ``texts``)."""
     correct, n = sum(outcomes), len(outcomes)
     low, high = wilson_interval(correct, n)
-    return {"accuracy": correct / n, "ci_low": low, "ci_high": high, "n": n, "outcomes": [bool(o) for o in outcomes]}
+    return {"accuracy": correct / n, "ci_low": low, "ci_high": high, "n": n, "outcomes": [bool(o) for o in outcomes],
+            "unit_ids": unit_ids(texts).tolist()}
 
 
 def score_cloze(model, tokenizer, items: list[ClozeItem], batch_size: int = 8, budget: float | None = None,
@@ -255,7 +258,8 @@ def score_cloze(model, tokenizer, items: list[ClozeItem], batch_size: int = 8, b
                                     budget, prune)
     outcomes = [bool(greedy.all()) for _, greedy in scored]
     nll = sum(-float(lp.sum()) for lp, _ in scored) / len(items)
-    return {**_accuracy(outcomes), "target_perplexity": math.exp(nll)}
+    texts = [f"{it.context}\x1f{it.target}" for it in items]
+    return {**_accuracy(outcomes, texts), "target_perplexity": math.exp(nll)}
 
 
 CHOICE_SCORES = ("per_character", "sum")
@@ -296,4 +300,5 @@ def score_choice(model, tokenizer, items: list[ChoiceItem], budget: float | None
         totals = [float(lp.sum()) / (len(choice) if score == "per_character" else 1)
                   for lp, choice in zip(log_probs, it.choices, strict=True)]
         outcomes.append(max(range(len(totals)), key=totals.__getitem__) == it.label)
-    return {**_accuracy(outcomes), "chance": sum(1 / len(it.choices) for it in items) / len(items)}
+    texts = ["\x1f".join([it.context, *it.choices, str(it.label)]) for it in items]
+    return {**_accuracy(outcomes, texts), "chance": sum(1 / len(it.choices) for it in items) / len(items)}

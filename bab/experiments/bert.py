@@ -327,6 +327,55 @@ class BertStudy(TextStudy):
         return student
 
 
+    # -- result rows: what notebooks 03 and 04 measured, as the report's rows ---------------------
+
+    def kept_fraction(self, model) -> float:
+        """The fraction of the encoder's L x H heads a structurally pruned ``model`` keeps."""
+        config = self.model_config()
+        return float(kept_heads_table(model)["heads kept"].sum()) / (config.num_layers * config.num_heads)
+
+    def budgeted_rows(self, *, dense, dense_test: dict, warm, hard, adapted: dict, soft_sweep: pd.DataFrame,
+                      gate_spearman: float) -> list[dict]:
+        """Rows of the dense model (``dense_test``: its ``evaluate``), the budgeted checkpoint (``warm``) soft and
+        the hard-adapted one (``hard``) at each budget (``adapted``: {budget: {"soft": evaluate, "hard":
+        evaluate}}), the soft sweep at b = 0.1, 0.5, 1 (the paper's Table 9 points) and the gate ranking's Spearman
+        correlation. Each evaluation's per-example outcomes go with its row (the claims' paired intervals)."""
+        M = self.methods
+        return [self.result_row(M.dense, 1.0, dense_test, models=dense),
+                *self.rows_of(M.hard_adapted, [stats["hard"] for stats in adapted.values()], models=hard),
+                *self.rows_of(M.warm, [stats["soft"] for stats in adapted.values()], models=warm),
+                *[self.result_row(M.soft_sweep, r.budget, r._asdict(), models=warm) for r in soft_sweep.itertuples()
+                  if r.budget in (0.1, 0.5, 1.0)],
+                self.result_row(M.gate_ranking, None, {}, value=gate_spearman, models=warm)]
+
+    def structural_rows(self, method, pruned: dict, stats: dict, latency: pd.DataFrame, models: dict,
+                        label: str) -> list[dict]:
+        """Rows of structurally pruned models (``pruned``: {budget: plain HF model}; ``stats``: {budget:
+        ``evaluate_plain``}) of ``method``, each with its kept fraction of heads as cost, and the measured
+        speed-up, analytic limit and per-repeat times of ``latency``'s entry ``label.format(budget=b)``;
+        ``models``: {budget: the trained model each came from}."""
+        return [self.timed_row(method, b, {**stats[b], "cost": self.kept_fraction(model)}, latency,
+                               label.format(budget=b), models=models[b]) for b, model in pruned.items()]
+
+    def static_rows(self, static_hard: dict, stats: dict) -> list[dict]:
+        """Rows of the hard-adapted static specialists ({budget: model}; ``stats``: {budget: hard ``evaluate``})."""
+        return [self.result_row(self.methods.static_hard, b, stats[b], models=model)
+                for b, model in static_hard.items()]
+
+    def posthoc_rows(self, dense, posthoc: dict, stats: dict, latency: pd.DataFrame) -> list[dict]:
+        """Rows of the dense post-hoc structural baseline, zero-shot and recovered (``posthoc``: {budget:
+        {"zero-shot": model, "recovered": model}}; ``stats`` the same shape of ``evaluate_plain`` results); the
+        recovered models with their measured speed (``latency``'s "post-hoc recovered @b")."""
+        M = self.methods
+        zero_shot = {b: pair["zero-shot"] for b, pair in posthoc.items()}
+        rows = [self.result_row(M.posthoc, b, {**stats[b]["zero-shot"], "cost": self.kept_fraction(m)}, models=dense)
+                for b, m in zero_shot.items()]
+        return rows + self.structural_rows(M.posthoc_recovered, {b: p["recovered"] for b, p in posthoc.items()},
+                                           {b: s["recovered"] for b, s in stats.items()}, latency,
+                                           {b: p["recovered"] for b, p in posthoc.items()},
+                                           "post-hoc recovered @{budget:.2f}")
+
+
 def kept_heads_table(model) -> pd.DataFrame:
     """Per layer: how many heads are kept and which (original indices)."""
     heads = kept_heads(model)

@@ -30,6 +30,7 @@ from bab.context.static_masks import KINDS as STATIC_KINDS
 from bab.context.static_masks import match_stride, match_window, static_mask
 from bab.context.token_kinds import token_kind_breakdown
 from bab.context.train import LMTrainConfig, train_lm
+from bab.core.timing import repeat_times
 from bab.core.training import seed_everything
 from bab.experiments.methods import methods
 from bab.experiments.study import Study, trained
@@ -71,7 +72,7 @@ def context_pruning_methods(experiment: str, ablations: bool = True):
 
 
 # an evaluation's per-window units (bab.context.evaluate.evaluate_lm), recorded by result_row for the claims
-WINDOW_UNITS = ("window_nll", "window_tokens")
+WINDOW_UNITS = ("window_nll", "window_tokens", "unit_ids")
 
 
 class DecoderStudy(Study):
@@ -254,6 +255,46 @@ class DecoderStudy(Study):
 
     # ------------------------------------------------------------------ rows for the report
 
+    def generation_row(self, method, budget, stats: dict, throughput: pd.DataFrame, name: str, *, models,
+                       **extra) -> dict:
+        """A row of ``stats`` with the generation speed of ``throughput``'s entry ``name`` (a
+        ``bab.context.bench.generation_table``): its throughput and KV-memory ratios over dense, the decode
+        limit, and the per-repeat times behind the ratio."""
+        timed = throughput.loc[name]
+        return self.result_row(method, budget, {**stats, **repeat_times(throughput, name)},
+                               speedup=timed.throughput_ratio, memory_ratio=timed.memory_ratio,
+                               analytic_limit=timed.decode_limit, models=models, **extra)
+
+    def specialist_rows(self, evaluations: list[dict], models: dict,
+                        throughput: pd.DataFrame | None = None) -> list[dict]:
+        """The pruning specialists, one row per gamma (``evaluations``: each an ``evaluate`` with its "gamma";
+        ``models``: {gamma: model}); with ``throughput`` (entries "gamma=<g>") each row also carries its measured
+        generation speed (``generation_row``)."""
+        method = self.methods.specialist
+        return [self.result_row(method, None, e, settings={"gamma": e["gamma"]}, models=models[e["gamma"]])
+                if throughput is None else
+                self.generation_row(method, None, e, throughput, f"gamma={e['gamma']:g}",
+                                    settings={"gamma": e["gamma"]}, models=models[e["gamma"]])
+                for e in evaluations]
+
+    def static_rows(self, static: pd.DataFrame, dense) -> list[dict]:
+        """The dense model under static masks matched to the specialists' sparsity (``static_baselines``' table
+        with a "gamma" column), one row per (kind, gamma)."""
+        return [self.result_row(self.methods.static, None, r, settings={"kind": r["kind"], "gamma": r["gamma"]},
+                                note=r["method"], models=dense) for r in static.to_dict("records")]
+
+    def budget_rows(self, budgeted: pd.DataFrame, model) -> list[dict]:
+        """The budget-conditioned model at each budget of its ``budget_table`` (with each evaluation's windows)."""
+        return [self.result_row(self.methods.budgeted, r["budget"], {**r, **budgeted.attrs["windows"][r["budget"]]},
+                                models=model) for r in budgeted.to_dict("records")]
+
+    def ablation_rows(self, evaluations: list[dict], models: list) -> list[dict]:
+        """The ablations of the interaction (its width r, irreversibility off), each an ``evaluate`` with its
+        "ablation" name and "irreversible" flag, beside the models measured (in order)."""
+        return [self.result_row(self.methods.ablation, None, e,
+                                settings={"ablation": e["ablation"], "irreversible": bool(e["irreversible"])},
+                                models=model) for e, model in zip(evaluations, models, strict=True)]
+
     def token_kind_rows(self, tables: dict[str, pd.DataFrame], model) -> list[dict]:
         """Result rows of ``tables`` ({text: ``token_kinds`` table}) measured on ``model``: one per (text, kind),
         its value the % of the kind's pairs pruned."""
@@ -272,9 +313,9 @@ class DecoderStudy(Study):
 
 
 def window_units(result: dict) -> dict:
-    """The per-window units of an evaluation (``evaluate``): ``window_nll`` and ``window_tokens``, each None for a
-    measurement stored before evaluations kept them (its rows then have no interval over windows). None rather
-    than absent, so a table of several evaluations has None in the gaps, never NaN, which a row's stats would
+    """The per-window units of an evaluation (``evaluate``): ``window_nll``, ``window_tokens`` and ``unit_ids``, each
+    None for a measurement stored before evaluations kept them (its rows then have no interval over windows). None
+    rather than absent, so a table of several evaluations has None in the gaps, never NaN, which a row's stats would
     take for a measurement."""
     return {key: result.get(key) for key in WINDOW_UNITS}
 

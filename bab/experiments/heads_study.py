@@ -16,6 +16,7 @@ import pandas as pd
 import torch
 
 from bab.core.budget import num_heads_to_keep
+from bab.core.outcomes import keep_units
 from bab.experiments.study import Study, trained
 from bab.heads.encoder import EncoderClassifier, EncoderConfig
 from bab.heads.evaluate import budget_sweep, evaluate, is_monotone
@@ -113,17 +114,19 @@ class BudgetedStudy(Study):
         return self.hard_adapted(config, soft=self.warm_start_static(budget))
 
     def posthoc(self, budgets) -> tuple[pd.DataFrame, torch.Tensor]:
-        """Dense post-hoc pruning: rank heads by validation-loss increase, keep top-k per budget."""
+        """Dense post-hoc pruning: rank heads by validation-loss increase, keep top-k per budget. The table keeps
+        each evaluation's per-example outcomes (``bab.core.outcomes.row_units``)."""
         dense, _, _ = self.dense()
         data = self.splits()
         importance = head_importance(dense, data["val"])
-        rows = []
+        rows, evaluations = [], []
         for b in budgets:
             mask = posthoc_mask(importance, b)
             stats = evaluate(dense, data[self.eval_split], mode="hard", head_mask=mask)
+            evaluations.append(stats)
             rows.append({"budget": b, "heads_kept": int(mask.sum()), "cost": stats["cost"],
                          "accuracy": stats["accuracy"]})
-        return pd.DataFrame(rows), importance
+        return keep_units(pd.DataFrame(rows), evaluations), importance
 
     def sweep(self, model, budgets, mode: str = "soft") -> pd.DataFrame:
         return budget_sweep(model, self.splits()[self.eval_split], budgets, mode=mode)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+import pandas as pd
 import torch
 from torch import nn
 
@@ -377,6 +378,31 @@ class PretrainedContextStudy(DecoderStudy):
     def budget_conditioned(self):
         """One checkpoint for several keep budgets (beyond the paper)."""
         return self._fine_tune("prune-budget", self.pruning_config(budget_conditioned=True), self.profile.budgeted)
+
+    # -- result rows: what notebook 07 measured, as the report's rows ---------------------------------
+
+    def frozen_rows(self, evaluations: list[dict], twins: dict) -> list[dict]:
+        """The frozen twins (pretrained weights frozen, only the interaction trained), one row per gamma
+        (``evaluations``: each an ``evaluate`` with its "gamma"; ``twins``: {gamma: model})."""
+        return [self.result_row(self.methods.frozen, None, e, settings={"gamma": e["gamma"]}, models=twins[e["gamma"]])
+                for e in evaluations]
+
+    def zero_shot_rows(self, table: pd.DataFrame, models: dict) -> list[dict]:
+        """One row per (task, weights, gamma) of notebook 07's zero-shot table (accuracy and its Wilson interval in
+        %, each item's outcome and fingerprint); ``models``: {(weights, gamma): the model scored}."""
+        return [self.result_row(self.methods.zero_shot, None, r, settings={"task": r["task"], "weights": r["weights"],
+                                                                          "gamma": r["gamma"]},
+                                accuracy_low=r["ci_low"], accuracy_high=r["ci_high"], accuracy_n=r["n"],
+                                models=models[r["weights"], r["gamma"]])
+                for r in table.to_dict("records")]
+
+    def zero_shot_budgeted_rows(self, scores: dict, budget: float, model) -> list[dict]:
+        """The budget-conditioned model's zero-shot scores at ``budget`` ({task: ``zero_shot`` result with its
+        "fraction_pruned"}; accuracy as a fraction, turned to %)."""
+        return [self.result_row(self.methods.zero_shot_budgeted, budget, {**r, "accuracy": 100 * r["accuracy"]},
+                                settings={"task": task}, accuracy_low=100 * r["ci_low"],
+                                accuracy_high=100 * r["ci_high"], models=model)
+                for task, r in scores.items()]
 
 
 # ---------------------------------------------------------------------------------------------- the claim, computed

@@ -18,6 +18,7 @@ import hashlib
 import os
 import statistics
 
+import numpy as np
 import torch
 
 import bab.context
@@ -25,6 +26,7 @@ import bab.heads
 import bab.sparsifiner
 from bab.core import outcomes
 from bab.core.runs import RUN_TAG, RunCache, run_of, state_digest, train_cached
+from bab.core.timing import repeat_times
 from bab.core.training import TrainResult
 from bab.core.warm_start import warm_start
 from bab.experiments.methods import Method, MethodSet, registry
@@ -154,10 +156,31 @@ class Study:
         row.update(measured_on(models))
         if stats.get("outcomes") is not None:  # per-example outcomes: paired intervals in the claims
             row["accuracy_n"] = outcomes.record(row, stats["outcomes"])
-        for kind in outcomes.KINDS[1:]:  # per-window log-likelihoods, per-repeat times: intervals over them
+        for kind in outcomes.KINDS[1:]:  # per-window log-likelihoods, per-repeat times, unit ids
             if stats.get(kind) is not None:
                 outcomes.record(row, stats[kind], kind)
         return row
+
+    def rows_of(self, method: Method, evaluations, *, models, **extra) -> list[dict]:
+        """One row of ``method`` per evaluation in ``evaluations`` (``evaluate`` dicts, or a table whose records are,
+        with the per-unit measurements it kept, ``bab.core.outcomes.keep_units``), each with its ``budget``;
+        ``models``: the model every one measured, or {budget: model}."""
+        if hasattr(evaluations, "to_dict"):
+            records = [{**r, **outcomes.row_units(evaluations, i)}
+                       for i, r in enumerate(evaluations.to_dict("records"))]
+        else:
+            records = list(evaluations)
+        return [self.result_row(method, r["budget"], r, models=models[r["budget"]] if isinstance(models, dict)
+                                else models, **extra) for r in records]
+
+    def timed_row(self, method: Method, budget: float | None, stats: dict, timings, name: str, *, models,
+                  baseline: str = "dense", **extra) -> dict:
+        """A row of ``stats`` with the speed of ``timings``' entry ``name`` (a latency table of
+        ``bab.heads.bench``: its ``speedup`` and ``analytic_limit`` over ``baseline``, and the per-repeat times
+        behind them for the claims' interval)."""
+        return self.result_row(method, budget, {**stats, **repeat_times(timings, name, baseline)},
+                               speedup=timings.loc[name, "speedup"], analytic_limit=timings.loc[name, "analytic_limit"],
+                               models=models, **extra)
 
     def mean_row(self, method: Method, budget: float | None, per_model: list[tuple], **extra) -> dict:
         """One row of ``method`` averaging several trained models (seeds): ``per_model`` holds ``(model, stats)``
@@ -174,8 +197,13 @@ class Study:
         if row.get("accuracy") is not None:
             row["accuracy_std"] = statistics.stdev(float(c["accuracy"]) for c in columns)
         per_example = [stats.get("outcomes") for _, stats in per_model]
-        if all(o is not None for o in per_example) and len({len(o) for o in per_example}) == 1:
-            row["accuracy_n"] = outcomes.record(row, [list(o) for o in per_example])  # [seeds, examples]
+        ids = [stats.get("unit_ids") for _, stats in per_model]
+        if all(o is not None for o in per_example):
+            aligned = outcomes.align([np.asarray(o) for o in per_example], ids)
+            if aligned is not None:
+                row["accuracy_n"] = outcomes.record(row, np.stack(aligned))  # [seeds, examples]
+                if ids[0] is not None:
+                    outcomes.record(row, ids[0], "unit_ids")
         return row
 
 

@@ -11,6 +11,7 @@ from functools import cache
 
 import pandas as pd
 
+from bab.core.outcomes import row_units
 from bab.data.synthetic import SyntheticConfig, build_synthetic
 from bab.experiments.heads_study import BudgetedStudy
 from bab.experiments.methods import methods
@@ -199,6 +200,40 @@ class SyntheticExperiment(BudgetedStudy):
 
     def sweep(self, model, mode: str = "soft", budgets=None) -> pd.DataFrame:
         return super().sweep(model, self.profile.sweep_budgets if budgets is None else budgets, mode=mode)
+
+
+def synthetic_rows(exp: SyntheticExperiment, *, dense, dense_stats: dict, scratch: dict, scratch_seeds, paper_warm,
+                   paper_points,
+                   warm, warm_points, static: dict, posthoc, hard, hard_points: list[dict], sweep) -> list[dict]:
+    """Notebook 01's result rows, from what it measured on the validation split (``evaluate`` dicts or tables of
+    them, whose per-example outcomes go with the rows):
+
+    - ``dense``, ``dense_stats``: the dense model and its evaluation;
+    - ``scratch``: {(budget term, seed): (model, soft evaluation at 0.5)} of the budgeted models trained from
+      scratch, terms "one-sided (paper)" and "two-sided" (each seed a row, and the mean over ``scratch_seeds``,
+      in that order, a row);
+    - ``paper_warm``, ``paper_points``: the warm start with the paper's one-sided term, its soft evaluations;
+      ``warm``, ``warm_points``: this package's (the b = 1 point left out);
+    - ``static``: {budget: (specialist, its soft evaluation)}; ``posthoc``: ``BudgetedStudy.posthoc``'s table;
+    - ``hard``, ``hard_points``: the hard-adapted checkpoint and its hard top-k evaluations;
+    - ``sweep``: the budgeted checkpoint's soft sweep, whose lowest budget is a row of its own."""
+    M = exp.methods
+    terms = {"one-sided (paper)": (M.scratch_seed, M.scratch), "two-sided": (M.scratch_ours_seed, M.scratch_ours)}
+    return [
+        exp.result_row(M.dense, 1.0, dense_stats, models=dense),
+        # the paper's method names hold the paper's recipe (one-sided term, flat gates); ours stands beside
+        *[exp.result_row(terms[term][0], 0.5, stats, settings={"seed": seed}, models=model)
+          for term in terms for (t, seed), (model, stats) in scratch.items() if t == term],
+        *[exp.mean_row(terms[term][1], 0.5, [scratch[term, seed] for seed in scratch_seeds]) for term in terms],
+        *exp.rows_of(M.warm, paper_points, models=paper_warm),
+        *exp.rows_of(M.warm_ours, [p for p in warm_points if p["budget"] < 1], models=warm),
+        *exp.rows_of(M.static, [stats for _, stats in static.values()],
+                     models={b: model for b, (model, _) in static.items()}),
+        *exp.rows_of(M.posthoc, posthoc, models=dense),
+        *exp.rows_of(M.hard_adapted, hard_points, models=hard),
+        exp.result_row(M.sweep_lowest, sweep.budget.iloc[0], {**sweep.iloc[0].to_dict(), **row_units(sweep, 0)},
+                       models=warm),
+    ]
 
 
 @cache

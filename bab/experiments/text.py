@@ -181,6 +181,44 @@ class TextStudy(BudgetedStudy):
         return list(ids.split(self.profile.timing_batch_size))
 
 
+def ag_news_rows(study: TextStudy, *, dense, dense_test: dict, paper: dict, warm, warm_points, static: dict,
+                 posthoc, soft_at_half: dict, hard, static_hard: dict, skip_stats: dict, latency) -> list[dict]:
+    """Notebook 02's result rows, from what it measured on the test split (each an ``evaluate`` dict, which carries
+    its per-example outcomes to the row):
+
+    - ``dense``, ``dense_test``: the dense model and its evaluation;
+    - ``paper``: the paper's recipe, {"soft": model, "hard": model, "soft points": [soft evaluations at the
+      budgets], "unadapted": [hard top-k evaluations of the soft model], "adapted": [of the hard-adapted one]};
+    - ``warm``, ``warm_points``: this package's budgeted checkpoint and its soft evaluations;
+    - ``static``: {budget: (static specialist, its soft evaluation)}; ``posthoc``: the dense model's post-hoc
+      pruning table (``BudgetedStudy.posthoc``);
+    - ``soft_at_half``: the budgeted checkpoint's soft evaluation at 0.5, timed as "budgeted soft @0.50";
+    - ``hard``, ``static_hard``: the hard-adapted checkpoint and specialists ({budget: model});
+      ``skip_stats``: {budget: {"budgeted, no adaptation" | "budgeted, adapted" | "static, adapted": skip-mode
+      evaluation}}, timed as "budgeted hard skip @b" and "static hard skip @b" in ``latency``
+      (``bab.heads.bench.latency_table``)."""
+    M = study.methods
+    ours = "our recipe: nested gate start, two-sided term"
+    skip = {name: [stats[name] for stats in skip_stats.values()] for name in next(iter(skip_stats.values()))}
+    return [
+        study.result_row(M.dense, 1.0, dense_test, models=dense),
+        # the paper's method names hold the paper's recipe; this package's stands beside it
+        *study.rows_of(M.warm, paper["soft points"], models=paper["soft"]),
+        *study.rows_of(M.warm_ours, warm_points, models=warm),
+        *study.rows_of(M.static, [stats for _, stats in static.values()], note=ours,
+                       models={b: model for b, (model, _) in static.items()}),
+        *study.rows_of(M.posthoc, posthoc, models=dense),
+        study.timed_row(M.soft_latency, 0.5, soft_at_half, latency, "budgeted soft @0.50", models=warm),
+        *study.rows_of(M.hard_unadapted, paper["unadapted"], models=paper["soft"]),
+        *study.rows_of(M.hard_adapted, paper["adapted"], models=paper["hard"]),
+        *study.rows_of(M.hard_unadapted_ours, skip["budgeted, no adaptation"], models=warm),
+        *[study.timed_row(M.hard_adapted_ours, s["budget"], s, latency, f"budgeted hard skip @{s['budget']:.2f}",
+                          models=hard) for s in skip["budgeted, adapted"]],
+        *[study.timed_row(M.static_hard, s["budget"], s, latency, f"static hard skip @{s['budget']:.2f}", note=ours,
+                          models=static_hard[s["budget"]]) for s in skip["static, adapted"]],
+    ]
+
+
 @cache
 def _cached_build(dataset, num_train, num_val, num_test, max_len, seed, max_vocab, path):
     return build_text_classification(dataset, num_train=num_train, num_val=num_val, num_test=num_test,

@@ -24,7 +24,9 @@ import pandas as pd
 import torch
 
 from bab.core.budget import GATE_STARTS, nest_gates_by_importance_
+from bab.core.outcomes import keep_units, row_units
 from bab.core.runs import LoadOnlyRunCache, RunCache
+from bab.core.timing import repeat_times
 from bab.data.images import image_splits, load_fashion_mnist
 from bab.experiments.methods import methods
 from bab.experiments.study import Study, as_run_cache, tensors_digest, trained
@@ -470,8 +472,94 @@ class ViTStudy(Study):
         table = pd.DataFrame(rows)
         table["vs dense"] = table.accuracy - reference["accuracy"]
         table["retention"] = table.accuracy / reference["accuracy"]
-        return table[["model", "keep_rate", "connections", "accuracy", "vs dense", "retention", "cost"]]
+        return keep_units(table[["model", "keep_rate", "connections", "accuracy", "vs dense", "retention", "cost"]],
+                          rows)
 
+
+    # -- result rows: what notebook 05 measured, as the report's rows -------------------------------
+
+    def sparsifiner_rows(self, *, dense, dense_test: dict, sparsifiner, sweep: pd.DataFrame, phase1,
+                         phase1_sweep: pd.DataFrame) -> list[dict]:
+        """The dense teacher (``dense_test``: its ``evaluate_vit``), phase 2 at each keep rate of ``sweep`` and
+        phase 1 alone at each of ``phase1_sweep`` (``keep_rate_sweep`` tables, which keep each image's outcome)."""
+        M = self.methods
+        return [self.result_row(M.dense, 1.0, dense_test, models=dense, note=self.profile.protocol),
+                *[self.result_row(M.sparsifiner, r["keep_rate"], dict(r), models=sparsifiner)
+                  for _, r in sweep.iterrows()],
+                *[self.result_row(M.phase1_only, r["keep_rate"], dict(r), models=phase1)
+                  for _, r in phase1_sweep.iterrows()]]
+
+    def token_pruning_rows(self, *, dense, sparsifiner, untrained: dict, finetuned: dict) -> list[dict]:
+        """EViT token pruning and Sparsifiner on top of it: ``untrained`` {token keep: (EViT on the dense model,
+        EViT + Sparsifiner on phase 2)} evaluations without fine-tuning, and ``finetuned`` {token keep: (EViT model,
+        its evaluation, Sparsif-EViT model, its evaluation)} as the paper trains them."""
+        M, P = self.methods, self.profile
+        rows = []
+        for token_keep, (evit, combo) in untrained.items():
+            rows += [self.result_row(M.evit, token_keep, evit, note="no fine-tuning", models=dense),
+                     self.result_row(M.evit_sparsifiner, P.combo_keep_rate, combo, settings={"token_keep": token_keep},
+                                     models=sparsifiner)]
+        for token_keep, (evit_model, evit_stats, combo_model, combo_stats) in finetuned.items():
+            rows += [self.result_row(M.evit_finetuned, token_keep, evit_stats, models=evit_model,
+                                     note=f"fine-tuned {P.evit_epochs} epochs with its tokens pruned"),
+                     self.result_row(M.evit_sparsifiner_finetuned, P.combo_keep_rate, combo_stats,
+                                     settings={"token_keep": token_keep}, models=combo_model,
+                                     note=f"phase 2 with its tokens pruned, {P.evit_epochs} epochs from phase 1")]
+        return rows
+
+    def linformer_row(self, linformer, linformer_test: dict) -> dict:
+        """Linformer at Sparsifiner's number of connections at the profile's Linformer keep rate."""
+        return self.result_row(self.methods.linformer, None, linformer_test, models=linformer,
+                               note=f"projection length {self.linformer_len()}: Sparsifiner's connections at keep "
+                                    f"{self.profile.linformer_keep_rate:g}")
+
+    def head_rows(self, heads_hard, hard_stats: dict) -> list[dict]:
+        """Budgeted head gates on this ViT, hard top-k: {budget: ``evaluate_vit`` of the hard-adapted model}."""
+        return [self.result_row(self.methods.heads, b, stats, models=heads_hard) for b, stats in hard_stats.items()]
+
+    def preset_rows(self, preset_tables: dict, choice: PresetChoice) -> list[dict]:
+        """Phase 2 of every predictor preset at the report's keep rates ({preset: its ``retention`` table on test}),
+        each row noting the preset's validation score and whether validation chose it."""
+        rows = []
+        for name, table in preset_tables.items():
+            model, _, _ = self.preset_study(name).sparsifiner()
+            note = (f"mean validation accuracy vs dense {choice.table.loc[name, 'mean vs dense']:+.2f} points; "
+                    f"chosen on validation: {name == choice.chosen}")
+            rows += [self.result_row(self.methods.preset, r.keep_rate, {"cost": r.cost, "accuracy": r.accuracy,
+                                                                        **row_units(table, r.Index)},
+                                     settings={"preset": name}, models=model, note=note)
+                     for r in table.iloc[1:].itertuples()]
+        return rows
+
+    def retention_rows(self, table: pd.DataFrame, dense_note: str, sparsifiner_note: str) -> list[dict]:
+        """This study's dense model and phase 2 at each keep rate, from its ``retention`` table."""
+        M = self.methods
+        dense, _, _ = self.dense()
+        model, _, _ = self.sparsifiner()
+        return [self.result_row(M.dense, 1.0, {**table.iloc[0].to_dict(), **row_units(table, 0)}, models=dense,
+                                note=dense_note),
+                *[self.result_row(M.sparsifiner, r.keep_rate, {"cost": r.cost, "accuracy": r.accuracy,
+                                                               **row_units(table, r.Index)},
+                                  models=model, note=sparsifiner_note) for r in table.iloc[1:].itertuples()]]
+
+    def attention_speed_rows(self, bench: pd.DataFrame) -> list[dict]:
+        """One MHSA layer of DeiT-S's shape timed dense against Sparsifiner (``bench_sparse_attention``), at each
+        length and keep rate: the fused kernel's speed-up where it could be built, else the torch path's (the note
+        says which), with the per-repeat times behind it. Random weights: no trained model."""
+        rows = []
+        for _, r in bench.iterrows():
+            fused = not pd.isna(r["fused speed-up"])
+            tokens = int(r["tokens"])
+            path = f"{tokens} {'fused' if fused else 'sparse'} {r['keep_rate']}"
+            rows.append(self.result_row(
+                self.methods.attention_speed, r["keep_rate"],
+                {"cost": 1 / r["FLOP ratio"], "accuracy": None,
+                 **repeat_times(bench, path, baseline=f"{tokens} dense")},
+                speedup=r["fused speed-up"] if fused else r["measured speed-up"], analytic_limit=r["FLOP ratio"],
+                settings={"tokens": tokens}, models=(),
+                note="one MHSA layer, DeiT-S shape, 1 thread; cost = counted FLOP fraction; "
+                     + ("fused kernel" if fused else "torch path (no fused build)")))
+        return rows
 
 
 def cached_sparsifiner(profile: ViTProfile, cache: RunCache | str | None = None) -> ViTClassifier:

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
 from bab.core.budget import validate_budget
+from bab.core.outcomes import keep_units, unit_ids
 from bab.core.statistics import paired_difference, proportion_interval
 from bab.core.training import distributed_state, make_accelerator
 
@@ -38,7 +39,8 @@ def evaluate(
 
     ``outcomes``: whether each example of ``data`` was classified right (a numpy bool array in data order), so
     two models scored on the same ``data`` can be compared example by example (a paired interval,
-    ``interval_columns``); ``n``: how many examples were scored.
+    ``interval_columns``); ``unit_ids``: each example's fingerprint (``bab.core.outcomes.unit_ids``), which
+    matches the examples of two evaluations; ``n``: how many examples were scored.
     """
     if budget is not None:
         budget = validate_budget(budget)
@@ -49,16 +51,19 @@ def evaluate(
     if state.num_processes > 1:
         accelerator = make_accelerator()
         loader = accelerator.prepare_data_loader(loader)
-    correct, losses, weights = [], [], None
+    correct, losses, ids, weights = [], [], [], None
     device = next(model.parameters()).device  # a model trained on a GPU stays there
     for input_ids, labels in loader:
+        batch_ids = torch.from_numpy(unit_ids(input_ids, labels))
         input_ids, labels = input_ids.to(device), labels.to(device)
         out = model(input_ids, budget=budget, mode=mode, head_mask=head_mask)
-        batch = (out.logits.argmax(-1) == labels, F.cross_entropy(out.logits, labels, reduction="none"))
+        batch = (out.logits.argmax(-1) == labels, F.cross_entropy(out.logits, labels, reduction="none"),
+                 batch_ids.to(device))
         if accelerator is not None:
             batch = accelerator.gather_for_metrics(batch)
         correct.append(batch[0])
         losses.append(batch[1])
+        ids.append(batch[2])
         weights = out.head_mask  # gates depend on the budget only, so every batch has the same cost
     correct, losses = torch.cat(correct), torch.cat(losses)
     cost = 1.0 if weights is None else float(out.cost)
@@ -69,7 +74,7 @@ def evaluate(
     seen = correct.numel()
     return {"budget": budget, "mode": mode, "accuracy": 100.0 * correct.sum().item() / seen,
             "loss": losses.double().sum().item() / seen, "cost": cost, "heads_kept": heads_kept,
-            "n": seen, "outcomes": correct.cpu().numpy().astype(bool)}
+            "n": seen, "outcomes": correct.cpu().numpy().astype(bool), "unit_ids": torch.cat(ids).cpu().numpy()}
 
 
 def interval_columns(stats: dict, dense: dict | None) -> dict:
@@ -91,9 +96,11 @@ def interval_columns(stats: dict, dense: dict | None) -> dict:
 
 def budget_sweep(model, data, budgets=SWEEP_BUDGETS, mode: str = "soft", batch_size: int = 256) -> pd.DataFrame:
     """Evaluate one checkpoint at many requested budgets: one row per budget (``evaluate``'s columns; the
-    per-example ``outcomes`` are left out, as arrays in cells would be displayed and written as text)."""
+    per-example ``outcomes`` and ``unit_ids`` are kept out of the columns, in ``table.attrs["units"]``:
+    ``bab.core.outcomes.row_units``)."""
     rows = [evaluate(model, data, budget=b, mode=mode, batch_size=batch_size) for b in budgets]
-    return pd.DataFrame([{k: v for k, v in row.items() if k != "outcomes"} for row in rows])
+    table = pd.DataFrame([{k: v for k, v in row.items() if k not in ("outcomes", "unit_ids")} for row in rows])
+    return keep_units(table, rows)
 
 
 @torch.no_grad()

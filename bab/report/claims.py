@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from bab.core import statistics
-from bab.core.outcomes import outcome_key
+from bab.core.outcomes import align, outcome_key
 from bab.core.statistics import Interval
 from bab.experiments.bert import BERT_AG_NEWS_METHODS as BERT
 from bab.experiments.bert import BERT_DBPEDIA_METHODS as DBPEDIA
@@ -238,19 +238,26 @@ class Evidence:
     def perplexity_ratio(self, row: dict, reference: dict) -> Interval | None:
         """Perplexity of ``row`` over ``reference``'s on the same held-out windows, bootstrapped over the windows,
         or None unless both rows kept each window's log-likelihood."""
-        nll, reference_nll = self.series(row, "window_nll"), self.series(reference, "window_nll")
+        nll, reference_nll = self.matched_outcomes([row, reference], "window_nll") or (None, None)
         tokens = self.series(row, "window_tokens")
-        if nll is None or reference_nll is None or tokens is None or not (nll.shape == reference_nll.shape
-                                                                           == tokens.shape) or nll.ndim != 1:
+        if nll is None or tokens is None or not (nll.shape == reference_nll.shape == tokens.shape) or nll.ndim != 1:
             return None
         return statistics.perplexity_ratio(nll, reference_nll, tokens)
+
+    def matched_outcomes(self, rows, kind: str = "correct") -> list[np.ndarray] | None:
+        """The ``kind`` outcomes of ``rows`` in one order of units (matched by their unit ids where the rows kept
+        them), or None unless every row has them on the same units."""
+        arrays = [self.series(m, kind) for m in rows]
+        if any(a is None for a in arrays):
+            return None
+        return align(arrays, [self.series(m, "unit_ids") for m in rows])
 
     def paired(self, terms, matched) -> Interval | None:
         """The interval of sum(coefficient x accuracy) from the rows' per-example outcomes, paired example by example
         (and over seeds where a row holds several models' outcomes), or None unless every row has them on the same
         examples. A row of one model's outcomes pairs with a row of several seeds' scored on the same examples."""
-        arrays = [self.outcomes.get(outcome_key(m)) for m in matched]
-        if any(a is None for a in arrays) or len({a.shape[-1] for a in arrays}) != 1:
+        arrays = self.matched_outcomes(matched)
+        if arrays is None:
             return None
         seeds = max(a.shape[0] if a.ndim == 2 else 1 for a in arrays)
         if any(a.ndim == 2 and a.shape[0] != seeds for a in arrays):
@@ -261,8 +268,8 @@ class Evidence:
 
     def paired_over_seeds(self, terms, by_seed) -> Interval | None:
         """``paired`` over the seed runs of a notebook: each seed's rows paired on its own test examples."""
-        per_seed = [[self.outcomes.get(outcome_key(m)) for m in matched] for matched in by_seed.values()]
-        if any(a is None or a.ndim != 1 for arrays in per_seed for a in arrays):
+        per_seed = [self.matched_outcomes(matched) for matched in by_seed.values()]
+        if any(arrays is None for arrays in per_seed) or any(a.ndim != 1 for arrays in per_seed for a in arrays):
             return None
         if len({a.size for arrays in per_seed for a in arrays}) != 1:
             return None

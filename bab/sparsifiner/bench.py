@@ -49,7 +49,7 @@ import math
 import pandas as pd
 import torch
 
-from bab.core.timing import count_flops, single_thread, time_side_by_side
+from bab.core.timing import TIMES, count_flops, single_thread, time_side_by_side
 from bab.sparsifiner.fused import fused_available, fused_selection, fused_sparsifiner_attention
 from bab.sparsifiner.predictor import (
     ConnectivityPredictor,
@@ -138,21 +138,28 @@ def _explicit_dense(q, k, v):
 def bench_sparse_attention(tokens=TOKENS, keep_rates=KEEP_RATES, num_heads: int = 6, head_dim: int = 64,
                            batch_size: int = 1, n_down: int = 32, tau: float = 0.05, warmup: int = 3,
                            repeats: int = 15, seed: int = 0, predictor_state: str = "realistic") -> pd.DataFrame:
-    """One row per (n, keep rate): median times and ratios; see the module doc."""
+    """One row per (n, keep rate): median times and ratios; see the module doc.
+
+    ``table.attrs["times_ms"]``: every repeat's ms of each timed path, named "<n> dense", "<n> sparse <rate>",
+    "<n> fused <rate>" and "<n> attention only <rate>", repeat i of all of one length timed in the same
+    interleaved round (``bab.core.timing.repeat_times`` pairs them for a speed-up's interval)."""
     keep_rates = [validate_keep_rate(r) for r in keep_rates]
-    rows = []
+    rows, times = [], {}
     with torch.no_grad(), single_thread():
         for n in tokens:
             torch.manual_seed(seed)
             q, k, v = (torch.randn(batch_size, num_heads, n, head_dim) for _ in range(3))
             predictor, sparsity = make_predictor(q, k, n_down, tau, predictor_state, seed)
-            for row in _bench_length(q, k, v, predictor, keep_rates, warmup, repeats):
-                rows.append({**row, "basis sparsity": sparsity["basis"],
-                             "coefficient sparsity": sparsity["coefficients"]})
-    return pd.DataFrame(rows)
+            length_rows, timings = _bench_length(q, k, v, predictor, keep_rates, warmup, repeats)
+            rows += [{**row, "basis sparsity": sparsity["basis"], "coefficient sparsity": sparsity["coefficients"]}
+                     for row in length_rows]
+            times.update({f"{n} {name}": list(timing.times_ms) for name, timing in timings.items()})
+    table = pd.DataFrame(rows)
+    table.attrs[TIMES] = times
+    return table
 
 
-def _bench_length(q, k, v, predictor, keep_rates, warmup: int, repeats: int) -> list[dict]:
+def _bench_length(q, k, v, predictor, keep_rates, warmup: int, repeats: int) -> tuple[list[dict], dict]:
     n, hidden = q.shape[-2], q.shape[-3] * q.shape[-1]
     fns = {"dense": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v)}
     indices = {rate: predictor(q, k, rate)["index"] for rate in keep_rates}
@@ -186,7 +193,7 @@ def _bench_length(q, k, v, predictor, keep_rates, warmup: int, repeats: int) -> 
             "attention-only limit": attn_limit, "FLOP ratio": dense_flops / sparse_flops,
             "attention-only FLOP ratio": dense_flops / attn_flops,
         })
-    return rows
+    return rows, timings
 
 
 def ranking_flops(predictor: ConnectivityPredictor, q: torch.Tensor) -> float:

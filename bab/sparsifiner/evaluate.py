@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -9,6 +10,7 @@ from torch.utils.data import DataLoader, Dataset
 from torch.utils.flop_counter import FlopCounterMode
 
 from bab.core.budget import head_ablation_importance, head_elimination_importance
+from bab.core.outcomes import unit_ids
 from bab.sparsifiner.predictor import num_connections
 
 
@@ -16,10 +18,12 @@ from bab.sparsifiner.predictor import num_connections
 def evaluate_vit(model, data: Dataset, batch_size: int = 500, **forward) -> dict:
     """Accuracy (%), mean loss and MHSA cost (multiply-adds per example and fraction of dense) on ``data``, with
     the forward's options ``forward`` (``bab.sparsifiner.vit.ViTForward``'s fields as keywords); ``outcomes``:
-    whether each example was classified right (numpy bool, in data order), ``n`` how many were scored."""
+    whether each example was classified right (numpy bool, in data order), ``unit_ids`` each image's fingerprint
+    (``bab.core.outcomes.unit_ids``), ``n`` how many were scored."""
     model.eval()
-    right, loss_sum, seen, macs = [], 0.0, 0, 0.0
+    right, ids, loss_sum, seen, macs = [], [], 0.0, 0, 0.0
     for pixels, labels in DataLoader(data, batch_size=batch_size):
+        ids.append(unit_ids(pixels, labels))
         out = model(pixels, **forward)
         loss_sum += F.cross_entropy(out.logits, labels, reduction="sum").item()
         right.append(out.logits.argmax(-1) == labels)
@@ -28,7 +32,7 @@ def evaluate_vit(model, data: Dataset, batch_size: int = 500, **forward) -> dict
     macs /= seen
     outcomes = torch.cat(right).numpy()
     return {"accuracy": 100.0 * outcomes.sum() / seen, "loss": loss_sum / seen, "mhsa_macs": macs,
-            "cost": macs / model.dense_mhsa_macs(), "n": seen, "outcomes": outcomes}
+            "cost": macs / model.dense_mhsa_macs(), "n": seen, "outcomes": outcomes, "unit_ids": np.concatenate(ids)}
 
 
 IMPORTANCE_METHODS = {"ablation": head_ablation_importance, "elimination": head_elimination_importance}

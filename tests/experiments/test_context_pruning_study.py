@@ -148,8 +148,9 @@ def test_the_headline_row_records_its_windows_and_paired_repeats(tiny_study, rec
                                 speedup=table.loc["pruned", "throughput_ratio"], models=())
     kept = recorded.recorded_for([headline])
     kinds = {json.loads(key)[-1] for key in kept}
-    assert kinds == {"window_nll", "window_tokens", "dense_ms", "ms"}
-    assert {json.loads(key)[-1] for key in recorded.recorded_for([dense])} == {"window_nll", "window_tokens"}
+    assert kinds == {"window_nll", "window_tokens", "unit_ids", "dense_ms", "ms"}
+    dense_kinds = {json.loads(key)[-1] for key in recorded.recorded_for([dense])}
+    assert dense_kinds == {"window_nll", "window_tokens", "unit_ids"}
     evidence = Evidence(outcomes=recorded.recorded_for([dense, headline]))
     ratio = evidence.perplexity_ratio(headline, dense)
     assert ratio.value == pytest.approx(headline["perplexity"] / dense["perplexity"], rel=1e-6)
@@ -167,7 +168,7 @@ def test_a_measurement_stored_before_windows_were_kept_gives_none_not_nan(tiny_s
     old = {"perplexity": 9.0, "val_ce": 2.2, "fraction_pruned": 0.5, "windows": 4, "context": 32}
     monkeypatch.setattr(study, "measured", lambda *args: dict(old))
     result = study.evaluate(torch.nn.Linear(1, 1))  # served from the (patched) store: never run
-    assert result == {**old, "window_nll": None, "window_tokens": None}
+    assert result == {**old, "window_nll": None, "window_tokens": None, "unit_ids": None}
     # a table mixing it with a new evaluation has None in the gap (NaN would read as a measurement)
     table = pd.DataFrame([{"gamma": 1.0, **result},
                           {"gamma": 2.0, **result, "window_nll": [1.0], "window_tokens": [4]}])

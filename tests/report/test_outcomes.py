@@ -162,3 +162,64 @@ def test_a_notebooks_judgement_table_pairs_on_the_outcomes_its_kernel_recorded()
     shown = table.loc["Section 6.3, Table 3", "ours [95% interval]"]
     shown = shown.iloc[0] if hasattr(shown, "iloc") else shown
     assert shown == f"{expected.value:.3g} [{expected.low:.3g}, {expected.high:.3g}]"
+
+
+def test_unit_ids_name_content_not_position():
+    inputs = np.arange(24).reshape(6, 4)
+    labels = np.array([0, 1, 0, 1, 0, 1])
+    ids = outcomes.unit_ids(inputs, labels)
+    assert ids.dtype == np.int64 and len(set(ids.tolist())) == 6
+    shuffled = np.array([3, 0, 5, 1, 4, 2])
+    assert np.array_equal(outcomes.unit_ids(inputs[shuffled], labels[shuffled]), ids[shuffled])
+    assert not np.array_equal(outcomes.unit_ids(inputs, 1 - labels), ids)  # the label is part of the example
+    texts = ["a cat", "a dog", "a cat"]
+    text_ids = outcomes.unit_ids(texts)
+    assert text_ids[0] == text_ids[2] != text_ids[1]
+    with pytest.raises(ValueError, match="units"):
+        outcomes.unit_ids(np.zeros((0, 3)))
+
+
+def test_align_matches_units_by_id_and_refuses_other_sets():
+    ids = np.array([11, 22, 33, 44], dtype=np.int64)
+    a = np.array([True, False, True, False])
+    order = [2, 0, 3, 1]
+    b = np.array([1.0, 2.0, 3.0, 4.0])
+    aligned = outcomes.align([a, b[order]], [ids, ids[order]])
+    # written out: unit 11 is b's second entry after the shuffle, 22 its fourth, 33 its first, 44 its third
+    assert np.array_equal(aligned[0], a) and np.array_equal(aligned[1], b)
+    stacked = np.stack([b[order], 10 * b[order]])
+    assert np.array_equal(outcomes.align([a, stacked], [ids, ids[order]])[1], np.stack([b, 10 * b]))
+    # the units come in the order of their ids whichever array is first
+    again = outcomes.align([b[order], a], [ids[order], ids])
+    assert np.array_equal(again[0], b) and np.array_equal(again[1], a)
+    assert outcomes.align([a, b], [ids, np.array([11, 22, 33, 55])]) is None  # another test set
+    assert outcomes.align([a, b[:3]], [ids, ids[:3]]) is None
+    assert outcomes.align([a, b], [None, ids]) is not None  # no ids: same length, same order assumed
+    assert outcomes.align([a, b[:3]], [None, None]) is None
+
+
+def test_written_outcomes_share_one_copy_of_equal_arrays(tmp_path):
+    ids = np.arange(5000, dtype=np.int64) * 7919
+    correct = np.random.default_rng(0).random(5000) < 0.8
+    one = outcomes.write(tmp_path / "one.npz", {"a": correct, "a ids": ids})
+    many = outcomes.write(tmp_path / "many.npz", {f"{k}{s}": v for k in range(10)
+                                                  for s, v in ((" correct", correct), (" ids", ids))})
+    assert many.stat().st_size < 1.3 * one.stat().st_size
+    back = outcomes.read(many)
+    assert len(back) == 20 and np.array_equal(back["7 ids"], ids) and np.array_equal(back["3 correct"], correct)
+
+
+def test_a_claim_pairs_rows_whose_examples_come_in_another_order():
+    dense, method = _agreeing()
+    ids = np.arange(dense.size, dtype=np.int64) + 1000
+    order = np.random.default_rng(1).permutation(dense.size)
+    rows = [row(AGN.dense, 1.0, accuracy=100 * dense.mean(), accuracy_n=dense.size),
+            row(AGN.warm, 0.5, accuracy=100 * method.mean(), accuracy_n=method.size)]
+    stored = {outcomes.outcome_key(rows[0]): dense, outcomes.outcome_key(rows[0], "unit_ids"): ids,
+              outcomes.outcome_key(rows[1]): method[order], outcomes.outcome_key(rows[1], "unit_ids"): ids[order]}
+    verdict = C.claim_by_id("baa-agnews-budgeted").judge(rows, C.Evidence(outcomes=stored))
+    expected = paired_difference(100.0 * method, 100.0 * dense)
+    assert (verdict.low, verdict.high) == pytest.approx((expected.low, expected.high))
+    stored[outcomes.outcome_key(rows[1], "unit_ids")] = ids[order] + 1  # scored on other examples: no pairing
+    unpaired = C.claim_by_id("baa-agnews-budgeted").judge(rows, C.Evidence(outcomes=stored))
+    assert "unpaired" in unpaired.covers
