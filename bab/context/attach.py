@@ -1,0 +1,331 @@
+"""Dynamic Context Pruning inside transformers' own decoders, without copying their forward.
+
+``attach(model, pruning)`` gives every decoder layer of a transformers causal LM (GPT-2, Llama, Qwen2, Mistral:
+any model whose layers' attention modules call ``ALL_ATTENTION_FUNCTIONS`` and carry ``layer_idx``) a
+``ContextInteraction`` (bab.context.interaction), registered as the submodule ``interaction`` of the layer's
+attention module. The parameter names are then those of bab's own decoders (``transformer.h.0.attn.interaction.*``,
+``model.layers.0.self_attn.interaction.*``), so interaction weights move between the two as they are.
+
+Three pieces do the work:
+
+- a forward pre-hook on each attention module keeps its input x [B, T, d] (the hidden state after the layer's norm:
+  what bab's ``PrunedAttention`` feeds its interaction) and, when the call carries a ``PrunedCache``
+  (bab.context.pruned_cache), hands the interaction to that cache layer, which then drops tokens for good in
+  ``update``;
+- the attention implementation "bab_context" (``transformers.AttentionInterface``) adds log I to the causal mask
+  and calls SDPA (grouped-query heads through ``enable_gqa``); with a ``PrunedCache`` it attends with the cache's
+  visibility mask instead;
+- the mask implementation "bab_context" (``transformers.AttentionMaskInterface``) is SDPA's boolean mask, always
+  materialised (never the ``is_causal`` shortcut), so the attention always sees causality and padding.
+
+The settings (alpha, budget, pruning on or off) live on a ``ContextState`` shared by the layers
+(``context_state(model)``, ``set_alpha``, ``set_budget``, ``set_pruning``). After a full forward the state holds each
+layer's own and effective log I, from which the training loop takes the sparsity term (``ContextState.sparsity``).
+
+Shapes: B batch, T query tokens, K key tokens, d width, H query heads, G key/value heads, Dh head width, r
+interaction width, L layers.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from bab.context.interaction import (
+    HARD,
+    ContextInteraction,
+    PruningConfig,
+    drop_times,
+    keep_mass,
+    sparsity_term,
+    validate_alpha,
+)
+from bab.context.pruned_cache import PrunedCache
+
+__all__ = ["ATTN_IMPLEMENTATION", "ContextState", "attach", "context_state", "interactions", "is_attached",
+           "load_attached", "set_alpha", "set_budget", "set_pruning", "token_drop_times"]
+
+ATTN_IMPLEMENTATION = "bab_context"
+CONFIG_KEY = "bab_context_pruning"  # where the PruningConfig is kept in model.config (saved in config.json)
+STATE_ATTRIBUTE = "bab_context"  # the ContextState on the model and on each attention module
+
+
+@dataclass
+class ContextState:
+    """What every attached layer reads (alpha, budget, prune) and what a full forward leaves behind.
+
+    ``own[l]`` / ``effective[l]``: layer l's own log I and the log I it attended with (its own plus the layers' below
+    with ``propagate_in_depth``), each [B, T, T], from the last forward without a ``PrunedCache``.
+    """
+
+    pruning: PruningConfig
+    n_layers: int
+    alpha: float = HARD
+    budget: float | None = None
+    prune: bool = True
+    own: list = field(default_factory=list)
+    effective: list = field(default_factory=list)
+    # per layer, between the pre-hook and the attention function of the same call: the attention input x [B, T, d]
+    # and the PrunedCache of the call (or None)
+    inputs: dict = field(default_factory=dict)
+    caches: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.clear()
+
+    def clear(self) -> None:
+        self.own = [None] * self.n_layers
+        self.effective = [None] * self.n_layers
+
+    def _recorded(self) -> list[torch.Tensor]:
+        if any(o is None for o in self.own):
+            raise RuntimeError("no log I recorded for every layer: run a forward pass with pruning on and without a "
+                               "PrunedCache first")
+        return self.own
+
+    def keep_mass(self) -> torch.Tensor:
+        """Mean over layers of each layer's mean own I over the pairs k > j (bab's ``LMOutput.keep_mass``)."""
+        return torch.stack([keep_mass(o) for o in self._recorded()]).mean()
+
+    def sparsity(self, normalisation: str = "causal_pairs") -> torch.Tensor:
+        """The sparsity regulariser, mean over layers of ``sparsity_term`` of each layer's own log I (with gradient)."""
+        return torch.stack([sparsity_term(o, normalisation) for o in self._recorded()]).mean()
+
+    def sparsity_terms(self, normalisation: str = "causal_pairs") -> list[torch.Tensor]:
+        """The sparsity term of each layer, [L] scalars."""
+        return [sparsity_term(o, normalisation) for o in self._recorded()]
+
+    def drop_times(self) -> torch.Tensor:
+        """[L, B, T]: the query that dropped each token in each layer (effective, hard forward), -1: never."""
+        if any(e is None for e in self.effective):
+            raise RuntimeError("no log I recorded: run a hard forward pass (alpha = inf) with pruning on first")
+        return torch.stack([drop_times(e) for e in self.effective])
+
+
+# ---------------------------------------------------------------------- attaching
+
+
+def _layers(model: nn.Module) -> list[nn.Module]:
+    """The attention module of every decoder layer, in order (GPT-2: ``transformer.h[i].attn``; Llama, Qwen2,
+    Mistral: ``model.layers[i].self_attn``)."""
+    base = getattr(model, "base_model", model)
+    blocks = getattr(base, "layers", None)
+    if blocks is None:
+        blocks = getattr(base, "h", None)
+    if blocks is None:
+        raise ValueError(f"cannot find the decoder layers of {type(model).__name__} (looked for base_model.layers and "
+                         "base_model.h)")
+    attentions = []
+    for i, block in enumerate(blocks):
+        attention = getattr(block, "self_attn", None) or getattr(block, "attn", None)
+        if attention is None or getattr(attention, "layer_idx", None) != i:
+            raise ValueError(f"layer {i} of {type(model).__name__} has no self-attention module (self_attn or attn) "
+                             "with layer_idx set")
+        attentions.append(attention)
+    return attentions
+
+
+def is_attached(model: nn.Module) -> bool:
+    return isinstance(getattr(model, STATE_ATTRIBUTE, None), ContextState)
+
+
+def context_state(model: nn.Module) -> ContextState:
+    if not is_attached(model):
+        raise ValueError("this model has no context pruning attached; call bab.context.attach.attach(model, pruning)")
+    return getattr(model, STATE_ATTRIBUTE)
+
+
+def interactions(model: nn.Module) -> list[ContextInteraction]:
+    """The ContextInteraction of every layer, in order."""
+    return [attention.interaction for attention in _layers(model)]
+
+
+def attach(model: nn.Module, pruning: PruningConfig, alpha: float = HARD, budget: float | None = None) -> nn.Module:
+    """Give every decoder layer of ``model`` (a transformers causal LM) a ContextInteraction and route its attention
+    through "bab_context". Returns the same model. ``alpha``, ``budget``: the initial settings (``set_alpha``,
+    ``set_budget`` change them). The PruningConfig is kept in ``model.config`` so ``load_attached`` can rebuild it."""
+    if is_attached(model):
+        raise ValueError("context pruning is already attached to this model")
+    attentions = _layers(model)
+    hidden = model.config.hidden_size
+    reference = next(model.parameters())
+    for attention in attentions:
+        if hasattr(attention, "interaction"):
+            raise ValueError(f"{type(attention).__name__} already has an attribute 'interaction'")
+        interaction = ContextInteraction(hidden, pruning).to(device=reference.device, dtype=reference.dtype)
+        attention.add_module("interaction", interaction)
+        attention.register_forward_pre_hook(_capture_input, with_kwargs=True)
+    state = ContextState(pruning=pruning, n_layers=len(attentions))
+    for module in (model, *attentions):
+        object.__setattr__(module, STATE_ATTRIBUTE, state)  # a plain attribute: not a submodule, not in the state dict
+    set_alpha(model, alpha)
+    if budget is not None:  # a budget-conditioned model may get its budget later: its forward asks for one
+        set_budget(model, budget)
+    model.config.__dict__[CONFIG_KEY] = asdict(pruning)
+    _register()
+    model.set_attn_implementation(ATTN_IMPLEMENTATION)
+    if model.config._attn_implementation != ATTN_IMPLEMENTATION:
+        raise RuntimeError(f"{type(model).__name__} refused the attention implementation {ATTN_IMPLEMENTATION!r}")
+    return model
+
+
+def set_alpha(model: nn.Module, alpha: float) -> None:
+    """alpha of the alpha-sigmoid: 1 the plain sigmoid, inf (``HARD``) binary decisions."""
+    context_state(model).alpha = validate_alpha(alpha)
+
+
+def set_budget(model: nn.Module, budget: float | None) -> None:
+    """The requested keep budget in (0, 1] of a budget-conditioned model; None for the others."""
+    state = context_state(model)
+    if state.pruning.budget_conditioned != (budget is not None):
+        # the same check as ContextInteraction.bias_for, made here so the error comes before a forward pass
+        interactions(model)[0].bias_for(budget)
+    if budget is not None and not 0 < budget <= 1:
+        raise ValueError(f"budget must lie in (0, 1], got {budget}")
+    state.budget = budget
+
+
+def set_pruning(model: nn.Module, prune: bool) -> None:
+    """Turn the interactions on or off (off: the plain decoder, as bab's ``forward(prune=False)``)."""
+    context_state(model).prune = bool(prune)
+
+
+@torch.no_grad()
+def token_drop_times(model: nn.Module, input_ids: torch.Tensor, **forward_kwargs) -> torch.Tensor:
+    """[L, B, T]: the position whose arrival dropped each token in each layer (hard decisions), -1: never."""
+    state = context_state(model)
+    if not (state.prune and state.pruning.irreversible):
+        raise ValueError("drop times are defined for a model with irreversible context pruning turned on")
+    alpha = state.alpha
+    state.alpha = HARD
+    try:
+        model(input_ids, use_cache=False, **forward_kwargs)
+    finally:
+        state.alpha = alpha
+    return state.drop_times()
+
+
+def load_attached(model_class, path: str, **from_pretrained_kwargs) -> nn.Module:
+    """Reload what ``save_pretrained`` wrote for an attached model: the transformers model, re-attached with the
+    PruningConfig kept in its config, and the interaction weights from the checkpoint's safetensors files."""
+    from safetensors.torch import load_file
+
+    model = model_class.from_pretrained(path, **from_pretrained_kwargs)
+    stored = getattr(model.config, CONFIG_KEY, None)
+    if stored is None:
+        raise ValueError(f"{path} holds no {CONFIG_KEY!r} in its config: it was not saved from an attached model")
+    attach(model, PruningConfig(**stored))
+    state = {}
+    for file in sorted(glob.glob(os.path.join(path, "*.safetensors"))):
+        state.update({k: v for k, v in load_file(file).items() if ".interaction." in k})
+    expected = {k for k in model.state_dict() if ".interaction." in k}
+    if set(state) != expected:
+        raise ValueError(f"{path}: interaction weights missing {sorted(expected - set(state))}, "
+                         f"unexpected {sorted(set(state) - expected)}")
+    model.load_state_dict(state, strict=False)
+    return model
+
+
+# ---------------------------------------------------------------------- the hook and the attention function
+
+
+def _capture_input(module: nn.Module, args: tuple, kwargs: dict):
+    """Forward pre-hook of an attention module: keep x for the attention function; stage a PrunedCache's update."""
+    state: ContextState = getattr(module, STATE_ATTRIBUTE)
+    x = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+    layer = module.layer_idx
+    cache = kwargs.get("past_key_values")
+    cache = cache if isinstance(cache, PrunedCache) else None
+    if layer == 0:
+        state.clear()
+    state.inputs[layer] = x
+    state.caches[layer] = cache
+    if cache is not None:
+        prunes = state.prune
+        if prunes and not math.isinf(state.alpha):
+            raise ValueError("a PrunedCache removes tokens for good, which needs hard decisions: "
+                             "set_alpha(model, HARD) before a cached forward (or generate)")
+        if prunes and not state.pruning.irreversible:
+            raise ValueError("a PrunedCache can only forget tokens when dropping is irreversible; this model was "
+                             "attached with PruningConfig(irreversible=False): generate without it")
+        cache.stage(layer, x, module.interaction if prunes else None, state.budget, state.pruning.propagate_in_depth)
+
+
+def _allowed(attention_mask: torch.Tensor | None, q_len: int, k_len: int, device) -> torch.Tensor:
+    """Bool [B or 1, 1, T, K]: transformers' mask (causal and padding), or the causal mask aligned at the end."""
+    if attention_mask is None:
+        q_pos = torch.arange(k_len - q_len, k_len, device=device)
+        return (torch.arange(k_len, device=device)[None, :] <= q_pos[:, None])[None, None]
+    if attention_mask.dtype != torch.bool:
+        raise TypeError(f"the {ATTN_IMPLEMENTATION!r} attention expects a boolean mask (its own mask implementation "
+                        f"makes one), got {attention_mask.dtype}")
+    return attention_mask
+
+
+def context_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                      **kwargs) -> tuple[torch.Tensor, None]:
+    """The "bab_context" attention: query [B, H, T, Dh], key/value [B, G, K, Dh] -> output [B, T, H, Dh].
+
+    Without a PrunedCache: log I [B, T, T] of the layer's interaction (soft at alpha < inf, 0 / -inf at alpha = inf)
+    is added to the causal mask (K = T: the whole sequence in one call). With one: the cache has just dropped tokens
+    and appended the new ones, and its visibility mask [B, T, K] (per-row padding, drops within the call) is AND-ed
+    with transformers' mask gathered at the positions the kept slots hold.
+    """
+    state: ContextState = getattr(module, STATE_ATTRIBUTE)
+    layer = module.layer_idx
+    x, cache = state.inputs.pop(layer, None), state.caches.pop(layer, None)
+    T, K = query.shape[2], key.shape[2]
+    allowed = _allowed(attention_mask, T, K if cache is None else cache.layers[layer].seen, query.device)
+    if cache is not None:
+        cache_layer = cache.layers[layer]
+        positions = cache_layer.key_positions.clamp_min(0)  # [B, K]; padding slots (-1) are invisible anyway
+        allowed = allowed.expand(positions.shape[0], 1, T, -1)
+        allowed = allowed.gather(3, positions[:, None, None, :].expand(-1, 1, T, -1))
+        mask = allowed & cache_layer.pop_visible()[:, None]
+    elif state.prune:
+        if K != T:
+            raise ValueError(f"the {ATTN_IMPLEMENTATION!r} attention computes log I over the call's own tokens (got "
+                             f"{T} queries and {K} keys): pass past_key_values=PrunedCache() for cached decoding, or "
+                             "use_cache=False")
+        own, _ = module.interaction.log_keep(x, state.alpha, state.budget)  # [B, T, T]
+        effective = own
+        if state.pruning.propagate_in_depth and layer > 0:
+            effective = own + state.effective[layer - 1]
+        state.own[layer], state.effective[layer] = own, effective
+        mask = effective[:, None].masked_fill(~allowed, -math.inf)  # [B, 1, T, T]
+    else:
+        mask = allowed
+    mask = _open_empty_rows(mask)
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling,
+                                         enable_gqa=query.shape[1] != key.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _open_empty_rows(mask: torch.Tensor) -> torch.Tensor:
+    """A query that may attend to nothing (a padding token) would give NaN, which would then reach real tokens through
+    its keys and values (0 * NaN); let it attend to everything instead: its output is never read."""
+    sees = mask.any(-1) if mask.dtype == torch.bool else (mask > -math.inf).any(-1)
+    if bool(sees.all()):
+        return mask
+    empty = ~sees[..., None]
+    return mask | empty if mask.dtype == torch.bool else mask.masked_fill(empty, 0.0)
+
+
+def _always_materialised_mask(*args, **kwargs):
+    """SDPA's boolean mask without the is_causal shortcut (None): the attention function adds log I to it."""
+    kwargs["allow_is_causal_skip"] = False
+    return sdpa_mask(*args, **kwargs)
+
+
+def _register() -> None:
+    AttentionInterface.register(ATTN_IMPLEMENTATION, context_attention)
+    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, _always_materialised_mask)

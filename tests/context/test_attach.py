@@ -1,0 +1,333 @@
+"""Dynamic context pruning attached to transformers' own decoders (bab.context.attach) and the cache that removes
+dropped tokens (bab.context.pruned_cache): against bab's own GPT-2 / Llama decoders on copied weights, against
+references written out here for Qwen2 and Mistral, and cached generation against the full forward pass."""
+
+import math
+
+import pytest
+import torch
+from transformers import (
+    DynamicCache,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+from transformers.utils import logging as hf_logging
+
+from bab.context import gpt2 as bab_gpt2
+from bab.context import llama as bab_llama
+from bab.context.attach import (
+    attach,
+    context_state,
+    interactions,
+    load_attached,
+    set_alpha,
+    set_budget,
+    set_pruning,
+    token_drop_times,
+)
+from bab.context.interaction import HARD, PruningConfig
+from bab.context.pruned_cache import PrunedCache
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _quiet_transformers():
+    """Tiny vocabularies and configs without special tokens make transformers warn at every model and generate."""
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    yield
+    hf_logging.set_verbosity(level)
+
+
+NO_SPECIAL = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)  # generation never stops early
+LLAMA_LIKE = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+                  num_hidden_layers=2, vocab_size=97, **NO_SPECIAL)
+ARCHS = {
+    "gpt2": (GPT2LMHeadModel, lambda **o: GPT2Config(**{**dict(n_layer=2, n_head=4, n_embd=32, vocab_size=97,
+                                                                n_positions=64, **NO_SPECIAL), **o})),
+    "llama": (LlamaForCausalLM, lambda **o: LlamaConfig(**{**LLAMA_LIKE, **o})),
+    "qwen2": (Qwen2ForCausalLM, lambda **o: Qwen2Config(**{**LLAMA_LIKE, "use_sliding_window": False, **o})),
+    "mistral": (MistralForCausalLM, lambda **o: MistralConfig(**{**LLAMA_LIKE, "sliding_window": None, **o})),
+}
+BAB_DECODERS = {"gpt2": bab_gpt2.from_hf_model, "llama": bab_llama.from_hf_model}
+# scores spread around 0, so a fair share of tokens drops in a random tiny model
+PRUNING = PruningConfig(r=8, init_std=0.5, init_bias=1.0)
+
+
+def hf_model(arch: str, seed: int = 0, **overrides):
+    """A random transformers model with weights at unit-ish scale (clear argmax margins, errors that show)."""
+    torch.manual_seed(seed)
+    model_class, config = ARCHS[arch]
+    model = model_class(config(**overrides)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name or "ln_" in name
+                    else torch.randn_like(p) / math.sqrt(p.shape[-1]))
+    return model
+
+
+def attached_pair(arch: str, pruning: PruningConfig = PRUNING, seed: int = 0):
+    """(transformers model with pruning attached, bab's decoder) with the same weights, interactions included."""
+    hf = hf_model(arch, seed)
+    torch.manual_seed(seed + 1)
+    ours = BAB_DECODERS[arch](hf, pruning).eval()
+    attach(hf, pruning)
+    copied = {k: v for k, v in ours.state_dict().items() if ".interaction." in k}  # the same names on both sides
+    missing, unexpected = hf.load_state_dict(copied, strict=False)
+    assert not unexpected and not [k for k in missing if ".interaction." in k]
+    return hf, ours
+
+
+def prompt(batch: int = 2, length: int = 12, seed: int = 0) -> torch.Tensor:
+    return torch.randint(1, 97, (batch, length), generator=torch.Generator().manual_seed(seed))  # 0 is the pad id
+
+
+@torch.no_grad()
+def greedy_by_full_forward(model, ids: torch.Tensor, steps: int) -> torch.Tensor:
+    """The reference continuation: the whole hard forward recomputed for every new token, no cache."""
+    for _ in range(steps):
+        ids = torch.cat([ids, model(ids, use_cache=False).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return ids
+
+
+def generate(model, ids, steps, cache=None, attention_mask=None):
+    cache = PrunedCache() if cache is None else cache
+    mask = torch.ones_like(ids) if attention_mask is None else attention_mask
+    return model.generate(ids, attention_mask=mask, past_key_values=cache, max_new_tokens=steps, do_sample=False,
+                          pad_token_id=0), cache
+
+
+# ---------------------------------------------------------------------- against bab's own decoders
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+@pytest.mark.parametrize("propagate", [False, True])
+def test_logits_and_drop_times_equal_babs_decoder(arch, propagate):
+    pruning = PruningConfig(r=8, init_std=0.5, init_bias=1.0, propagate_in_depth=propagate)
+    hf, ours = attached_pair(arch, pruning)
+    ids = prompt()
+    with torch.no_grad():
+        for alpha in (1.0, 2.0, HARD):
+            set_alpha(hf, alpha)
+            expected = ours(ids, alpha=alpha)
+            torch.testing.assert_close(hf(ids).logits, expected.logits, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(context_state(hf).keep_mass(), expected.keep_mass, atol=1e-6, rtol=1e-6)
+        times = token_drop_times(hf, ids)
+        assert torch.equal(times, ours.token_drop_times(ids))
+        assert (times >= 0).any() and (times < 0).any()  # some tokens drop, some stay: the comparison means something
+        set_pruning(hf, False)
+        torch.testing.assert_close(hf(ids).logits, ours(ids, prune=False).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_sparsity_term_per_layer_carries_gradient():
+    hf, ours = attached_pair("llama")
+    ids = prompt()
+    set_alpha(hf, 2.0)
+    hf(ids)
+    state = context_state(hf)
+    assert len(state.sparsity_terms()) == 2
+    expected = ours(ids, alpha=2.0, sparsity_normalisation="official").sparsity
+    torch.testing.assert_close(state.sparsity("official"), expected, atol=1e-6, rtol=1e-6)
+    state.sparsity().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in interactions(hf)[0].query.parameters())
+
+
+def test_budget_conditioned_matches_babs_decoder():
+    pruning = PruningConfig(r=8, init_std=0.5, init_bias=1.0, budget_conditioned=True)
+    hf, ours = attached_pair("gpt2", pruning)
+    ids = prompt()
+    masses = []
+    with torch.no_grad():
+        for budget in (0.2, 0.9):
+            set_budget(hf, budget)
+            for alpha in (1.0, HARD):
+                set_alpha(hf, alpha)
+                expected = ours(ids, alpha=alpha, budget=budget)
+                torch.testing.assert_close(hf(ids).logits, expected.logits, atol=1e-5, rtol=1e-5)
+            masses.append(context_state(hf).keep_mass())
+            generated, _ = generate(hf, ids, 4)
+            assert torch.equal(generated, greedy_by_full_forward(hf, ids, 4))
+    assert masses[0] < masses[1]  # a smaller budget keeps less
+    with pytest.raises(ValueError, match="budget"):
+        set_budget(hf, None)
+
+
+# ---------------------------------------------------------------------- Qwen2 and Mistral: references written out here
+
+
+def loop_first_drops(interaction, x: torch.Tensor) -> torch.Tensor:
+    """[B, T]: the first query n > j with s_nj <= 0 (T: never), by explicit loops over the scores' formula."""
+    q, k = interaction.query(x), interaction.key(x)
+    B, T, r = q.shape
+    first = torch.full((B, T), T)
+    for b in range(B):
+        for j in range(T):
+            for n in range(j + 1, T):
+                if float(q[b, n] @ k[b, j]) / math.sqrt(r) + float(interaction.bias) <= 0:
+                    first[b, j] = n
+                    break
+    return first
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "mistral"])
+def test_huge_bias_keeps_everything_and_equals_plain_model(arch):
+    plain = hf_model(arch)
+    pruned = attach(hf_model(arch), PruningConfig(r=8, init_bias=1e4))
+    ids = prompt()
+    with torch.no_grad():
+        expected = plain(ids).logits
+        for alpha in (1.0, HARD):
+            set_alpha(pruned, alpha)
+            torch.testing.assert_close(pruned(ids).logits, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "mistral"])
+def test_hard_logits_equal_plain_model_under_loop_mask(arch):
+    """One layer, so one mask: the plain transformers model given the loop's visibility as a 4D mask."""
+    plain = hf_model(arch, num_hidden_layers=1)
+    pruned = attach(hf_model(arch, num_hidden_layers=1), PRUNING)
+    ids = prompt()
+    with torch.no_grad():
+        x = pruned.model.layers[0].input_layernorm(pruned.model.embed_tokens(ids))
+        first = loop_first_drops(interactions(pruned)[0], x)
+        T = ids.shape[1]
+        rows, cols = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        visible = (cols <= rows) & (rows < first[:, None, :])  # [B, T, T]
+        assert not visible.tril().all()
+        torch.testing.assert_close(pruned(ids).logits, plain(ids, attention_mask=visible[:, None]).logits,
+                                   atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "mistral"])
+def test_drop_times_equal_loop_reference(arch):
+    model = attach(hf_model(arch), PRUNING)
+    ids = prompt()
+    inputs = []
+    hooks = [layer.input_layernorm.register_forward_hook(lambda m, a, out: inputs.append(out))
+             for layer in model.model.layers]
+    times = token_drop_times(model, ids)
+    for hook in hooks:
+        hook.remove()
+    T = ids.shape[1]
+    for layer_times, interaction, x in zip(times, interactions(model), inputs, strict=True):
+        with torch.no_grad():
+            first = loop_first_drops(interaction, x)
+        assert torch.equal(layer_times, torch.where(first < T, first, -1))
+    assert (times >= 0).any()
+
+
+# ---------------------------------------------------------------------- the cache that removes tokens
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2", "mistral"])
+def test_generate_with_pruned_cache_equals_full_forward(arch):
+    model = attach(hf_model(arch), PRUNING)
+    ids = prompt()
+    generated, cache = generate(model, ids, 8)
+    assert torch.equal(generated, greedy_by_full_forward(model, ids, 8))
+    assert cache.get_seq_length() == ids.shape[1] + 7  # tokens seen (the last one is never fed back), not kept
+    assert (cache.live_tokens() < cache.get_seq_length()).all()
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_propagate_in_depth_cached_generation_equals_full_forward(arch):
+    hf, _ = attached_pair(arch, PruningConfig(r=8, init_std=0.5, init_bias=1.0, propagate_in_depth=True))
+    ids = prompt()
+    generated, cache = generate(hf, ids, 8)
+    assert torch.equal(generated, greedy_by_full_forward(hf, ids, 8))
+    below, above = cache.layers[0], cache.layers[1]
+    for row in range(ids.shape[0]):  # what a layer dropped, the layer above dropped too
+        held_above = set(above.positions[row][above.valid[row]].tolist())
+        assert held_above <= set(below.positions[row][below.valid[row]].tolist())
+
+
+def test_prefill_keeps_what_the_last_prompt_token_sees():
+    model = attach(hf_model("llama"), PRUNING)
+    ids = prompt()
+    cache = PrunedCache()
+    with torch.no_grad():
+        model(ids, past_key_values=cache)
+        model(ids, use_cache=False)
+    for layer, effective in zip(cache.layers, context_state(model).effective, strict=True):
+        for row in range(ids.shape[0]):
+            alive = set(torch.nonzero(effective[row, -1] > -math.inf).flatten().tolist())
+            assert set(layer.positions[row][layer.valid[row]].tolist()) == alive
+
+
+def test_cache_bytes_shrink_with_the_tokens_dropped():
+    model = attach(hf_model("llama"), PRUNING)
+    ids = prompt(batch=1, length=24)
+    cache = PrunedCache()
+    with torch.no_grad():
+        model(ids, past_key_values=cache)
+    heads, head_dim, r = 2, 8, PRUNING.r
+    per_token = (2 * heads * head_dim + r) * 4 + 8 + 1  # keys, values, interaction keys (float32); position, valid
+    live = cache.live_tokens()[:, 0]
+    assert (live < 24).all()
+    for layer, n in zip(cache.layers, live.tolist(), strict=True):
+        assert layer.nbytes() == n * per_token
+        assert layer.keys.shape[2] == n
+    dense = DynamicCache(config=model.config)
+    set_pruning(model, False)
+    with torch.no_grad():
+        model(ids, past_key_values=dense)
+    dense_bytes = sum(layer.keys.nbytes + layer.values.nbytes for layer in dense.layers)
+    kv_bytes = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
+    assert kv_bytes / dense_bytes == pytest.approx(float(live.sum()) / (24 * len(live)))
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_batch_rows_that_drop_different_tokens(arch):
+    model = attach(hf_model(arch), PRUNING)
+    ids = prompt(batch=3, length=10, seed=1)
+    generated, cache = generate(model, ids, 6)
+    live = cache.live_tokens()
+    assert (live != live[:, :1]).any()  # the rows hold different numbers of tokens: padded slots are in play
+    for row in range(3):
+        alone, _ = generate(model, ids[row:row + 1], 6)
+        assert torch.equal(generated[row:row + 1], alone)
+    # a left-padded shorter prompt continues as it does alone (positions from the attention mask)
+    short = prompt(batch=1, length=6, seed=2)
+    padded = torch.cat([torch.cat([torch.zeros(1, 4, dtype=torch.long), short], dim=1), ids[:1]])
+    mask = (torch.arange(10)[None, :] >= torch.tensor([[4], [0]])).long()
+    batched, _ = generate(model, padded, 5, attention_mask=mask)
+    alone, _ = generate(model, short, 5)
+    assert torch.equal(batched[0, 4:], alone[0])
+
+
+def test_pruned_cache_refuses_soft_decisions_and_a_plain_cache_refuses_a_pruned_continuation():
+    model = attach(hf_model("gpt2"), PRUNING)
+    ids = prompt()
+    set_alpha(model, 1.0)
+    with pytest.raises(ValueError, match="hard decisions"), torch.no_grad():
+        model(ids, past_key_values=PrunedCache())
+    set_alpha(model, HARD)
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        model(ids, past_key_values=cache)
+        with pytest.raises(ValueError, match="PrunedCache"):
+            model(ids[:, :1], past_key_values=cache)
+
+
+# ---------------------------------------------------------------------- saving and loading
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_save_pretrained_round_trip(arch, tmp_path):
+    model = attach(hf_model(arch), PRUNING)
+    ids = prompt()
+    names = [n for n, _ in model.named_parameters() if ".interaction." in n]
+    assert len(names) == 2 * 5  # per layer: query and key weight and bias, the bias beta
+    with torch.no_grad():
+        expected = model(ids).logits
+    model.save_pretrained(tmp_path)
+    reloaded = load_attached(type(model), str(tmp_path)).eval()
+    for name in names:
+        assert torch.equal(reloaded.state_dict()[name], model.state_dict()[name])
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(ids).logits, expected, atol=1e-6, rtol=1e-6)
