@@ -169,7 +169,7 @@ def attach(model: nn.Module, pruning: PruningConfig, alpha: float = HARD, budget
     set_alpha(model, alpha)
     if budget is not None:  # a budget-conditioned model may get its budget later: its forward asks for one
         set_budget(model, budget)
-    model.config.__dict__[CONFIG_KEY] = asdict(pruning)
+    setattr(model.config, CONFIG_KEY, asdict(pruning))  # saved in config.json by save_pretrained
     _register()
     model.set_attn_implementation(ATTN_IMPLEMENTATION)
     if model.config._attn_implementation != ATTN_IMPLEMENTATION:
@@ -313,11 +313,10 @@ def context_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
 def _open_empty_rows(mask: torch.Tensor) -> torch.Tensor:
     """A query that may attend to nothing (a padding token) would give NaN, which would then reach real tokens through
     its keys and values (0 * NaN); let it attend to everything instead: its output is never read."""
-    sees = mask.any(-1) if mask.dtype == torch.bool else (mask > -math.inf).any(-1)
-    if bool(sees.all()):
-        return mask
-    empty = ~sees[..., None]
-    return mask | empty if mask.dtype == torch.bool else mask.masked_fill(empty, 0.0)
+    # no early return on "every row sees something": that test would wait for the device at every layer
+    if mask.dtype == torch.bool:
+        return mask | ~mask.any(-1, keepdim=True)
+    return mask.masked_fill(~(mask > -math.inf).any(-1, keepdim=True), 0.0)
 
 
 def _always_materialised_mask(*args, **kwargs):

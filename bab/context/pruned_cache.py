@@ -46,6 +46,7 @@ class _Staged:
     interaction: object  # ContextInteraction: scores(q_int, k_int, budget) -> [B, T, K]
     budget: float | None
     inherited: torch.Tensor | None  # [B, seen + T]: the layer below's first drop per position (depth propagation)
+    propagate: bool  # publish this layer's first drops for the layer above
 
 
 class PrunedLayer(CacheLayerMixin):
@@ -106,11 +107,13 @@ class PrunedLayer(CacheLayerMixin):
                          & (new_positions[None, :, None] < first[:, None, :]))
         self.key_positions = positions
         self.seen = never
-        # positions this layer no longer holds were dropped earlier (0: before every query); padding slots write
-        # into a spare last column
-        by_position = torch.zeros(B, never + 1, dtype=torch.long, device=device)
-        by_position.scatter_(1, positions.masked_fill(~valid, never), first)
-        self.first_by_position = by_position[:, :never]
+        self.first_by_position = None
+        if staged is not None and staged.propagate:
+            # positions this layer no longer holds were dropped earlier (0: before every query); padding slots
+            # write into a spare last column
+            by_position = torch.zeros(B, never + 1, dtype=torch.long, device=device)
+            by_position.scatter_(1, positions.masked_fill(~valid, never), first)
+            self.first_by_position = by_position[:, :never]
         self._keep(keys, values, int_keys, positions, valid & (first == never))
         return keys, values
 
@@ -214,7 +217,7 @@ class PrunedCache(Cache):
         inherited = None
         if propagate and layer_idx > 0:
             inherited = self.layers[layer_idx - 1].first_by_position  # updated earlier in this forward
-        layer.staged = _Staged(interaction.query(x), interaction.key(x), interaction, budget, inherited)
+        layer.staged = _Staged(interaction.query(x), interaction.key(x), interaction, budget, inherited, propagate)
 
     def nbytes(self) -> int:
         return sum(layer.nbytes() for layer in self.layers)

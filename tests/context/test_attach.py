@@ -234,6 +234,16 @@ def test_generate_with_pruned_cache_equals_full_forward(arch):
     assert (cache.live_tokens() < cache.get_seq_length()).all()
 
 
+def test_beam_search_with_pruned_cache_equals_beam_search_without_cache():
+    """Beam search reorders the cache's rows (``reorder_cache``); without a cache every step is the full forward."""
+    model = attach(hf_model("llama"), PRUNING)
+    ids = prompt()
+    settings = dict(attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False, num_beams=3,
+                    pad_token_id=0)
+    cached = model.generate(ids, past_key_values=PrunedCache(), **settings)
+    assert torch.equal(cached, model.generate(ids, use_cache=False, **settings))
+
+
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_propagate_in_depth_cached_generation_equals_full_forward(arch):
     hf, _ = attached_pair(arch, PruningConfig(r=8, init_std=0.5, init_bias=1.0, propagate_in_depth=True))
