@@ -124,6 +124,17 @@ def test_logits_and_drop_times_equal_babs_decoder(arch, propagate):
         torch.testing.assert_close(hf(ids).logits, ours(ids, prune=False).logits, atol=1e-5, rtol=1e-5)
 
 
+def test_reversible_ablation_matches_babs_decoder_and_refuses_the_pruned_cache():
+    hf, ours = attached_pair("gpt2", PruningConfig(r=8, init_std=0.5, init_bias=1.0, irreversible=False))
+    ids = prompt()
+    with torch.no_grad():
+        for alpha in (2.0, HARD):
+            set_alpha(hf, alpha)
+            torch.testing.assert_close(hf(ids).logits, ours(ids, alpha=alpha).logits, atol=1e-5, rtol=1e-5)
+        with pytest.raises(ValueError, match="irreversible"):
+            hf(ids, past_key_values=PrunedCache())
+
+
 def test_sparsity_term_per_layer_carries_gradient():
     hf, ours = attached_pair("llama")
     ids = prompt()
@@ -232,6 +243,21 @@ def test_generate_with_pruned_cache_equals_full_forward(arch):
     assert torch.equal(generated, greedy_by_full_forward(model, ids, 8))
     assert cache.get_seq_length() == ids.shape[1] + 7  # tokens seen (the last one is never fed back), not kept
     assert (cache.live_tokens() < cache.get_seq_length()).all()
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_cached_steps_without_generate_take_positions_from_tokens_seen(arch):
+    """The model's own forward derives position ids (GPT-2's learned positions, Llama's RoPE) from get_seq_length:
+    with tokens dropped, the prompt in two chunks and then one token at a time give the full forward's logits."""
+    model = attach(hf_model(arch), PRUNING)
+    ids = prompt(length=14)
+    cache = PrunedCache()
+    with torch.no_grad():
+        full = model(ids, use_cache=False).logits
+        chunks = [model(ids[:, :6], past_key_values=cache).logits, model(ids[:, 6:10], past_key_values=cache).logits]
+        chunks += [model(ids[:, t:t + 1], past_key_values=cache).logits for t in range(10, 14)]
+    torch.testing.assert_close(torch.cat(chunks, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert cache.get_seq_length() == 14 and (cache.live_tokens() < 14).all()
 
 
 def test_beam_search_with_pruned_cache_equals_beam_search_without_cache():
