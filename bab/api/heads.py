@@ -29,9 +29,10 @@ import pandas as pd
 import torch
 from safetensors.torch import load_file, save_file
 
-from bab.api.data import LabeledTexts, LabelMap, encode, holdout, read_labeled
+from bab.api.data import LabeledTexts, LabelMap, encode, holdout, read_labeled, warn_if_few
 from bab.core import strict_json
 from bab.core.budget import GATE_STARTS, validate_budget
+from bab.core.folders import share
 from bab.core.statistics import CONFIDENCE, RESAMPLES
 from bab.core.step_clock import fit_plan, steps_per_epoch
 from bab.core.threads import apply_threads
@@ -41,13 +42,16 @@ from bab.experiments.own_data import OwnDataProfile, OwnDataStudy
 from bab.heads.evaluate import evaluate, gates_by_budget, interval_columns
 from bab.heads.hf_encoder import GatedHFClassifier, load_classifier, load_tokenizer, resolve_encoder_source
 from bab.heads.hf_pruning import KEPT_HEADS_KEY, pruned_copy
-from bab.heads.train import TrainConfig
+from bab.heads.train import TrainConfig, ranking_passes
 
 CHECKPOINT_KEY = "bab_budgeted"  # in config.json: marks a gated checkpoint and holds its gates' recipe
 GATES_FILE = "bab_gates.safetensors"
 HISTORY_FILE = "bab_history.json"
 CHECKPOINT_FORMAT = 1
 # the sweep's columns, the interval of each number beside it
+# the sweep's row of the fitted model run with every head (its gates off): not the dense fine-tune, whose weights
+# never went through the gated stages
+ALL_HEADS = "all heads"
 SWEEP_COLUMNS = ("budget", "mode", "accuracy", "accuracy_low", "accuracy_high", "vs_dense", "vs_dense_low",
                  "vs_dense_high", "loss", "cost", "heads_kept", "n")
 
@@ -98,8 +102,10 @@ class Recipe:
                              f"{self.gate_start!r}")
 
     def train_configs(self, hard_budgets=None) -> dict[str, TrainConfig]:
-        """The three stages' TrainConfigs (``batch_size``: the global batch). ``hard_budgets``: one budget adapts
-        that budget; several adapt b ~ U[min, 1], which covers each of them."""
+        """The three stages' TrainConfigs (``batch_size``: the global batch). The budgeted gates train at
+        b ~ U[budget_min, 1] per batch; hard adaptation (``hard_epochs`` epochs) adapts the top-k at b ~
+        U[budget_min, 1] too, unless ``hard_budgets`` says otherwise: one budget adapts that budget alone, several
+        b ~ U[their minimum, 1]."""
         common = dict(batch_size=self.batch_size, seed=self.seed, gate_lr=self.gate_lr)
         configs = {
             "dense": TrainConfig(objective="dense", epochs=self.dense_epochs, lr=self.dense_lr, **common),
@@ -110,7 +116,7 @@ class Recipe:
                                     **common),
         }
         if self.hard_epochs:
-            budgets = sorted(validate_budget(b) for b in (hard_budgets or [self.budget_min]))
+            budgets = sorted(validate_budget(b) for b in hard_budgets) if hard_budgets else [self.budget_min, 1.0]
             fixed = budgets[0] if len(budgets) == 1 else None
             configs["hard"] = TrainConfig(objective="hard_adapt", epochs=self.hard_epochs, lr=self.lr,
                                           kd_beta=self.kd_beta, kd_temperature=self.kd_temperature, budget=fixed,
@@ -131,6 +137,8 @@ class BudgetedClassifier:
         self.label_map = LabelMap(labels) if labels is not None else None
         self.recipe = recipe or Recipe()
         self.history = history or {}
+        # the dense fine-tune ``fit`` started the gates from: the sweep's dense row (not saved with the checkpoint)
+        self.dense_model: GatedHFClassifier | None = None
 
     @property
     def labels(self) -> list[str] | None:
@@ -198,6 +206,7 @@ class BudgetedClassifier:
                       folder / GATES_FILE, metadata={"format": "pt"})
             self.tokenizer.hf.save_pretrained(folder)
             (folder / HISTORY_FILE).write_text(strict_json.dumps(self.history, indent=1, default=float))
+            share(folder)
         state.wait_for_everyone()
         return folder
 
@@ -211,7 +220,8 @@ class BudgetedClassifier:
         ``train_data`` / ``val``: a CSV path, DataFrame, ``datasets.Dataset`` / ``DatasetDict`` (its "train"
         and "validation" splits). Without ``val`` a stratified ``recipe.val_fraction`` of the training data
         is held out to pick the best epoch of multi-epoch stages. ``hard_budgets``: the budgets to adapt
-        the hard top-k to (default: every budget in [recipe.budget_min, 1]).
+        the hard top-k to (default: b ~ U[recipe.budget_min, 1] per batch; one budget: that budget alone; several:
+        U[their minimum, 1]; ``Recipe.train_configs``).
         ``cache``: where each trained stage is kept (a ``bab.core.runs.RunCache`` or a folder; default the run
         cache, ``$BAB_CACHE_DIR``; ``False``: nowhere). With a cache an interrupted fit resumes, and a fit of the
         same data, encoder and recipe is loaded instead of trained again.
@@ -228,6 +238,7 @@ class BudgetedClassifier:
             self.label_map = LabelMap.fit(train_texts.labels, f"the training data ({train_texts.source})")
         else:
             self.label_map.ids(train_texts.labels, f"the training data ({train_texts.source})")
+        warn_if_few(train_texts, self.label_map, f"the training data ({train_texts.source})")
         if val is not None:
             val_texts = read_labeled(val, text_column, label_column, "validation", skip_malformed)
         elif self.recipe.val_fraction and len(train_texts.texts) >= 10 * len(self.labels):
@@ -244,10 +255,30 @@ class BudgetedClassifier:
         study = OwnDataStudy(profile, self.source, self.labels, train_set, val_set, cache=cache,
                              progress=progress)
         stages = [(c.objective, c.epochs * steps_per_epoch(len(train_set), c.batch_size)) for c in configs.values()]
-        with fit_plan("fit", stages, progress):
-            model, self.history = study.fit()
-        self.model = model.eval()
+        with fit_plan("fit", stages, progress, passes=self._other_passes(study, configs, train_set, val_set),
+                      batch_size=r.batch_size):
+            model, self.history, dense = study.fit()
+        self.model, self.dense_model = model.eval(), dense.eval()
         return self
+
+    @staticmethod
+    def _other_passes(study: OwnDataStudy, configs: dict, train_set, val_set) -> int:
+        """Examples the fit runs forward besides its training steps: the gate start's ranking of the heads, and
+        the validation passes that pick the best epoch of multi-epoch stages (at each selection budget for the
+        gated ones, and the unadapted checkpoint's for hard adaptation)."""
+        soft = configs["budgeted"]
+        heads = study.model_config().num_layers * study.model_config().num_heads
+        passes = 0
+        if soft.gate_start not in ("flat", "random"):
+            passes += ranking_passes(soft.gate_start, heads) * min(soft.gate_start_examples, len(train_set))
+        if val_set is None:
+            return passes
+        for config in configs.values():
+            if config.epochs > 1:
+                per_pass = 1 if config.objective == "dense" else len(study.profile.select_budgets)
+                start = 1 if config.objective == "hard_adapt" and config.keep_unadapted else 0
+                passes += (config.epochs + start) * per_pass * len(val_set)
+        return passes
 
     # -- using it --------------------------------------------------------------------------------
 
@@ -259,28 +290,34 @@ class BudgetedClassifier:
                       by_length=True)
 
     def evaluate(self, data, budget: float | None = None, mode: str = "hard", **columns) -> dict:
-        """Accuracy (%), loss, cost and kept heads on ``data`` at ``budget`` (None: dense); ``n`` texts scored and
-        their ``outcomes`` (right or wrong, per text in the order of ``dataset(data)``)."""
+        """Accuracy (%), loss, cost and kept heads on ``data`` at ``budget`` (None: the fitted model with every head);
+        ``n`` texts scored and their ``outcomes`` (right or wrong, per text in the order of ``dataset(data)``)."""
         return evaluate(self.model, self.dataset(data, **columns), budget, "dense" if budget is None else mode)
 
     def sweep(self, data, budgets=(0.25, 0.5, 0.75, 1.0), modes=("soft", "hard"), **columns) -> pd.DataFrame:
-        """One row per (mode, budget) plus the dense row: budget, mode, accuracy with its 95% interval
-        (``accuracy_low``, ``accuracy_high``), the difference from the dense row in points with its paired 95%
-        interval (``vs_dense``, ``vs_dense_low``, ``vs_dense_high``; empty on the dense row), loss, cost,
-        heads_kept and ``n`` (texts scored). ``attrs["intervals"]`` says what the intervals cover.
+        """One row per model measured: mode "dense", the dense fine-tune the gates started from (after ``fit``; a
+        checkpoint loaded from disk has no dense model with it), mode "all heads", the fitted model with every
+        head, then one row per (mode, budget). Columns: budget, mode, accuracy with its 95% interval
+        (``accuracy_low``, ``accuracy_high``), the difference from the reference row (the dense row, else the
+        all-heads row) in points with its paired 95% interval (``vs_dense``, ``vs_dense_low``, ``vs_dense_high``;
+        empty on the reference row), loss, cost, heads_kept and ``n`` (texts scored). ``attrs["reference"]`` names
+        the reference row and ``attrs["intervals"]`` says what the intervals cover.
 
         Hard rows keep the per-layer floor, so their accuracy is that of ``prune(budget)``.
         """
         test = self.dataset(data, **columns)
         budgets = [validate_budget(b) for b in budgets]
-        dense = evaluate(self.model, test)
-        rows = [dense, *(evaluate(self.model, test, b, mode) for mode in modes for b in budgets)]
+        measured = [] if self.dense_model is None else [{**evaluate(self.dense_model, test), "mode": "dense"}]
+        measured.append({**evaluate(self.model, test), "mode": ALL_HEADS})
+        measured += [evaluate(self.model, test, b, mode) for mode in modes for b in budgets]
+        reference = measured[0]
         table = pd.DataFrame([{**{k: v for k, v in row.items() if k not in ("outcomes", "unit_ids", "n")},
-                               **interval_columns(row, None if row is dense else dense), "n": row["n"]}
-                              for row in rows])
+                               **interval_columns(row, None if row is reference else reference), "n": row["n"]}
+                              for row in measured])
         table = table.reindex(columns=[*SWEEP_COLUMNS, *(c for c in table.columns if c not in SWEEP_COLUMNS)])
         table["heads_kept"] = table["heads_kept"].astype("Int64")  # a count; empty for dense and soft rows
-        table.attrs["intervals"] = interval_description(dense["n"])
+        table.attrs["reference"] = reference["mode"]
+        table.attrs["intervals"] = interval_description(reference["n"], reference["mode"])
         return table
 
     @torch.no_grad()
@@ -372,12 +409,13 @@ class BudgetedClassifier:
         return f"BudgetedClassifier({self.source!r}, labels={self.labels}, {shape})"
 
 
-def interval_description(n: int) -> dict:
-    """What the sweep's intervals are, in words, for a reader of its table (metrics.json keeps this)."""
+def interval_description(n: int, reference: str = "dense") -> dict:
+    """What the sweep's intervals are, in words, for a reader of its table (metrics.json keeps this);
+    ``reference``: the mode of the row the differences are taken from."""
     return {"confidence": CONFIDENCE,
             "accuracy": f"Wilson score interval over the {n:,} texts scored (accuracy_low, accuracy_high; %)",
             "vs_dense": f"paired bootstrap over the {n:,} texts scored ({RESAMPLES} resamples): each row's and the "
-                        f"dense row's right/wrong on the same texts resampled together (vs_dense_low, "
+                        f"{reference!r} row's right/wrong on the same texts resampled together (vs_dense_low, "
                         f"vs_dense_high; points); one trained model, so test sampling only, not training seeds"}
 
 

@@ -24,6 +24,21 @@ def current_umask() -> int:
     return mask
 
 
+def share(folder: Path) -> Path:
+    """Give ``folder`` and everything in it the permissions of a plain file or folder under the user's umask
+    (0644 / 0755 with the usual 022): safetensors writes its files 0600 and ``mkdtemp`` its folders 0700, so a model
+    written for others to read would otherwise be readable by its owner alone."""
+    mask = current_umask()
+    folder = Path(folder)
+    for root, dirs, files in os.walk(folder):
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o666 & ~mask)
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o777 & ~mask)
+    os.chmod(folder, 0o777 & ~mask)
+    return folder
+
+
 def staging_beside(final: Path) -> Path:
     """A fresh, empty folder ``.<name>.staging-<random>`` next to ``final`` (same file system, so renames work)."""
     final.parent.mkdir(parents=True, exist_ok=True)

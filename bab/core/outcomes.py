@@ -82,11 +82,24 @@ def align(arrays: list[np.ndarray], ids: list[np.ndarray | None]) -> list[np.nda
 UNITS = "units"
 
 
+class _Units(list):
+    """The per-unit measurements of a table's rows. Compared by identity: pandas compares the attrs of the tables
+    it joins, and arrays compared with == give no single truth value."""
+
+    def __eq__(self, other):
+        return self is other
+
+    def __ne__(self, other):
+        return self is not other
+
+    __hash__ = None
+
+
 def keep_units(table, evaluations: list[dict]):
     """``table`` (one row per evaluation of ``evaluations``, in order) with their per-unit measurements kept in
     ``table.attrs["units"]`` (``row_units`` gives them back); returns ``table``."""
-    table.attrs[UNITS] = [{kind: e[kind] for kind in ("outcomes", *KINDS[1:]) if e.get(kind) is not None}
-                          for e in evaluations]
+    table.attrs[UNITS] = _Units({kind: e[kind] for kind in ("outcomes", *KINDS[1:]) if e.get(kind) is not None}
+                                for e in evaluations)
     return table
 
 

@@ -41,6 +41,7 @@ except ImportError:  # Windows: runs are not locked there
     fcntl = None
 
 from bab.core import strict_json
+from bab.core.folders import share
 from bab.core.provenance import git_commit, now_iso
 from bab.core.training import Checkpointer, distributed_state, seed_everything
 
@@ -167,12 +168,12 @@ class RunCache:
     def checkpointer(self, name: str, config) -> Checkpointer | None:
         """Where an unfinished run of ``name`` / ``config`` keeps its resumable checkpoint: the partial area
         ``<root>/partial/<name>-<key>/`` (None when the cache is off). ``$BAB_CHECKPOINT_SECONDS`` sets how often
-        it is written (default every 5 minutes)."""
+        it is written (default every 5 minutes, the first time after one)."""
         if not self.enabled:
             return None
         seconds = float(os.environ.get("BAB_CHECKPOINT_SECONDS", 300))
         return Checkpointer(self.root / PARTIAL / self.path(name, config).name / "checkpoint.pt", label=name,
-                            every_seconds=seconds)
+                            every_seconds=seconds, first_seconds=min(60.0, seconds))
 
     def load(self, name: str, config, model: torch.nn.Module) -> dict | None:
         """Fill ``model`` from the cached run and return its metrics, or None when not cached."""
@@ -199,6 +200,7 @@ class RunCache:
             save_file(state, tmp / "model.safetensors")
             (tmp / "metrics.json").write_text(strict_json.dumps(metrics, indent=2, sort_keys=True))
             (tmp / "config.json").write_text(canonical(config))
+            share(tmp)
             if folder.exists():
                 shutil.rmtree(folder)
             os.replace(tmp, folder)
@@ -247,25 +249,22 @@ class RunCache:
         """Hold the right to train run ``name`` / ``config``. A second process asking for the same run waits here
         until the first has stored it, then loads it: training it beside the first would double the work and let
         two training loops write one resumable checkpoint. An advisory lock (``flock``) on
-        ``<root>/partial/<run>.lock``, which the system releases when its process ends, however it ends. No lock
-        with the cache off, without ``fcntl`` (Windows), or under ``accelerate launch`` with several processes
-        (they train one model together; a lock would hold one of them back from the others)."""
+        ``<root>/partial/<run>.lock``, which the system releases when its process ends, however it ends; the holder
+        removes the file as it lets go, and a waiter that then finds its file gone locks the path anew, so no lock
+        file is left behind a finished run. No lock with the cache off, without ``fcntl`` (Windows), or under
+        ``accelerate launch`` with several processes (they train one model together; a lock would hold one of them
+        back from the others)."""
         if not self.enabled or fcntl is None or distributed_state().num_processes > 1:
             yield
             return
         path = self.root / PARTIAL / f"{self.path(name, config).name}.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # the file stays: removing it would let a third process lock a new file while a waiter holds the old one
-        with open(path, "a") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                print(f"{name}: another process is training run {path.stem}; waiting for it to finish", flush=True)
-                fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        handle = _acquire(path, name)
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)  # while still held: a waiter on this file sees it gone and starts over
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
 
     def measurement_path(self, name: str, config) -> Path:
         return self.root / MEASUREMENTS / f"{self.path(name, config).name}.json"
@@ -308,6 +307,31 @@ class RunCache:
         _MEASUREMENTS_USED.setdefault(path.name, {"measurement": path.name, "cached": False, **measured_by})
         return result
 
+
+
+def _acquire(path: Path, name: str):
+    """The open, exclusively locked lock file at ``path`` (waiting for its holder, saying so once), checked to be
+    the file the path names now: a holder that finished removed its file, so the lock taken on it is let go and
+    the path locked again."""
+    said = False
+    while True:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not said:
+                print(f"{name}: another process is training run {path.stem}; waiting for it to finish", flush=True)
+                said = True
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            current = os.stat(path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(handle.fileno()).st_ino:
+            return handle
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
 
 
 class CacheMiss(LookupError):

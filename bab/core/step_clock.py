@@ -9,11 +9,12 @@ out: it pays for allocations and lazy initialisation):
 A fit of several stages (dense, then budgeted, then hard adaptation) runs inside a ``fit_plan``: the first stage
 to time its steps also estimates the whole fit at its pace, and the plan says at the end how long it took:
 
-    fit: about 5 min of training steps in all on 2 threads (340 steps in 3 stages, at this stage's pace; ...)
-    fit: took 8:26 (training steps estimated at about 5 min)
+    fit: about 8 min in all on 2 threads (340 training steps in 3 stages at this stage's pace, and about 2:40
+    for 41,000 examples of other passes (ranking, validation, sweep, timing))
+    fit: took 8:26 (estimated at about 8 min)
 
-The estimate covers optimizer steps only; validation passes, and the gate start's ranking of heads (forward
-passes over a few examples for every head), come on top.
+The other passes (the gate start's ranking of heads, validation, a command's sweep and timing) are counted in
+examples run forward, each at about a third of a training step's time per example.
 
 Where no progress bar can redraw in place (stdout or stderr is a file), it also prints a plain line every 5% of
 the run (at most one each 10 s, and the last step) instead of a bar's carriage returns:
@@ -58,12 +59,20 @@ def clock(seconds: float) -> str:
 
 @dataclass
 class FitPlan:
-    """The training steps of a fit's stages, in order: (objective name, steps)."""
+    """The training steps of a fit's stages, in order: (objective name, steps), and the examples its other passes
+    run through the model (``passes``: gate-start ranking, validation, sweep, latency), forward only."""
 
     label: str
     stages: list[tuple[str, int]]
     started: float
     estimate: float | None = None  # seconds for the whole fit, once a stage has timed its steps
+    passes: int = 0
+    batch_size: int = 1  # of the training steps, to turn a step's time into a forward pass's per example
+
+    def pass_seconds(self, seconds_per_step: float) -> float:
+        """The other passes' seconds at a training step's pace: a forward pass costs about a third of a training
+        step (forward and a backward of twice its work) per example."""
+        return self.passes * seconds_per_step / (3 * max(1, self.batch_size))
 
     def steps_from(self, stage: str) -> tuple[int, int] | None:
         """(steps, stages) from ``stage`` to the end of the plan; None for a stage the plan does not name."""
@@ -83,17 +92,28 @@ def steps_per_epoch(examples: int, batch_size: int) -> int:
 
 
 @contextlib.contextmanager
-def fit_plan(label: str, stages: list[tuple[str, int]], progress: bool = True, write=None):
-    """Run a fit's stages inside: the first stage that times its steps estimates the whole fit (stages found in
-    the run cache take no time and are left out), and the end says how long the fit took against that."""
-    plan = FitPlan(label, [(name, int(steps)) for name, steps in stages], time.perf_counter())
+def fit_plan(label: str, stages: list[tuple[str, int]], progress: bool = True, write=None, passes: int = 0,
+             batch_size: int = 1):
+    """Run a fit's stages inside: the first stage that times its steps estimates the whole fit, its other passes
+    (``passes`` examples forward, e.g. validation) included (stages found in the run cache take no time and are
+    left out), and the end says how long the fit took against that. Inside an active plan (a command that fits,
+    then sweeps and times) the stages and passes join that plan, which reports once, for the whole."""
+    outer = _PLAN.get()
+    if outer is not None:
+        outer.stages += [(name, int(steps)) for name, steps in stages]
+        outer.passes += passes
+        outer.batch_size = batch_size if outer.batch_size == 1 else outer.batch_size
+        yield outer
+        return
+    plan = FitPlan(label, [(name, int(steps)) for name, steps in stages], time.perf_counter(), passes=passes,
+                   batch_size=batch_size)
     token = _PLAN.set(plan)
     try:
         yield plan
     finally:
         _PLAN.reset(token)
     if progress:
-        estimated = (f" (training steps estimated at {about(plan.estimate)})" if plan.estimate is not None
+        estimated = (f" (estimated at {about(plan.estimate)})" if plan.estimate is not None
                      else " (every stage cached)")
         (write or tqdm.write)(f"{label}: took {clock(time.perf_counter() - plan.started)}{estimated}")
 
@@ -105,8 +125,8 @@ class StepClock:
     the bar). ``write``: where lines go (default ``tqdm.write``, which keeps a live bar intact)."""
 
     def __init__(self, label: str, total: int, start_step: int = 0, progress: bool = True, live: bool = True,
-                 write=None):
-        self.label, self.total, self.start_step = label, total, start_step
+                 write=None, unit: str = "step"):
+        self.label, self.total, self.start_step, self.unit = label, total, start_step, unit
         self.progress, self.live = progress, live
         self.write = write or tqdm.write
         self.started = self.last_line = time.perf_counter()
@@ -147,11 +167,14 @@ class StepClock:
             return
         steps, stages = left
         steps_left = steps - step  # the steps of this stage done so far are behind us
-        plan.estimate = (now - plan.started) + steps_left * self.seconds_per_step
+        others = plan.pass_seconds(self.seconds_per_step)
+        plan.estimate = (now - plan.started) + steps_left * self.seconds_per_step + others
         if self.progress:
-            self.write(f"{plan.label}: {about(plan.estimate)} of training steps in all on {describe_threads()} "
-                       f"({steps} steps in {stages} stage{'s' if stages != 1 else ''}, at this stage's pace; "
-                       f"evaluation and other passes come on top)")
+            passes = (f", and about {clock(others)} for {plan.passes:,} examples of other passes (ranking, "
+                      f"validation, sweep, timing)") if plan.passes else ""
+            self.write(f"{plan.label}: {about(plan.estimate)} in all on {describe_threads()} "
+                       f"({steps} training steps in {stages} stage{'s' if stages != 1 else ''} at this stage's "
+                       f"pace{passes})")
 
     def remaining_seconds(self, step: int) -> float | None:
         if self.seconds_per_step is None:
@@ -161,12 +184,13 @@ class StepClock:
     def estimate_line(self, first: int, last: int) -> str:
         left = self.total - self.start_step
         resumed = f" left of {self.total}" if self.start_step else ""
-        timed = f"step {first}" if first == last else f"steps {first}-{last}"
-        return (f"{self.label}: {left} steps{resumed}, {about(left * self.seconds_per_step)} on "
-                f"{describe_threads()} ({self.seconds_per_step:.3g} s a step, timed over {timed})")
+        unit = self.unit
+        timed = f"{unit} {first}" if first == last else f"{unit}s {first}-{last}"
+        return (f"{self.label}: {left} {unit}s{resumed}, {about(left * self.seconds_per_step)} on "
+                f"{describe_threads()} ({self.seconds_per_step:.3g} s a {unit}, timed over {timed})")
 
     def progress_line(self, step: int, now: float, loss: float | None) -> str:
-        line = (f"{self.label}: step {step}/{self.total} ({100 * step / self.total:.0f}%), "
+        line = (f"{self.label}: {self.unit} {step}/{self.total} ({100 * step / self.total:.0f}%), "
                 f"{clock(now - self.started)} elapsed")
         remaining = self.remaining_seconds(step)
         if remaining is not None:

@@ -197,7 +197,8 @@ CHECKPOINT_FORMAT = 1
 @dataclass
 class Checkpointer:
     """Where the loop keeps a run's resumable checkpoint, and how often it writes it (every ``every_steps``
-    optimizer steps, or once ``every_seconds`` have passed since the last write, whichever comes first).
+    optimizer steps, or once ``every_seconds`` have passed since the last write, whichever comes first; the first
+    write comes after ``first_seconds``, so a run killed in its first minutes still resumes).
 
     A checkpoint is written to a temporary file and renamed into place, so a kill while writing leaves the
     previous one intact. Whoever stores the finished model calls ``clear()``."""
@@ -206,13 +207,15 @@ class Checkpointer:
     label: str = "run"  # how the resume message names the run
     every_steps: int | None = None
     every_seconds: float = 300.0
+    first_seconds: float = 60.0
 
     def __post_init__(self):
         self.path = Path(self.path)
         if self.every_steps is not None and self.every_steps < 1:
             raise ValueError(f"every_steps must be >= 1 (or None), got {self.every_steps}")
-        if self.every_seconds <= 0:
-            raise ValueError(f"every_seconds must be > 0, got {self.every_seconds}")
+        if self.every_seconds <= 0 or self.first_seconds <= 0:
+            raise ValueError(f"every_seconds and first_seconds must be > 0, got {self.every_seconds}, "
+                             f"{self.first_seconds}")
 
     def load(self) -> dict | None:
         if not self.path.exists():
@@ -354,7 +357,7 @@ def run_training(model: torch.nn.Module, objective: Objective, *, teacher: torch
         best = _best_of(None, float(selection.score(unwrapped)), 0, unwrapped)
         result.history.append({"epoch": 0, "selection": best[0]})
 
-    sitting_start, last_save = time.perf_counter(), time.perf_counter()
+    sitting_start, last_save, saved_once = time.perf_counter(), time.perf_counter(), False
     step_clock = StepClock(objective.name, total, start_step=at.step, progress=progress, live=live_output())
 
     def checkpoint_state() -> dict:
@@ -410,9 +413,11 @@ def run_training(model: torch.nn.Module, objective: Objective, *, teacher: torch
                 if checkpoint is not None and at.step < total and (
                         stop_signals.received is not None
                         or (checkpoint.every_steps and at.step % checkpoint.every_steps == 0)
-                        or time.perf_counter() - last_save >= checkpoint.every_seconds):
+                        or time.perf_counter() - last_save >= (checkpoint.every_seconds if saved_once
+                                                                else min(checkpoint.first_seconds,
+                                                                         checkpoint.every_seconds))):
                     checkpoint.save(checkpoint_state())
-                    last_save = time.perf_counter()
+                    last_save, saved_once = time.perf_counter(), True
                     if stop_signals.received is not None:
                         stop_signals.stop()
     result.seconds += time.perf_counter() - sitting_start

@@ -90,17 +90,17 @@ class OwnDataStudy(BudgetedStudy):
         mode = "hard" if train_config.objective == "hard_adapt" else "soft"
         return lambda model: sum(evaluate(model, val, b, mode)["accuracy"] for b in budgets) / len(budgets)
 
-    def fit(self) -> tuple[GatedHFClassifier, dict]:
+    def fit(self) -> tuple[GatedHFClassifier, dict, GatedHFClassifier]:
         """Dense -> warm-start budgeted -> (the profile's ``hard_adapt``) hard adaptation: the last model, with
-        hard mode's per-layer floor of one head, and {stage: history}."""
-        _, dense_metrics, _ = self.dense()
+        hard mode's per-layer floor of one head, {stage: history}, and the dense fine-tune it started from."""
+        dense, dense_metrics, _ = self.dense()
         soft = self.warm_start_budgeted()
         model, history = soft[0], {"dense": dense_metrics["history"], "budgeted": soft[1]["history"]}
         if self.profile.hard_adapt is not None:
             model, hard_metrics, _ = self.hard_adapted(soft=soft)
             history["hard"] = hard_metrics["history"]
         model.min_per_layer = max(1, model.min_per_layer)  # hard mode = what structural pruning materialises
-        return model, history
+        return model, history, dense
 
 
 def encoder_fingerprint(source: str) -> str:

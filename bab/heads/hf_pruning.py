@@ -29,13 +29,13 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from bab.core.folders import share
 from bab.heads.hf_encoder import HeadGatedLinear, attention_blocks, classifier_from_config
 
 KEPT_HEADS_KEY = "bab_kept_heads"
 WEIGHTS_NAME = "model.safetensors"
 MODELING_FILE = Path(__file__).with_name("modeling_pruned.py")  # copied into every pruned folder
-REMOTE_CLASSES = {"bert": "PrunedBertForSequenceClassification",
-                  "distilbert": "PrunedDistilBertForSequenceClassification"}
+REMOTE_CLASSES = {"bert": "BertForSequenceClassification", "distilbert": "DistilBertForSequenceClassification"}
 
 
 def kept_heads(model) -> list[list[int]]:
@@ -143,7 +143,7 @@ def save_pruned(model, folder, tokenizer=None) -> Path:
     save_file(state, folder / WEIGHTS_NAME, metadata={"format": "pt"})
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
-    return folder
+    return share(folder)
 
 
 def load_pruned(folder, attn_implementation: str = "sdpa"):

@@ -16,7 +16,8 @@ input. The attention code infers the head count from these shapes.
 from __future__ import annotations
 
 from torch import nn
-from transformers import BertForSequenceClassification, DistilBertForSequenceClassification
+from transformers import BertForSequenceClassification as _BertForSequenceClassification
+from transformers import DistilBertForSequenceClassification as _DistilBertForSequenceClassification
 
 KEPT_HEADS_KEY = "bab_kept_heads"
 
@@ -48,7 +49,9 @@ def _pruned_layers(config, layers: nn.ModuleList) -> list[tuple[nn.Module, int]]
     return [(layer, len(heads)) for layer, heads in zip(layers, kept, strict=True)]
 
 
-class PrunedBertForSequenceClassification(BertForSequenceClassification):
+# The classes keep transformers' names: pipeline() checks a model's class name against the task's models, and a
+# name of our own would log a long "not supported for text-classification" line before it works anyway.
+class BertForSequenceClassification(_BertForSequenceClassification):
     def __init__(self, config):
         super().__init__(config)
         for layer, n in _pruned_layers(config, self.bert.encoder.layer):
@@ -57,9 +60,14 @@ class PrunedBertForSequenceClassification(BertForSequenceClassification):
             attention.num_attention_heads, attention.all_head_size = n, width
 
 
-class PrunedDistilBertForSequenceClassification(DistilBertForSequenceClassification):
+class DistilBertForSequenceClassification(_DistilBertForSequenceClassification):
     def __init__(self, config):
         super().__init__(config)
         for layer, n in _pruned_layers(config, self.distilbert.transformer.layer):
             _keep_heads(layer.attention, ("q_lin", "k_lin", "v_lin"), layer.attention, "out_lin", n)
             layer.attention.n_heads = n  # its ``dim`` is the model width, which pruning keeps
+
+
+# the names folders written by earlier versions give in their config's auto_map
+PrunedBertForSequenceClassification = BertForSequenceClassification
+PrunedDistilBertForSequenceClassification = DistilBertForSequenceClassification

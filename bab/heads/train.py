@@ -41,7 +41,16 @@ from bab.core.budget import (
     validate_budget,
 )
 from bab.core.losses import budget_loss, distillation_loss
-from bab.core.training import Checkpointer, EpochBatches, Objective, Selection, TrainResult, run_training
+from bab.core.step_clock import StepClock
+from bab.core.training import (
+    Checkpointer,
+    EpochBatches,
+    Objective,
+    Selection,
+    TrainResult,
+    live_output,
+    run_training,
+)
 
 OBJECTIVES = ("dense", "budgeted", "static", "hard_adapt", "recovery")
 KD_TEACHERS = ("soft", "dense")
@@ -130,7 +139,8 @@ class HeadsObjective(Objective):
     """One budgeted-heads objective (the module docstring): which weights learn, the loss of one batch and the
     epoch's row (mean loss, training accuracy and cost per example)."""
 
-    def __init__(self, config: TrainConfig, train_data: Dataset, pad_id: int | None = None):
+    def __init__(self, config: TrainConfig, train_data: Dataset, pad_id: int | None = None, progress: bool = False):
+        self.progress = progress  # the gate start's ranking of heads says how long it takes
         lengths = None
         if config.group_by_length:
             if pad_id is None:
@@ -148,7 +158,7 @@ class HeadsObjective(Objective):
         if config.objective == "hard_adapt":
             model.min_per_layer = config.min_per_layer  # the floor training uses is the one evaluation uses
         if config.gate_start != "flat":
-            initialise_gates_(model, self.train_data, config)
+            initialise_gates_(model, self.train_data, config, progress=self.progress)
 
     def parameter_groups(self, model) -> list[dict]:
         return parameter_groups(model, self.config)
@@ -181,7 +191,8 @@ def train(model: torch.nn.Module, train_data: Dataset, config: TrainConfig, teac
     selection = None
     if select is not None:
         selection = Selection(select, keep_start=config.objective == "hard_adapt" and config.keep_unadapted)
-    objective = HeadsObjective(config, train_data, pad_id=getattr(getattr(model, "config", None), "pad_id", None))
+    objective = HeadsObjective(config, train_data, pad_id=getattr(getattr(model, "config", None), "pad_id", None),
+                               progress=progress)
     return run_training(model, objective, teacher=teacher, selection=selection,
                         on_row=on_epoch_end, checkpoint=checkpoint, progress=progress)
 
@@ -245,7 +256,8 @@ def _objective_step(model, teacher, input_ids, labels, budget, config: TrainConf
 # -- how the gates start ------------------------------------------------------------------------------------
 
 
-def initialise_gates_(model: torch.nn.Module, train_data: Dataset, config: TrainConfig) -> torch.Tensor:
+def initialise_gates_(model: torch.nn.Module, train_data: Dataset, config: TrainConfig,
+                      progress: bool = False) -> torch.Tensor:
     """Start ``model``'s gates nested (``bab.core.budget.nest_gates_by_importance_``) in the order
     ``config.gate_start`` names, scored on the first ``gate_start_examples`` training examples with the
     model's current weights (after the warm start). Returns the importance [L, H] used.
@@ -259,7 +271,7 @@ def initialise_gates_(model: torch.nn.Module, train_data: Dataset, config: Train
         generator = torch.Generator().manual_seed(config.seed)
         importance = torch.rand(num_layers, num_heads, generator=generator)
     else:
-        importance = _scored_importance(model, train_data, config.gate_start, config.gate_start_examples)
+        importance = _scored_importance(model, train_data, config.gate_start, config.gate_start_examples, progress)
     nest_gates_by_importance_(model.gates, importance, config.gate_start_sharpness, budget=config.budget)
     return importance
 
@@ -269,14 +281,38 @@ def initialise_gates_(model: torch.nn.Module, train_data: Dataset, config: Train
 _IMPORTANCE_MEMO: dict[str, torch.Tensor] = {}
 
 
-def _scored_importance(model, train_data: Dataset, method: str, num_examples: int) -> torch.Tensor:
+def _scored_importance(model, train_data: Dataset, method: str, num_examples: int,
+                       progress: bool = False) -> torch.Tensor:
     num_layers, num_heads = model.gates.theta.shape
     loss_with_mask = masked_loss_on(model, train_data, num_examples)
     key = _fingerprint(model, loss_with_mask.batches, method)
     if key not in _IMPORTANCE_MEMO:
         score = head_elimination_importance if method == "elimination" else head_ablation_importance
-        _IMPORTANCE_MEMO[key] = score(loss_with_mask, num_layers, num_heads)
+        _IMPORTANCE_MEMO[key] = score(_timed(loss_with_mask, method, num_layers * num_heads, progress),
+                                      num_layers, num_heads)
     return _IMPORTANCE_MEMO[key].clone()
+
+
+def ranking_passes(method: str, heads: int) -> int:
+    """How many masked-loss passes ranking ``heads`` heads takes: one per head and one with all for "ablation";
+    for "elimination", every head still in at each step of the greedy elimination (heads + ... + 2)."""
+    return heads * (heads + 1) // 2 - 1 if method == "elimination" else heads + 1
+
+
+def _timed(loss_with_mask, method: str, heads: int, progress: bool):
+    """``loss_with_mask`` ticking a ``StepClock`` after each pass, so a ranking that takes minutes says how long
+    (an estimate after the first passes; on a log, a line every 5% of them)."""
+    clock = StepClock(f"gate start ({method})", ranking_passes(method, heads), progress=progress,
+                      live=live_output(), unit="pass")
+    done = [0]
+
+    def counted(mask: torch.Tensor) -> float:
+        loss = loss_with_mask(mask)
+        done[0] += 1
+        clock.tick(done[0])
+        return loss
+
+    return counted
 
 
 def _fingerprint(model, batches, method: str) -> str:

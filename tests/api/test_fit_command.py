@@ -10,6 +10,7 @@ from pathlib import Path
 import api_fixtures
 import pandas as pd
 import pytest
+import torch
 from api_topics import write_csv
 
 from bab.__main__ import main
@@ -56,17 +57,24 @@ def test_fit_heads_writes_every_artefact(tiny_encoder, topic_csvs, tmp_path, cap
                  str(tiny_encoder), "--budgets", "0.5,0.25", "--prune", "0.5", "--out", str(out), *FAST])
     assert code == 0
     printed = capsys.readouterr()
-    # --quiet: the one summary line, nothing else (no stage lines, estimates or transformers' bars)
-    assert printed.out.splitlines() == [line for line in printed.out.splitlines() if line.startswith("wrote ")]
-    assert len(printed.out.splitlines()) == 1 and "summary.html (0:" in printed.out and "\r" not in printed.err
+    # --quiet: how the model did and where it went, nothing else (no stage lines, estimates or transformers' bars)
+    lines = printed.out.splitlines()
+    assert len(lines) == 2 and lines[1].startswith("wrote ") and "summary.html (0:" in lines[1]
+    assert "\r" not in printed.err
     for name in ("gated/config.json", "gated/bab_gates.safetensors", "pruned-0.50/model.safetensors",
                  "pruned-0.50/tokenizer.json", "sweep.csv", "heatmap.png", "accuracy_cost.png", "latency.csv",
                  "metrics.json", "summary.html"):
         assert (out / name).is_file(), name
     sweep = pd.read_csv(out / "sweep.csv")
-    assert sweep["mode"].tolist() == ["dense", "soft", "soft", "hard", "hard"]
-    assert sweep["budget"].tolist()[1:] == [0.25, 0.5, 0.25, 0.5]  # budgets sorted
+    assert sweep["mode"].tolist() == ["dense", "all heads", "soft", "soft", "hard", "hard"]
+    assert sweep["budget"].tolist()[2:] == [0.25, 0.5, 0.25, 0.5]  # budgets sorted
     metrics = strict_loads((out / "metrics.json").read_text())
+    # the headline: dense, each hard budget with its paired difference, the pruned model's speed
+    hard = sweep[sweep["mode"] == "hard"].to_dict("records")
+    assert lines[0] == metrics["headline"]
+    assert lines[0].startswith(f"dense {sweep['accuracy'][0]:.1f}% [")
+    assert all(f"hard @{r['budget']:.2f} {r['accuracy']:.1f}% [" in lines[0] for r in hard)
+    assert "pruned @0.50: " in lines[0] and "x measured (analytic limit " in lines[0]
     check_intervals(sweep, pd.DataFrame(metrics["sweep"]), n=len(pd.read_csv(topic_csvs[1])))
     assert "paired" in metrics["intervals"]["vs_dense"] and metrics["intervals"]["confidence"] == 0.95
     strict_loads((out / "gated" / "bab_history.json").read_text())
@@ -77,7 +85,7 @@ def test_fit_heads_writes_every_artefact(tiny_encoder, topic_csvs, tmp_path, cap
     summary = (out / "summary.html").read_text()
     assert "<table" in summary and "<NA>" not in summary and "nan" not in summary.lower()
     for row in sweep[sweep["mode"] != "dense"].to_dict("records"):  # each difference says where it stands
-        name = fit_module.MODE_NAMES[row["mode"]] + f" @{row['budget']:.2f}: "
+        name = fit_module.MODE_NAMES[row["mode"]] + ("" if pd.isna(row["budget"]) else f" @{row['budget']:.2f}") + ": "
         if row["vs_dense_low"] == row["vs_dense_high"] == 0:
             assert name + "right and wrong on exactly the same" in summary
         elif row["vs_dense_low"] <= 0 <= row["vs_dense_high"]:
@@ -91,9 +99,11 @@ def test_fit_heads_writes_every_artefact(tiny_encoder, topic_csvs, tmp_path, cap
     # the latency is timed at the recipe's length (--max-len 16) unless --timing-len says otherwise, as latency()
     assert "length 16" in metrics["latency"]["shape"]
     assert metrics["reported_on"] == "test"
-    # the written checkpoint sweeps to the same numbers
+    # the written checkpoint sweeps to the same numbers; it has no dense fine-tune with it, so its differences are
+    # taken from the fitted model with every head, and the table says so
     again = BudgetedClassifier.from_pretrained(out / "gated").sweep(topic_csvs[1], budgets=[0.25, 0.5])
-    assert again["accuracy"].tolist() == pytest.approx(sweep["accuracy"].tolist())
+    assert again["mode"].tolist() == sweep["mode"].tolist()[1:] and again.attrs["reference"] == "all heads"
+    assert again["accuracy"].tolist() == pytest.approx(sweep["accuracy"].tolist()[1:])
 
 
 @pytest.mark.parametrize("change, message", [
@@ -139,7 +149,7 @@ def test_without_a_test_file_it_reports_on_the_held_out_validation(tiny_encoder,
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["reported_on"].startswith("validation")
     assert "latency" not in metrics and not (out / "latency.csv").exists()  # --prune 0: nothing pruned or timed
-    assert len(pd.read_csv(out / "sweep.csv")) == 7  # dense + soft and hard at the three default budgets
+    assert len(pd.read_csv(out / "sweep.csv")) == 8  # dense, all heads + soft and hard at the three default budgets
 
 
 def test_a_non_empty_out_is_kept_unless_overwrite_and_replaced_only_when_complete(tiny_encoder, topic_csvs,
@@ -174,7 +184,8 @@ def test_a_non_empty_out_is_kept_unless_overwrite_and_replaced_only_when_complet
 
 
 @pytest.mark.parametrize("command, shown", [
-    (["fit", "heads"], ["(default: 0.25,0.5,0.75)", "(default: 2,1,1)", "(default: 13)", "--overwrite"]),
+    (["fit", "heads"], ["(default: 0.25,0.5,0.75)", "(default: 2,1,2)", "(default: 13)", "(default: 0.1)",
+                        "--overwrite"]),
     (["bench", "heads"], ["(default: 1,64)", "(default: 20)"]),
     (["bench", "bert"], ["(default: 1,16)", "(default: 5)"]),
     (["bench", "sparse"], ["(default: 197,577,1025)", "(default: 32)", "(default: 1,64)",
@@ -198,3 +209,42 @@ def test_bab_is_a_console_script():
     result = subprocess.run([str(script), "fit", "heads", "--help"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: bab fit heads")
+
+
+def test_the_command_and_the_api_train_the_same_model(tiny_encoder, topic_csvs, tmp_path):
+    """`fit heads` is BudgetedClassifier.fit with the same recipe: its defaults are the Recipe's, its options map onto
+    the Recipe's fields, and the API fitted on the same CSV (no run cache: trained here again) gives the same
+    weights, gates and dense fine-tune."""
+    from safetensors.torch import load_file
+
+    from bab.api.heads import Recipe
+    from bab.heads.evaluate import evaluate
+
+    parser_defaults = {a.dest: a.default for a in _fit_heads_parser()._actions}
+    recipe = Recipe()
+    assert parser_defaults["epochs"] == f"{recipe.dense_epochs},{recipe.budgeted_epochs},{recipe.hard_epochs}"
+    for option in ("max_len", "batch_size", "lr", "dense_lr", "seed", "budget_min"):
+        assert parser_defaults[option] == getattr(recipe, option), option
+    out = tmp_path / "cli"
+    assert main(["fit", "heads", "--train", str(topic_csvs[0]), "--test", str(topic_csvs[1]), "--model",
+                 str(tiny_encoder), "--budgets", "0.5", "--prune", "0", "--out", str(out), *FAST]) == 0
+    api = BudgetedClassifier.from_pretrained(str(tiny_encoder), max_len=16, batch_size=8, dense_epochs=1,
+                                             budgeted_epochs=1, hard_epochs=1, dense_lr=3e-3, lr=1e-3)
+    api.fit(topic_csvs[0], progress=False, cache=False)
+    written = load_file(out / "gated" / "model.safetensors")
+    state = api.model.hf.state_dict()
+    assert set(written) <= set(state)
+    assert all(torch.equal(written[name], state[name]) for name in written)
+    gates = load_file(out / "gated" / "bab_gates.safetensors")
+    assert all(torch.equal(gates[name], value) for name, value in api.model.gates.state_dict().items())
+    sweep = pd.read_csv(out / "sweep.csv")
+    dense = evaluate(api.dense_model, api.dataset(topic_csvs[1]))
+    assert sweep.loc[0, "mode"] == "dense" and sweep.loc[0, "accuracy"] == pytest.approx(dense["accuracy"])
+
+
+def _fit_heads_parser():
+    from bab.__main__ import build_parser
+
+    parser = build_parser()
+    fit = next(a for a in parser._subparsers._group_actions if "fit" in a.choices).choices["fit"]
+    return next(a for a in fit._subparsers._group_actions if "heads" in a.choices).choices["heads"]

@@ -59,6 +59,7 @@ def hand_built_sweep(monkeypatch):
 
     monkeypatch.setattr(heads_module, "evaluate", fake_evaluate)
     clf = BudgetedClassifier(object(), tokenizer=None, source="hand-built", labels=["a", "b"])
+    clf.dense_model = object()  # as after fit: the dense fine-tune is the dense row (the fitted model agrees here)
     clf.dataset = lambda data, **columns: data
     return clf.sweep("texts", budgets=[0.5, 1.0], modes=("soft", "hard")), made
 
@@ -69,8 +70,9 @@ def test_sweep_columns_pair_each_row_with_dense(hand_built_sweep):
                                        "vs_dense_low", "vs_dense_high"]
     assert "outcomes" not in sweep.columns and (sweep["n"] == N).all()
     dense_correct = int(made["dense", None].sum())
+    assert sweep["mode"].tolist()[:2] == ["dense", "all heads"] and sweep.attrs["reference"] == "dense"
     for row in sweep.iloc[1:].to_dict("records"):
-        right = made[row["mode"], row["budget"]]
+        right = made["dense", None] if row["mode"] == "all heads" else made[row["mode"], row["budget"]]
         assert row["vs_dense"] == pytest.approx(100 * (right.mean() - made["dense", None].mean()))
         assert row["vs_dense_low"] <= row["vs_dense"] <= row["vs_dense_high"]
         # positively correlated outcomes: the paired interval is no wider than the unpaired one on the same numbers
@@ -100,5 +102,6 @@ def test_summary_says_which_difference_is_within_noise(hand_built_sweep):
     assert "hard top-k = pruned model @1.00: right and wrong on exactly the same 500 test texts as dense" in page
     table = fit_module.sweep_table(sweep, 8)
     assert table["vs dense (points) [paired 95%]"].iloc[0] == "–"  # dense: no difference from itself
-    assert table["vs dense (points) [paired 95%]"].iloc[1] == shown
+    assert table["vs dense (points) [paired 95%]"].iloc[2] == shown
+    assert table["model"].tolist()[:2] == ["dense fine-tune", "fitted, every head"]
     assert "<NA>" not in page and "nan" not in page.lower()

@@ -14,6 +14,7 @@ from api_topics import topic_texts, write_csv
 from transformers import AutoModelForSequenceClassification
 
 from bab.api import BudgetedClassifier, Recipe
+from bab.heads.evaluate import evaluate
 from bab.heads.hf_pruning import kept_heads, load_pruned
 
 # pytest fixtures shared by the API tests (a conftest.py here would shadow the root one)
@@ -49,14 +50,17 @@ def test_fit_learns_the_labels_in_sorted_order_and_beats_chance(fitted, topic_cs
 
 def test_sweep_rows_and_hard_head_counts_by_hand(fitted, topic_csvs):
     sweep = fitted.sweep(topic_csvs[1], budgets=[0.1, 0.25, 0.5, 1.0])
-    assert list(sweep["mode"]) == ["dense"] + ["soft"] * 4 + ["hard"] * 4
+    # the dense fine-tune the gates started from, then the fitted model with every head, then the budgets
+    assert list(sweep["mode"]) == ["dense", "all heads"] + ["soft"] * 4 + ["hard"] * 4
+    assert sweep.loc[0, "accuracy"] == pytest.approx(evaluate(fitted.dense_model, fitted.dataset(topic_csvs[1]))
+                                                     ["accuracy"])
     hard = sweep[sweep["mode"] == "hard"].set_index("budget")
     # 2 layers x 4 heads: k = ceil(b * 8), at least one head per layer -> max(k, 2)
     assert hard.heads_kept.to_dict() == {0.1: 2, 0.25: 2, 0.5: 4, 1.0: 8}
     assert hard.cost.tolist() == pytest.approx([2 / 8, 2 / 8, 4 / 8, 1.0])
     assert pd.isna(sweep.loc[0, "budget"]) and sweep.loc[0, "cost"] == 1.0
     # each row's difference from the dense row, in points, inside its paired interval; none on the dense row
-    assert sweep["n"].tolist() == [30] * 9 and pd.isna(sweep.loc[0, "vs_dense"])
+    assert sweep["n"].tolist() == [30] * 10 and pd.isna(sweep.loc[0, "vs_dense"])
     rows = sweep.iloc[1:]
     assert rows["vs_dense"].tolist() == pytest.approx((rows["accuracy"] - sweep.loc[0, "accuracy"]).tolist())
     assert ((rows["vs_dense_low"] <= rows["vs_dense"]) & (rows["vs_dense"] <= rows["vs_dense_high"])).all()

@@ -90,7 +90,10 @@ def test_help_and_a_tiny_fit_from_outside_the_repository_write_nothing_into_site
     result = run([str(console_script), "fit", "heads", "--train", "train.csv", "--test", "test.csv", "--model",
                   str(tiny_encoder), "--out", "out", "--max-len", "16", "--batch-size", "8", "--epochs", "1,1,1",
                   "--timing-examples", "8", "--timing-repeats", "1", "--quiet"], cwd=work, env=env)
-    assert result.stdout.startswith("wrote out/: gated/, pruned-0.50/") and (work / "out" / "summary.html").is_file()
+    headline, wrote = result.stdout.splitlines()
+    assert headline.startswith("dense ") and "pruned @0.50: " in headline
+    assert wrote.startswith("wrote out/: gated/, pruned-0.50/") and (work / "out" / "summary.html").is_file()
+    assert "fewer than 20 texts" in result.stderr  # 18 training texts a class after the validation hold-out
 
     assert snapshot(packages) == before  # no checkpoint, cache or compiled file landed in site-packages
     runs = Path(env["XDG_CACHE_HOME"]) / "bab" / "runs"

@@ -97,9 +97,9 @@ def test_a_fit_plan_estimates_every_stage_from_the_first_timed_one(fake_time):
         run(later, fake_time, range(1, 51), seconds_per_step=1.0)
     plan_lines = [line for line in lines if line.startswith("fit:")]
     # at step 4 of dense: 8 s have passed, 196 steps of the plan are left at 1 s each
-    assert plan_lines[0].startswith("fit: about 3 min of training steps in all on ")
-    assert "(200 steps in 3 stages, at this stage's pace" in plan_lines[0]
-    assert plan_lines[1] == "fit: took 2:38 (training steps estimated at about 3 min)"  # 104 s + 54 s
+    assert plan_lines[0].startswith("fit: about 3 min in all on ")
+    assert "(200 training steps in 3 stages at this stage's pace)" in plan_lines[0]
+    assert plan_lines[1] == "fit: took 2:38 (estimated at about 3 min)"  # 104 s + 54 s
     assert len(plan_lines) == 2  # a later stage does not estimate the plan again
 
 
@@ -109,4 +109,19 @@ def test_a_plan_whose_first_stages_were_cached_counts_only_what_is_left(fake_tim
         c = StepClock("budgeted", total=50, progress=False, live=True, write=lines.append)
         run(c, fake_time, range(1, 51), seconds_per_step=1.0)
     assert plan.estimate == pytest.approx(8.0 + 46.0)  # dense was cached: only budgeted's 50 steps count
-    assert lines == ["fit: took 0:54 (training steps estimated at about 54 s)"]
+    assert lines == ["fit: took 0:54 (estimated at about 54 s)"]
+
+
+def test_a_plan_counts_its_other_passes_and_takes_in_an_inner_fit(fake_time):
+    """A command's plan (its sweep's and timing's passes) takes in the stages and validation passes of the fit
+    inside it, and estimates all of them: 600 examples forward at a third of a 1 s step of batch 4 = 50 s."""
+    lines = []
+    with step_clock.fit_plan("fit heads", [], write=lines.append, passes=400, batch_size=4) as plan:
+        with step_clock.fit_plan("fit", [("dense", 100)], write=lines.append, passes=200, batch_size=4) as inner:
+            assert inner is plan and plan.stages == [("dense", 100)] and plan.passes == 600
+            c = StepClock("dense", total=100, progress=True, live=True, write=lines.append)
+            run(c, fake_time, range(1, 101), seconds_per_step=1.0)
+    assert plan.estimate == pytest.approx(8.0 + 96.0 + 50.0)
+    assert "and about 0:50 for 600 examples of other passes" in [x for x in lines if x.startswith("fit heads:")][0]
+    assert [x for x in lines if x.startswith("fit")][-1].startswith("fit heads: took ")
+    assert not [x for x in lines if x.startswith("fit: took")]  # the inner fit reports through the outer plan

@@ -205,10 +205,35 @@ def test_the_run_cache_resumes_then_clears_the_partial_checkpoint(tmp_path, monk
     assert metrics["history"] == fit(decoder(), None)["history"]
 
 
+@pytest.mark.parametrize("method", METHODS)
+def test_the_first_checkpoint_comes_after_first_seconds_then_every_seconds(method, tmp_path, monkeypatch):
+    """A run killed in its first minutes resumes: the first write waits ``first_seconds``, the later ones
+    ``every_seconds`` (a clock that moves 10 s a step: first_seconds 25 -> the first write after step 3, then
+    every_seconds 1000 -> none more)."""
+    run, objective, _ = METHODS[method]
+    now = [0.0]
+    monkeypatch.setattr(training.time, "perf_counter", lambda: now[0])
+    saved_at = []
+    checkpoint = Checkpointer(tmp_path / "checkpoint.pt", every_seconds=1000, first_seconds=25)
+    original = Checkpointer.save
+
+    def save(self, state):
+        saved_at.append(state["position"].step)
+        original(self, state)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Checkpointer, "save", save)
+        crash_at(patch, objective, 0, lambda: now.__setitem__(0, now[0] + 10))
+        crash_at(patch, objective, 1, lambda: now.__setitem__(0, now[0] + 10))
+        crash_at(patch, objective, 2, lambda: now.__setitem__(0, now[0] + 10))
+        run(checkpoint)
+    assert saved_at == [3]
+
+
 def test_bad_checkpoint_settings_raise(tmp_path):
     with pytest.raises(ValueError, match="every_steps must be >= 1"):
         Checkpointer(tmp_path / "c.pt", every_steps=0)
-    with pytest.raises(ValueError, match="every_seconds must be > 0"):
+    with pytest.raises(ValueError, match="must be > 0"):
         Checkpointer(tmp_path / "c.pt", every_seconds=0)
 
 

@@ -140,7 +140,8 @@ for folder in sys.argv[1:]:
     with torch.no_grad():
         logits = model(input_ids=saved["ids"], attention_mask=saved["ids"].ne(0).long()).logits
     classify = pipeline("text-classification", model=folder, trust_remote_code=True)
-    found[folder] = {"max_abs_diff": float((logits - saved["hard"]).abs().max()), "class": type(model).__name__,
+    found[folder] = {"max_abs_diff": float((logits - saved["hard"]).abs().max()),
+                     "class": type(model).__module__ + "." + type(model).__name__,
                      "labels": [row["label"] for row in classify(saved["texts"])]}
 print(json.dumps({"bab_imported": "bab" in sys.modules, "folders": found}))
 """
@@ -180,10 +181,12 @@ def test_pruned_folders_load_with_transformers_alone(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     loaded = json.loads(result.stdout.strip().splitlines()[-1])
     assert loaded["bab_imported"] is False
+    assert "is not supported for text-classification" not in result.stderr  # the pipeline knows the class
     for folder, expected_labels in folders.items():
         found = loaded["folders"][folder]
         print(f"{folder}: {found['class']}, max |logits - hard mode| = {found['max_abs_diff']:.2e}")
-        assert found["class"].startswith("Pruned")
+        assert found["class"].endswith("modeling_pruned.BertForSequenceClassification" if "distil" not in folder
+                                       else "modeling_pruned.DistilBertForSequenceClassification")
         assert found["max_abs_diff"] < 1e-5
         assert found["labels"] == expected_labels  # the pipeline's predictions are the hard-mode model's
 
@@ -200,7 +203,7 @@ def test_load_pruned_keeps_a_plain_transformers_model(tmp_path):
     prune_heads(pruned, [[0, 2], [1], [3]])
     save_pruned(pruned, tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["auto_map"] == {
-        "AutoModelForSequenceClassification": "modeling_pruned.PrunedBertForSequenceClassification"}
+        "AutoModelForSequenceClassification": "modeling_pruned.BertForSequenceClassification"}
     assert not hasattr(pruned.config, "auto_map")  # saving leaves the model in memory as it was
     reloaded = load_pruned(tmp_path)
     assert type(reloaded).__module__.startswith("transformers.") and not hasattr(reloaded.config, "auto_map")

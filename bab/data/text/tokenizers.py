@@ -119,6 +119,11 @@ class PretrainedTokenizer:
         return self.hf(list(texts), padding="max_length", truncation=True, max_length=max_len,
                        return_tensors="pt")["input_ids"]
 
+    def count_truncated(self, texts: Sequence[str], max_len: int) -> int:
+        """How many of ``texts`` ``encode`` cuts short: more than ``max_len`` tokens, the special tokens included."""
+        lengths = self.hf([clean_text(t) for t in texts], truncation=False, verbose=False)["input_ids"]
+        return sum(len(ids) > max_len for ids in lengths)
+
     def decode(self, ids) -> str:
         ids = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
         return self.hf.decode(ids, skip_special_tokens=True)
