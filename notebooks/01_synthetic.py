@@ -47,7 +47,7 @@ from IPython.display import display
 from bab.core.threads import set_threads
 from bab.experiments.heads_study import deployment_accounting, hard_topk_is_exact, monotone_verdict
 from bab.experiments.profiles import get_profile
-from bab.experiments.synthetic import SyntheticExperiment
+from bab.experiments.synthetic import SyntheticExperiment, synthetic_rows
 from bab.heads import plots
 from bab.heads.evaluate import evaluate, gates_are_monotone, gates_by_budget, spearman, topk_nested
 from bab.heads.interactive import budget_explorer
@@ -191,15 +191,15 @@ plt.show()
 
 # %%
 hard, _, _ = exp.hard_adapted()
+hard_points = [evaluate(hard, val_set, budget=b, mode="hard") for b in (0.25, 0.5, 0.75)]
 hard_table = pd.DataFrame([
     {"budget": b,
      "soft (warm start)": evaluate(warm, val_set, budget=b, mode="soft")["accuracy"],
      "hard, no adaptation": evaluate(warm, val_set, budget=b, mode="hard")["accuracy"],
      "hard + layer floor, no adaptation": evaluate(warm, val_set, mode="hard",
                                                    head_mask=warm.head_mask_for(b, min_per_layer=1))["accuracy"],
-     "hard, adapted": evaluate(hard, val_set, budget=b, mode="hard")["accuracy"],
-     "hard cost": evaluate(hard, val_set, budget=b, mode="hard")["cost"]}
-    for b in (0.25, 0.5, 0.75)
+     "hard, adapted": adapted["accuracy"], "hard cost": adapted["cost"]}
+    for b, adapted in zip((0.25, 0.5, 0.75), hard_points, strict=True)
 ])
 display(hard_table)
 skip_equal = all(
@@ -252,26 +252,12 @@ print(f"Spearman rank correlation of gates at b=0.25 and b=0.75: "
 # Every method on one plot; the line is the 19-budget sweep of the single budgeted checkpoint.
 
 # %%
-M = exp.methods  # the rows this experiment declares (bab.experiments.methods)
-# each row names the trained models it measured (models=...): the report shows the commit that trained them
-paper_term, our_term = "one-sided (paper)", "two-sided"
-rows = [
-    exp.result_row(M.dense, 1.0, dense_stats, models=dense),
-    # the paper's method names hold the paper's recipe (one-sided term, flat gates); ours stands beside
-    *[exp.result_row(per_seed, 0.5, stats, settings={"seed": seed}, models=model)
-      for per_seed, term in ((M.scratch_seed, paper_term), (M.scratch_ours_seed, our_term))
-      for (t, seed), (model, stats) in scratch_models.items() if t == term],
-    *[exp.mean_row(mean, 0.5, [scratch_models[term, seed] for seed in P.scratch_seeds])
-      for mean, term in ((M.scratch, paper_term), (M.scratch_ours, our_term))],
-    *[exp.result_row(M.warm, r["budget"], r, models=paper_warm) for r in paper_points.to_dict("records")],
-    *[exp.result_row(M.warm_ours, r["budget"], r, models=warm) for r in warm_points.to_dict("records")
-      if r["budget"] < 1],
-    *[exp.result_row(M.static, r["budget"], r, models=static_models[r["budget"]]) for r in static_rows],
-    *[exp.result_row(M.posthoc, r["budget"], r, models=dense) for r in posthoc.to_dict("records")],
-    *[exp.result_row(M.hard_adapted, r["budget"], {"cost": r["hard cost"], "accuracy": r["hard, adapted"]},
-                     models=hard) for r in hard_table.to_dict("records")],
-    exp.result_row(M.sweep_lowest, sweep.budget.iloc[0], sweep.iloc[0], models=warm),
-]
+# each row names the trained models it measured: the report shows the commit that trained them
+rows = synthetic_rows(exp, dense=dense, dense_stats=dense_stats, scratch=scratch_models, scratch_seeds=P.scratch_seeds,
+                      paper_warm=paper_warm, paper_points=paper_points.to_dict("records"), warm=warm,
+                      warm_points=warm_points.to_dict("records"),
+                      static={b: (static_models[b], s) for b, s in zip(P.static_budgets, static_rows, strict=True)},
+                      posthoc=posthoc, hard=hard, hard_points=hard_points, sweep=sweep)
 points = pd.DataFrame(rows)
 fig = plots.pareto_plot(points, sweep=sweep, title=f"synthetic task, profile {P.name}")
 plt.show()

@@ -53,9 +53,9 @@ from bab.experiments.hard_recipe import (
 )
 from bab.experiments.heads_study import deployment_accounting, monotone_verdict
 from bab.experiments.profiles import get_profile
-from bab.experiments.text import TextStudy
+from bab.experiments.text import TextStudy, ag_news_rows
 from bab.heads import plots
-from bab.heads.bench import latency_table, repeat_times
+from bab.heads.bench import latency_table
 from bab.heads.evaluate import evaluate, gates_by_budget, spearman, topk_nested
 from bab.heads.interactive import budget_explorer
 from bab.report import paper
@@ -265,42 +265,18 @@ print(f"Spearman rank correlation of gates at b=0.25 and b=0.75: "
 # ## Accuracy versus cost, and our numbers beside the paper's
 
 # %%
-speed, limit = latency["speedup"], latency["analytic_limit"]
-M = study.methods  # the rows this experiment declares (bab.experiments.methods)
 # The paper's method names hold the paper's recipe (flat gates, one-sided term, one epoch of adaptation: the
 # ablation's first row, from the run cache); this package's recipe stands beside them, timed.
 paper_soft, paper_hard = paper_recipe_models(study)
-ours = "our recipe: nested gate start, two-sided term"
-rows = [
-    study.result_row(M.dense, 1.0, dense_test, models=dense),
-    *[study.result_row(M.warm, b, evaluate(paper_soft, test, budget=b, mode="soft"), models=paper_soft)
-      for b in P.budgets],
-    *[study.result_row(M.warm_ours, r["budget"], r, models=warm) for r in warm_points.to_dict("records")],
-    *[study.result_row(M.static, r["budget"], r, note=ours, models=static_models[r["budget"]]) for r in static_rows],
-    *[study.result_row(M.posthoc, r["budget"], r, models=dense) for r in posthoc.to_dict("records")],
-    study.result_row(M.soft_latency, 0.5, {**evaluate(warm, test, budget=0.5, mode="soft"),
-                                           **repeat_times(latency, "budgeted soft @0.50")},
-                     speedup=speed["budgeted soft @0.50"], analytic_limit=limit["budgeted soft @0.50"], models=warm),
-    *[study.result_row(M.hard_unadapted, b, evaluate(paper_soft, test, budget=b, mode="hard"), models=paper_soft)
-      for b in P.skip_budgets],
-    *[study.result_row(M.hard_adapted, b, evaluate(paper_hard, test, budget=b, mode="hard"), models=paper_hard)
-      for b in P.skip_budgets],
-    *[study.result_row(M.hard_unadapted_ours, r["budget"],
-                       {**skip_stats[r["budget"]]["budgeted, no adaptation"], "cost": r["heads kept"] / (L * H)},
-                       models=warm)
-      for r in skip_rows],
-    *[study.result_row(M.hard_adapted_ours, r["budget"],
-                       {**skip_stats[r["budget"]]["budgeted, adapted"], "cost": r["heads kept"] / (L * H),
-                        **repeat_times(latency, f"budgeted hard skip @{r['budget']:.2f}")},
-                       speedup=speed[f"budgeted hard skip @{r['budget']:.2f}"],
-                       analytic_limit=limit[f"budgeted hard skip @{r['budget']:.2f}"], models=hard) for r in skip_rows],
-    *[study.result_row(M.static_hard, r["budget"],
-                       {**skip_stats[r["budget"]]["static, adapted"], "cost": r["heads kept"] / (L * H),
-                        **repeat_times(latency, f"static hard skip @{r['budget']:.2f}")},
-                       speedup=speed[f"static hard skip @{r['budget']:.2f}"],
-                       analytic_limit=limit[f"static hard skip @{r['budget']:.2f}"], note=ours,
-                       models=static_hard[r["budget"]]) for r in skip_rows],
-]
+paper_recipe = {"soft": paper_soft, "hard": paper_hard,
+                "soft points": [evaluate(paper_soft, test, budget=b, mode="soft") for b in P.budgets],
+                "unadapted": [evaluate(paper_soft, test, budget=b, mode="hard") for b in P.skip_budgets],
+                "adapted": [evaluate(paper_hard, test, budget=b, mode="hard") for b in P.skip_budgets]}
+rows = ag_news_rows(study, dense=dense, dense_test=dense_test, paper=paper_recipe, warm=warm, warm_points=warm_points,
+                    static={b: (static_models[b], stats) for b, stats in zip(P.static_budgets, static_rows, strict=True)},
+                    posthoc=posthoc, soft_at_half=evaluate(warm, test, budget=0.5, mode="soft"), hard=hard,
+                    static_hard=static_hard, skip_stats=skip_stats, latency=latency)
+M = study.methods  # the rows this experiment declares (bab.experiments.methods)
 points = pd.DataFrame(rows)
 fig = plots.pareto_plot(points[points.method != M.soft_latency.name], sweep=sweep,
                         title=f"AG News (custom encoder), profile {P.name}")

@@ -54,7 +54,6 @@ from bab.experiments.hard_recipe import adaptation_summary
 from bab.experiments.heads_study import hard_topk_is_exact, monotone_verdict
 from bab.experiments.profiles import get_profile
 from bab.heads import plots
-from bab.heads.bench import repeat_times
 from bab.heads.compute import pruning_compute_table
 from bab.heads.evaluate import evaluate, gate_ranking, gates_by_budget
 from bab.heads.hf_encoder import ModelUnavailableError
@@ -102,17 +101,18 @@ pd.DataFrame(dense_metrics["history"])
 warm, _, _ = study.warm_start_budgeted()
 hard, hard_metrics, _ = study.hard_adapted()
 gates_unchanged = torch.equal(warm.gates(0.5), hard.gates(0.5))
-budget_rows = []
+budget_rows, adapted_stats = [], {}  # adapted_stats: each evaluation whole, its per-example outcomes for the claims
 for b in P.budgets:
     floor_mask = hard.head_mask_for(b, min_per_layer=1)
     soft = evaluate(warm, test, budget=b, mode="soft")
+    adapted_stats[b] = {"soft": soft, "hard": evaluate(hard, test, budget=b, mode="hard")}
     budget_rows.append({
         "budget": b,
         "soft cost": soft["cost"],
         "|soft cost - b|": abs(soft["cost"] - b),
         "soft acc": soft["accuracy"],
         "hard top-k, before adaptation": evaluate(warm, test, budget=b, mode="hard")["accuracy"],
-        "hard top-k, adapted": evaluate(hard, test, budget=b, mode="hard")["accuracy"],
+        "hard top-k, adapted": adapted_stats[b]["hard"]["accuracy"],
         "hard with floor, adapted": evaluate(hard, test, mode="hard", head_mask=floor_mask)["accuracy"],
         "heads kept": int(hard.head_mask_for(b).sum()),
     })
@@ -134,14 +134,15 @@ print(f"gates on every head: {tuple(warm.gates(0.5).shape) == (L, H)}")
 # hard adaptation at their own budget, so the comparison with the budgeted checkpoint is fair.
 
 # %%
-static_rows, static_hard = [], {}
+static_rows, static_hard, static_stats = [], {}, {}
 for b in P.static_budgets:
     specialist, _, _ = study.warm_start_static(b)
     specialist_hard = static_hard[b] = study.static_hard_adapted(b)[0]
     soft = evaluate(specialist, test, budget=b, mode="soft")
+    static_stats[b] = evaluate(specialist_hard, test, budget=b, mode="hard")
     static_rows.append({"budget": b, "soft cost": soft["cost"], "soft acc": soft["accuracy"],
                         "hard top-k, before adaptation": evaluate(specialist, test, budget=b, mode="hard")["accuracy"],
-                        "hard top-k acc": evaluate(specialist_hard, test, budget=b, mode="hard")["accuracy"]})
+                        "hard top-k acc": static_stats[b]["accuracy"]})
 static = pd.DataFrame(static_rows, columns=["budget", "soft cost", "soft acc", "hard top-k, before adaptation",
                                             "hard top-k acc"]).set_index("budget")
 display(static)
@@ -180,7 +181,7 @@ print(f"hard top-k keeps exactly ceil(b*L*H) heads at every budget: {hard_topk_i
 
 # %%
 pruned, equal_logits = study.prune_and_check(hard, P.prune_budgets)
-structural_acc = {b: study.evaluate_plain(m)["accuracy"] for b, m in pruned.items()}
+structural_stats = {b: study.evaluate_plain(m) for b, m in pruned.items()}
 print("kept heads at 0.50:")
 display(kept_heads_table(pruned[0.5]).T)
 compute = pruning_compute_table(dense.hf, pruned[0.5], seq_len=P.timing_len)
@@ -204,13 +205,14 @@ print(f"FlopCounterMode agrees with the analytic formula: "
 
 # %%
 importance = study.head_importance(dense)
-posthoc, posthoc_rows = {}, []
+posthoc, posthoc_rows, posthoc_stats = {}, [], {}
 for b in P.posthoc_budgets:
     zero_shot, recovered, mask = study.posthoc_structural(dense, importance, b)
     posthoc[b] = {"zero-shot": zero_shot, "recovered": recovered}
+    posthoc_stats[b] = {"zero-shot": study.evaluate_plain(zero_shot), "recovered": study.evaluate_plain(recovered)}
     posthoc_rows.append({"budget": b, "heads kept": int(mask.sum()),
-                         "zero-shot acc": study.evaluate_plain(zero_shot)["accuracy"],
-                         "recovered acc": study.evaluate_plain(recovered)["accuracy"]})
+                         "zero-shot acc": posthoc_stats[b]["zero-shot"]["accuracy"],
+                         "recovered acc": posthoc_stats[b]["recovered"]["accuracy"]})
 posthoc_table = pd.DataFrame(posthoc_rows, columns=["budget", "heads kept", "zero-shot acc", "recovered acc"])
 display(posthoc_table.set_index("budget"))
 
@@ -275,8 +277,8 @@ try:
     pilot_posthoc, _, _ = pilot.posthoc_structural(pilot_dense, pilot_importance, 0.75)
     PM = pilot.methods
     pilot_rows = [pilot.result_row(PM.dense, 1.0, evaluate(pilot_dense, pilot_test), models=pilot_dense),
-                  *[pilot.result_row(PM.warm, b, evaluate(pilot_warm, pilot_test, budget=b, mode="soft"),
-                                     models=pilot_warm) for b in (0.50, 0.75)],
+                  *pilot.rows_of(PM.warm, [evaluate(pilot_warm, pilot_test, budget=b, mode="soft")
+                                           for b in (0.50, 0.75)], models=pilot_warm),
                   pilot.result_row(PM.posthoc, 0.75, {"cost": 0.75, **pilot.evaluate_plain(pilot_posthoc)},
                                    models=pilot_posthoc)]
     pilot_rows = [{**row, "note": f"model: {pilot.source}"} for row in pilot_rows]
@@ -298,39 +300,22 @@ except ModelUnavailableError as exc:
 
 # %%
 note = f"model: {study.source}"
-speed, limit = latency["speedup"], latency["analytic_limit"]
-row, M = study.result_row, study.methods  # M: the rows this experiment declares (bab.experiments.methods)
+M = study.methods  # the rows this experiment declares (bab.experiments.methods)
 # the compute claim at the paper's length (128 tokens), on our model and on random weights of BERT-Mini's shape
 layer_macs = "transformer-layer MACs (length 128)"
 macs_removed = {"ours": pruning_compute_table(dense.hf, pruned[0.5], seq_len=128),
                 "BERT-Mini shape": pruning_compute_table(*paper_shape_pruned(0.5), seq_len=128)}
 rows = [
-    row(M.dense, 1.0, dense_test, models=dense),
-    *[row(M.hard_adapted, b, {"cost": r["heads kept"] / (L * H), "accuracy": r["hard top-k, adapted"]}, models=hard)
-      for b, r in budgeted.iterrows()],
-    *[row(M.warm, b, {"cost": r["soft cost"], "accuracy": r["soft acc"]}, models=warm)
-      for b, r in budgeted.iterrows()],
-    *[row(M.static_hard, b, {"cost": b, "accuracy": r["hard top-k acc"]}, models=static_hard[b])
-      for b, r in static.iterrows()],
-    *[row(M.soft_sweep, r.budget, r._asdict(), models=warm) for r in soft_sweep.itertuples()
-      if r.budget in (0.1, 0.5, 1.0)],
-    *[row(M.structural, b, {"cost": float(kept_heads_table(m)["heads kept"].sum()) / (L * H),
-                            "accuracy": structural_acc[b], **repeat_times(latency, f"budgeted structural @{b:.2f}")},
-          speedup=speed[f"budgeted structural @{b:.2f}"],
-          analytic_limit=limit[f"budgeted structural @{b:.2f}"], models=hard)
-      for b, m in pruned.items()],
-    *[row(M.posthoc, r["budget"], {"cost": r["heads kept"] / (L * H), "accuracy": r["zero-shot acc"]}, models=dense)
-      for r in posthoc_rows],
-    *[row(M.posthoc_recovered, r["budget"], {"cost": r["heads kept"] / (L * H), "accuracy": r["recovered acc"],
-                                             **repeat_times(latency, f"post-hoc recovered @{r['budget']:.2f}")},
-          speedup=speed[f"post-hoc recovered @{r['budget']:.2f}"],
-          analytic_limit=limit[f"post-hoc recovered @{r['budget']:.2f}"],
-          models=posthoc[r["budget"]]["recovered"]) for r in posthoc_rows],
-    row(M.gate_ranking, None, {}, value=ranking["spearman"], models=warm),
-    row(M.compute, 0.5, {}, settings={"model": "ours"},
-        value=macs_removed["ours"].loc[layer_macs, "removed % (analytic)"], models=hard),
-    row(M.compute, 0.5, {}, settings={"model": "BERT-Mini shape"},
-        value=macs_removed["BERT-Mini shape"].loc[layer_macs, "removed % (analytic)"], models=()),
+    *study.budgeted_rows(dense=dense, dense_test=dense_test, warm=warm, hard=hard, adapted=adapted_stats,
+                         soft_sweep=soft_sweep, gate_spearman=ranking["spearman"]),
+    *study.static_rows(static_hard, static_stats),
+    *study.structural_rows(M.structural, pruned, structural_stats, latency, {b: hard for b in pruned},
+                           "budgeted structural @{budget:.2f}"),
+    *study.posthoc_rows(dense, posthoc, posthoc_stats, latency),
+    study.result_row(M.compute, 0.5, {}, settings={"model": "ours"},
+                     value=macs_removed["ours"].loc[layer_macs, "removed % (analytic)"], models=hard),
+    study.result_row(M.compute, 0.5, {}, settings={"model": "BERT-Mini shape"},
+                     value=macs_removed["BERT-Mini shape"].loc[layer_macs, "removed % (analytic)"], models=()),
 ]
 rows = [{**r, "note": note} for r in rows] + pilot_rows
 points = pd.DataFrame(rows)

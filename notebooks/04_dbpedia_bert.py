@@ -37,7 +37,6 @@ from bab.experiments.hard_recipe import adaptation_summary
 from bab.experiments.heads_study import hard_topk_is_exact, monotone_verdict
 from bab.experiments.profiles import get_profile
 from bab.heads import plots
-from bab.heads.bench import repeat_times
 from bab.heads.evaluate import evaluate, gate_ranking, gates_by_budget
 from bab.heads.interactive import budget_explorer
 from bab.report import paper
@@ -73,13 +72,14 @@ dense, dense_metrics, _ = study.dense()
 dense_test = evaluate(dense, test)
 warm, _, _ = study.warm_start_budgeted()
 hard, hard_metrics, _ = study.hard_adapted()
-budget_rows = []
+budget_rows, adapted_stats = [], {}  # adapted_stats: each evaluation whole, its per-example outcomes for the claims
 for b in P.budgets:
     soft = evaluate(warm, test, budget=b, mode="soft")
+    adapted_stats[b] = {"soft": soft, "hard": evaluate(hard, test, budget=b, mode="hard")}
     budget_rows.append({"budget": b, "soft cost": soft["cost"], "|soft cost - b|": abs(soft["cost"] - b),
                         "soft acc": soft["accuracy"],
                         "hard top-k, before adaptation": evaluate(warm, test, budget=b, mode="hard")["accuracy"],
-                        "hard top-k, adapted": evaluate(hard, test, budget=b, mode="hard")["accuracy"],
+                        "hard top-k, adapted": adapted_stats[b]["hard"]["accuracy"],
                         "heads kept": int(hard.head_mask_for(b).sum())})
 budgeted = pd.DataFrame(budget_rows).set_index("budget")
 print(f"dense: test accuracy {dense_test['accuracy']:.2f}%")
@@ -116,11 +116,11 @@ print(f"hard top-k keeps exactly ceil(b*L*H) heads at every budget: {hard_topk_i
 
 # %%
 pruned, equal_logits = study.prune_and_check(hard, P.prune_budgets)
-structural_acc = {b: study.evaluate_plain(m)["accuracy"] for b, m in pruned.items()}
+structural_stats = {b: study.evaluate_plain(m) for b, m in pruned.items()}
 latency = study.latency({"dense": dense.hf, **{f"budgeted structural @{b:.2f}": m for b, m in pruned.items()}})
 display(latency.round(3))
 half = latency.loc["budgeted structural @0.50"]
-print(f"structural @0.50: accuracy {structural_acc[0.5]:.2f}%, {half.speedup:.2f}x measured vs "
+print(f"structural @0.50: accuracy {structural_stats[0.5]['accuracy']:.2f}%, {half.speedup:.2f}x measured vs "
       f"{half.analytic_limit:.2f}x analytic limit (realised {100 * half.realised:.0f}% of the limit's saving)")
 
 # %%
@@ -171,21 +171,12 @@ print(f"ranking table: {list(ranking.index)} x {list(ranking.columns[:2])}")
 
 # %%
 note = f"model: {study.source}"
-row, M = study.result_row, study.methods  # M: the rows this experiment declares (bab.experiments.methods)
+M = study.methods  # the rows this experiment declares (bab.experiments.methods)
 rows = [
-    row(M.dense, 1.0, dense_test, models=dense),
-    *[row(M.hard_adapted, b, {"cost": r["heads kept"] / (L * H), "accuracy": r["hard top-k, adapted"]}, models=hard)
-      for b, r in budgeted.iterrows()],
-    *[row(M.warm, b, {"cost": r["soft cost"], "accuracy": r["soft acc"]}, models=warm)
-      for b, r in budgeted.iterrows()],
-    *[row(M.soft_sweep, r.budget, r._asdict(), models=warm) for r in soft_sweep.itertuples()
-      if r.budget in (0.1, 0.5, 1.0)],
-    *[row(M.structural, b, {"cost": float(kept_heads_table(m)["heads kept"].sum()) / (L * H),
-                            "accuracy": structural_acc[b], **repeat_times(latency, f"budgeted structural @{b:.2f}")},
-          speedup=latency.loc[f"budgeted structural @{b:.2f}", "speedup"],
-          analytic_limit=latency.loc[f"budgeted structural @{b:.2f}", "analytic_limit"], models=hard)
-      for b, m in pruned.items()],
-    row(M.gate_ranking, None, {}, value=ranking.loc["DBpedia14", "spearman"], models=warm),
+    *study.budgeted_rows(dense=dense, dense_test=dense_test, warm=warm, hard=hard, adapted=adapted_stats,
+                         soft_sweep=soft_sweep, gate_spearman=ranking.loc["DBpedia14", "spearman"]),
+    *study.structural_rows(M.structural, pruned, structural_stats, latency, {b: hard for b in pruned},
+                           "budgeted structural @{budget:.2f}"),
 ]
 rows = [{**r, "note": note} for r in rows]
 points = pd.DataFrame(rows)

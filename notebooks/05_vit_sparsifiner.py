@@ -237,11 +237,12 @@ display(flop_table)
 # keep rate 0.25 on the phase-2 checkpoint.
 
 # %%
-token_rows = []
+token_rows, token_stats = [], {}  # token_stats: each evaluation whole, its per-image outcomes for the claims
 for token_keep in P.token_keep_rates:
     evit = evaluate_vit(dense, test, token_keep=token_keep, prune_layers=P.prune_layers)
     combo = evaluate_vit(sparsifiner, test, attention="masked", keep_rate=P.combo_keep_rate, token_keep=token_keep,
                          prune_layers=P.prune_layers)
+    token_stats[token_keep] = (evit, combo)
     token_rows.append({"token keep": token_keep, "EViT accuracy": evit["accuracy"], "EViT cost": evit["cost"],
                        f"EViT + Sparsifiner@{P.combo_keep_rate} accuracy": combo["accuracy"],
                        f"EViT + Sparsifiner@{P.combo_keep_rate} cost": combo["cost"]})
@@ -313,9 +314,9 @@ val_mean = heads_hard_metrics["val_hard_mean"]
 print(f"gate start: {P.gate_start}; {adaptation_summary(heads, heads_hard_metrics)}")
 print(f"mean hard top-k validation accuracy over b = {list(P.head_budgets)}: unadapted {val_mean['unadapted']:.2f}%, "
       f"adapted {val_mean['adapted']:.2f}%")
-head_rows = []
+head_rows, head_stats = [], {}
 for b in P.head_budgets:
-    hard = evaluate_vit(heads_hard, test, budget=b, head_mode="hard")
+    hard = head_stats[b] = evaluate_vit(heads_hard, test, budget=b, head_mode="hard")
     head_rows.append({"budget": b, "heads kept": int(heads_hard.head_mask_for(b).sum()),
                       "soft cost": float(heads.gates(b).detach().mean()),
                       "soft accuracy (no saving)": evaluate_vit(heads, test, budget=b, head_mode="soft")["accuracy"],
@@ -460,61 +461,21 @@ print(f"197-token model: {study197.sparsifiner_config().num_tokens} tokens; tabl
 # compare the *shape* (how far accuracy falls and cost drops as the keep rate shrinks), not the level.
 
 # %%
-M = study.methods  # the rows this experiment declares (bab.experiments.methods)
-rows = [study.result_row(M.dense, 1.0, dense_test, models=dense, note=P.protocol)]  # how much it trained
-rows += [study.result_row(M.sparsifiner, r.keep_rate, {"cost": r.cost, "accuracy": r.accuracy,
-                                                        "outcomes": r.outcomes}, models=sparsifiner)
-         for r in sweep.itertuples()]
-rows += [study.result_row(M.phase1_only, r.keep_rate, {"cost": r.cost, "accuracy": r.accuracy,
-                                                       "outcomes": r.outcomes}, models=phase1)
-         for r in phase1_sweep.itertuples()]
-for r in token_rows:
-    rows.append(study.result_row(M.evit, r["token keep"],
-                                 {"cost": r["EViT cost"], "accuracy": r["EViT accuracy"]}, note="no fine-tuning",
-                                 models=dense))
-    rows.append(study.result_row(M.evit_sparsifiner, P.combo_keep_rate,
-                                 {"cost": r[f"EViT + Sparsifiner@{P.combo_keep_rate} cost"],
-                                  "accuracy": r[f"EViT + Sparsifiner@{P.combo_keep_rate} accuracy"]},
-                                 settings={"token_keep": r["token keep"]}, models=sparsifiner))
-for token_keep, (evit_model, evit_stats, combo_model, combo_stats) in finetuned.items():
-    rows.append(study.result_row(M.evit_finetuned, token_keep, evit_stats, models=evit_model,
-                                 note=f"fine-tuned {P.evit_epochs} epochs with its tokens pruned"))
-    rows.append(study.result_row(M.evit_sparsifiner_finetuned, P.combo_keep_rate, combo_stats,
-                                 settings={"token_keep": token_keep}, models=combo_model,
-                                 note=f"phase 2 with its tokens pruned, {P.evit_epochs} epochs from phase 1"))
-rows.append(study.result_row(M.linformer, None, linformer_test,
-                             note=f"projection length {study.linformer_len()}: Sparsifiner's connections at keep "
-                                  f"{P.linformer_keep_rate:g}", models=linformer))
-rows += [study.result_row(M.heads, r["budget"], {"cost": r["hard cost"], "accuracy": r["hard accuracy"]},
-                          models=heads_hard) for r in head_rows]
-for name, table in preset_test.items():
-    preset_model, _, _ = study.preset_study(name).sparsifiner()
-    rows += [study.result_row(M.preset, r.keep_rate, {"cost": r.cost, "accuracy": r.accuracy},
-                              settings={"preset": name}, models=preset_model,
-                              note=f"mean validation accuracy vs dense {choice.table.loc[name, 'mean vs dense']:+.2f} "
-                                   f"points; chosen on validation: {name == choice.chosen}")
-             for r in table.iloc[1:].itertuples()]
-M197 = study197.methods
-dense197, dense197_metrics, _ = study197.dense()
-sparsifiner197, _, _ = study197.sparsifiner()
 phase_seconds_197 = study197.training_seconds()
-rows.append(study197.result_row(M197.dense, 1.0, table_197.iloc[0].to_dict(), models=dense197,
-                                note=f"28x28 in 2x2 patches; trained {phase_seconds_197['dense']:.0f} s, 1 thread; "
-                                     f"{study197.profile.protocol}"))
-rows += [study197.result_row(M197.sparsifiner, r.keep_rate, {"cost": r.cost, "accuracy": r.accuracy},
-                             models=sparsifiner197,
-                             note=f"phase 1 {phase_seconds_197['phase 1']:.0f} s + phase 2 "
-                                  f"{phase_seconds_197['phase 2']:.0f} s of training, 1 thread")
-         for r in table_197.iloc[1:].itertuples()]
-# the fused kernel's speed-up where it could be built, else the torch path's (the note says which)
-rows += [study.result_row(M.attention_speed, r.keep_rate,
-                          {"cost": 1 / r["FLOP ratio"], "accuracy": None},
-                          speedup=r["measured speed-up"] if pd.isna(r["fused speed-up"]) else r["fused speed-up"],
-                          analytic_limit=r["FLOP ratio"], settings={"tokens": int(r.tokens)},
-                          note="one MHSA layer, DeiT-S shape, 1 thread; cost = counted FLOP fraction; "
-                               + ("torch path (no fused build)" if pd.isna(r["fused speed-up"]) else "fused kernel"),
-                          models=())  # random weights of DeiT-S's shape: no trained model
-         for _, r in bench.iterrows()]
+rows = [
+    *study.sparsifiner_rows(dense=dense, dense_test=dense_test, sparsifiner=sparsifiner, sweep=sweep, phase1=phase1,
+                            phase1_sweep=phase1_sweep),
+    *study.token_pruning_rows(dense=dense, sparsifiner=sparsifiner, untrained=token_stats, finetuned=finetuned),
+    study.linformer_row(linformer, linformer_test),
+    *study.head_rows(heads_hard, head_stats),
+    *study.preset_rows(preset_test, choice),
+    *study197.retention_rows(table_197,
+                             dense_note=f"28x28 in 2x2 patches; trained {phase_seconds_197['dense']:.0f} s, 1 thread; "
+                                        f"{study197.profile.protocol}",
+                             sparsifiner_note=f"phase 1 {phase_seconds_197['phase 1']:.0f} s + phase 2 "
+                                              f"{phase_seconds_197['phase 2']:.0f} s of training, 1 thread"),
+    *study.attention_speed_rows(bench),
+]
 comparison = paper.comparison_table(rows)
 display(comparison)
 save_results(rows, results_path)

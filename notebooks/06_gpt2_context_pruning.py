@@ -46,7 +46,7 @@ import pandas as pd
 from IPython.display import display
 
 from bab.context import plots as plots_context
-from bab.context.bench import cache_verdicts, repeat_times
+from bab.context.bench import cache_verdicts
 from bab.core.threads import set_threads
 from bab.experiments.context_pruning import ContextPruningStudy, closest_to, interpolate_specialists
 from bab.experiments.profiles import get_profile
@@ -261,7 +261,6 @@ budget_model, budget_metrics = study.budget_conditioned()
 budgeted = study.budget_table(budget_model, P.budgets)
 budgeted["specialists at same sparsity"] = budgeted.fraction_pruned.map(lambda f: interpolate_specialists(pareto, f))
 budgeted["ratio to specialists"] = budgeted.perplexity / budgeted["specialists at same sparsity"]
-budget_rows = [{**r, **budgeted.attrs["windows"][r["budget"]]} for r in budgeted.to_dict("records")]
 display(budgeted)
 fig = plots_context.perplexity_pareto(pareto, dense_eval["perplexity"], budgeted,
                                       title=f"GPT-2 context pruning, profile {P.name}")
@@ -313,29 +312,16 @@ else:
 
 # %%
 M = study.methods  # the rows this experiment declares (bab.experiments.methods)
-rows = [study.result_row(M.dense, 1.0, dense_eval, speedup=1.0, memory_ratio=1.0, models=dense)]
-for r in rows_by_gamma:
-    t = throughput[long_context].loc[f"gamma={r['gamma']:g}"]
-    rows.append(study.result_row(M.specialist, None, {**r, **repeat_times(throughput[long_context],
-                                                                          f"gamma={r['gamma']:g}")},
-                                 speedup=t.throughput_ratio, memory_ratio=t.memory_ratio,
-                                 analytic_limit=t.decode_limit, settings={"gamma": r["gamma"]},
-                                 models=specialists[r["gamma"]]))
-rows.append(study.result_row(M.headline, 0.2,
-                             {**dict(headline), **repeat_times(throughput[long_context], f"gamma={gamma80:g}")},
-                             speedup=long80.throughput_ratio, memory_ratio=long80.memory_ratio,
-                             analytic_limit=long80.decode_limit,
-                             note=f"gamma={gamma80:g}; throughput at a {long_context}-token prompt", models=model80))
-for r in budget_rows:
-    rows.append(study.result_row(M.budgeted, r["budget"], r, models=budget_model))
-for r, model in zip(ablation_rows, ablation_models, strict=True):
-    rows.append(study.result_row(M.ablation, None, r,
-                                 settings={"ablation": r["ablation"], "irreversible": bool(r["irreversible"])},
-                                 models=model))
-for r in static.itertuples():
-    rows.append(study.result_row(M.static, None, r._asdict(), settings={"kind": r.kind, "gamma": r.gamma},
-                                 note=r.method, models=dense))
-rows += study.token_kind_rows({study.texts[0]: kinds}, model80)
+rows = [
+    study.result_row(M.dense, 1.0, dense_eval, speedup=1.0, memory_ratio=1.0, models=dense),
+    *study.specialist_rows(rows_by_gamma, specialists, throughput[long_context]),
+    study.generation_row(M.headline, 0.2, dict(headline), throughput[long_context], f"gamma={gamma80:g}",
+                         note=f"gamma={gamma80:g}; throughput at a {long_context}-token prompt", models=model80),
+    *study.budget_rows(budgeted, budget_model),
+    *study.ablation_rows(ablation_rows, ablation_models),
+    *study.static_rows(static, dense),
+    *study.token_kind_rows({study.texts[0]: kinds}, model80),
+]
 comparison = paper.comparison_table(rows)
 display(comparison)
 save_results(rows, results_path)

@@ -56,7 +56,7 @@ from IPython.display import display
 from bab.context import plots as plots_context
 from bab.context.bench import cache_verdicts
 from bab.core.threads import set_threads
-from bab.experiments.decoder_study import closest_to
+from bab.experiments.decoder_study import WINDOW_UNITS, closest_to
 from bab.experiments.pretrained_context import PretrainedContextStudy, claim_verdict, zero_shot_held
 from bab.experiments.profiles import get_profile
 from bab.report import paper
@@ -382,7 +382,7 @@ if P.interaction_init == "ours":
         for name, model in (("ours (bias 4, q/k bias terms)", model80),
                             ("official (bias 5, no q/k bias)", official_model)) for text in study.texts])
     ablation["perplexity / dense"] = ablation.perplexity / ablation.text.map(lambda t: dense_eval[t]["perplexity"])
-    display(ablation.set_index(["initial values", "text"]).drop(columns=["window_nll", "window_tokens"],
+    display(ablation.set_index(["initial values", "text"]).drop(columns=list(WINDOW_UNITS),
                                                                  errors="ignore").round(3))
 else:
     official_model, ablation = None, None
@@ -401,7 +401,6 @@ else:
 # %%
 budget_model, budget_metrics = study.budget_conditioned()
 budgeted = study.budget_table(budget_model, P.budgets)
-budget_rows = [{**r, **budgeted.attrs["windows"][r["budget"]]} for r in budgeted.to_dict("records")]
 display(budgeted)
 miss = budgeted["kept - budget"].abs().max()
 raw_miss = (budgeted["kept (raw)"] - budgeted.budget).abs().max()
@@ -436,38 +435,27 @@ print(f"budget-conditioned rows: {len(budgeted)} budgets, columns {list(budgeted
 # %%
 austen = learned[learned.text == "austen"]
 M = study.methods  # the rows this experiment declares (bab.experiments.methods)
-result_rows = [study.result_row(M.dense, 1.0, dense_eval["austen"], models=dense)]
-if dense_ft is not None:  # the fine-tunes' like-for-like reference
-    result_rows.append(study.result_row(M.dense_finetuned, 1.0, dense_ft_eval["austen"], models=dense_ft))
-for r in austen.itertuples():
-    result_rows.append(study.result_row(M.specialist, None, r._asdict(), settings={"gamma": r.gamma},
-                                        models=specialists[r.gamma]))
-result_rows.append(study.result_row(M.headline, 0.2, dict(headline),
-                                    note=f"gamma={gamma80:g}; {P.protocol}", models=model80))
-for r in static[static.text == "austen"].itertuples():
-    result_rows.append(study.result_row(M.static, None, r._asdict(), settings={"kind": r.kind, "gamma": r.gamma},
-                                        note=r.method, models=dense))
-for r in budget_rows:
-    result_rows.append(study.result_row(M.budgeted, r["budget"], r, models=budget_model))
-for r in frozen[frozen.text == "austen"].itertuples():
-    result_rows.append(study.result_row(M.frozen, None, r._asdict(), settings={"gamma": r.gamma}, models=twins[r.gamma]))
+zs_models = {("pretrained", 0.0): dense, ("dense fine-tuned", 0.0): dense_ft,
+             **{(weights, g): m for g, m in specialists.items()},
+             **{("frozen", g): m for g, m in twins.items()}}
+result_rows = [
+    study.result_row(M.dense, 1.0, dense_eval["austen"], models=dense),
+    # the fine-tunes' like-for-like reference
+    *([study.result_row(M.dense_finetuned, 1.0, dense_ft_eval["austen"], models=dense_ft)] if dense_ft is not None
+      else []),
+    *study.specialist_rows(austen.to_dict("records"), specialists),
+    study.result_row(M.headline, 0.2, dict(headline), note=f"gamma={gamma80:g}; {P.protocol}", models=model80),
+    *study.static_rows(static[static.text == "austen"], dense),
+    *study.budget_rows(budgeted, budget_model),
+    *study.frozen_rows(frozen[frozen.text == "austen"].to_dict("records"), twins),
+    *study.zero_shot_rows(zero_shot_table, zs_models),
+    *study.zero_shot_budgeted_rows(zs_budgeted, float(near80.budget), budget_model),
+    *study.token_kind_rows(kinds, model80),
+]
 if ablation is not None:
     r = ablation[(ablation.text == "austen") & ablation["initial values"].str.startswith("official")].iloc[0]
     result_rows.append(study.result_row(M.init_ablation, None, dict(r), settings={"gamma": gamma80},
                                         models=official_model))
-zs_models = {("pretrained", 0.0): dense, ("dense fine-tuned", 0.0): dense_ft,
-             **{(weights, g): m for g, m in specialists.items()},
-             **{("frozen", g): m for g, m in twins.items()}}
-for r in zero_shot_table.itertuples():
-    result_rows.append(study.result_row(
-        M.zero_shot, None, {"fraction_pruned": r.fraction_pruned, "accuracy": r.accuracy, "outcomes": r.outcomes},
-        settings={"task": r.task, "weights": r.weights, "gamma": r.gamma}, accuracy_low=r.ci_low,
-        accuracy_high=r.ci_high, accuracy_n=r.n, models=zs_models[r.weights, r.gamma]))
-for task, r in zs_budgeted.items():
-    result_rows.append(study.result_row(
-        M.zero_shot_budgeted, float(near80.budget), {**r, "accuracy": 100 * r["accuracy"]}, settings={"task": task},
-        accuracy_low=100 * r["ci_low"], accuracy_high=100 * r["ci_high"], models=budget_model))
-result_rows += study.token_kind_rows(kinds, model80)
 comparison = paper.comparison_table(result_rows)
 display(comparison)
 save_results(result_rows, results_path)

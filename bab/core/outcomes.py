@@ -82,9 +82,9 @@ def align(arrays: list[np.ndarray], ids: list[np.ndarray | None]) -> list[np.nda
 UNITS = "units"
 
 
-class _Units(list):
-    """The per-unit measurements of a table's rows. Compared by identity: pandas compares the attrs of the tables
-    it joins, and arrays compared with == give no single truth value."""
+class _Units(dict):
+    """The per-unit measurements of a table's rows, by the row's index label. Compared by identity: pandas compares
+    the attrs of the tables it joins, and arrays compared with == give no single truth value."""
 
     def __eq__(self, other):
         return self is other
@@ -97,17 +97,18 @@ class _Units(list):
 
 def keep_units(table, evaluations: list[dict]):
     """``table`` (one row per evaluation of ``evaluations``, in order) with their per-unit measurements kept in
-    ``table.attrs["units"]`` (``row_units`` gives them back); returns ``table``."""
-    table.attrs[UNITS] = _Units({kind: e[kind] for kind in ("outcomes", *KINDS[1:]) if e.get(kind) is not None}
-                                for e in evaluations)
+    ``table.attrs["units"]`` by row label, so a selection of the table's rows still finds its own (``row_units``);
+    returns ``table``."""
+    table.attrs[UNITS] = _Units((label, {kind: e[kind] for kind in ("outcomes", *KINDS[1:]) if e.get(kind) is not None})
+                                for label, e in zip(table.index, evaluations, strict=True))
     return table
 
 
-def row_units(table, position: int) -> dict:
-    """The per-unit measurements ``keep_units`` kept for row ``position`` of ``table``, as a result row's stats take
-    them ({} for a table that kept none)."""
+def row_units(table, label) -> dict:
+    """The per-unit measurements ``keep_units`` kept for the row labelled ``label`` of ``table`` (or of a selection
+    of its rows), as a result row's stats take them ({} for a table that kept none)."""
     units = getattr(table, "attrs", {}).get(UNITS)
-    return {} if units is None else dict(units[position])
+    return {} if units is None else dict(units[label])
 
 
 def outcome_key(row: dict, kind: str = "correct") -> str:

@@ -344,8 +344,7 @@ class BertStudy(TextStudy):
         return [self.result_row(M.dense, 1.0, dense_test, models=dense),
                 *self.rows_of(M.hard_adapted, [stats["hard"] for stats in adapted.values()], models=hard),
                 *self.rows_of(M.warm, [stats["soft"] for stats in adapted.values()], models=warm),
-                *[self.result_row(M.soft_sweep, r.budget, r._asdict(), models=warm) for r in soft_sweep.itertuples()
-                  if r.budget in (0.1, 0.5, 1.0)],
+                *self.rows_of(M.soft_sweep, soft_sweep[soft_sweep.budget.isin((0.1, 0.5, 1.0))], models=warm),
                 self.result_row(M.gate_ranking, None, {}, value=gate_spearman, models=warm)]
 
     def structural_rows(self, method, pruned: dict, stats: dict, latency: pd.DataFrame, models: dict,

@@ -166,8 +166,8 @@ class Study:
         with the per-unit measurements it kept, ``bab.core.outcomes.keep_units``), each with its ``budget``;
         ``models``: the model every one measured, or {budget: model}."""
         if hasattr(evaluations, "to_dict"):
-            records = [{**r, **outcomes.row_units(evaluations, i)}
-                       for i, r in enumerate(evaluations.to_dict("records"))]
+            records = [{**r, **outcomes.row_units(evaluations, label)}
+                       for label, r in zip(evaluations.index, evaluations.to_dict("records"), strict=True)]
         else:
             records = list(evaluations)
         return [self.result_row(method, r["budget"], r, models=models[r["budget"]] if isinstance(models, dict)

@@ -231,7 +231,8 @@ def synthetic_rows(exp: SyntheticExperiment, *, dense, dense_stats: dict, scratc
                      models={b: model for b, (model, _) in static.items()}),
         *exp.rows_of(M.posthoc, posthoc, models=dense),
         *exp.rows_of(M.hard_adapted, hard_points, models=hard),
-        exp.result_row(M.sweep_lowest, sweep.budget.iloc[0], {**sweep.iloc[0].to_dict(), **row_units(sweep, 0)},
+        exp.result_row(M.sweep_lowest, sweep.budget.iloc[0],
+                       {**sweep.iloc[0].to_dict(), **row_units(sweep, sweep.index[0])},
                        models=warm),
     ]
 

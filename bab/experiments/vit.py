@@ -536,7 +536,8 @@ class ViTStudy(Study):
         M = self.methods
         dense, _, _ = self.dense()
         model, _, _ = self.sparsifiner()
-        return [self.result_row(M.dense, 1.0, {**table.iloc[0].to_dict(), **row_units(table, 0)}, models=dense,
+        dense_stats = {**table.iloc[0].to_dict(), **row_units(table, table.index[0])}
+        return [self.result_row(M.dense, 1.0, dense_stats, models=dense,
                                 note=dense_note),
                 *[self.result_row(M.sparsifiner, r.keep_rate, {"cost": r.cost, "accuracy": r.accuracy,
                                                                **row_units(table, r.Index)},
