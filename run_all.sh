@@ -134,18 +134,34 @@ if [[ "$mode" == "test" ]]; then
     # the rows nbval's notebooks save, for the smoke regression check that runs after them
     BAB_RESULTS_DIR="${BAB_RESULTS_DIR:-$(mktemp -d -t bab-smoke-rows-XXXXXX)}"
     export BAB_RESULTS_DIR
-    targets=(tests)
+    # The notebooks and the unit tests side by side, one pytest-xdist worker a core (at most 4), each worker one
+    # torch thread (nbval's kernels are pinned to one anyway); the notebooks first, so the longest start early.
+    # The checks of what the notebooks wrote run afterwards, in a second pytest run (BAB_DEFER_AFTER_NOTEBOOKS).
+    cores="$(nproc 2>/dev/null || echo 1)"
+    workers=$(( cores < 4 ? cores : 4 ))
+    targets=()
     [[ -d notebooks ]] && targets+=(notebooks)
-    say "running: $PY -m pytest ${targets[*]} --nbval-lax $*"
+    targets+=(tests)
+    parallel=()
+    (( workers > 1 )) && parallel=(-n "$workers" --dist loadfile)
+    say "running: $PY -m pytest ${targets[*]} --nbval-lax ${parallel[*]} $*  ($workers worker(s), 1 thread each)"
     set +e
-    "$PY" -m pytest "${targets[@]}" --nbval-lax "$@"
+    BAB_DEFER_AFTER_NOTEBOOKS=1 BAB_THREADS=1 OMP_NUM_THREADS=1 \
+        "$PY" -m pytest "${targets[@]}" --nbval-lax "${parallel[@]}" "$@"
     rc=$?
     set -e
     if [[ $rc -eq 5 ]]; then
         printf 'error: pytest collected no tests\n' >&2
         exit 1
     fi
-    exit "$rc"
+    say "running: $PY -m pytest tests -m after_notebooks $*  (what the notebooks wrote)"
+    set +e
+    "$PY" -m pytest tests -m after_notebooks "$@"
+    after=$?
+    set -e
+    [[ $after -eq 5 ]] && after=0  # a selection with no notebook left nothing to check
+    (( rc != 0 )) && exit "$rc"
+    exit "$after"
 fi
 
 args=(--profile "$profile")

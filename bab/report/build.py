@@ -441,9 +441,27 @@ def add_arguments(parser):
     parser.add_argument("--record-only", default=None, metavar="FOLDER",
                         help="run nothing: rewrite FOLDER/RECORD.md from its results.json and runs/ (e.g. "
                              "reports/paper)")
+    parser.add_argument("--timings", action="store_true",
+                        help="run nothing: print where reports/<profile>/'s seconds went, per notebook and kind of "
+                             "cell (training, benchmark, evaluation, figures, imports, kernel start) and its slowest "
+                             "cells")
     parser.add_argument("--pages-only", default=None, metavar="FOLDER",
                         help="run nothing: rebuild FOLDER's index.html, results.json and RECORD.md from its "
                              "results/ and runs/ with this checkout's report code (claims, front page)")
+
+
+def print_timings(folder: Path) -> None:
+    """The tables of ``bab.report.timings.report_timings`` for ``folder``, in seconds."""
+    import pandas as pd
+
+    from bab.report.timings import report_timings
+
+    table, slowest = report_timings(folder)
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 70):
+        print(f"seconds per notebook and kind of cell, {folder}:")
+        print(table.round(0).to_string())
+        print("\nthe slowest cells:")
+        print(slowest.round(1).to_string(index=False))
 
 
 def run(args):
@@ -454,6 +472,9 @@ def run(args):
             return 0
         if args.pages_only is not None:
             print(f"wrote {rebuild_pages(args.pages_only, args.notebooks_dir)}")
+            return 0
+        if args.timings:
+            print_timings(Path(args.reports_dir) / args.profile)
             return 0
         return build_report(args.profile, args.notebooks_dir, args.reports_dir, only=args.only, jobs=args.jobs,
                             threads=args.threads)
