@@ -185,8 +185,9 @@ class StepClock:
         left = self.total - self.start_step
         resumed = f" left of {self.total}" if self.start_step else ""
         unit = self.unit
-        timed = f"{unit} {first}" if first == last else f"{unit}s {first}-{last}"
-        return (f"{self.label}: {left} {unit}s{resumed}, {about(left * self.seconds_per_step)} on "
+        units = unit + ("es" if unit.endswith("s") else "s")
+        timed = f"{unit} {first}" if first == last else f"{units} {first}-{last}"
+        return (f"{self.label}: {left} {units}{resumed}, {about(left * self.seconds_per_step)} on "
                 f"{describe_threads()} ({self.seconds_per_step:.3g} s a {unit}, timed over {timed})")
 
     def progress_line(self, step: int, now: float, loss: float | None) -> str:

@@ -125,3 +125,10 @@ def test_a_plan_counts_its_other_passes_and_takes_in_an_inner_fit(fake_time):
     assert "and about 0:50 for 600 examples of other passes" in [x for x in lines if x.startswith("fit heads:")][0]
     assert [x for x in lines if x.startswith("fit")][-1].startswith("fit heads: took ")
     assert not [x for x in lines if x.startswith("fit: took")]  # the inner fit reports through the outer plan
+
+
+def test_a_clock_of_passes_says_passes(fake_time):
+    lines = []
+    c = StepClock("gate start (ablation)", total=73, progress=True, live=True, write=lines.append, unit="pass")
+    run(c, fake_time, range(1, 10), seconds_per_step=1.0)
+    assert lines[0].startswith("gate start (ablation): 73 passes, about ") and "timed over passes 2-4" in lines[0]
