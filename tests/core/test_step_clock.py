@@ -114,15 +114,15 @@ def test_a_plan_whose_first_stages_were_cached_counts_only_what_is_left(fake_tim
 
 def test_a_plan_counts_its_other_passes_and_takes_in_an_inner_fit(fake_time):
     """A command's plan (its sweep's and timing's passes) takes in the stages and validation passes of the fit
-    inside it, and estimates all of them: 600 examples forward at a third of a 1 s step of batch 4 = 50 s."""
+    inside it, and estimates all of them: 600 examples forward at a sixth of a 1 s step of batch 4 = 25 s."""
     lines = []
     with step_clock.fit_plan("fit heads", [], write=lines.append, passes=400, batch_size=4) as plan:
         with step_clock.fit_plan("fit", [("dense", 100)], write=lines.append, passes=200, batch_size=4) as inner:
             assert inner is plan and plan.stages == [("dense", 100)] and plan.passes == 600
             c = StepClock("dense", total=100, progress=True, live=True, write=lines.append)
             run(c, fake_time, range(1, 101), seconds_per_step=1.0)
-    assert plan.estimate == pytest.approx(8.0 + 96.0 + 50.0)
-    assert "and about 0:50 for 600 examples of other passes" in [x for x in lines if x.startswith("fit heads:")][0]
+    assert plan.estimate == pytest.approx(8.0 + 96.0 + 25.0)
+    assert "and about 0:25 for 600 examples of other passes" in [x for x in lines if x.startswith("fit heads:")][0]
     assert [x for x in lines if x.startswith("fit")][-1].startswith("fit heads: took ")
     assert not [x for x in lines if x.startswith("fit: took")]  # the inner fit reports through the outer plan
 
