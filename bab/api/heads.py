@@ -34,9 +34,9 @@ from bab.core import strict_json
 from bab.core.budget import GATE_STARTS, validate_budget
 from bab.core.folders import share
 from bab.core.statistics import CONFIDENCE, RESAMPLES
-from bab.core.step_clock import fit_plan, steps_per_epoch
+from bab.core.step_clock import StepClock, fit_plan, steps_per_epoch
 from bab.core.threads import apply_threads
-from bab.core.training import distributed_state
+from bab.core.training import distributed_state, live_output
 from bab.data.text import PretrainedTokenizer
 from bab.experiments.own_data import OwnDataProfile, OwnDataStudy
 from bab.heads.evaluate import evaluate, gates_by_budget, interval_columns
@@ -294,7 +294,8 @@ class BudgetedClassifier:
         ``n`` texts scored and their ``outcomes`` (right or wrong, per text in the order of ``dataset(data)``)."""
         return evaluate(self.model, self.dataset(data, **columns), budget, "dense" if budget is None else mode)
 
-    def sweep(self, data, budgets=(0.25, 0.5, 0.75, 1.0), modes=("soft", "hard"), **columns) -> pd.DataFrame:
+    def sweep(self, data, budgets=(0.25, 0.5, 0.75, 1.0), modes=("soft", "hard"), progress: bool = False,
+              **columns) -> pd.DataFrame:
         """One row per model measured: mode "dense", the dense fine-tune the gates started from (after ``fit``; a
         checkpoint loaded from disk has no dense model with it), mode "all heads", the fitted model with every
         head, then one row per (mode, budget). Columns: budget, mode, accuracy with its 95% interval
@@ -303,13 +304,19 @@ class BudgetedClassifier:
         empty on the reference row), loss, cost, heads_kept and ``n`` (texts scored). ``attrs["reference"]`` names
         the reference row and ``attrs["intervals"]`` says what the intervals cover.
 
-        Hard rows keep the per-layer floor, so their accuracy is that of ``prune(budget)``.
+        Hard rows keep the per-layer floor, so their accuracy is that of ``prune(budget)``. ``progress``: say how
+        long the sweep will take after its first evaluations (and, on a log, a line every few of them).
         """
         test = self.dataset(data, **columns)
         budgets = [validate_budget(b) for b in budgets]
-        measured = [] if self.dense_model is None else [{**evaluate(self.dense_model, test), "mode": "dense"}]
-        measured.append({**evaluate(self.model, test), "mode": ALL_HEADS})
-        measured += [evaluate(self.model, test, b, mode) for mode in modes for b in budgets]
+        runs = [] if self.dense_model is None else [(self.dense_model, None, "dense", "dense")]
+        runs += [(self.model, None, "dense", ALL_HEADS), *((self.model, b, mode, mode) for mode in modes
+                                                           for b in budgets)]
+        clock = StepClock("sweep", len(runs), progress=progress, live=live_output(), unit="evaluation")
+        measured = []
+        for i, (model, budget, mode, name) in enumerate(runs, 1):
+            measured.append({**evaluate(model, test, budget, mode), "mode": name})
+            clock.tick(i)
         reference = measured[0]
         table = pd.DataFrame([{**{k: v for k, v in row.items() if k not in ("outcomes", "unit_ids", "n")},
                                **interval_columns(row, None if row is reference else reference), "n": row["n"]}
