@@ -193,9 +193,10 @@ class StepClock:
         resumed = f" left of {self.total}" if self.start_step else ""
         unit = self.unit
         units = unit + ("es" if unit.endswith("s") else "s")
+        article = "an" if unit[0] in "aeiou" else "a"
         timed = f"{unit} {first}" if first == last else f"{units} {first}-{last}"
         return (f"{self.label}: {left} {units}{resumed}, {about(left * self.seconds_per_step)} on "
-                f"{describe_threads()} ({self.seconds_per_step:.3g} s a {unit}, timed over {timed})")
+                f"{describe_threads()} ({self.seconds_per_step:.3g} s {article} {unit}, timed over {timed})")
 
     def progress_line(self, step: int, now: float, loss: float | None) -> str:
         line = (f"{self.label}: {self.unit} {step}/{self.total} ({100 * step / self.total:.0f}%), "
