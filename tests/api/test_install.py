@@ -74,6 +74,8 @@ def test_the_install_is_the_wheel_not_the_checkout(installed, user_env):
     assert str(ROOT) not in where and site.getsitepackages()[0] not in where
 
 
+# slow (about 20 s): a fresh interpreter from the installed wheel imports torch and transformers, then fits
+@pytest.mark.slow
 def test_help_and_a_tiny_fit_from_outside_the_repository_write_nothing_into_site_packages(installed, user_env,
                                                                                           tiny_encoder):
     python, console_script, packages = installed

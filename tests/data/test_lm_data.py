@@ -25,6 +25,8 @@ def test_explicit_path_and_data_dir(text_dir, monkeypatch):
     assert resolve_lm_files(None, ("novel.txt",))[0] == [text_dir / "lm" / "novel.txt"]
 
 
+# slow (about 20 s under load): the last source tried is the hub, through `datasets`, whose import is most of it
+@pytest.mark.slow
 def test_missing_data_raises_a_clear_error(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="neither a .txt file nor a folder"):
         resolve_lm_files(tmp_path / "nowhere")

@@ -221,6 +221,8 @@ def test_fused_selection_alone_returns_the_same_index(kernel, options):
     assert_same_selection(index, predictor, q, k, 0.2)
 
 
+# slow (about 30 s): compiling the portable build (g++ -O3, no -march=native) is most of it; once per machine
+@pytest.mark.slow
 def test_the_portable_build_without_avx512_equals_the_reference(kernel):
     """The build without -march=native compiles the plain loops that stand in for the AVX-512 ones on other
     CPUs; it must pass the same checks against the reference (first run: one more compilation, then cached)."""

@@ -149,6 +149,8 @@ def test_the_cli_times_the_deit_s_shape_at_a_comma_separated_token_list(capsys):
         assert "max |fused - masked| logit on 2 images: keep 0.5:" in out
 
 
+# slow (about 25 s): builds the smoke ViT study and its data through the command line, as a user runs it
+@pytest.mark.slow
 def test_the_cli_says_so_and_times_a_random_model_when_the_trained_one_is_not_cached(tmp_path, monkeypatch, capsys):
     """An empty run cache: the bench must not train (nothing is written into the cache) and must say it timed a
     random model of the trained one's shape."""

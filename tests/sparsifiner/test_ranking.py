@@ -275,7 +275,7 @@ def kernel(request):
     (the plain loops). Skips where there is no C++ compiler; where there is one, a failed build fails."""
     if not HAS_COMPILER:
         pytest.skip("no C++ compiler (g++, c++ or clang++) on PATH: the fused kernel cannot be built here")
-    if request.param == "portable":
+    if request.param == "portable":  # the first test to ask compiles it (about 28 s); later ones reuse the build
         return fused._build(portable=True)
     module = fused.load_extension()
     assert module is not None, f"the fused kernel failed to build: {fused._state['error']!r}"
