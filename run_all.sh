@@ -139,9 +139,15 @@ if [[ "$mode" == "test" ]]; then
     # The checks of what the notebooks wrote run afterwards, in a second pytest run (BAB_DEFER_AFTER_NOTEBOOKS).
     cores="$(nproc 2>/dev/null || echo 1)"
     workers=$(( cores < 4 ? cores : 4 ))
+    paths=0  # paths given (./run_all.sh test tests/heads): run those alone, not everything besides
+    for arg in "$@"; do
+        [[ "$arg" != -* && -e "${arg%%::*}" ]] && paths=1
+    done
     targets=()
-    [[ -d notebooks ]] && targets+=(notebooks)
-    targets+=(tests)
+    if (( paths == 0 )); then
+        [[ -d notebooks ]] && targets+=(notebooks)
+        targets+=(tests)
+    fi
     parallel=()
     (( workers > 1 )) && parallel=(-n "$workers" --dist loadfile)
     say "running: $PY -m pytest ${targets[*]} --nbval-lax ${parallel[*]} $*  ($workers worker(s), 1 thread each)"
