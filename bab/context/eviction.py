@@ -1,0 +1,174 @@
+"""Training-free KV-cache eviction policies: the baselines beside learned context pruning, at an equal budget.
+
+A policy decides, after each call of a layer (the prompt, a chunk, or one token), which of the slots the layer
+holds it keeps; ``bab.context.evicting_cache.EvictingCache`` asks it and removes the rest for good. Every policy
+keeps a layer's set for all of the layer's heads (one set of positions per layer and row).
+
+The budget is what a policy may keep after a call, counted in real tokens (batch padding never counts and is never
+kept):
+
+- an ``int`` n >= 1: at most n tokens (a fixed cache size, as the papers state their budgets);
+- a ``float`` f in (0, 1]: at most ceil(f * tokens seen) tokens (a fixed fraction of the context, the axis on which
+  learned pruning is compared).
+
+A budget at least the sequence length keeps everything: the model then decodes exactly as with a DynamicCache.
+
+Policies (each ``scores`` a call's slots; the ``keep_count`` highest-scoring real slots stay, ties to the earlier):
+
+- ``StreamingLLM`` (Xiao et al. 2023, "Efficient Streaming Language Models with Attention Sinks"): the first
+  ``sinks`` tokens and the most recent ones;
+- ``TOVA`` (Oren et al. 2024, "Transformers are Multi-State RNNs"): the tokens with the highest attention weight from
+  the call's last query, averaged over heads (the newest token may go too);
+- ``H2O`` (Zhang et al. 2023, "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language
+  Models"): the most recent tokens plus the heavy hitters, the tokens with the most attention accumulated over all
+  queries so far (mean over heads). The paper keeps a set per head; here a layer's heads share one set, as TOVA's.
+
+Shapes: B batch, H query heads, T the call's queries, K slots after the call (cached, then the call's new tokens).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["H2O", "TOVA", "EvictionPolicy", "SlotView", "StreamingLLM", "check_budget"]
+
+
+def check_budget(budget) -> int | float:
+    """An int >= 1 (tokens) or a float in (0, 1] (fraction of the tokens seen); anything else raises ValueError."""
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)):
+        raise ValueError(f"budget must be a number of tokens (int >= 1) or a fraction of the tokens seen (float in "
+                         f"(0, 1]), got {budget!r}")
+    if isinstance(budget, int) and budget < 1:
+        raise ValueError(f"a budget in tokens must be >= 1, got {budget}")
+    if isinstance(budget, float) and not 0 < budget <= 1:
+        raise ValueError(f"a budget as a fraction of the tokens seen must lie in (0, 1], got {budget} (pass an int "
+                         "for a number of tokens)")
+    return budget
+
+
+@dataclass
+class SlotView:
+    """One layer and call, after the call's attention: every slot the layer holds, cached ones then the new tokens.
+
+    positions [B, K]: each slot's position in the sequence, ascending along a row.
+    real [B, K]: the slot holds a real token (not batch padding nor an empty slot of a shorter row).
+    seen [B]: real tokens this row has been given, kept or not.
+    weights [B, H, T, K] or None: attention probabilities of the call's queries (for policies with needs_attention).
+    mass [B, K] or None: attention each slot received over all queries so far (this call's included), mean over heads.
+    """
+
+    positions: torch.Tensor
+    real: torch.Tensor
+    seen: torch.Tensor
+    weights: torch.Tensor | None = None
+    mass: torch.Tensor | None = None
+
+
+class EvictionPolicy:
+    """What to keep of a layer's slots after a call. Subclasses implement ``scores``; ``keep`` does the rest."""
+
+    needs_attention = False  # the cache computes attention weights (eager, slower than SDPA) only for these
+    name = "policy"
+
+    def __init__(self, budget: int | float):
+        self.budget = check_budget(budget)
+
+    def keep_count(self, seen: torch.Tensor) -> torch.Tensor:
+        """[B] -> [B]: how many real tokens a row may keep having seen ``seen``."""
+        if isinstance(self.budget, int):
+            wanted = torch.full_like(seen, self.budget)
+        else:  # the epsilon keeps 0.3 * 10 at 3, not 4
+            wanted = torch.ceil(self.budget * seen.double() - 1e-9).long()
+        return torch.minimum(wanted, seen)
+
+    def scores(self, view: SlotView, keep: torch.Tensor) -> torch.Tensor:
+        """[B, K]: higher stays. ``keep`` [B]: the tokens each row will keep."""
+        raise NotImplementedError
+
+    def keep(self, view: SlotView) -> torch.Tensor:
+        """[B, K] bool: the slots that stay (the ``keep_count`` real slots that score highest, ties to the earlier)."""
+        count = self.keep_count(view.seen)
+        scores = self.scores(view, count).float().masked_fill(~view.real, -math.inf)
+        order = torch.argsort(scores, dim=1, descending=True, stable=True)
+        rank = torch.empty_like(order)
+        rank.scatter_(1, order, torch.arange(order.shape[1], device=order.device).expand_as(order))
+        return (rank < count[:, None]) & view.real
+
+    def describe(self) -> str:
+        return f"{self.name}(budget={self.budget})"
+
+    def __repr__(self) -> str:
+        return self.describe()
+
+
+def _rank(real: torch.Tensor) -> torch.Tensor:
+    """[B, K] -> [B, K]: each real slot's index among its row's real slots (0: the oldest held)."""
+    return real.long().cumsum(dim=1) - 1
+
+
+class StreamingLLM(EvictionPolicy):
+    """The first ``sinks`` tokens (attention sinks) and the most recent ones, the rest of the budget.
+
+    Sinks are never evicted, so the oldest real slots a layer holds are always the sequence's first tokens. With an
+    int budget the window is ``budget - sinks`` >= 1; with a fraction, a row keeps at least sinks + 1 tokens (when it
+    has seen that many), so the newest token always stays.
+    """
+
+    name = "StreamingLLM"
+
+    def __init__(self, budget: int | float, sinks: int = 4):
+        super().__init__(budget)
+        if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
+            raise ValueError(f"sinks must be an int >= 0, got {sinks!r}")
+        if isinstance(self.budget, int) and self.budget <= sinks:
+            raise ValueError(f"a budget of {self.budget} tokens leaves no recent window beside {sinks} sinks: "
+                             f"pass a budget > sinks")
+        self.sinks = sinks
+
+    def keep_count(self, seen: torch.Tensor) -> torch.Tensor:
+        return torch.maximum(super().keep_count(seen), torch.clamp(seen, max=self.sinks + 1))
+
+    def scores(self, view: SlotView, keep: torch.Tensor) -> torch.Tensor:
+        recency = view.positions.double()
+        return recency.masked_fill(_rank(view.real) < self.sinks, math.inf)
+
+    def describe(self) -> str:
+        return f"StreamingLLM(budget={self.budget}, sinks={self.sinks})"
+
+
+class TOVA(EvictionPolicy):
+    """Token Omission Via Attention: keep the tokens the call's last query attends to most (mean over heads)."""
+
+    needs_attention = True
+    name = "TOVA"
+
+    def scores(self, view: SlotView, keep: torch.Tensor) -> torch.Tensor:
+        return view.weights[:, :, -1, :].float().mean(dim=1)
+
+
+class H2O(EvictionPolicy):
+    """Heavy hitters and recent tokens: ceil(recent * kept) most recent, the rest by accumulated attention.
+
+    ``recent`` in [0, 1]: the share of the kept tokens reserved for the most recent ones (the paper splits its
+    budget evenly: 0.5); 1 is a sliding window, 0 heavy hitters alone.
+    """
+
+    needs_attention = True
+    name = "H2O"
+
+    def __init__(self, budget: int | float, recent: float = 0.5):
+        super().__init__(budget)
+        if isinstance(recent, bool) or not isinstance(recent, (int, float)) or not 0 <= recent <= 1:
+            raise ValueError(f"recent (the share of the budget for recent tokens) must lie in [0, 1], got {recent!r}")
+        self.recent = float(recent)
+
+    def scores(self, view: SlotView, keep: torch.Tensor) -> torch.Tensor:
+        recent = torch.ceil(self.recent * keep.double() - 1e-9).long()  # [B]
+        age = view.real.long().sum(dim=1, keepdim=True) - 1 - _rank(view.real)  # [B, K], 0: the newest real slot
+        return view.mass.double().masked_fill(age < recent[:, None], math.inf)
+
+    def describe(self) -> str:
+        return f"H2O(budget={self.budget}, recent={self.recent})"

@@ -1,0 +1,271 @@
+"""Training-free eviction policies (bab.context.eviction) in transformers' decoders through EvictingCache
+(bab.context.evicting_cache): against plain generation, against full forwards under masks written out here, and
+against reference loops that evict from the attention weights an eager model returns."""
+
+import math
+
+import pytest
+import torch
+from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers.utils import logging as hf_logging
+
+from bab.context.attach import attach
+from bab.context.evicting_cache import EvictingCache, enable_eviction, evaluate_eviction
+from bab.context.eviction import H2O, TOVA, StreamingLLM
+from bab.context.interaction import PruningConfig
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _quiet_transformers():
+    """Tiny vocabularies and configs without special tokens make transformers warn at every model and generate."""
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    yield
+    hf_logging.set_verbosity(level)
+
+
+NO_SPECIAL = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)  # generation never stops early
+ARCHS = {
+    "gpt2": (GPT2LMHeadModel, lambda **o: GPT2Config(**{**dict(n_layer=2, n_head=4, n_embd=32, vocab_size=97,
+                                                                n_positions=128, **NO_SPECIAL), **o})),
+    "llama": (LlamaForCausalLM, lambda **o: LlamaConfig(**{**dict(
+        hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64, num_hidden_layers=2,
+        vocab_size=97, **NO_SPECIAL), **o})),
+}
+LAYERS = {"gpt2": "n_layer", "llama": "num_hidden_layers"}
+
+
+def hf_model(arch: str, seed: int = 0, layers: int = 2, **overrides):
+    """A random transformers model with weights at unit-ish scale (peaked attention, clear argmax margins)."""
+    torch.manual_seed(seed)
+    model_class, config = ARCHS[arch]
+    model = model_class(config(**{LAYERS[arch]: layers}, **overrides)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name or "ln_" in name
+                    else torch.randn_like(p) / math.sqrt(p.shape[-1]))
+    return model
+
+
+def prompt(batch: int = 2, length: int = 10, seed: int = 0) -> torch.Tensor:
+    return torch.randint(1, 97, (batch, length), generator=torch.Generator().manual_seed(seed))  # 0 is the pad id
+
+
+def generate(model, ids, steps, cache, attention_mask=None):
+    mask = torch.ones_like(ids) if attention_mask is None else attention_mask
+    return model.generate(ids, attention_mask=mask, past_key_values=cache, max_new_tokens=steps, do_sample=False,
+                          pad_token_id=0)
+
+
+POLICIES = {"streaming": lambda budget: StreamingLLM(budget, sinks=2), "tova": TOVA, "h2o": H2O}
+
+
+# ---------------------------------------------------------------------- (a) a budget that keeps everything
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+@pytest.mark.parametrize("policy", ["streaming", "tova", "h2o"])
+def test_budget_covering_the_sequence_generates_as_a_dynamic_cache(arch, policy):
+    ids = prompt()
+    expected = generate(hf_model(arch), ids, 8, DynamicCache())
+    model = enable_eviction(hf_model(arch))
+    for budget in (18, 1.0):  # 10 prompt tokens + 8 generated, the last never fed back
+        cache = EvictingCache(POLICIES[policy](budget))
+        assert torch.equal(generate(model, ids, 8, cache), expected)
+        assert (cache.live_tokens() == 17).all() and cache.get_seq_length() == 17
+        assert cache.fraction_kept() == 1.0
+
+
+# ---------------------------------------------------------------------- (b) StreamingLLM under its written-out mask
+
+
+def streaming_mask(length: int, sinks: int, window: int, prompt_length: int = 1) -> torch.Tensor:
+    """[length, length] bool: query t sees itself and what the cache held before it, the first ``sinks`` tokens and
+    the ``window`` before it; the prompt's queries (one call) see every earlier prompt token."""
+    mask = torch.zeros(length, length, dtype=torch.bool)
+    for t in range(length):
+        for j in range(t + 1):
+            mask[t, j] = t < prompt_length or j < sinks or j >= t - window
+    return mask
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_streaming_llm_keeps_sinks_and_window_and_equals_the_masked_full_forward(arch):
+    plain, model = hf_model(arch), enable_eviction(hf_model(arch))
+    ids = prompt(length=16)
+    cache = EvictingCache(StreamingLLM(6, sinks=2))
+    with torch.no_grad():
+        steps = [model(ids[:, t:t + 1], past_key_values=cache).logits for t in range(16)]
+        expected = plain(ids, attention_mask=streaming_mask(16, 2, 4)[None, None].expand(2, 1, 16, 16)).logits
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected, atol=1e-5, rtol=1e-5)
+    for layer in cache.layers:
+        assert layer.kept_positions(0) == layer.kept_positions(1) == [0, 1, 12, 13, 14, 15]
+    assert cache.get_seq_length() == 16
+
+    # generate: the prompt attends in full, then is cut to sinks + window; greedy, token by token
+    ids = prompt(length=8, seed=1)
+    cache = EvictingCache(StreamingLLM(6, sinks=2))
+    generated = generate(model, ids, 8, cache)
+    reference = ids
+    with torch.no_grad():
+        for _ in range(8):
+            n = reference.shape[1]
+            mask = streaming_mask(n, 2, 4, prompt_length=8)[None, None].expand(2, 1, n, n)
+            reference = torch.cat([reference, plain(reference, attention_mask=mask).logits[:, -1:].argmax(-1)], 1)
+    assert torch.equal(generated, reference)
+    assert cache.layers[0].kept_positions(0) == [0, 1, 11, 12, 13, 14]  # 15 tokens fed: the last one never is
+
+
+# ---------------------------------------------------------------------- (c) TOVA and H2O against reference loops
+
+
+def reference_evictions(plain, ids: torch.Tensor, policy: str, budget: int, recent: int = 0):
+    """One-layer eager model, token by token: the attention of query t over what row b kept, read from
+    ``output_attentions`` under a mask of the kept sets, and the eviction of one token when over budget.
+    Returns the kept positions of every row and the logits [B, T, V]."""
+    B, T = ids.shape
+    kept = [[] for _ in range(B)]
+    mass = [dict() for _ in range(B)]
+    mask = torch.zeros(B, 1, T, T, dtype=torch.bool)
+    logits = []
+    for t in range(T):
+        for b in range(B):
+            for j in kept[b] + [t]:
+                mask[b, 0, t, j] = True
+        # eager attention adds a 4D mask to its logits: give it 0 / -inf (a bool mask would add 1 / 0)
+        additive = torch.zeros(B, 1, t + 1, t + 1).masked_fill(~mask[:, :, :t + 1, :t + 1], -math.inf)
+        with torch.no_grad():
+            out = plain(ids[:, :t + 1], attention_mask=additive, output_attentions=True)
+        logits.append(out.logits[:, -1:])
+        for b in range(B):
+            visible = kept[b] + [t]
+            weight = {j: float(out.attentions[0][b, :, t, j].mean()) for j in visible}  # mean over heads
+            for j in visible:
+                mass[b][j] = mass[b].get(j, 0.0) + weight[j]
+            if len(visible) > budget:
+                if policy == "tova":
+                    victim = min(visible, key=lambda j: weight[j])
+                else:  # h2o: the lowest accumulated attention outside the recent tokens
+                    victim = min(visible[:len(visible) - recent], key=lambda j: mass[b][j])
+                visible.remove(victim)
+            kept[b] = visible
+    return kept, torch.cat(logits, dim=1)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+@pytest.mark.parametrize("policy", ["tova", "h2o"])
+def test_attention_policies_keep_what_a_reference_loop_keeps(arch, policy):
+    model = enable_eviction(hf_model(arch, layers=1))
+    plain = hf_model(arch, layers=1, attn_implementation="eager")
+    ids = prompt(length=14, seed=3)
+    cache = EvictingCache(TOVA(5) if policy == "tova" else H2O(5, recent=0.5))  # H2O: 3 recent, 2 heavy hitters
+    with torch.no_grad():
+        logits = torch.cat([model(ids[:, t:t + 1], past_key_values=cache).logits for t in range(14)], dim=1)
+    kept, expected_logits = reference_evictions(plain, ids, policy, budget=5, recent=3)
+    assert [cache.layers[0].kept_positions(b) for b in range(2)] == kept
+    assert kept[0] != list(range(9, 14))  # not a plain sliding window
+    if policy == "tova":
+        assert kept[0] != kept[1]  # the rows keep different tokens (H2O's accumulated mass favours the first ones)
+    torch.testing.assert_close(logits, expected_logits, atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------- (d) memory, (e) batches
+
+
+@pytest.mark.parametrize("policy", ["streaming", "tova", "h2o"])
+def test_cache_bytes_are_kept_tokens_times_bytes_per_token(policy):
+    model = enable_eviction(hf_model("llama"))
+    ids = prompt(batch=1, length=20)
+    cache = EvictingCache(POLICIES[policy](7))
+    with torch.no_grad():
+        model(ids, past_key_values=cache)
+    heads, head_dim = 2, 8
+    # keys and values (float32), position (int64), validity (bool), and the accumulated attention (float32) of
+    # the policies that read attention
+    per_token = 2 * heads * head_dim * 4 + 8 + 1 + (4 if policy != "streaming" else 0)
+    for layer in cache.layers:
+        assert layer.live_tokens().tolist() == [7] and layer.keys.shape[2] == 7
+        assert layer.nbytes() == 7 * per_token
+    dense = DynamicCache()
+    with torch.no_grad():
+        hf_model("llama")(ids, past_key_values=dense)
+    kv = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
+    assert kv / sum(layer.keys.nbytes + layer.values.nbytes for layer in dense.layers) == pytest.approx(7 / 20)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+@pytest.mark.parametrize("policy", ["streaming", "tova"])
+def test_batch_rows_evict_as_they_do_alone(arch, policy):
+    model = enable_eviction(hf_model(arch))
+    ids = prompt(batch=2, length=10, seed=1)
+    cache = EvictingCache(POLICIES[policy](6))
+    generated = generate(model, ids, 6, cache)
+    for row in range(2):
+        alone_cache = EvictingCache(POLICIES[policy](6))
+        assert torch.equal(generated[row:row + 1], generate(model, ids[row:row + 1], 6, alone_cache))
+        assert cache.layers[1].kept_positions(row) == alone_cache.layers[1].kept_positions(0)
+    # a left-padded shorter prompt continues as it does alone: padding is never kept and never counts
+    short = prompt(batch=1, length=6, seed=2)
+    padded = torch.cat([torch.cat([torch.zeros(1, 4, dtype=torch.long), short], dim=1), ids[:1]])
+    mask = (torch.arange(10)[None, :] >= torch.tensor([[4], [0]])).long()
+    cache = EvictingCache(POLICIES[policy](6))
+    batched = generate(model, padded, 5, cache, attention_mask=mask)
+    alone_cache = EvictingCache(POLICIES[policy](6))
+    assert torch.equal(batched[0, 4:], generate(model, short, 5, alone_cache)[0])
+    shift = [p - 4 for p in cache.layers[0].kept_positions(0)]
+    assert shift == alone_cache.layers[0].kept_positions(0)
+
+
+# ---------------------------------------------------------------------- (f) errors
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: TOVA(0), "budget in tokens must be >= 1"),
+    (lambda: H2O(-3), "budget in tokens must be >= 1"),
+    (lambda: TOVA(1.5), r"fraction .* must lie in \(0, 1\]"),
+    (lambda: TOVA(0.0), r"fraction .* must lie in \(0, 1\]"),
+    (lambda: TOVA(True), "budget must be a number of tokens"),
+    (lambda: TOVA("8"), "budget must be a number of tokens"),
+    (lambda: StreamingLLM(4, sinks=4), "no recent window"),
+    (lambda: StreamingLLM(8, sinks=-1), "sinks must be an int >= 0"),
+    (lambda: H2O(8, recent=1.5), r"recent .* must lie in \[0, 1\]"),
+    (lambda: EvictingCache("TOVA"), "needs an EvictionPolicy"),
+])
+def test_bad_budgets_and_policies_raise_clear_errors(make, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        make()
+
+
+def test_a_model_without_eviction_enabled_or_with_learned_pruning_refuses():
+    ids = prompt()
+    with pytest.raises(RuntimeError, match="enable_eviction"), torch.no_grad():
+        hf_model("gpt2")(ids, past_key_values=EvictingCache(TOVA(4)))
+    with pytest.raises(ValueError, match="learned context pruning"):
+        enable_eviction(attach(hf_model("gpt2"), PruningConfig(r=8)))
+
+
+# ---------------------------------------------------------------------- evaluation for the notebooks
+
+
+def test_evaluate_eviction_perplexity_and_fraction_pruned():
+    model = hf_model("llama")
+    stream = torch.randint(1, 97, (3 * 12 + 1,), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():  # the dense reference: each window in one forward
+        x, y = stream[:36].view(3, 12), stream[1:37].view(3, 12)
+        logits = model(x).logits
+        dense_ce = torch.nn.functional.cross_entropy(logits.reshape(-1, 97), y.reshape(-1)).item()
+    full = evaluate_eviction(model, stream, 12, TOVA(12), batch_size=2)
+    assert model.config._attn_implementation == "sdpa"  # restored
+    assert full["perplexity"] == pytest.approx(math.exp(dense_ce), rel=1e-5)
+    assert full["fraction_pruned"] == 0.0 and full["windows"] == 3 and full["window_tokens"] == [12] * 3
+    assert math.exp(sum(full["window_nll"]) / 36) == pytest.approx(full["perplexity"], rel=1e-9)
+    chunked = evaluate_eviction(model, stream, 12, StreamingLLM(12), chunk=5)
+    assert chunked["perplexity"] == pytest.approx(full["perplexity"], rel=1e-5)
+    assert chunked["unit_ids"] == full["unit_ids"]
+
+    # token by token with 4 kept: query t sees min(t, 4) of its t earlier tokens, in every layer and window
+    pruned = evaluate_eviction(model, stream, 12, StreamingLLM(4, sinks=1))
+    kept = sum(min(t, 4) for t in range(12)) / sum(range(12))
+    assert pruned["fraction_pruned"] == pytest.approx(1 - kept)
+    assert pruned["perplexity"] != pytest.approx(full["perplexity"], rel=1e-3)
+    assert pruned["policy"] == "StreamingLLM(budget=4, sinks=1)"
