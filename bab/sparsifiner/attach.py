@@ -92,7 +92,7 @@ class SparsifinerState:
     token_keep: float | None = None
     prune_layers: tuple[int, ...] = ()
     fuse_tokens: bool = True
-    token_hooks: list = field(default_factory=list)  # the layers' pruning hooks, installed once
+    token_hooks: bool = False  # whether the layers' pruning hooks are installed (once)
     layers: list = field(default_factory=list)
     tokens: torch.Tensor | None = None
     positions: torch.Tensor | None = None
@@ -232,10 +232,12 @@ def attach(model: nn.Module, predictor_config: ConnectivityConfig | dict | None,
             predictor = connectivity.build(attention.num_attention_heads, max_tokens, head_dim=attention.head_dim)
             attention.add_module(PREDICTOR_NAME, predictor.to(device=reference.device, dtype=reference.dtype))
         object.__setattr__(attention, STATE_ATTRIBUTE, _LayerHandle(state, i))  # plain attribute, not state_dict
-    object.__setattr__(model, STATE_ATTRIBUTE, state)
-    # the state is per forward: the embeddings start one, the final layernorm gives the tokens it returns
-    base.embeddings.register_forward_pre_hook(lambda module, args: state.begin())
-    base.layernorm.register_forward_hook(lambda module, args, out: setattr(state, "tokens", out))
+    # the state is per forward: the embeddings start one, the final layernorm gives the tokens it returns. The hooks
+    # find the state on their module, not in a closure, so a deepcopy of the model (a teacher) gets its own state
+    for module in (model, base.embeddings, base.layernorm):
+        object.__setattr__(module, STATE_ATTRIBUTE, state)
+    base.embeddings.register_forward_pre_hook(_begin_forward)
+    base.layernorm.register_forward_hook(_keep_tokens)
     setattr(model.config, CONFIG_KEY, {"connectivity": None if connectivity is None else asdict(connectivity)})
     configure(model, core=core, keep=keep)
     _register()
@@ -345,11 +347,15 @@ def sparsifiner_attention(module: nn.Module, query: torch.Tensor, key: torch.Ten
     if dropout:
         raise ValueError(f"the {ATTN_IMPLEMENTATION!r} attention has no attention dropout (bab's ViT and DeiT use "
                          f"none): set config.attention_probs_dropout_prob = 0.0, got {dropout}")
+    predictor = getattr(module, PREDICTOR_NAME, None)
+    if predictor is not None and query.shape[-2] > state.max_tokens:
+        raise ValueError(f"{query.shape[-2]} tokens, but the predictors were built for at most {state.max_tokens} "
+                         f"(the configured image size); interpolate_pos_encoding to larger images is not supported")
     d = query.shape[-1]
     if scaling is not None and not math.isclose(scaling, d ** -0.5, rel_tol=1e-6):
         raise ValueError(f"bab's attention cores scale the scores by 1/sqrt(head_dim) = {d ** -0.5}, but the model "
                          f"asks for {scaling}")
-    inputs = CoreInputs(predictor=getattr(module, PREDICTOR_NAME, None), linformer=None, keep_rate=state.keep_rate,
+    inputs = CoreInputs(predictor=predictor, linformer=None, keep_rate=state.keep_rate,
                         positions=state.positions, need_probs=state.record_probs or state.prunes_after(layer),
                         with_predictor=state.with_predictor, sparse_kernel=state.sparse_kernel)
     out, info = attention_core(state.core)(query, key, value, inputs)  # out [B, H, n, d]
@@ -358,6 +364,14 @@ def sparsifiner_attention(module: nn.Module, query: torch.Tensor, key: torch.Ten
         info["cls_probs"] = info["probs"][:, :, 0]  # [B, H, n]: what token pruning ranks the patches by
     state.layers[layer] = info
     return out.transpose(1, 2).contiguous(), info.get("probs")
+
+
+def _begin_forward(module: nn.Module, args: tuple) -> None:
+    getattr(module, STATE_ATTRIBUTE).begin()
+
+
+def _keep_tokens(module: nn.Module, args: tuple, out: torch.Tensor) -> None:
+    getattr(module, STATE_ATTRIBUTE).tokens = out  # [B, n_out, D]
 
 
 def _register() -> None:

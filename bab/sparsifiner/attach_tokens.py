@@ -26,7 +26,7 @@ import math
 import torch
 from torch import nn
 
-from bab.sparsifiner.attach import _base, sparsifiner_state
+from bab.sparsifiner.attach import STATE_ATTRIBUTE, _base, _LayerHandle, sparsifiner_state
 from bab.sparsifiner.token_pruning import validate_token_keep
 
 __all__ = ["kept_tokens", "prune_and_fuse", "set_token_pruning"]
@@ -99,23 +99,24 @@ def set_token_pruning(model: nn.Module, token_keep: float | None, prune_layers=(
         raise ValueError("token pruning needs each pruning layer's CLS attention row, which the fused kernel never "
                          "forms: configure(model, core='masked' or 'sparse' or 'dense') first")
     if not state.token_hooks:
-        state.token_hooks = [layer.register_forward_hook(_pruning_hook(state, i)) for i, layer in enumerate(layers)]
+        for i, layer in enumerate(layers):
+            # the hook reads its layer's handle from the module (not a closure), so a deepcopy keeps its own state
+            object.__setattr__(layer, STATE_ATTRIBUTE, _LayerHandle(state, i))
+            layer.register_forward_hook(_prune_after_layer)
+        state.token_hooks = True
     state.token_keep, state.prune_layers, state.fuse_tokens = token_keep, prune_layers, fuse
 
 
-def _pruning_hook(state, layer: int):
-    """The forward hook of layer ``layer``: the pruned hidden states where the state prunes after it."""
-
-    def hook(module: nn.Module, args: tuple, output):
-        if not state.prunes_after(layer):
-            return None
-        if not isinstance(output, torch.Tensor):
-            raise TypeError(f"token pruning expects a layer to return its hidden states [B, n, D], got "
-                            f"{type(output).__name__}")
-        info = state.layers[layer]
-        x, state.positions, state.fused = prune_and_fuse(output, info["cls_probs"], state.token_keep,
-                                                         state.num_special, state.fuse_tokens, state.positions,
-                                                         state.fused)
-        return x
-
-    return hook
+def _prune_after_layer(module: nn.Module, args: tuple, output):
+    """Forward hook of a layer: its output hidden states [B, n, D], pruned where the state prunes after it."""
+    handle = getattr(module, STATE_ATTRIBUTE)
+    state, layer = handle.state, handle.layer
+    if not state.prunes_after(layer):
+        return None
+    if not isinstance(output, torch.Tensor):
+        raise TypeError(f"token pruning expects a layer to return its hidden states [B, n, D], got "
+                        f"{type(output).__name__}")
+    x, state.positions, state.fused = prune_and_fuse(output, state.layers[layer]["cls_probs"], state.token_keep,
+                                                     state.num_special, state.fuse_tokens, state.positions,
+                                                     state.fused)
+    return x

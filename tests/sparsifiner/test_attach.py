@@ -185,6 +185,28 @@ def test_masked_core_equals_an_attention_loop_over_the_mask(arch, pixels):
             torch.testing.assert_close(seen[("out", i)], expected, atol=ATOL, rtol=0)
 
 
+def test_phase_two_step_trains_through_the_sparse_mask_and_pruned_tokens(pixels):
+    """A training forward (masked core at keep 0.25, tokens pruned and fused) gives the backbone a gradient; the
+    state's tokens, positions and fused flags let the token loss compare the kept tokens with a dense teacher's."""
+    base, model = attached("vit", keep=0.25)
+    teacher = copy.deepcopy(model)  # a copy has its own state: configuring it leaves the student alone
+    configure(teacher, core="dense")
+    set_token_pruning(model, 0.5, (0,))
+    assert sparsifiner_state(teacher).core == "dense" and sparsifiner_state(teacher).token_keep is None
+    model.train()
+    with torch.no_grad():
+        teacher(pixel_values=pixels)
+    teacher_tokens = sparsifiner_state(teacher).tokens  # [B, 17, D]
+    out = model(pixel_values=pixels)
+    state = sparsifiner_state(model)
+    real = ~state.fused  # the fused token has no teacher counterpart
+    kept = torch.gather(teacher_tokens, 1, state.positions.unsqueeze(-1).expand(-1, -1, 32))
+    loss = torch.nn.functional.cross_entropy(out.logits, torch.arange(3)) + (state.tokens - kept)[real].pow(2).mean()
+    loss.backward()
+    assert model.vit.layers[1].attention.q_proj.weight.grad.abs().sum() > 0
+    assert teacher_tokens.shape == (3, 17, 32) and state.tokens.shape == (3, 10, 32)
+
+
 # ---------------------------------------------------------------- (c) the cores agree
 
 
@@ -358,6 +380,12 @@ def test_attention_dropout_and_masks_are_refused(pixels):
     model = attach(model_class(config_class(**TINY, attention_probs_dropout_prob=0.1)), PAPER).train()
     with pytest.raises(ValueError, match="no attention dropout"):
         model(pixel_values=pixels)
+
+
+def test_larger_images_than_the_predictors_cover_raise(pixels):
+    _, model = attached("vit", keep=0.5)
+    with pytest.raises(ValueError, match="predictors were built for at most 17"):
+        model(pixel_values=torch.randn(1, 1, 35, 35), interpolate_pos_encoding=True)
 
 
 @needs_fused
