@@ -55,7 +55,7 @@ PENDING = "bab_eviction_layer"  # the EvictingLayer of the call, between the pre
 
 class EvictingLayer(CacheLayerMixin):
     """One layer: keys / values [B, G, S, Dh], positions [B, S] (-1: padding slot), valid [B, S], and with a policy
-    that reads attention, mass [B, S] (attention each slot received so far, mean over heads)."""
+    that accumulates attention (H2O), mass [B, S] (attention each slot received so far, mean over heads)."""
 
     is_compileable = False
     is_sliding = False
@@ -82,7 +82,7 @@ class EvictingLayer(CacheLayerMixin):
         self.positions = torch.zeros(B, 0, dtype=torch.long, device=self.device)
         self.valid = torch.zeros(B, 0, dtype=torch.bool, device=self.device)
         self.real_seen = torch.zeros(B, dtype=torch.long, device=self.device)
-        if self.policy.needs_attention:
+        if self.policy.accumulates_attention:
             self.mass = torch.zeros(B, 0, dtype=torch.float32, device=self.device)
         self.is_initialized = True
 
@@ -115,7 +115,7 @@ class EvictingLayer(CacheLayerMixin):
         real = self.valid & (~is_new | visible.any(dim=1))
         self.real_seen = self.real_seen + (real & is_new).sum(dim=1)
         self.new = 0
-        if weights is not None:
+        if self.mass is not None:
             # padding queries attend to everything (their rows are opened to avoid NaN): their weights do not count
             taken = weights.float() * real_queries[:, None, :, None]
             self.mass = self.mass + taken.mean(dim=1).sum(dim=1)
@@ -171,7 +171,7 @@ class EvictingLayer(CacheLayerMixin):
         return [t for t in (self.keys, self.values, self.positions, self.valid, self.mass) if t is not None]
 
     def nbytes(self) -> int:
-        """Bytes held per slot: keys, values, position, validity, and the attention mass where the policy keeps it."""
+        """Bytes held: keys, values, position, validity, and the attention mass where the policy accumulates it."""
         return sum(t.numel() * t.element_size() for t in self.tensors())
 
     def _map_batch(self, fn) -> None:

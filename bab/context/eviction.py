@@ -21,7 +21,10 @@ Policies (each ``scores`` a call's slots; the ``keep_count`` highest-scoring rea
   the call's last query, averaged over heads (the newest token may go too);
 - ``H2O`` (Zhang et al. 2023, "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language
   Models"): the most recent tokens plus the heavy hitters, the tokens with the most attention accumulated over all
-  queries so far (mean over heads). The paper keeps a set per head; here a layer's heads share one set, as TOVA's.
+  queries so far (mean over heads). The paper keeps a set per head; here a layer's heads share one set, as TOVA's;
+- ``SnapKV`` (Li et al. 2024, "SnapKV: LLM Knows What You are Looking for Before Generation"): the prompt only (a
+  call of several tokens) is cut to its last ``window`` tokens plus the tokens those queries attend to most
+  (pooled along the keys); decoding keeps every new token. The paper selects per head; here per layer.
 
 Shapes: B batch, H query heads, T the call's queries, K slots after the call (cached, then the call's new tokens).
 """
@@ -32,8 +35,9 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
-__all__ = ["H2O", "TOVA", "EvictionPolicy", "SlotView", "StreamingLLM", "check_budget"]
+__all__ = ["H2O", "TOVA", "EvictionPolicy", "SlotView", "SnapKV", "StreamingLLM", "check_budget"]
 
 
 def check_budget(budget) -> int | float:
@@ -57,7 +61,8 @@ class SlotView:
     real [B, K]: the slot holds a real token (not batch padding nor an empty slot of a shorter row).
     seen [B]: real tokens this row has been given, kept or not.
     weights [B, H, T, K] or None: attention probabilities of the call's queries (for policies with needs_attention).
-    mass [B, K] or None: attention each slot received over all queries so far (this call's included), mean over heads.
+    mass [B, K] or None: attention each slot received over all queries so far (this call's included), mean over
+        heads (for policies with accumulates_attention).
     """
 
     positions: torch.Tensor
@@ -71,6 +76,7 @@ class EvictionPolicy:
     """What to keep of a layer's slots after a call. Subclasses implement ``scores``; ``keep`` does the rest."""
 
     needs_attention = False  # the cache computes attention weights (eager, slower than SDPA) only for these
+    accumulates_attention = False  # the cache keeps each slot's attention mass so far (SlotView.mass) for these
     name = "policy"
 
     def __init__(self, budget: int | float):
@@ -157,6 +163,7 @@ class H2O(EvictionPolicy):
     """
 
     needs_attention = True
+    accumulates_attention = True
     name = "H2O"
 
     def __init__(self, budget: int | float, recent: float = 0.5):
@@ -172,3 +179,44 @@ class H2O(EvictionPolicy):
 
     def describe(self) -> str:
         return f"H2O(budget={self.budget}, recent={self.recent})"
+
+
+class SnapKV(EvictionPolicy):
+    """Compress the prompt once: keep its last ``window`` tokens (the observation window) and the tokens that the
+    window's queries attend to most, summed over those queries, mean over heads, averaged over ``kernel``
+    neighbouring keys (so a selected token brings its neighbours' context). Single-token calls evict nothing.
+
+    The budget counts the window; an int budget must exceed it. A prompt within the budget is kept whole.
+    """
+
+    needs_attention = True
+    name = "SnapKV"
+
+    def __init__(self, budget: int | float, window: int = 32, kernel: int = 7):
+        super().__init__(budget)
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"window (the prompt's last queries that score the keys) must be an int >= 1, "
+                             f"got {window!r}")
+        if isinstance(kernel, bool) or not isinstance(kernel, int) or kernel < 1 or kernel % 2 == 0:
+            raise ValueError(f"kernel must be an odd int >= 1 (the pooling keeps the key axis' length), got {kernel!r}")
+        if isinstance(self.budget, int) and self.budget <= window:
+            raise ValueError(f"a budget of {self.budget} tokens leaves nothing beside an observation window of "
+                             f"{window}: pass a budget > window")
+        self.window, self.kernel = window, kernel
+
+    def keep_count(self, seen: torch.Tensor) -> torch.Tensor:
+        return torch.maximum(super().keep_count(seen), torch.clamp(seen, max=self.window))
+
+    def keep(self, view: SlotView) -> torch.Tensor:
+        if view.weights.shape[2] == 1:  # decoding: SnapKV compresses the prompt only
+            return view.real
+        return super().keep(view)
+
+    def scores(self, view: SlotView, keep: torch.Tensor) -> torch.Tensor:
+        observed = view.weights[:, :, -self.window:, :].float().mean(dim=1).sum(dim=1)  # [B, K]
+        pooled = F.avg_pool1d(observed[:, None], self.kernel, stride=1, padding=self.kernel // 2)[:, 0]
+        age = view.real.long().sum(dim=1, keepdim=True) - 1 - _rank(view.real)  # 0: the newest real slot
+        return pooled.double().masked_fill(age < self.window, math.inf)
+
+    def describe(self) -> str:
+        return f"SnapKV(budget={self.budget}, window={self.window}, kernel={self.kernel})"

@@ -6,12 +6,22 @@ import math
 
 import pytest
 import torch
-from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import (
+    DynamicCache,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 from transformers.utils import logging as hf_logging
 
 from bab.context.attach import attach
 from bab.context.evicting_cache import EvictingCache, enable_eviction, evaluate_eviction
-from bab.context.eviction import H2O, TOVA, StreamingLLM
+from bab.context.eviction import H2O, TOVA, SnapKV, StreamingLLM
 from bab.context.interaction import PruningConfig
 
 
@@ -25,14 +35,17 @@ def _quiet_transformers():
 
 
 NO_SPECIAL = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)  # generation never stops early
+LLAMA_LIKE = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+                  num_hidden_layers=2, vocab_size=97, **NO_SPECIAL)
 ARCHS = {
     "gpt2": (GPT2LMHeadModel, lambda **o: GPT2Config(**{**dict(n_layer=2, n_head=4, n_embd=32, vocab_size=97,
                                                                 n_positions=128, **NO_SPECIAL), **o})),
-    "llama": (LlamaForCausalLM, lambda **o: LlamaConfig(**{**dict(
-        hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64, num_hidden_layers=2,
-        vocab_size=97, **NO_SPECIAL), **o})),
+    "llama": (LlamaForCausalLM, lambda **o: LlamaConfig(**{**LLAMA_LIKE, **o})),
+    "qwen2": (Qwen2ForCausalLM, lambda **o: Qwen2Config(**{**LLAMA_LIKE, "use_sliding_window": False, **o})),
+    "mistral": (MistralForCausalLM, lambda **o: MistralConfig(**{**LLAMA_LIKE, "sliding_window": None, **o})),
 }
-LAYERS = {"gpt2": "n_layer", "llama": "num_hidden_layers"}
+LAYERS = {"gpt2": "n_layer", "llama": "num_hidden_layers", "qwen2": "num_hidden_layers",
+          "mistral": "num_hidden_layers"}
 
 
 def hf_model(arch: str, seed: int = 0, layers: int = 2, **overrides):
@@ -57,14 +70,15 @@ def generate(model, ids, steps, cache, attention_mask=None):
                           pad_token_id=0)
 
 
-POLICIES = {"streaming": lambda budget: StreamingLLM(budget, sinks=2), "tova": TOVA, "h2o": H2O}
+POLICIES = {"streaming": lambda budget: StreamingLLM(budget, sinks=2), "tova": TOVA, "h2o": H2O,
+            "snapkv": lambda budget: SnapKV(budget, window=3, kernel=3)}
 
 
 # ---------------------------------------------------------------------- (a) a budget that keeps everything
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama"])
-@pytest.mark.parametrize("policy", ["streaming", "tova", "h2o"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2", "mistral"])
+@pytest.mark.parametrize("policy", ["streaming", "tova", "h2o", "snapkv"])
 def test_budget_covering_the_sequence_generates_as_a_dynamic_cache(arch, policy):
     ids = prompt()
     expected = generate(hf_model(arch), ids, 8, DynamicCache())
@@ -169,10 +183,54 @@ def test_attention_policies_keep_what_a_reference_loop_keeps(arch, policy):
     torch.testing.assert_close(logits, expected_logits, atol=1e-5, rtol=1e-5)
 
 
+def reference_snapkv(plain, ids: torch.Tensor, budget: int, window: int, kernel: int) -> list[list[int]]:
+    """Per row, the prompt positions SnapKV keeps, from an eager one-layer model's attention written out as loops."""
+    with torch.no_grad():
+        weights = plain(ids, output_attentions=True).attentions[0]  # [B, H, T, T], causal
+    B, H, T, _ = weights.shape
+    kept = []
+    for b in range(B):
+        observed = [sum(float(weights[b, :, q, j].mean()) for q in range(T - window, T)) for j in range(T)]
+        half = kernel // 2  # average over the kernel's neighbours, the missing ones at the edges counted as 0
+        pooled = [sum(observed[i] for i in range(j - half, j + half + 1) if 0 <= i < T) / kernel for j in range(T)]
+        heavy = sorted(range(T - window), key=lambda j: -pooled[j])[:budget - window]
+        kept.append(sorted(heavy) + list(range(T - window, T)))
+    return kept
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_snapkv_compresses_the_prompt_as_a_reference_loop_and_then_keeps_every_token(arch):
+    model = enable_eviction(hf_model(arch, layers=1))
+    plain = hf_model(arch, layers=1, attn_implementation="eager")
+    ids = prompt(length=16, seed=4)
+    cache = EvictingCache(SnapKV(7, window=3, kernel=3))
+    with torch.no_grad():
+        model(ids, past_key_values=cache)
+        kept = reference_snapkv(plain, ids, budget=7, window=3, kernel=3)
+        assert [cache.layers[0].kept_positions(b) for b in range(2)] == kept
+        assert kept[0] != kept[1] and kept[0][:4] != [0, 1, 2, 3]  # the rows select different, not just first, tokens
+        model(prompt(length=2, seed=5)[:, :1], past_key_values=cache)
+    assert [cache.layers[0].kept_positions(b) for b in range(2)] == [k + [16] for k in kept]
+
+
+def test_beam_search_reorders_the_evicting_cache():
+    """Beam search reorders rows (``reorder_cache``): with everything kept it equals beam search without a cache;
+    with a small budget every beam's cache still holds the budget."""
+    model = enable_eviction(hf_model("llama"))
+    ids = prompt()
+    settings = dict(attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False, num_beams=3,
+                    pad_token_id=0)
+    expected = hf_model("llama").generate(ids, use_cache=False, **settings)
+    assert torch.equal(model.generate(ids, past_key_values=EvictingCache(TOVA(16)), **settings), expected)
+    cache = EvictingCache(TOVA(5))
+    model.generate(ids, past_key_values=cache, **settings)
+    assert (cache.live_tokens() == 5).all() and cache.live_tokens().shape == (2, 6)
+
+
 # ---------------------------------------------------------------------- (d) memory, (e) batches
 
 
-@pytest.mark.parametrize("policy", ["streaming", "tova", "h2o"])
+@pytest.mark.parametrize("policy", ["streaming", "tova", "h2o", "snapkv"])
 def test_cache_bytes_are_kept_tokens_times_bytes_per_token(policy):
     model = enable_eviction(hf_model("llama"))
     ids = prompt(batch=1, length=20)
@@ -180,9 +238,8 @@ def test_cache_bytes_are_kept_tokens_times_bytes_per_token(policy):
     with torch.no_grad():
         model(ids, past_key_values=cache)
     heads, head_dim = 2, 8
-    # keys and values (float32), position (int64), validity (bool), and the accumulated attention (float32) of
-    # the policies that read attention
-    per_token = 2 * heads * head_dim * 4 + 8 + 1 + (4 if policy != "streaming" else 0)
+    # keys and values (float32), position (int64), validity (bool), and H2O's accumulated attention (float32)
+    per_token = 2 * heads * head_dim * 4 + 8 + 1 + (4 if policy == "h2o" else 0)
     for layer in cache.layers:
         assert layer.live_tokens().tolist() == [7] and layer.keys.shape[2] == 7
         assert layer.nbytes() == 7 * per_token
@@ -229,6 +286,9 @@ def test_batch_rows_evict_as_they_do_alone(arch, policy):
     (lambda: StreamingLLM(4, sinks=4), "no recent window"),
     (lambda: StreamingLLM(8, sinks=-1), "sinks must be an int >= 0"),
     (lambda: H2O(8, recent=1.5), r"recent .* must lie in \[0, 1\]"),
+    (lambda: SnapKV(8, window=8), "budget > window"),
+    (lambda: SnapKV(8, window=0), "window .* must be an int >= 1"),
+    (lambda: SnapKV(0.5, kernel=4), "kernel must be an odd int"),
     (lambda: EvictingCache("TOVA"), "needs an EvictionPolicy"),
 ])
 def test_bad_budgets_and_policies_raise_clear_errors(make, match):
