@@ -24,6 +24,12 @@ computed, the token positions), the final layer-normed tokens and the attention 
 
 EViT-style token pruning between layers is ``bab.sparsifiner.attach_tokens``.
 
+The hooks (a pre-hook on the embeddings starts each forward's record, a hook on the final layernorm keeps the tokens)
+and the attention implementation find the state on their own module, so ``copy.deepcopy`` of an attached model (a
+teacher) gets a state of its own. Not supported, each with an error saying so: attention dropout, an attention mask,
+images larger than the predictors were built for (``interpolate_pos_encoding``), and gradient checkpointing (its
+recomputation in the backward pass would run a layer again after the state has moved on).
+
 Shapes: B batch, H heads, n tokens in the current layer (after any pruning), d head width, D hidden width,
 n_q = n - first_query predicted queries, k = ceil(keep_rate * n) kept keys per query, L layers.
 """
@@ -347,6 +353,12 @@ def sparsifiner_attention(module: nn.Module, query: torch.Tensor, key: torch.Ten
     if dropout:
         raise ValueError(f"the {ATTN_IMPLEMENTATION!r} attention has no attention dropout (bab's ViT and DeiT use "
                          f"none): set config.attention_probs_dropout_prob = 0.0, got {dropout}")
+    if state.layers[layer] is not None:
+        # a second call in one forward is gradient checkpointing recomputing the layer in the backward pass, after
+        # the state has moved on (token positions of later layers): it would select other keys than the forward did
+        raise RuntimeError(f"layer {layer} ran twice in one forward; gradient checkpointing recomputes layers, which "
+                           f"the {ATTN_IMPLEMENTATION!r} attention cannot follow: call "
+                           f"model.activation_checkpointing_disable()")
     predictor = getattr(module, PREDICTOR_NAME, None)
     if predictor is not None and query.shape[-2] > state.max_tokens:
         raise ValueError(f"{query.shape[-2]} tokens, but the predictors were built for at most {state.max_tokens} "

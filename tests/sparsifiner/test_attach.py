@@ -388,6 +388,14 @@ def test_larger_images_than_the_predictors_cover_raise(pixels):
         model(pixel_values=torch.randn(1, 1, 35, 35), interpolate_pos_encoding=True)
 
 
+def test_gradient_checkpointing_is_refused(pixels):
+    _, model = attached("vit", keep=0.5)
+    model.activation_checkpointing_enable()
+    model.train()
+    with pytest.raises(RuntimeError, match="gradient checkpointing"):
+        model(pixel_values=pixels).logits.sum().backward()
+
+
 @needs_fused
 def test_fused_core_refuses_gradients(pixels):
     _, model = attached("vit", core="fused", keep=0.25)
