@@ -309,13 +309,15 @@ def _attention_with_weights(query, key, value, mask, scaling, dropout, training)
 
 @torch.no_grad()
 def evaluate_eviction(model, ids: torch.Tensor, context: int, policy: EvictionPolicy, max_windows: int | None = None,
-                      batch_size: int = 16, chunk: int = 1) -> dict:
+                      batch_size: int = 16, chunk: int = 1, prefill: int = 0) -> dict:
     """Perplexity and fraction of context pruned of a transformers causal LM evicting by ``policy``.
 
     The same non-overlapping windows as ``bab.context.evaluate.evaluate_lm`` and the same keys (perplexity, val_ce,
     fraction_pruned, windows, context, window_nll, window_tokens, unit_ids), so rows compare window by window. Each
     window goes through a fresh EvictingCache ``chunk`` tokens per call (1: token by token, every query sees what its
-    predecessors kept; a larger chunk attends in full within the chunk, faster, and keeps more).
+    predecessors kept; a larger chunk attends in full within the chunk, faster, and keeps more). ``prefill`` > 0:
+    the window's first ``prefill`` tokens go in one call first, as a prompt does in ``generate`` (their own losses
+    are then those of full attention); SnapKV, which compresses prompts only, needs it to evict anything.
 
     fraction_pruned = 1 - the share of (query, earlier token) pairs whose key/value the query still saw, over layers,
     windows and queries: the pairs k > j that ``evaluate_lm`` counts for learned pruning.
@@ -324,6 +326,9 @@ def evaluate_eviction(model, ids: torch.Tensor, context: int, policy: EvictionPo
     """
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be an int >= 1, got {chunk!r}")
+    if isinstance(prefill, bool) or not isinstance(prefill, int) or not 0 <= prefill <= context:
+        raise ValueError(f"prefill must be an int in [0, context = {context}], got {prefill!r}")
+    calls = ([(0, prefill)] if prefill else []) + [(s, min(s + chunk, context)) for s in range(prefill, context, chunk)]
     before = model.config._attn_implementation
     enable_eviction(model)
     model.eval()
@@ -334,8 +339,8 @@ def evaluate_eviction(model, ids: torch.Tensor, context: int, policy: EvictionPo
         for i in range(0, len(x), batch_size):
             inputs, targets = x[i: i + batch_size], y[i: i + batch_size]
             cache = EvictingCache(policy)
-            logits = torch.cat([model(inputs[:, s: s + chunk], past_key_values=cache, use_cache=True).logits
-                                for s in range(0, context, chunk)], dim=1)
+            logits = torch.cat([model(inputs[:, start:end], past_key_values=cache, use_cache=True).logits
+                                for start, end in calls], dim=1)
             log_probs = F.log_softmax(logits.float().reshape(-1, logits.shape[-1]), dim=1)
             per_token = -log_probs.gather(1, targets.reshape(-1, 1)).view(targets.shape)
             window = per_token.double().sum(dim=1)

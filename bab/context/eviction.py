@@ -37,7 +37,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-__all__ = ["H2O", "TOVA", "EvictionPolicy", "SlotView", "SnapKV", "StreamingLLM", "check_budget"]
+__all__ = ["H2O", "TOVA", "EvictionPolicy", "SlotView", "SnapKV", "StreamingLLM", "budget_for_fraction",
+           "check_budget", "pairs_kept"]
 
 
 def check_budget(budget) -> int | float:
@@ -51,6 +52,21 @@ def check_budget(budget) -> int | float:
         raise ValueError(f"a budget as a fraction of the tokens seen must lie in (0, 1], got {budget} (pass an int "
                          "for a number of tokens)")
     return budget
+
+
+def pairs_kept(context: int, tokens: int) -> float:
+    """Share of (query, earlier token) pairs a window of ``context`` tokens keeps when fed token by token with at most
+    ``tokens`` held (StreamingLLM, TOVA, H2O at an int budget): query t sees min(t, tokens) of its t earlier tokens."""
+    total = context * (context - 1) // 2
+    return sum(min(t, tokens) for t in range(context)) / total if total else 1.0
+
+
+def budget_for_fraction(context: int, fraction: float) -> int:
+    """The smallest int budget whose ``pairs_kept`` over a window of ``context`` tokens is at least ``fraction``:
+    the token budget that compares with learned pruning keeping that fraction of pairs (1 - fraction_pruned)."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must lie in (0, 1], got {fraction}")
+    return next(n for n in range(1, context + 1) if pairs_kept(context, n) >= fraction - 1e-12)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from transformers.utils import logging as hf_logging
 
 from bab.context.attach import attach
 from bab.context.evicting_cache import EvictingCache, enable_eviction, evaluate_eviction
-from bab.context.eviction import H2O, TOVA, SnapKV, StreamingLLM
+from bab.context.eviction import H2O, TOVA, SnapKV, StreamingLLM, budget_for_fraction, pairs_kept
 from bab.context.interaction import PruningConfig
 
 
@@ -326,6 +326,15 @@ def test_evaluate_eviction_perplexity_and_fraction_pruned():
     # token by token with 4 kept: query t sees min(t, 4) of its t earlier tokens, in every layer and window
     pruned = evaluate_eviction(model, stream, 12, StreamingLLM(4, sinks=1))
     kept = sum(min(t, 4) for t in range(12)) / sum(range(12))
-    assert pruned["fraction_pruned"] == pytest.approx(1 - kept)
+    assert pruned["fraction_pruned"] == pytest.approx(1 - kept) and pairs_kept(12, 4) == pytest.approx(kept)
     assert pruned["perplexity"] != pytest.approx(full["perplexity"], rel=1e-3)
     assert pruned["policy"] == "StreamingLLM(budget=4, sinks=1)"
+    assert budget_for_fraction(12, kept) == 4 and budget_for_fraction(12, kept + 1e-3) == 5
+    assert budget_for_fraction(12, 1.0) == 11
+
+    # SnapKV evicts from a prompt only: 8 tokens in one call, cut to 5, then 4 tokens one by one seeing 5, 6, 7, 8
+    snap = evaluate_eviction(model, stream, 12, SnapKV(5, window=2, kernel=3), prefill=8)
+    assert snap["fraction_pruned"] == pytest.approx(1 - (sum(range(8)) + 5 + 6 + 7 + 8) / sum(range(12)))
+    assert evaluate_eviction(model, stream, 12, SnapKV(5, window=2))["fraction_pruned"] == 0.0  # one by one
+    with pytest.raises(ValueError, match="prefill"):
+        evaluate_eviction(model, stream, 12, TOVA(4), prefill=13)
