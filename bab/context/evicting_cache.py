@@ -92,6 +92,9 @@ class EvictingLayer(CacheLayerMixin):
             raise RuntimeError("this model's attention cannot evict: call bab.context.evicting_cache."
                                "enable_eviction(model) before running it with an EvictingCache")
         self.armed = False
+        if self.new:  # the last call's tokens were never judged: its attention bypassed the "bab_eviction" function
+            raise RuntimeError("the model attended without the 'bab_eviction' attention function (an attention path "
+                               "of its own, e.g. GPT-2's reorder_and_upcast_attn), so nothing was evicted")
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         B, T, device = key_states.shape[0], key_states.shape[2], key_states.device

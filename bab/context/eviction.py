@@ -23,8 +23,9 @@ Policies (each ``scores`` a call's slots; the ``keep_count`` highest-scoring rea
   Models"): the most recent tokens plus the heavy hitters, the tokens with the most attention accumulated over all
   queries so far (mean over heads). The paper keeps a set per head; here a layer's heads share one set, as TOVA's;
 - ``SnapKV`` (Li et al. 2024, "SnapKV: LLM Knows What You are Looking for Before Generation"): the prompt only (a
-  call of several tokens) is cut to its last ``window`` tokens plus the tokens those queries attend to most
-  (pooled along the keys); decoding keeps every new token. The paper selects per head; here per layer.
+  call of several tokens; a prompt fed in chunks is cut after each) is cut to its last ``window`` tokens plus the
+  tokens those queries attend to most (pooled along the keys); decoding keeps every new token. The paper selects
+  per head; here per layer.
 
 Shapes: B batch, H query heads, T the call's queries, K slots after the call (cached, then the call's new tokens).
 """

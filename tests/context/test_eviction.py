@@ -296,12 +296,20 @@ def test_bad_budgets_and_policies_raise_clear_errors(make, match):
         make()
 
 
-def test_a_model_without_eviction_enabled_or_with_learned_pruning_refuses():
+def test_a_model_without_eviction_enabled_or_with_learned_pruning_or_an_unjudged_call_refuses():
     ids = prompt()
     with pytest.raises(RuntimeError, match="enable_eviction"), torch.no_grad():
         hf_model("gpt2")(ids, past_key_values=EvictingCache(TOVA(4)))
     with pytest.raises(ValueError, match="learned context pruning"):
         enable_eviction(attach(hf_model("gpt2"), PruningConfig(r=8)))
+    # an attention path of a model's own that skips the attention functions leaves a call unjudged: the next says so
+    cache = EvictingCache(TOVA(4))
+    keys = torch.zeros(2, 2, 3, 8)
+    cache._layer(0).armed = True  # what the pre-hook does
+    cache.update(keys, keys, 0)  # ... and no attention function judges these 3 tokens
+    cache.layers[0].armed = True
+    with pytest.raises(RuntimeError, match="without the 'bab_eviction' attention"):
+        cache.update(keys, keys, 0)
 
 
 # ---------------------------------------------------------------------- evaluation for the notebooks
