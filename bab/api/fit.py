@@ -215,7 +215,7 @@ def write_outputs(clf: BudgetedClassifier, out: Path, metrics: dict, sweep: pd.D
         if prune is not None:
             texts = (report_on.texts * (1 + timing_examples // max(len(report_on.texts), 1)))[:timing_examples]
             latency = clf.latency(prune, (texts, [clf.labels[0]] * len(texts)), examples=timing_examples,
-                                  seq_len=timing_len, repeats=timing_repeats)
+                                  seq_len=timing_len, repeats=timing_repeats, progress=say is print)
             latency.to_csv(out / "latency.csv")
             metrics["latency"] = {"shape": latency.attrs["shape"], **latency.reset_index().to_dict(orient="list")}
         fig = accuracy_cost_figure(sweep, prune, latency if prune is not None else None)

@@ -379,12 +379,13 @@ class BudgetedClassifier:
         return gate_heatmaps(gates_by_budget(self.model, budgets))
 
     def latency(self, budget: float, data=None, examples: int = 64, batch_size: int = 16, seq_len: int | None = None,
-                warmup: int = 1, repeats: int = 5, **columns) -> pd.DataFrame:
+                warmup: int = 1, repeats: int = 5, progress: bool = False, **columns) -> pd.DataFrame:
         """Dense vs ``prune(budget)``, single-threaded, both saved and reloaded first (``bab.heads.bench``).
 
         Rows dense and pruned: ms, speedup, gflops, analytic_limit (FLOP ratio), realised. Inputs: the
         first ``examples`` texts of ``data`` at ``seq_len`` tokens (default: ``recipe.max_len``), or
-        random token ids when ``data`` is None.
+        random token ids when ``data`` is None. ``progress``: say how long the timing will take after its first
+        rounds.
         """
         from bab.heads.bench import reloaded_latency
 
@@ -398,8 +399,10 @@ class BudgetedClassifier:
             texts = read_labeled(data, split="test", **columns).texts[:examples]
             ids = self.tokenizer.encode(texts, seq_len)
         dense, _ = pruned_copy(self.model, 1.0)  # every head kept: the plain dense model
+        clock = StepClock("timing", warmup + repeats, progress=progress, live=live_output(), unit="round")
         table = reloaded_latency({"dense": dense, f"pruned @{budget:.2f}": self.prune(budget)},
-                                 list(ids.split(batch_size)), self.tokenizer.pad_id, warmup=warmup, repeats=repeats)
+                                 list(ids.split(batch_size)), self.tokenizer.pad_id, warmup=warmup, repeats=repeats,
+                                 on_round=clock.tick)
         table.attrs["shape"] = (f"{len(ids)} examples in batches of {batch_size}, length {seq_len}, "
                                 f"{int(self.head_mask(budget).sum())}/{self.head_mask(budget).numel()} heads kept; "
                                 f"1 thread, median of {repeats} after {warmup} warm-up")

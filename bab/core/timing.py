@@ -40,17 +40,22 @@ def count_flops(fn) -> int:
 
 
 @torch.no_grad()
-def time_side_by_side(fns: dict, warmup: int = 5, repeats: int = 20) -> dict[str, Timing]:
-    """Median wall time (ms) of each zero-argument callable, interleaved round by round."""
-    for _ in range(warmup):
+def time_side_by_side(fns: dict, warmup: int = 5, repeats: int = 20, on_round=None) -> dict[str, Timing]:
+    """Median wall time (ms) of each zero-argument callable, interleaved round by round. ``on_round(i)``, if given,
+    is called after each round, warm-up rounds included (i = 1 .. warmup + repeats): a progress clock's tick."""
+    for i in range(warmup):
         for fn in fns.values():
             fn()
+        if on_round is not None:
+            on_round(i + 1)
     times = {name: [] for name in fns}
-    for _ in range(repeats):
+    for i in range(repeats):
         for name, fn in fns.items():
             start = time.perf_counter()
             fn()
             times[name].append(1e3 * (time.perf_counter() - start))
+        if on_round is not None:
+            on_round(warmup + i + 1)
     return {name: Timing(statistics.median(t), t) for name, t in times.items()}
 
 

@@ -189,7 +189,7 @@ def timed_grid(configs: dict, ids: torch.Tensor, batch_sizes: list[int], example
 
 
 def latency_table(configs: dict, batches: list[torch.Tensor], warmup: int = 2, repeats: int = 5,
-                  baseline: str = "dense", flop_configs: dict | None = None):
+                  baseline: str = "dense", flop_configs: dict | None = None, on_round=None):
     """Time a pass over ``batches`` for each named (model, forward kwargs), single-threaded.
 
     Returns a DataFrame indexed by name with: ms (median over repeats, interleaved), speedup
@@ -199,7 +199,8 @@ def latency_table(configs: dict, batches: list[torch.Tensor], warmup: int = 2, r
     ``table.attrs["times_ms"]``: every repeat's ms of each name, the baseline's and each name's repeat i timed in
     the same round; ``repeat_times(table, name)`` gives a result row's ``dense_ms`` and ``ms``.
     ``flop_configs`` (same names) are counted instead of ``configs``, e.g. eager-attention twins of
-    models whose fused SDPA kernel FlopCounterMode cannot see.
+    models whose fused SDPA kernel FlopCounterMode cannot see. ``on_round(i)``: called after each interleaved round
+    (``bab.core.timing.time_side_by_side``), e.g. a progress clock's tick.
     """
     if baseline not in configs:
         raise ValueError(f"latency_table needs the baseline {baseline!r} among the configs {list(configs)}")
@@ -214,7 +215,7 @@ def latency_table(configs: dict, batches: list[torch.Tensor], warmup: int = 2, r
     counted = passes if flop_configs is None else {name: run(*flop_configs[name]) for name in configs}
     with torch.no_grad(), single_thread():
         flops = {name: count_flops(fn) for name, fn in counted.items()}
-        timings = time_side_by_side(passes, warmup=warmup, repeats=repeats)
+        timings = time_side_by_side(passes, warmup=warmup, repeats=repeats, on_round=on_round)
     rows = []
     base_ms, base_flops = timings[baseline].median_ms, flops[baseline]
     for name in configs:
@@ -289,11 +290,12 @@ def reloaded(models: dict, pad_id: int) -> tuple[dict, dict]:
 
 
 def reloaded_latency(models: dict, batches: list[torch.Tensor], pad_id: int, warmup: int = 1, repeats: int = 5,
-                     baseline: str = "dense") -> pd.DataFrame:
+                     baseline: str = "dense", on_round=None) -> pd.DataFrame:
     """``latency_table`` of plain (possibly pruned) HF classifiers, each saved and reloaded first (``reloaded``).
 
     ``models``: name -> HF sequence classifier; ``batches``: [B, T] id tensors right-padded with
     ``pad_id``. The analytic limit is the FLOP ratio of eager-attention twins.
     """
     timed, twins = reloaded(models, pad_id)
-    return latency_table(timed, batches, warmup=warmup, repeats=repeats, baseline=baseline, flop_configs=twins)
+    return latency_table(timed, batches, warmup=warmup, repeats=repeats, baseline=baseline, flop_configs=twins,
+                         on_round=on_round)

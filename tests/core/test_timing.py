@@ -20,3 +20,13 @@ def test_repeat_times_pairs_the_baseline_with_a_config():
         repeat_times(table, "slow")
     with pytest.raises(ValueError, match="keeps no per-repeat times"):
         repeat_times(pd.DataFrame({"ms": [1.0]}), "fast")
+
+
+def test_side_by_side_timing_calls_back_after_every_round():
+    from bab.core.timing import time_side_by_side
+
+    rounds, calls = [], []
+    timings = time_side_by_side({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, warmup=2,
+                                repeats=3, on_round=rounds.append)
+    assert rounds == [1, 2, 3, 4, 5]  # warm-up rounds counted too
+    assert calls == ["a", "b"] * 5 and len(timings["a"].times_ms) == 3
