@@ -18,3 +18,13 @@ def test_ruff_finds_nothing():
     result = subprocess.run([sys.executable, "-m", "ruff", "check", "bab", "tests", "conftest.py", *scripts],
                             cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_two_test_modules_share_a_file_name():
+    """tests/ has no __init__.py files: pytest imports each test module by its file name, so two test_x.py in two
+    rooms stop the run with an "import file mismatch" when one worker collects both."""
+    from collections import Counter
+    from pathlib import Path
+
+    names = Counter(p.name for p in (Path(__file__).parent).rglob("test_*.py"))
+    assert not [name for name, count in names.items() if count > 1]
