@@ -38,11 +38,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import AttentionInterface
-from transformers.cache_utils import Cache, CacheLayerMixin
+from transformers.cache_utils import Cache
 from transformers.masking_utils import AttentionMaskInterface
 
 from bab.context.attach import _allowed, _always_materialised_mask, _layers, _open_empty_rows, is_attached
 from bab.context.eviction import EvictionPolicy, SlotView
+from bab.context.pruned_cache import RowMappedLayer
 from bab.core.outcomes import unit_ids
 from bab.data.lm import lm_windows
 
@@ -53,7 +54,7 @@ HOOKED = "bab_eviction_hooked"  # marks an attention module that has the pre-hoo
 PENDING = "bab_eviction_layer"  # the EvictingLayer of the call, between the pre-hook and the attention function
 
 
-class EvictingLayer(CacheLayerMixin):
+class EvictingLayer(RowMappedLayer):
     """One layer: keys / values [B, G, S, Dh], positions [B, S] (-1: padding slot), valid [B, S], and with a policy
     that accumulates attention (H2O), mass [B, S] (attention each slot received so far, mean over heads)."""
 
@@ -185,15 +186,6 @@ class EvictingLayer(CacheLayerMixin):
         self.positions, self.valid, self.real_seen = fn(self.positions), fn(self.valid), fn(self.real_seen)
         if self.mass is not None:
             self.mass = fn(self.mass)
-
-    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        self._map_batch(lambda t: t.index_select(0, beam_idx.to(t.device)))
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        self._map_batch(lambda t: t.repeat_interleave(repeats, dim=0))
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self._map_batch(lambda t: t[indices])
 
     def crop(self, tokens_to_remove: int) -> None:
         raise NotImplementedError("an EvictingCache cannot be cropped: evicted tokens are gone, so no earlier state "

@@ -49,7 +49,24 @@ class _Staged:
     propagate: bool  # publish this layer's first drops for the layer above
 
 
-class PrunedLayer(CacheLayerMixin):
+class RowMappedLayer(CacheLayerMixin):
+    """A cache layer whose per-row tensors follow beam search and batch expansion through one ``_map_batch(fn)``,
+    which applies ``fn`` to every tensor with a batch dimension first."""
+
+    def _map_batch(self, fn) -> None:
+        raise NotImplementedError
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self._map_batch(lambda t: t.index_select(0, beam_idx.to(t.device)))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._map_batch(lambda t: t.repeat_interleave(repeats, dim=0))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._map_batch(lambda t: t[indices])
+
+
+class PrunedLayer(RowMappedLayer):
     """One layer: keys / values [B, G, S, Dh], interaction keys [B, S, r], positions [B, S] (-1: padding), valid."""
 
     is_compileable = False
@@ -179,15 +196,6 @@ class PrunedLayer(CacheLayerMixin):
             self.int_keys = fn(self.int_keys)
         if self.first_by_position is not None:
             self.first_by_position = fn(self.first_by_position)
-
-    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        self._map_batch(lambda t: t.index_select(0, beam_idx.to(t.device)))
-
-    def batch_repeat_interleave(self, repeats: int) -> None:
-        self._map_batch(lambda t: t.repeat_interleave(repeats, dim=0))
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self._map_batch(lambda t: t[indices])
 
     def crop(self, tokens_to_remove: int) -> None:
         raise NotImplementedError("a PrunedCache cannot be cropped: dropped tokens are gone, so no earlier state can "
