@@ -5,19 +5,11 @@ references written out here for Qwen2 and Mistral, and cached generation against
 import math
 
 import pytest
+import tiny_decoders
 import torch
 from transformers import (
     DynamicCache,
-    GPT2Config,
-    GPT2LMHeadModel,
-    LlamaConfig,
-    LlamaForCausalLM,
-    MistralConfig,
-    MistralForCausalLM,
-    Qwen2Config,
-    Qwen2ForCausalLM,
 )
-from transformers.utils import logging as hf_logging
 
 from bab.context import gpt2 as bab_gpt2
 from bab.context import llama as bab_llama
@@ -34,26 +26,9 @@ from bab.context.attach import (
 from bab.context.interaction import HARD, PruningConfig
 from bab.context.pruned_cache import PrunedCache
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _quiet_transformers():
-    """Tiny vocabularies and configs without special tokens make transformers warn at every model and generate."""
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    yield
-    hf_logging.set_verbosity(level)
-
-
-NO_SPECIAL = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)  # generation never stops early
-LLAMA_LIKE = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
-                  num_hidden_layers=2, vocab_size=97, **NO_SPECIAL)
-ARCHS = {
-    "gpt2": (GPT2LMHeadModel, lambda **o: GPT2Config(**{**dict(n_layer=2, n_head=4, n_embd=32, vocab_size=97,
-                                                                n_positions=64, **NO_SPECIAL), **o})),
-    "llama": (LlamaForCausalLM, lambda **o: LlamaConfig(**{**LLAMA_LIKE, **o})),
-    "qwen2": (Qwen2ForCausalLM, lambda **o: Qwen2Config(**{**LLAMA_LIKE, "use_sliding_window": False, **o})),
-    "mistral": (MistralForCausalLM, lambda **o: MistralConfig(**{**LLAMA_LIKE, "sliding_window": None, **o})),
-}
+quiet_transformers = tiny_decoders.quiet_transformers
+NO_SPECIAL, LLAMA_LIKE = tiny_decoders.NO_SPECIAL, tiny_decoders.LLAMA_LIKE
+ARCHS = tiny_decoders.architectures(n_positions=64)
 BAB_DECODERS = {"gpt2": bab_gpt2.from_hf_model, "llama": bab_llama.from_hf_model}
 # scores spread around 0, so a fair share of tokens drops in a random tiny model
 PRUNING = PruningConfig(r=8, init_std=0.5, init_bias=1.0)

@@ -5,45 +5,20 @@ against reference loops that evict from the attention weights an eager model ret
 import math
 
 import pytest
+import tiny_decoders
 import torch
 from transformers import (
     DynamicCache,
-    GPT2Config,
-    GPT2LMHeadModel,
-    LlamaConfig,
-    LlamaForCausalLM,
-    MistralConfig,
-    MistralForCausalLM,
-    Qwen2Config,
-    Qwen2ForCausalLM,
 )
-from transformers.utils import logging as hf_logging
 
 from bab.context.attach import attach
 from bab.context.evicting_cache import EvictingCache, enable_eviction, evaluate_eviction
 from bab.context.eviction import H2O, TOVA, SnapKV, StreamingLLM, budget_for_fraction, pairs_kept
 from bab.context.interaction import PruningConfig
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _quiet_transformers():
-    """Tiny vocabularies and configs without special tokens make transformers warn at every model and generate."""
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    yield
-    hf_logging.set_verbosity(level)
-
-
-NO_SPECIAL = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)  # generation never stops early
-LLAMA_LIKE = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
-                  num_hidden_layers=2, vocab_size=97, **NO_SPECIAL)
-ARCHS = {
-    "gpt2": (GPT2LMHeadModel, lambda **o: GPT2Config(**{**dict(n_layer=2, n_head=4, n_embd=32, vocab_size=97,
-                                                                n_positions=128, **NO_SPECIAL), **o})),
-    "llama": (LlamaForCausalLM, lambda **o: LlamaConfig(**{**LLAMA_LIKE, **o})),
-    "qwen2": (Qwen2ForCausalLM, lambda **o: Qwen2Config(**{**LLAMA_LIKE, "use_sliding_window": False, **o})),
-    "mistral": (MistralForCausalLM, lambda **o: MistralConfig(**{**LLAMA_LIKE, "sliding_window": None, **o})),
-}
+quiet_transformers = tiny_decoders.quiet_transformers
+NO_SPECIAL, LLAMA_LIKE = tiny_decoders.NO_SPECIAL, tiny_decoders.LLAMA_LIKE
+ARCHS = tiny_decoders.architectures(n_positions=128)
 LAYERS = {"gpt2": "n_layer", "llama": "num_hidden_layers", "qwen2": "num_hidden_layers",
           "mistral": "num_hidden_layers"}
 

@@ -1,0 +1,39 @@
+"""Random tiny decoders of four transformers families, shared by the attached-pruning and the eviction tests (imported
+by each test module: a conftest.py here would shadow the root one)."""
+
+import pytest
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+from transformers.utils import logging as hf_logging
+
+NO_SPECIAL = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)  # generation never stops early
+LLAMA_LIKE = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+                  num_hidden_layers=2, vocab_size=97, **NO_SPECIAL)
+
+
+def architectures(n_positions: int) -> dict:
+    """{family: (model class, config factory taking overrides)}; GPT-2 with ``n_positions`` positions."""
+    return {
+        "gpt2": (GPT2LMHeadModel, lambda **o: GPT2Config(**{**dict(n_layer=2, n_head=4, n_embd=32, vocab_size=97,
+                                                                    n_positions=n_positions, **NO_SPECIAL), **o})),
+        "llama": (LlamaForCausalLM, lambda **o: LlamaConfig(**{**LLAMA_LIKE, **o})),
+        "qwen2": (Qwen2ForCausalLM, lambda **o: Qwen2Config(**{**LLAMA_LIKE, "use_sliding_window": False, **o})),
+        "mistral": (MistralForCausalLM, lambda **o: MistralConfig(**{**LLAMA_LIKE, "sliding_window": None, **o})),
+    }
+
+
+@pytest.fixture(autouse=True, scope="module")
+def quiet_transformers():
+    """Tiny vocabularies and configs without special tokens make transformers warn at every model and generate."""
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    yield
+    hf_logging.set_verbosity(level)
