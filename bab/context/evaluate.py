@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from bab.context.interaction import HARD
+from bab.context.lm import lm_forward
 from bab.context.static_masks import pruned_fraction
 from bab.core.outcomes import unit_ids
 from bab.data.lm import lm_windows
@@ -30,9 +31,6 @@ def evaluate_lm(model, ids: torch.Tensor, context: int, budget: float | None = N
     baselines, with ``prune=False``; its fraction_pruned is the share of pairs k > j the mask hides.
     """
     if attn_mask is not None:
-        if prune and getattr(model, "prunes", False):
-            raise ValueError("a static attn_mask is a baseline of its own: evaluate it with prune=False (or on a "
-                             "model without context pruning), not on top of learned pruning")
         if attn_mask.shape != (context, context):
             raise ValueError(f"attn_mask must be [context, context] = [{context}, {context}], "
                              f"got {tuple(attn_mask.shape)}")
@@ -41,7 +39,7 @@ def evaluate_lm(model, ids: torch.Tensor, context: int, budget: float | None = N
     nll, count, keep_sum = 0.0, 0, 0.0
     window_nll, window_tokens = [], []
     for i in range(0, len(x), batch_size):
-        out = model(x[i: i + batch_size], alpha=HARD, budget=budget, prune=prune, attn_mask=attn_mask)
+        out = lm_forward(model, x[i: i + batch_size], alpha=HARD, budget=budget, prune=prune, attn_mask=attn_mask)
         logits = out.logits
         targets = y[i: i + batch_size]
         # cross_entropy is log_softmax then nll_loss: the same sum as before, bit for bit, and one log_softmax

@@ -33,6 +33,7 @@ Shapes: B batch, H query heads, G key/value heads, S held slots, T new tokens, K
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -47,7 +48,7 @@ from bab.context.pruned_cache import RowMappedLayer
 from bab.core.outcomes import unit_ids
 from bab.data.lm import lm_windows
 
-__all__ = ["ATTN_IMPLEMENTATION", "EvictingCache", "EvictingLayer", "enable_eviction", "evaluate_eviction"]
+__all__ = ["ATTN_IMPLEMENTATION", "EvictingCache", "EvictingLayer", "enable_eviction", "evaluate_eviction", "evicting"]
 
 ATTN_IMPLEMENTATION = "bab_eviction"
 HOOKED = "bab_eviction_hooked"  # marks an attention module that has the pre-hook
@@ -248,6 +249,19 @@ def enable_eviction(model: nn.Module) -> nn.Module:
     return model
 
 
+@contextmanager
+def evicting(model: nn.Module):
+    """``enable_eviction`` for the block, and the model's own attention implementation back afterwards (its plain
+    forward then runs the kernel it ran before, e.g. SDPA's fused causal path)."""
+    before = model.config._attn_implementation
+    enable_eviction(model)
+    try:
+        yield model
+    finally:
+        if before != ATTN_IMPLEMENTATION:
+            model.set_attn_implementation(before)
+
+
 def _hand_over_layer(module: nn.Module, args: tuple, kwargs: dict):
     cache = kwargs.get("past_key_values")
     layer = None
@@ -324,13 +338,11 @@ def evaluate_eviction(model, ids: torch.Tensor, context: int, policy: EvictionPo
     if isinstance(prefill, bool) or not isinstance(prefill, int) or not 0 <= prefill <= context:
         raise ValueError(f"prefill must be an int in [0, context = {context}], got {prefill!r}")
     calls = ([(0, prefill)] if prefill else []) + [(s, min(s + chunk, context)) for s in range(prefill, context, chunk)]
-    before = model.config._attn_implementation
-    enable_eviction(model)
     model.eval()
     x, y = lm_windows(ids, context, max_windows)
     nll, count, visible, full = 0.0, 0, 0, 0
     window_nll, window_tokens = [], []
-    try:
+    with evicting(model):
         for i in range(0, len(x), batch_size):
             inputs, targets = x[i: i + batch_size], y[i: i + batch_size]
             cache = EvictingCache(policy)
@@ -345,9 +357,6 @@ def evaluate_eviction(model, ids: torch.Tensor, context: int, policy: EvictionPo
             count += targets.numel()
             visible += sum(layer.visible_pairs for layer in cache.layers)
             full += sum(layer.full_pairs for layer in cache.layers)
-    finally:
-        if before != ATTN_IMPLEMENTATION:
-            model.set_attn_implementation(before)
     return {"perplexity": math.exp(nll / count), "val_ce": nll / count,
             "fraction_pruned": 1.0 - (visible / full if full else 1.0), "windows": len(x), "context": context,
             "window_nll": window_nll, "window_tokens": window_tokens, "policy": policy.describe(),

@@ -1,4 +1,4 @@
-"""Pretrained decoders: where the weights come from, and ``load_decoder`` -> (our decoder, tokenizer).
+"""Pretrained decoders: where the weights come from, and ``load_decoder`` -> (transformers model, tokenizer).
 
 Sources, through the one resolver of ``bab.core.sources`` (docs/data-and-models.md):
 
@@ -11,8 +11,9 @@ Sources, through the one resolver of ``bab.core.sources`` (docs/data-and-models.
    ``smollm2-135m-instruct``, ``gpt2``; any other id is passed through).
 
 transformers reads a GGUF file with the ``gguf`` package and dequantises it to float32 (about 20 s for
-SmolLM2 on 2 CPU cores). The result becomes our forward (bab.context.llama or bab.context.gpt2) with
-the Hugging Face weights; the logit equality is a test (tests/context/test_llama.py), not a load-time check.
+SmolLM2 on 2 CPU cores). The model is transformers' own (``LlamaForCausalLM`` for SmolLM2); context pruning is
+attached to it (bab.context.attach), which works on any decoder family whose attention modules go through
+transformers' attention interface (GPT-2, Llama, Qwen2, Mistral, ...).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from bab.context.attach import attach
 from bab.context.interaction import PruningConfig
 from bab.core.sources import Place, SourceNotFoundError, find_source, hub_place, hub_reachable, package_place
 
@@ -155,23 +157,9 @@ def _load_hf(source: DecoderSource):
     return model.eval(), tokenizer
 
 
-def from_hf_model(hf_model, pruning: PruningConfig | None = None):
-    """Our decoder (LlamaLM or GPT2LM, by the config's model_type) with the weights of a transformers model."""
-    model_type = getattr(hf_model.config, "model_type", None)
-    if model_type == "llama":
-        from bab.context.llama import from_hf_model as llama_from_hf
-        return llama_from_hf(hf_model, pruning)
-    if model_type == "gpt2":
-        from bab.context.gpt2 import from_hf_model as gpt2_from_hf
-        return gpt2_from_hf(hf_model, pruning)
-    raise ValueError(f"decoder type {model_type!r} is not supported; supported: 'llama' (Llama, SmolLM2, ...) "
-                     "and 'gpt2'")
-
-
 def load_hf_decoder(source: str | os.PathLike | None = None, allow_hub: bool = True):
     """(transformers model in eval mode, its tokenizer, the DecoderSource it came from): the first source that loads.
 
-    What ``load_decoder`` converts; keep the transformers model only to compare logits with it.
     Raises DecoderUnavailableError listing every source tried and why it failed.
     """
     sources, tried = resolve_decoder_sources(source, allow_hub)
@@ -188,10 +176,12 @@ def load_hf_decoder(source: str | os.PathLike | None = None, allow_hub: bool = T
 
 def load_decoder(source: str | os.PathLike | None = None, pruning: PruningConfig | None = None,
                  allow_hub: bool = True):
-    """(our decoder in eval mode, its tokenizer) from the first source that loads (see the module doc).
+    """(transformers model in eval mode, its tokenizer) from the first source that loads (see the module doc).
 
-    ``pruning``: a PruningConfig gives every layer a fresh ContextInteraction (to fine-tune); None: plain.
+    ``pruning``: a PruningConfig attaches a fresh ContextInteraction to every layer (to fine-tune); None: plain.
     Raises DecoderUnavailableError listing every source tried and why it failed.
     """
-    hf_model, tokenizer, _ = load_hf_decoder(source, allow_hub)
-    return from_hf_model(hf_model, pruning).eval(), tokenizer
+    model, tokenizer, _ = load_hf_decoder(source, allow_hub)
+    if pruning is not None:
+        attach(model, pruning)
+    return model.eval(), tokenizer

@@ -12,6 +12,8 @@ import string
 import pandas as pd
 import torch
 
+from bab.context.lm import lm_forward
+
 # A short English stop-word list (function words: articles, pronouns, auxiliaries, prepositions,
 # conjunctions). Chosen once here so the breakdown does not depend on an extra package.
 STOP_WORDS = frozenset("""
@@ -38,7 +40,7 @@ def token_kind(text: str) -> str:
 @torch.no_grad()
 def token_kind_breakdown(model, ids: torch.Tensor, tokenizer, budget: float | None = None) -> pd.DataFrame:
     """ids [N, T] -> one row per kind: tokens, share of tokens, pairs, fraction of its pairs pruned."""
-    out = model(ids, budget=budget, return_log_keep=True)
+    out = lm_forward(model, ids, budget=budget, return_log_keep=True)
     T = ids.shape[1]
     below = torch.ones(T, T, dtype=torch.bool).tril(-1)  # pairs (k, j) with k > j
     pruned = torch.zeros(ids.shape, dtype=torch.float64)

@@ -28,7 +28,9 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
+from bab.context.attach import context_state
 from bab.context.interaction import SPARSITY_NORMALISATIONS, cosine_alpha
+from bab.context.lm import check_length, lm_forward, prunes, pruning_parameters
 from bab.core.budget import validate_budget
 from bab.core.losses import budget_loss, context_pruning_loss
 from bab.core.runs import without_added_defaults
@@ -119,12 +121,12 @@ class LMObjective(Objective):
 
     def prepare(self, model) -> None:
         config = self.config
-        if config.objective != "lm" and not model.prunes:
-            raise ValueError(f"objective {config.objective!r} needs a model with context pruning "
-                             "(GPT2Config.pruning)")
-        if config.objective == "budget_context" and not model.config.pruning.budget_conditioned:
+        if config.objective != "lm" and not prunes(model):
+            raise ValueError(f"objective {config.objective!r} needs a model with context pruning attached "
+                             "(bab.context.attach.attach(model, PruningConfig(...)))")
+        if config.objective == "budget_context" and not context_state(model).pruning.budget_conditioned:
             raise ValueError("objective 'budget_context' needs PruningConfig(budget_conditioned=True)")
-        model.check_length(config.context)
+        check_length(model, config.context)
         if config.freeze_pretrained:
             for name, parameter in model.named_parameters():
                 parameter.requires_grad_(".interaction." in name)
@@ -165,7 +167,7 @@ def train_lm(model, train_ids: torch.Tensor, config: LMTrainConfig, progress: bo
 def parameter_groups(model, config: LMTrainConfig) -> list[dict]:
     """The pretrained weights at ``lr``; the interaction parameters (fresh modules) at ``pruning_lr`` without
     decay when the objective prunes, else they are left out (the ``lm`` objective never uses them)."""
-    pruning = [p for _, p in model.pruning_parameters()]
+    pruning = [p for _, p in pruning_parameters(model)]
     pruning_ids = {id(p) for p in pruning}
     groups = []
     pretrained = [p for p in model.parameters() if id(p) not in pruning_ids and p.requires_grad]
@@ -179,12 +181,12 @@ def parameter_groups(model, config: LMTrainConfig) -> list[dict]:
 def _objective_step(model, x, y, alpha: float, config: LMTrainConfig, budget_rng: random.Random):
     """The forward pass and loss of one batch: ``(output, loss)``."""
     if config.objective == "lm":
-        out = model(x, prune=False)
+        out = lm_forward(model, x, prune=False)
         return out, F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1))
     if config.objective == "context_pruning":
-        out = model(x, alpha=alpha, sparsity_normalisation=config.sparsity_normalisation)
+        out = lm_forward(model, x, alpha=alpha, sparsity_normalisation=config.sparsity_normalisation)
         return out, context_pruning_loss(out.logits, y, out.sparsity, config.gamma)
     budget = budget_rng.uniform(config.budget_min, config.budget_max)  # budget_context
-    out = model(x, alpha=alpha, budget=budget)
+    out = lm_forward(model, x, alpha=alpha, budget=budget)
     return out, budget_loss(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1), out.keep_mass,
                             budget, config.lambda_cost, config.lambda_viol, two_sided=config.two_sided)

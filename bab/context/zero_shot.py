@@ -23,10 +23,14 @@ chance, and 58% by the total). Every item starts with the tokenizer's end-of-tex
 paragraph separator the decoder saw in fine-tuning. Batches are right-padded: a causal decoder's logits at a
 position depend only on the tokens up to it, and so do its pruning decisions (a token is dropped by later
 tokens only), so padding never changes a score. For the same reason the choices of an item share one run of their
-context (``ContextDecoder.continuation_hidden_states``): it is computed once, not once per choice, which halves
+context (``bab.context.lm.continuation_hidden_states``): it is computed once, not once per choice, which halves
 the ending task's compute and cuts the topic task's (a long article, choices of a word or two) about fourfold.
 
 Each score comes with ``n`` and a 95% Wilson interval (``wilson_interval``).
+
+With a training-free eviction ``policy`` (bab.context.eviction) on a plain decoder, every item's context is the
+prompt: it runs in one call, the policy evicts from the cache, and the target or each choice is scored after it
+(so the cloze goes through ``continuation_hidden_states`` item by item too).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from bab.context.lm import check_length, continuation_hidden_states, hidden_states, output_head
 from bab.context.token_kinds import STOP_WORDS
 from bab.core.outcomes import unit_ids
 
@@ -203,10 +208,12 @@ def topic_items(texts: list[str], labels: list[int], topics: list[str],
 # ------------------------------------------------------------------------------------------------- scoring
 
 
-def _continuation_logprobs(model, tokenizer, pairs: list[tuple[str, str]], batch_size: int, budget, prune: bool):
+def _continuation_logprobs(model, tokenizer, pairs: list[tuple[str, str]], batch_size: int, budget, prune: bool,
+                           policy=None):
     """For each (context, continuation): the log-probabilities of the continuation's tokens [len] and whether each
     was the greedy choice, from one forward of <eot> context continuation (right-padded batches, longest first),
-    the output projection applied at the continuation's positions only."""
+    the output projection applied at the continuation's positions only. With an eviction ``policy``: the context
+    first, then the continuation after what the policy kept."""
     encoded = []
     for context, continuation in pairs:
         ctx = [tokenizer.eot_id] + tokenizer.encode(context)
@@ -215,7 +222,9 @@ def _continuation_logprobs(model, tokenizer, pairs: list[tuple[str, str]], batch
             raise ValueError(f"continuation {continuation!r} encodes to no tokens")
         encoded.append((ctx, cont))
     longest = max(len(c) + len(t) for c, t in encoded)
-    model.check_length(longest)
+    check_length(model, longest)
+    if policy is not None:
+        return [_scored(_after_context(model, ctx, [cont], policy)[0], cont) for ctx, cont in encoded]
     order = sorted(range(len(encoded)), key=lambda i: -(len(encoded[i][0]) + len(encoded[i][1])))
     results = [None] * len(encoded)
     device = next(model.parameters()).device
@@ -227,16 +236,33 @@ def _continuation_logprobs(model, tokenizer, pairs: list[tuple[str, str]], batch
             seq = encoded[i][0] + encoded[i][1]
             ids[row, : len(seq)] = torch.tensor(seq)
         with torch.no_grad():
-            h = model.hidden_states(ids.to(device), budget=budget, prune=prune)
+            h = hidden_states(model, ids.to(device), budget=budget, prune=prune)
+            head = output_head(model)
             for row, i in enumerate(chunk):
                 ctx, cont = encoded[i]
                 positions = torch.arange(len(ctx) - 1, len(ctx) + len(cont) - 1)  # the states that predict cont
-                log_probs = F.log_softmax(model.head(h[row, positions]).float(), dim=-1)  # only where scored
-                target = torch.tensor(cont)
-                lp = log_probs.gather(-1, target[:, None])[:, 0]
-                greedy = log_probs.argmax(-1) == target
-                results[i] = (lp.cpu(), greedy.cpu())
+                results[i] = _scored(F.log_softmax(head(h[row, positions]).float(), dim=-1), cont)  # only where scored
     return results
+
+
+def _after_context(model, context: list[int], continuations: list[list[int]], policy=None, budget=None,
+                   prune: bool = True, pad_id: int = 0) -> list[torch.Tensor]:
+    """The log-probabilities [len, V] at each continuation's tokens, after one run of ``context`` shared by them."""
+    device = next(model.parameters()).device
+    ids = torch.full((len(continuations), max(map(len, continuations))), pad_id, dtype=torch.long)
+    for row, tokens in enumerate(continuations):
+        ids[row, : len(tokens)] = torch.tensor(tokens)
+    with torch.no_grad():
+        h = continuation_hidden_states(model, torch.tensor([context], device=device), ids.to(device), budget=budget,
+                                       prune=prune, policy=policy)
+        head = output_head(model)
+        return [F.log_softmax(head(h[row, : len(tokens)]).float(), dim=-1) for row, tokens in enumerate(continuations)]
+
+
+def _scored(log_probs: torch.Tensor, tokens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-probability of each target token, whether it was the greedy choice), on the CPU."""
+    target = torch.tensor(tokens, device=log_probs.device)
+    return log_probs.gather(-1, target[:, None])[:, 0].cpu(), (log_probs.argmax(-1) == target).cpu()
 
 
 def _accuracy(outcomes: list[bool], texts: list[str]) -> dict:
@@ -250,12 +276,12 @@ def _accuracy(outcomes: list[bool], texts: list[str]) -> dict:
 
 
 def score_cloze(model, tokenizer, items: list[ClozeItem], batch_size: int = 8, budget: float | None = None,
-                prune: bool = True) -> dict:
+                prune: bool = True, policy=None) -> dict:
     """Last-word accuracy (every target token the greedy choice), its 95% interval, and the target's perplexity."""
     if not items:
         raise ValueError("no cloze items: the text gave none that pass the rules (use more text or looser rules)")
     scored = _continuation_logprobs(model, tokenizer, [(it.context, f" {it.target}") for it in items], batch_size,
-                                    budget, prune)
+                                    budget, prune, policy)
     outcomes = [bool(greedy.all()) for _, greedy in scored]
     nll = sum(-float(lp.sum()) for lp, _ in scored) / len(items)
     texts = [f"{it.context}\x1f{it.target}" for it in items]
@@ -265,28 +291,21 @@ def score_cloze(model, tokenizer, items: list[ClozeItem], batch_size: int = 8, b
 CHOICE_SCORES = ("per_character", "sum")
 
 
-def _choice_logprobs(model, tokenizer, item: ChoiceItem, budget, prune: bool) -> list[torch.Tensor]:
+def _choice_logprobs(model, tokenizer, item: ChoiceItem, budget, prune: bool, policy=None) -> list[torch.Tensor]:
     """The log-probabilities of each choice's tokens [len], from one run of <eot> context and the choices after it
     as a batch (``continuation_hidden_states``: the context's states computed once, not once per choice), the
     output projection applied at the choices' positions only."""
-    context = torch.tensor([[tokenizer.eot_id] + tokenizer.encode(item.context)])
     encoded = [tokenizer.encode(choice) for choice in item.choices]
     for choice, tokens in zip(item.choices, encoded, strict=True):
         if not tokens:
             raise ValueError(f"choice {choice!r} encodes to no tokens")
-    ids = torch.full((len(encoded), max(map(len, encoded))), tokenizer.eot_id, dtype=torch.long)
-    for row, tokens in enumerate(encoded):
-        ids[row, : len(tokens)] = torch.tensor(tokens)
-    device = next(model.parameters()).device
-    with torch.no_grad():
-        h = model.continuation_hidden_states(context.to(device), ids.to(device), budget=budget, prune=prune)
-        return [F.log_softmax(model.head(h[row, : len(tokens)]).float(), dim=-1)
-                .gather(-1, torch.tensor(tokens, device=device)[:, None])[:, 0].cpu()
-                for row, tokens in enumerate(encoded)]
+    context = [tokenizer.eot_id] + tokenizer.encode(item.context)
+    log_probs = _after_context(model, context, encoded, policy, budget, prune, pad_id=tokenizer.eot_id)
+    return [_scored(lp, tokens)[0] for lp, tokens in zip(log_probs, encoded, strict=True)]
 
 
 def score_choice(model, tokenizer, items: list[ChoiceItem], budget: float | None = None, prune: bool = True,
-                 score: str = "per_character") -> dict:
+                 score: str = "per_character", policy=None) -> dict:
     """Accuracy of the choice with the highest log-likelihood (``score``: "per_character", HellaSwag's
     length-normalised one, or "sum", the plain total), and its 95% interval. An item's choices run as one batch
     after its context, which runs once (``_choice_logprobs``)."""
@@ -296,7 +315,7 @@ def score_choice(model, tokenizer, items: list[ChoiceItem], budget: float | None
         raise ValueError("no choice items: the text gave none that pass the rules (use more text or looser rules)")
     outcomes = []
     for it in items:
-        log_probs = _choice_logprobs(model, tokenizer, it, budget, prune)
+        log_probs = _choice_logprobs(model, tokenizer, it, budget, prune, policy)
         totals = [float(lp.sum()) / (len(choice) if score == "per_character" else 1)
                   for lp, choice in zip(log_probs, it.choices, strict=True)]
         outcomes.append(max(range(len(totals)), key=totals.__getitem__) == it.label)

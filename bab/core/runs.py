@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_model, save_model
 
 try:
     import fcntl
@@ -186,7 +186,7 @@ class RunCache:
             return None
         if stored != canonical(config):
             return None  # same key, different config: never reuse it
-        model.load_state_dict(load_file(folder / "model.safetensors"))
+        load_model(model, folder / "model.safetensors")
         return json.loads((folder / "metrics.json").read_text())
 
     def save(self, name: str, config, model: torch.nn.Module, metrics: dict) -> Path:
@@ -196,8 +196,7 @@ class RunCache:
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=self.root))
         try:
-            state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-            save_file(state, tmp / "model.safetensors")
+            save_model(model, tmp / "model.safetensors")  # tied weights (GPT-2's head and embedding) stored once
             (tmp / "metrics.json").write_text(strict_json.dumps(metrics, indent=2, sort_keys=True))
             (tmp / "config.json").write_text(canonical(config))
             share(tmp)

@@ -17,11 +17,13 @@ Every trained model goes through the run cache (``bab.experiments.study.Study``)
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, replace
 
 import torch
+from transformers import GPT2Config, GPT2LMHeadModel
 
-from bab.context.gpt2 import GPT2LM, GPT2Config, load_pretrained
+from bab.context.attach import attach
 from bab.context.interaction import PruningConfig
 from bab.context.train import LMTrainConfig
 from bab.core.runs import RunCache, as_downloaded
@@ -45,7 +47,7 @@ class ContextPruningProfile:
 
     name: str
     data: LMDataConfig
-    model: dict  # GPT2Config fields other than vocab_size / pruning
+    model: dict  # transformers GPT2Config fields other than vocab_size
     dense: LMTrainConfig  # pretraining from scratch (offline); its context is also the evaluation context
     finetune: LMTrainConfig  # objective context_pruning; gamma is set per specialist
     budgeted: LMTrainConfig  # objective budget_context (beyond the paper)
@@ -62,10 +64,6 @@ class ContextPruningProfile:
     bench_new_tokens: int = 64
     bench_repeats: int = 3
     bench_warmup: int = 1
-    # Batch the cache's compaction copies until they free >= 10% of the used slots (dropped tokens are
-    # dead at once either way). Copying at every drop took ~1.9x the decode time of the quick gamma=0.1
-    # model at a 896-token prompt (its first layer keeps ~half the prompt and drops a few tokens per step).
-    bench_compact_every: float = 0.1
     view_tokens: int = 48  # length of the passage in the dropped-token view
 
 
@@ -161,8 +159,19 @@ class ContextPruningStudy(DecoderStudy):
             self._data = load_lm_data(self.data_config)
         return self._data
 
-    def model_config(self, pruning: PruningConfig | None = None) -> GPT2Config:
-        return GPT2Config(vocab_size=self.build().tokenizer.vocab_size, **self.profile.model, pruning=pruning)
+    def model_config(self, pruning: PruningConfig | None = None) -> dict:
+        """What determines the decoder a run builds: transformers' GPT-2 of the profile's shape, and its pruning."""
+        return {"family": "gpt2", "vocab_size": self.build().tokenizer.vocab_size, **self.profile.model,
+                "pruning": None if pruning is None else pruning.to_dict()}
+
+    def new_model(self, pruning: PruningConfig | None = None) -> GPT2LMHeadModel:
+        """A freshly initialised transformers GPT-2 of the profile's shape, with ``pruning`` attached if given."""
+        # no pad token: windows of running text hold the paragraph separator (end-of-text), never padding
+        eot = self.build().tokenizer.eot_id
+        config = GPT2Config(vocab_size=self.build().tokenizer.vocab_size, **self.profile.model, bos_token_id=eot,
+                            eos_token_id=eot, pad_token_id=None)
+        model = GPT2LMHeadModel(config)
+        return attach(model, pruning) if pruning is not None else model
 
     def pruning_config(self, r: int | None = None, irreversible: bool = True,
                        budget_conditioned: bool = False) -> PruningConfig:
@@ -174,7 +183,7 @@ class ContextPruningStudy(DecoderStudy):
 
     # ------------------------------------------------------------------ training through the cache
 
-    def dense(self) -> tuple[GPT2LM, dict]:
+    def dense(self) -> tuple[GPT2LMHeadModel, dict]:
         """The dense model: pretrained GPT-2 (base='gpt2') or trained from scratch here, through the cache."""
         return self._dense_run()[:2]
 
@@ -183,21 +192,25 @@ class ContextPruningStudy(DecoderStudy):
         if self._dense is not None:
             return self._dense
         if self.base == "gpt2":
-            model = load_pretrained("gpt2").eval()
+            model = GPT2LMHeadModel.from_pretrained("gpt2").eval()
             metrics = {"history": [], "train_seconds": 0.0, "cached": True, "source": "pretrained gpt2"}
-            lineage = {"experiment": self.experiment, "base": "gpt2", "model": model.config.to_dict()}
+            lineage = {"experiment": self.experiment, "base": "gpt2", "model": "gpt2"}
             as_downloaded(model)
             self._dense = (model, metrics, lineage)
             return self._dense
-        config = self.model_config()
-        self._dense = self.fine_tune("dense", lambda: GPT2LM(config), config, self.profile.dense, base=self.base)
+        self._dense = self.fine_tune("dense", self.new_model, self.model_config(), self.profile.dense, base=self.base)
         return self._dense
 
     def _fine_tune(self, run_name: str, pruning: PruningConfig, train_config: LMTrainConfig):
         """The dense weights plus fresh interaction modules of ``pruning``, fine-tuned under ``train_config``."""
         dense, _, dense_lineage = self._dense_run()
-        config = replace(dense.config, pruning=pruning)
-        model, metrics, _ = self.fine_tune(run_name, lambda: GPT2LM(config), config, train_config,
+        if self.base == "gpt2":
+            def build():
+                return attach(GPT2LMHeadModel(copy.deepcopy(dense.config)), pruning)  # attaching changes the config
+        else:
+            def build():
+                return self.new_model(pruning)
+        model, metrics, _ = self.fine_tune(run_name, build, self.model_config(pruning), train_config,
                                            parent=dense_lineage, init=dense, new_modules=("interaction",),
                                            base=self.base)
         return model, metrics

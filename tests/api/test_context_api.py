@@ -7,10 +7,9 @@ import api_fixtures
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from bab.api.context import ContextPruner
-from bab.context.llama import LlamaDecoderConfig
 
 # pytest fixtures shared by the API tests (a conftest.py here would shadow the root one)
 one_thread = api_fixtures.one_thread
@@ -31,9 +30,9 @@ def word_tokenizer():
 def tiny_llama(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny-llama")
     torch.manual_seed(0)
-    config = LlamaDecoderConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
                                 num_attention_heads=4, num_key_value_heads=2, head_dim=4, max_position_embeddings=64)
-    hf = LlamaForCausalLM(config.to_hf()).eval()
+    hf = LlamaForCausalLM(config).eval()
     hf.save_pretrained(folder)
     word_tokenizer().save_pretrained(folder)
     return folder, hf
@@ -109,3 +108,28 @@ def test_a_killed_fit_resumes_where_it_stopped(tiny_llama, tmp_path, monkeypatch
     for (name, a), b in zip(resumed.model.state_dict().items(), reference.model.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
     assert not list((tmp_path / "partial").glob("*/checkpoint.pt"))  # cleared once finished
+
+
+def test_a_transformers_model_object_prunes_and_generates_as_its_full_forward():
+    """A Qwen2 model object the user already has: attached in place, fitted, and its generate() with the cache that
+    drops tokens gives the tokens of the hard full forward recomputed at every step."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    qwen = Qwen2ForCausalLM(Qwen2Config(vocab_size=VOCAB, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                        use_sliding_window=False, bos_token_id=None, eos_token_id=None,
+                                        pad_token_id=None))
+    with pytest.raises(ValueError, match="needs its tokenizer"):
+        ContextPruner.from_pretrained(qwen)
+    pruner = ContextPruner.from_pretrained(qwen, tokenizer=word_tokenizer(), r=4, context=16)
+    assert pruner.model is qwen
+    pruner.fit(text(2000, seed=3), steps=30, gamma=5.0, lr=1e-3, pruning_lr=0.1, progress=False)
+    assert pruner.evaluate(text(200, seed=2))["fraction_pruned"] > 0.1
+    prompt = text(20, seed=5)
+    continuation = pruner.generate(prompt, max_new_tokens=6)
+    ids = torch.tensor([pruner.tokenizer(prompt)["input_ids"]])
+    with torch.no_grad():
+        for _ in range(6):
+            ids = torch.cat([ids, qwen(ids, use_cache=False).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert continuation.split() == pruner.tokenizer.decode(ids[0, -6:]).split()

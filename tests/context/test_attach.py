@@ -11,8 +11,6 @@ from transformers import (
     DynamicCache,
 )
 
-from bab.context import gpt2 as bab_gpt2
-from bab.context import llama as bab_llama
 from bab.context.attach import (
     attach,
     context_state,
@@ -29,7 +27,6 @@ from bab.context.pruned_cache import PrunedCache
 quiet_transformers = tiny_decoders.quiet_transformers
 NO_SPECIAL, LLAMA_LIKE = tiny_decoders.NO_SPECIAL, tiny_decoders.LLAMA_LIKE
 ARCHS = tiny_decoders.architectures(n_positions=64)
-BAB_DECODERS = {"gpt2": bab_gpt2.from_hf_model, "llama": bab_llama.from_hf_model}
 # scores spread around 0, so a fair share of tokens drops in a random tiny model
 PRUNING = PruningConfig(r=8, init_std=0.5, init_bias=1.0)
 
@@ -44,18 +41,6 @@ def hf_model(arch: str, seed: int = 0, **overrides):
             p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name or "ln_" in name
                     else torch.randn_like(p) / math.sqrt(p.shape[-1]))
     return model
-
-
-def attached_pair(arch: str, pruning: PruningConfig = PRUNING, seed: int = 0):
-    """(transformers model with pruning attached, bab's decoder) with the same weights, interactions included."""
-    hf = hf_model(arch, seed)
-    torch.manual_seed(seed + 1)
-    ours = BAB_DECODERS[arch](hf, pruning).eval()
-    attach(hf, pruning)
-    copied = {k: v for k, v in ours.state_dict().items() if ".interaction." in k}  # the same names on both sides
-    missing, unexpected = hf.load_state_dict(copied, strict=False)
-    assert not unexpected and not [k for k in missing if ".interaction." in k]
-    return hf, ours
 
 
 def prompt(batch: int = 2, length: int = 12, seed: int = 0) -> torch.Tensor:
@@ -77,70 +62,125 @@ def generate(model, ids, steps, cache=None, attention_mask=None):
                           pad_token_id=0), cache
 
 
-# ---------------------------------------------------------------------- against bab's own decoders
+# ---------------------------------------------------------------------- references written out here
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama"])
-@pytest.mark.parametrize("propagate", [False, True])
-def test_logits_and_drop_times_equal_babs_decoder(arch, propagate):
-    pruning = PruningConfig(r=8, init_std=0.5, init_bias=1.0, propagate_in_depth=propagate)
-    hf, ours = attached_pair(arch, pruning)
+def loop_log_keep(interaction, x: torch.Tensor, alpha: float, budget=None) -> torch.Tensor:
+    """log I [B, T, T] by explicit loops over the paper's formulas: s_nj = q_n . k_j / sqrt(r) + beta(b),
+    p_nj = sigmoid(s_nj) (alpha = 1) or 1[s_nj > 0] (alpha = inf); irreversible: I_kj = prod_{n=j+1..k} p_nj,
+    reversible: I_kj = p_kj; 1 on and above the diagonal."""
+    q, k = interaction.query(x), interaction.key(x)
+    B, T, r = q.shape
+    beta = float(interaction.bias_for(budget))
+    out = torch.zeros(B, T, T, dtype=torch.float64)
+    for b in range(B):
+        for kk in range(T):
+            for j in range(kk):
+                queries = range(j + 1, kk + 1) if interaction.config.irreversible else [kk]
+                log_i = 0.0
+                for n in queries:
+                    s = float(q[b, n] @ k[b, j]) / math.sqrt(r) + beta
+                    log_i += (0.0 if s > 0 else -math.inf) if math.isinf(alpha) else -math.log1p(math.exp(-s))
+                out[b, kk, j] = log_i
+    return out
+
+
+def attention_inputs(model, ids):
+    """Run ``model`` on ids and return each layer's attention input (after the layer's first norm)."""
+    inputs = []
+    norms = [getattr(block, "input_layernorm", None) or block.ln_1 for block in model.base_model.layers] \
+        if hasattr(model.base_model, "layers") else [block.ln_1 for block in model.base_model.h]
+    hooks = [norm.register_forward_hook(lambda m, a, out: inputs.append(out)) for norm in norms]
+    try:
+        logits = model(ids, use_cache=False).logits
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return logits, inputs
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2", "mistral"])
+@pytest.mark.parametrize("variant", ["irreversible", "propagate", "reversible", "budget"])
+def test_every_layers_log_keep_equals_the_loop_reference(arch, variant):
+    pruning = PruningConfig(r=8, init_std=0.5, init_bias=1.0, irreversible=variant != "reversible",
+                            propagate_in_depth=variant == "propagate", budget_conditioned=variant == "budget")
+    model = attach(hf_model(arch), pruning)
+    budget = 0.4 if variant == "budget" else None
+    set_budget(model, budget)
+    ids = prompt()
+    dropped_somewhere = False
+    for alpha in (1.0, HARD):
+        set_alpha(model, alpha)
+        with torch.no_grad():
+            _, inputs = attention_inputs(model, ids)
+            state = context_state(model)
+            below = torch.zeros(1)
+            for layer, (interaction, x) in enumerate(zip(interactions(model), inputs, strict=True)):
+                own = loop_log_keep(interaction, x, alpha, budget)
+                torch.testing.assert_close(state.own[layer].double(), own, atol=1e-5, rtol=1e-5)
+                effective = own + below if pruning.propagate_in_depth else own
+                torch.testing.assert_close(state.effective[layer].double(), effective, atol=1e-5, rtol=1e-5)
+                below = effective
+                dropped_somewhere |= bool(torch.isinf(own).any())
+    assert dropped_somewhere  # hard decisions drop some tokens: the comparison means something
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2", "mistral"])
+def test_soft_logits_equal_plain_model_with_log_keep_as_additive_mask(arch):
+    """One layer, so one mask: at alpha = 1 the attached model equals the plain one given causal + log I (the loop's)
+    as a float 4-D mask."""
+    plain = hf_model(arch, **({"n_layer": 1} if arch == "gpt2" else {"num_hidden_layers": 1}))
+    pruned = attach(hf_model(arch, **({"n_layer": 1} if arch == "gpt2" else {"num_hidden_layers": 1})), PRUNING)
+    set_alpha(pruned, 1.0)
     ids = prompt()
     with torch.no_grad():
-        for alpha in (1.0, 2.0, HARD):
-            set_alpha(hf, alpha)
-            expected = ours(ids, alpha=alpha)
-            torch.testing.assert_close(hf(ids).logits, expected.logits, atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(context_state(hf).keep_mass(), expected.keep_mass, atol=1e-6, rtol=1e-6)
-        times = token_drop_times(hf, ids)
-        assert torch.equal(times, ours.token_drop_times(ids))
-        assert (times >= 0).any() and (times < 0).any()  # some tokens drop, some stay: the comparison means something
-        set_pruning(hf, False)
-        torch.testing.assert_close(hf(ids).logits, ours(ids, prune=False).logits, atol=1e-5, rtol=1e-5)
+        logits, (x,) = attention_inputs(pruned, ids)
+        T = ids.shape[1]
+        causal = torch.zeros(T, T).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), -math.inf)
+        mask = (causal + loop_log_keep(interactions(pruned)[0], x, 1.0).float())[:, None]
+        torch.testing.assert_close(logits, plain(ids, attention_mask=mask).logits, atol=1e-5, rtol=1e-5)
 
 
-def test_reversible_ablation_matches_babs_decoder_and_refuses_the_pruned_cache():
-    hf, ours = attached_pair("gpt2", PruningConfig(r=8, init_std=0.5, init_bias=1.0, irreversible=False))
+def test_reversible_ablation_refuses_the_pruned_cache():
+    model = attach(hf_model("gpt2"), PruningConfig(r=8, init_std=0.5, init_bias=1.0, irreversible=False))
+    with torch.no_grad(), pytest.raises(ValueError, match="irreversible"):
+        model(prompt(), past_key_values=PrunedCache())
+
+
+def test_sparsity_terms_follow_their_formulas_and_carry_gradient():
+    model = attach(hf_model("llama"), PRUNING)
     ids = prompt()
-    with torch.no_grad():
-        for alpha in (2.0, HARD):
-            set_alpha(hf, alpha)
-            torch.testing.assert_close(hf(ids).logits, ours(ids, alpha=alpha).logits, atol=1e-5, rtol=1e-5)
-        with pytest.raises(ValueError, match="irreversible"):
-            hf(ids, past_key_values=PrunedCache())
-
-
-def test_sparsity_term_per_layer_carries_gradient():
-    hf, ours = attached_pair("llama")
-    ids = prompt()
-    set_alpha(hf, 2.0)
-    hf(ids)
-    state = context_state(hf)
-    assert len(state.sparsity_terms()) == 2
-    expected = ours(ids, alpha=2.0, sparsity_normalisation="official").sparsity
-    torch.testing.assert_close(state.sparsity("official"), expected, atol=1e-6, rtol=1e-6)
+    set_alpha(model, 2.0)
+    model(ids)
+    state = context_state(model)
+    terms = state.sparsity_terms()
+    assert len(terms) == 2
+    T = ids.shape[1]
+    below = torch.ones(T, T, dtype=torch.bool).tril(-1)
+    for term, own in zip(terms, state.own, strict=True):
+        torch.testing.assert_close(term, own.exp()[:, below].mean())  # the mean of I over the pairs k > j
+    official = torch.stack([own[:, :-1, :].exp().mean() for own in state.own]).mean()  # every entry, last row out
+    torch.testing.assert_close(state.sparsity("official"), official)
     state.sparsity().backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in interactions(hf)[0].query.parameters())
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in interactions(model)[0].query.parameters())
 
 
-def test_budget_conditioned_matches_babs_decoder():
-    pruning = PruningConfig(r=8, init_std=0.5, init_bias=1.0, budget_conditioned=True)
-    hf, ours = attached_pair("gpt2", pruning)
+def test_budget_conditioned_keeps_less_at_a_smaller_budget_and_generates_as_the_full_forward():
+    model = attach(hf_model("gpt2"), PruningConfig(r=8, init_std=0.5, init_bias=1.0, budget_conditioned=True))
     ids = prompt()
     masses = []
     with torch.no_grad():
         for budget in (0.2, 0.9):
-            set_budget(hf, budget)
-            for alpha in (1.0, HARD):
-                set_alpha(hf, alpha)
-                expected = ours(ids, alpha=alpha, budget=budget)
-                torch.testing.assert_close(hf(ids).logits, expected.logits, atol=1e-5, rtol=1e-5)
-            masses.append(context_state(hf).keep_mass())
-            generated, _ = generate(hf, ids, 4)
-            assert torch.equal(generated, greedy_by_full_forward(hf, ids, 4))
-    assert masses[0] < masses[1]  # a smaller budget keeps less
+            set_budget(model, budget)
+            set_alpha(model, 1.0)
+            model(ids)
+            masses.append(context_state(model).keep_mass())
+            set_alpha(model, HARD)
+            generated, _ = generate(model, ids, 4)
+            assert torch.equal(generated, greedy_by_full_forward(model, ids, 4))
+    assert masses[0] < masses[1]
     with pytest.raises(ValueError, match="budget"):
-        set_budget(hf, None)
+        set_budget(model, None)
 
 
 # ---------------------------------------------------------------------- Qwen2 and Mistral: references written out here
@@ -245,9 +285,9 @@ def test_beam_search_with_pruned_cache_equals_beam_search_without_cache():
     assert torch.equal(cached, model.generate(ids, use_cache=False, **settings))
 
 
-@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "qwen2", "mistral"])
 def test_propagate_in_depth_cached_generation_equals_full_forward(arch):
-    hf, _ = attached_pair(arch, PruningConfig(r=8, init_std=0.5, init_bias=1.0, propagate_in_depth=True))
+    hf = attach(hf_model(arch), PruningConfig(r=8, init_std=0.5, init_bias=1.0, propagate_in_depth=True))
     ids = prompt()
     generated, cache = generate(hf, ids, 8)
     assert torch.equal(generated, greedy_by_full_forward(hf, ids, 8))

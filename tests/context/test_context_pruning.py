@@ -3,10 +3,10 @@
 import math
 
 import pytest
+import tiny_decoders
 import torch
 from entmax import entmax_bisect
 
-from bab.context.gpt2 import GPT2LM, GPT2Config
 from bab.context.interaction import (
     ContextInteraction,
     PruningConfig,
@@ -15,6 +15,7 @@ from bab.context.interaction import (
     drop_times,
     keep_mass,
 )
+from bab.context.lm import lm_forward, pruning_parameters
 from bab.core.losses import context_pruning_loss
 
 
@@ -44,15 +45,15 @@ def test_alpha_sigmoid_matches_entmax(alpha):
 @pytest.mark.parametrize("alpha", [1.0, 1.5, 8.0, 1e4])
 def test_gradients_are_finite_for_small_and_large_alpha(alpha):
     torch.manual_seed(0)
-    model = GPT2LM(GPT2Config(vocab_size=50, n_positions=32, n_embd=16, n_layer=2, n_head=2,
-                              pruning=PruningConfig(r=4, init_std=0.5, init_bias=0.5)))
+    model = tiny_decoders.tiny_gpt2(PruningConfig(r=4, init_std=0.5, init_bias=0.5), resid_pdrop=0.1,
+                                    embd_pdrop=0.1, attn_pdrop=0.1).train()  # as the old test: dropout on
     ids = torch.randint(0, 50, (2, 24))
-    out = model(ids, alpha=alpha)
+    out = lm_forward(model, ids, alpha=alpha)
     loss = context_pruning_loss(out.logits[:, :-1], ids[:, 1:], out.keep_mass, gamma=0.1)
     loss.backward()
     assert torch.isfinite(loss)
     assert not torch.isnan(out.logits).any()
-    grads = [p.grad for _, p in model.pruning_parameters() if p.grad is not None]
+    grads = [p.grad for _, p in pruning_parameters(model) if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
     assert 0.0 <= out.keep_mass.item() <= 1.0
 

@@ -4,11 +4,12 @@ import json
 import math
 
 import pytest
+import tiny_decoders
 import torch
 import torch.nn.functional as F
 
+from bab.context.attach import set_alpha, set_pruning
 from bab.context.evaluate import evaluate_lm
-from bab.context.gpt2 import GPT2LM, GPT2Config
 from bab.context.interaction import HARD, PruningConfig
 from bab.core import strict_json
 from bab.data.lm import lm_windows
@@ -19,9 +20,7 @@ CONTEXT = 16
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=50, n_positions=32, n_embd=16, n_layer=2, n_head=2,
-                        pruning=PruningConfig(r=8, init_std=0.5, init_bias=1.0))
-    return GPT2LM(config).eval()
+    return tiny_decoders.tiny_gpt2(PruningConfig(r=8, init_std=0.5, init_bias=1.0))
 
 
 @pytest.fixture(scope="module")
@@ -30,13 +29,24 @@ def ids():
     return torch.randint(0, 50, (7 * CONTEXT + 3,))
 
 
-def reference(model, ids, budget=None, prune=True, max_windows=None, batch_size=16):
+def logits_of(model, x, prune=True):
+    """The model's own forward (transformers' GPT-2 with the attached pruning set on or off, hard decisions), not
+    bab.context.lm, which evaluate_lm runs through."""
+    set_alpha(model, HARD)
+    set_pruning(model, prune)
+    try:
+        return model(x, use_cache=False).logits
+    finally:
+        set_pruning(model, True)
+
+
+def reference(model, ids, prune=True, max_windows=None, batch_size=16):
     """The perplexity as evaluate_lm computed it before it kept windows: one summed cross-entropy per batch."""
     x, y = lm_windows(ids, CONTEXT, max_windows)
     nll, count = 0.0, 0
     with torch.no_grad():
         for i in range(0, len(x), batch_size):
-            logits = model(x[i: i + batch_size], alpha=HARD, budget=budget, prune=prune).logits
+            logits = logits_of(model, x[i: i + batch_size], prune)
             nll += F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[i: i + batch_size].reshape(-1),
                                    reduction="sum").item()
             count += y[i: i + batch_size].numel()
@@ -60,7 +70,7 @@ def test_window_nll_is_each_window_in_order(model, ids):
     result = evaluate_lm(model, ids, CONTEXT, max_windows=5, batch_size=2)
     x, y = lm_windows(ids, CONTEXT, 5)
     with torch.no_grad():  # each window alone: its own summed cross-entropy
-        alone = [F.cross_entropy(model(x[i: i + 1], alpha=HARD).logits[0], y[i], reduction="sum").item()
+        alone = [F.cross_entropy(logits_of(model, x[i: i + 1])[0], y[i], reduction="sum").item()
                  for i in range(5)]
     assert result["window_nll"] == pytest.approx(alone, rel=1e-5)
     assert len(set(round(w, 3) for w in alone)) == 5  # distinct windows, so the order is tested

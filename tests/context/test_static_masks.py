@@ -1,10 +1,15 @@
-"""Static sparse baselines: the masks against hand-written ones, the matching of sparsity, use in both decoders."""
+"""Static sparse baselines: the masks against hand-written ones, the matching of sparsity, use in transformers'
+GPT-2 and Llama through ``lm_forward(model, ids, prune=False, attn_mask=mask)``."""
+
+import math
 
 import pytest
+import tiny_decoders
 import torch
+from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
 
-from bab.context.gpt2 import GPT2LM, GPT2Config
-from bab.context.llama import LlamaDecoderConfig, LlamaLM
+from bab.context.interaction import PruningConfig
+from bab.context.lm import lm_forward
 from bab.context.static_masks import (
     local_window_mask,
     match_stride,
@@ -63,26 +68,91 @@ def test_bad_requests_raise_clear_errors():
         static_mask("dilated", 8, 0.5)
 
 
-@pytest.mark.parametrize("build", [
-    lambda: GPT2LM(GPT2Config(vocab_size=50, n_positions=32, n_embd=16, n_layer=2, n_head=2)),
-    lambda: LlamaLM(LlamaDecoderConfig(vocab_size=50, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
-                                       num_attention_heads=4, num_key_value_heads=2, head_dim=4,
-                                       max_position_embeddings=32)),
-])
-def test_a_static_mask_in_the_forward_equals_attention_restricted_by_hand(build):
-    """With a local window of 1 every token sees only itself: the output at k cannot depend on tokens j < k."""
+quiet_transformers = tiny_decoders.quiet_transformers
+
+
+def tiny_llama():
+    return LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, head_dim=4,
+                                        max_position_embeddings=32, **tiny_decoders.NO_SPECIAL))
+
+
+BUILDS = {"gpt2": tiny_decoders.tiny_gpt2, "llama": tiny_llama}
+
+
+def build_model(kind):
     torch.manual_seed(0)
-    model = build().eval()
+    return BUILDS[kind]().eval()
+
+
+REFERENCE_KEEP = []  # the bool [B, T, T] the written-out attention lets each query see, in every layer
+
+
+def eager_masked_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """softmax(q k^T * scaling) v over the pairs REFERENCE_KEEP[0] allows AND causal, key/value heads repeated for
+    grouped-query attention; transformers' own mask is ignored. query [B, H, T, Dh] -> [B, T, H, Dh]."""
+    T = query.shape[2]
+    keep = REFERENCE_KEEP[0] & torch.ones(T, T, dtype=torch.bool).tril()
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    weights = ((query @ key.transpose(-1, -2)) * scaling).masked_fill(~keep[:, None], -math.inf).softmax(dim=-1)
+    return (weights @ value).transpose(1, 2), None
+
+
+def reference_logits(kind, ids, keep):
+    """The same weights (same seed) run through the written-out attention restricted to ``keep`` [B, T, T]."""
+    AttentionInterface.register("bab_test_static_eager", eager_masked_attention)
+    model = build_model(kind)
+    model.set_attn_implementation("bab_test_static_eager")
+    REFERENCE_KEEP[:] = [keep]
+    try:
+        with torch.no_grad():
+            return model(ids, use_cache=False).logits
+    finally:
+        REFERENCE_KEEP.clear()
+
+
+@pytest.mark.parametrize("kind", BUILDS)
+def test_a_static_mask_in_the_forward_equals_attention_restricted_by_hand(kind):
+    """With a local window of 1 every token sees only itself: the output at k cannot depend on tokens j < k."""
+    model = build_model(kind)
     ids = torch.randint(0, 50, (1, 12))
     changed = ids.clone()
     changed[0, :6] = (ids[0, :6] + 1) % 50
     mask = local_window_mask(12, 1)
     with torch.no_grad():
-        a, b = model(ids, attn_mask=mask).logits, model(changed, attn_mask=mask).logits
+        a = lm_forward(model, ids, prune=False, attn_mask=mask).logits
+        b = lm_forward(model, changed, prune=False, attn_mask=mask).logits
         full_a, full_b = model(ids).logits, model(changed).logits
         assert torch.allclose(a[:, 6:], b[:, 6:], atol=1e-6)  # the window hides the changed tokens
         assert not torch.allclose(full_a[:, 6:], full_b[:, 6:], atol=1e-3)  # the causal model sees them
         # the full causal mask as a static mask is the plain causal forward
-        assert torch.allclose(model(ids, attn_mask=local_window_mask(12, 12)).logits, full_a, atol=1e-5)
+        assert torch.allclose(lm_forward(model, ids, prune=False, attn_mask=local_window_mask(12, 12)).logits,
+                              full_a, atol=1e-5)
     with pytest.raises(ValueError, match="bool tensor"):
-        model(ids, attn_mask=torch.ones(12, 12))
+        lm_forward(model, ids, prune=False, attn_mask=torch.ones(12, 12))
+
+
+@pytest.mark.parametrize("kind", BUILDS)
+def test_static_masks_equal_a_written_out_masked_attention(kind):
+    """A [T, T] pattern for the batch and a [B, T, T] one per row (local window, strided, a random one) against the
+    plain decoder's weights run through an eager attention that applies the pattern AND causality itself."""
+    model = build_model(kind)
+    T = 16
+    ids = torch.randint(0, 50, (3, T), generator=torch.Generator().manual_seed(1))
+    random_pattern = (torch.rand(T, T, generator=torch.Generator().manual_seed(2)) < 0.5) | torch.eye(T).bool()
+    per_row = torch.stack([local_window_mask(T, 3), strided_mask(T, 4), random_pattern])  # [B, T, T]
+    with torch.no_grad():
+        dense = model(ids).logits
+        for mask, keep in ((strided_mask(T, 3), strided_mask(T, 3).expand(3, T, T)), (per_row, per_row)):
+            got = lm_forward(model, ids, prune=False, attn_mask=mask).logits
+            assert (got - reference_logits(kind, ids, keep)).abs().max() < 1e-5
+            assert (got - dense).abs().max() > 1e-3  # the pattern matters
+
+
+def test_a_static_mask_is_refused_on_top_of_learned_pruning():
+    model = tiny_decoders.tiny_gpt2(PruningConfig(r=4))
+    ids = torch.randint(0, 50, (1, 8))
+    with pytest.raises(ValueError, match="baseline of its own"):
+        lm_forward(model, ids, attn_mask=local_window_mask(8, 2))
+    lm_forward(model, ids, prune=False, attn_mask=local_window_mask(8, 2))  # with pruning off it is the baseline

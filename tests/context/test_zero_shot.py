@@ -3,12 +3,14 @@
 import math
 
 import pytest
+import tiny_decoders
 import torch
 import torch.nn.functional as F
 
 from bab.context import zero_shot as zs
-from bab.context.gpt2 import GPT2LM, GPT2Config
-from bab.context.interaction import PruningConfig
+from bab.context.attach import context_state, set_alpha, set_pruning
+from bab.context.interaction import HARD, PruningConfig
+from bab.context.lm import continuation_hidden_states, hidden_states
 from bab.data.lm import build_tokenizer
 
 STORY = [
@@ -81,9 +83,23 @@ def test_topic_items():
 def tiny():
     tokenizer = build_tokenizer("bpe", STORY * 20, vocab_size=300)
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=tokenizer.vocab_size, n_positions=256, n_embd=32, n_layer=2, n_head=2,
-                        pruning=PruningConfig(r=8, init_std=0.5, init_bias=0.2))
-    return GPT2LM(config).eval(), tokenizer
+    model = tiny_decoders.tiny_gpt2(PruningConfig(r=8, init_std=0.5, init_bias=0.2), vocab_size=tokenizer.vocab_size,
+                                    n_positions=256, n_embd=32)
+    return model, tokenizer
+
+
+def _own_forward(model, ids, prune, hidden=False):
+    """transformers' own forward of the whole sequence (not bab.context.lm, which the scorers run through), pruning
+    set on or off, hard decisions: logits [B, T, V], or the last hidden states [B, T, d] with ``hidden``."""
+    set_alpha(model, HARD)
+    set_pruning(model, prune)
+    try:
+        with torch.no_grad():
+            if hidden:
+                return model.transformer(ids, use_cache=False).last_hidden_state
+            return model(ids, use_cache=False).logits
+    finally:
+        set_pruning(model, True)
 
 
 def _loop_logprobs(model, tokenizer, context, continuation, prune):
@@ -91,7 +107,7 @@ def _loop_logprobs(model, tokenizer, context, continuation, prune):
     ctx = [tokenizer.eot_id] + tokenizer.encode(context)
     cont = tokenizer.encode(continuation)
     with torch.no_grad():
-        logits = model(torch.tensor([ctx + cont]), prune=prune).logits[0]
+        logits = _own_forward(model, torch.tensor([ctx + cont]), prune)[0]
     total, greedy = 0.0, True
     for i, token in enumerate(cont):
         row = F.log_softmax(logits[len(ctx) - 1 + i], dim=-1)
@@ -127,6 +143,43 @@ def test_padded_batches_and_shared_contexts_score_as_one_sequence_at_a_time(tiny
     assert scored["accuracy"] == sum(g for _, g in loops) / len(cloze)
     assert scored["outcomes"] == [bool(g) for _, g in loops]
     assert scored["target_perplexity"] == pytest.approx(math.exp(-sum(lp for lp, _ in loops) / len(cloze)), rel=1e-4)
+
+
+@pytest.mark.parametrize("prune", [False, True])
+def test_the_shared_prefix_path_equals_the_full_sequence_for_every_choice(tiny, prune):
+    """continuation_hidden_states (the prefix run once into a cache, then every right-padded choice) against the
+    full forward of each prefix + choice alone, at the positions that predict the choice's tokens; hidden_states of
+    the padded batch of full sequences against the same forward."""
+    model, tokenizer = tiny
+    items = zs.ending_items(STORY * 3, zs.ZeroShotConfig(context_words=(5, 60), ending_words=(3, 20), choices=3))
+    dropped_in_prefix, padded_rows = False, False
+    for it in items[:3]:
+        ctx = [tokenizer.eot_id] + tokenizer.encode(it.context)
+        conts = [tokenizer.encode(c) for c in it.choices]
+        padded_rows |= len({len(c) for c in conts}) > 1
+        padded = torch.zeros(len(conts), max(map(len, conts)), dtype=torch.long)
+        for row, cont in enumerate(conts):
+            padded[row, :len(cont)] = torch.tensor(cont)
+        h = continuation_hidden_states(model, torch.tensor([ctx]), padded, prune=prune)
+        assert h.shape == (len(conts), 1 + padded.shape[1], 32)
+        C = len(ctx)
+        for row, cont in enumerate(conts):
+            full = _own_forward(model, torch.tensor([ctx + cont]), prune, hidden=True)[0]  # [C + L, d]
+            assert (h[row, :1 + len(cont)] - full[C - 1:]).abs().max() < 1e-5, (it.context, row)
+            if prune:  # not vacuous: the choice's tokens attend without some prefix tokens
+                dropped_in_prefix |= bool((context_state(model).effective[0][0, C:, :C] == -math.inf).any())
+            seq = torch.tensor([ctx + cont + [0] * 3])  # right padding after the sequence leaves it unchanged
+            with torch.no_grad():
+                alone = hidden_states(model, seq, prune=prune)[0, :C + len(cont)]
+            assert (alone - full).abs().max() < 1e-5
+    assert padded_rows  # some choices were right-padded
+    assert dropped_in_prefix == prune
+
+
+def test_the_shared_prefix_path_needs_irreversible_drops():
+    model = tiny_decoders.tiny_gpt2(PruningConfig(r=4, irreversible=False))
+    with pytest.raises(ValueError, match="irreversible"):
+        continuation_hidden_states(model, torch.tensor([[1, 2, 3]]), torch.tensor([[4, 5], [6, 0]]))
 
 
 def test_pruning_changes_scores_so_the_check_above_can_fail(tiny):

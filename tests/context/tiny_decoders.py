@@ -37,3 +37,18 @@ def quiet_transformers():
     hf_logging.set_verbosity_error()
     yield
     hf_logging.set_verbosity(level)
+
+
+def tiny_gpt2(pruning=None, vocab_size: int = 50, n_positions: int = 32, n_embd: int = 16, n_layer: int = 2,
+              n_head: int = 2, **overrides):
+    """transformers' GPT-2 at a tiny size, with context pruning attached when ``pruning`` (a PruningConfig) is given;
+    in eval mode, no dropout (unless ``overrides`` set the *_pdrop)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from bab.context.attach import attach
+
+    no_dropout = dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)  # overrides may turn it on
+    config = GPT2Config(vocab_size=vocab_size, n_positions=n_positions, n_embd=n_embd, n_layer=n_layer, n_head=n_head,
+                        **{**no_dropout, **NO_SPECIAL, **overrides})
+    model = GPT2LMHeadModel(config)
+    return (attach(model, pruning) if pruning is not None else model).eval()

@@ -10,8 +10,9 @@ import sys
 
 import torch
 from torch.utils.data import TensorDataset
+from transformers import GPT2Config, GPT2LMHeadModel
 
-from bab.context.gpt2 import GPT2LM, GPT2Config
+from bab.context.attach import attach
 from bab.context.interaction import PruningConfig
 from bab.context.train import LMTrainConfig, train_lm
 from bab.core.training import distributed_state
@@ -33,8 +34,9 @@ def heads():
 
 def lm():
     torch.manual_seed(0)
-    model = GPT2LM(GPT2Config(vocab_size=50, n_positions=32, n_embd=16, n_layer=2, n_head=2, resid_pdrop=0.0,
-                              embd_pdrop=0.0, attn_pdrop=0.0, pruning=PruningConfig(r=4)))
+    model = attach(GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=32, n_embd=16, n_layer=2, n_head=2,
+                                              resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None,
+                                              eos_token_id=None)), PruningConfig(r=4))
     stream = torch.randint(0, 50, (2000,), generator=torch.Generator().manual_seed(3))
     config = LMTrainConfig(objective="context_pruning", steps=8, batch_size=4, context=16, gamma=0.5, seed=2)
     return model, train_lm(model, stream, config, progress=False, log_every=4)

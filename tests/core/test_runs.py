@@ -98,7 +98,7 @@ def test_save_is_atomic_even_if_writing_fails(tmp_path, monkeypatch):
     def broken_save(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(bab.core.runs, "save_file", broken_save)
+    monkeypatch.setattr(bab.core.runs, "save_model", broken_save)
     with pytest.raises(OSError):
         cache.save("dense", {"lr": 1}, tiny_model(2), {"accuracy": 2.0})
     # the earlier complete run is still there and no temporary folder is left

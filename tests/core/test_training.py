@@ -15,9 +15,10 @@ import numpy as np
 import pytest
 import torch
 from torch.utils.data import TensorDataset
+from transformers import GPT2Config, GPT2LMHeadModel
 
 import bab.core.training as training
-from bab.context.gpt2 import GPT2LM, GPT2Config
+from bab.context.attach import attach
 from bab.context.interaction import PruningConfig
 from bab.context.train import LMObjective, LMTrainConfig, train_lm
 from bab.core.runs import RunCache
@@ -49,8 +50,9 @@ def texts(padded=False, n=48):
 
 def decoder():
     torch.manual_seed(0)
-    return GPT2LM(GPT2Config(vocab_size=50, n_positions=32, n_embd=16, n_layer=2, n_head=2,
-                             pruning=PruningConfig(r=4, budget_conditioned=True)))
+    return attach(GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=32, n_embd=16, n_layer=2, n_head=2,
+                                             bos_token_id=None, eos_token_id=None)),
+                  PruningConfig(r=4, budget_conditioned=True))
 
 
 STREAM = torch.randint(0, 50, (2000,), generator=torch.Generator().manual_seed(3))

@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 
+from bab.context.attach import token_drop_times
 from bab.context.train import LMTrainConfig
 from bab.core.runs import RunCache
 from bab.data.lm import LMDataConfig
@@ -47,11 +48,11 @@ def test_every_step_runs_and_the_cache_is_reused(tiny_study):
     assert study.evaluate(budget_model, budget=0.2)["windows"] == 4
     for ablation in (study.pruned(1.0, r=4)[0], study.pruned(1.0, irreversible=False)[0]):
         assert study.evaluate(ablation)["perplexity"] > 1.0
-    table = study.throughput({"g1": model, "budget 0.2": (budget_model, 0.2, 0.0)}, prompt_len=64)
+    table = study.throughput({"g1": model, "budget 0.2": (budget_model, 0.2)}, prompt_len=64)
     assert list(table.index) == ["dense", "g1", "budget 0.2"]
     kinds = study.token_kinds(model)
     assert set(kinds.index) == {"punctuation", "stop word", "other"}
-    assert model.token_drop_times(study.passage()).shape == (2, 1, 16)
+    assert token_drop_times(model, study.passage()).shape == (2, 1, 16)
     # a second study with the same profile trains nothing
     again = tiny_study()
     assert again.dense()[1]["cached"] and again.pruned(1.0)[1]["cached"] and again.budget_conditioned()[1]["cached"]
@@ -126,17 +127,18 @@ def test_the_headline_row_records_its_windows_and_paired_repeats(tiny_study, rec
     from the generation table, and the claims' intervals are built from them."""
     import numpy as np
     import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
 
+    from bab.context.attach import attach
     from bab.context.bench import generation_table, repeat_times
     from bab.context.evaluate import evaluate_lm
-    from bab.context.gpt2 import GPT2LM, GPT2Config
     from bab.context.interaction import PruningConfig
     from bab.report.claims import Evidence
 
     study = tiny_study()
     torch.manual_seed(0)
-    model = GPT2LM(GPT2Config(vocab_size=50, n_positions=64, n_embd=16, n_layer=2, n_head=2,
-                              pruning=PruningConfig(r=8, init_std=0.5, init_bias=1.0))).eval()
+    model = attach(GPT2LMHeadModel(GPT2Config(vocab_size=50, n_positions=64, n_embd=16, n_layer=2, n_head=2)),
+                   PruningConfig(r=8, init_std=0.5, init_bias=1.0)).eval()
     ids = torch.randint(0, 50, (6 * 16 + 1,))
     dense_eval = evaluate_lm(model, ids, 16, prune=False)
     pruned_eval = evaluate_lm(model, ids, 16)

@@ -3,11 +3,12 @@ a frozen fine-tune changes only the interactions, and the static baselines hit t
 
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 import torch
-from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from bab.context.llama import LlamaDecoderConfig
+from bab.context.attach import interactions, is_attached, token_drop_times
 from bab.context.train import LMTrainConfig
 from bab.core.runs import RunCache, run_of
 from bab.data.lm import END_OF_TEXT, LMDataConfig, build_tokenizer, load_lm_data
@@ -29,11 +30,11 @@ def tiny_study(tmp_path, monkeypatch):
     bpe = build_tokenizer("bpe", AUSTEN + WIKI, vocab_size=300).tokenizer
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=END_OF_TEXT)
     torch.manual_seed(0)
-    config = LlamaDecoderConfig(vocab_size=bpe.get_vocab_size(), hidden_size=16, intermediate_size=24,
+    config = LlamaConfig(vocab_size=bpe.get_vocab_size(), hidden_size=16, intermediate_size=24,
                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=4,
                                 max_position_embeddings=128)
     decoder = tmp_path / "decoder"
-    LlamaForCausalLM(config.to_hf()).eval().save_pretrained(decoder)
+    LlamaForCausalLM(config).eval().save_pretrained(decoder)
     tokenizer.save_pretrained(decoder)
     train = LMTrainConfig(objective="context_pruning", steps=3, batch_size=2, context=32, pruning_lr=1e-2,
                           freeze_pretrained=True)
@@ -65,7 +66,7 @@ def test_every_step_runs_and_the_cache_is_reused(tiny_study):
     assert study.evaluate(budget_model, budget=0.2)["windows"] == 2
     kinds = study.token_kinds(model)
     assert set(kinds.index) == {"punctuation", "stop word", "other"}
-    assert model.token_drop_times(study.passage()).shape == (2, 1, 16)
+    assert token_drop_times(model, study.passage()).shape == (2, 1, 16)
     table = study.throughput(prompt_len=32, new_tokens=4, batch=2, repeats=1, warmup=0)
     assert list(table.index) == ["dense", "gamma=1"]  # the profile's bench_gammas default: the largest gamma
     assert table.loc["dense", "decode_limit"] == 1.0 and table.loc["dense", "throughput_ratio"] == 1.0
@@ -147,17 +148,17 @@ def test_full_fine_tune_its_frozen_twin_and_the_official_initial_values(tiny_stu
     assert all(torch.equal(twin.state_dict()[k], v) for k, v in pretrained.items())  # the twin does not
     assert run_of(twin)["run"] != run_of(full)["run"] and twin_metrics["cached"] is False
     # the official initial values: no bias terms in the interaction query/key projections
-    interaction = full.blocks[0].attention.interaction
+    interaction = interactions(full)[0]
     assert interaction.query.bias is None and interaction.key.bias is None
     # the ablation against the profile's initial values is its own run with bias terms
     ours, _ = record.pruned(1.0, interaction_init="ours")
-    assert ours.blocks[0].attention.interaction.query.bias is not None
+    assert interactions(ours)[0].query.bias is not None
     assert run_of(ours)["run"] not in (run_of(full)["run"], run_of(twin)["run"])
     with pytest.raises(ValueError, match="frozen_finetune must have freeze_pretrained=True"):
         replace(profile, frozen_finetune=profile.finetune)
     # the like-for-like dense reference: the same fine-tune without interactions
     dense_ft, _ = record.dense_fine_tuned()
-    assert not dense_ft.prunes
+    assert not is_attached(dense_ft)
     assert any(not torch.equal(dense_ft.state_dict()[k], v) for k, v in pretrained.items())
     assert run_of(dense_ft)["run"] not in (run_of(full)["run"], run_of(twin)["run"])
     with pytest.raises(ValueError, match="nothing to fine-tune"):
@@ -175,7 +176,7 @@ def test_evaluations_run_ahead_of_the_notebook_and_are_read_back_not_recomputed(
         scored.append(prune)
         return {"accuracy": 0.5, "ci_low": 0.2, "ci_high": 0.8, "n": 4}
 
-    def cloze(model, tokenizer, items, batch_size, budget, prune):
+    def cloze(model, tokenizer, items, batch_size, budget, prune, policy=None):
         return score(model, tokenizer, items, prune=prune)
 
     def choice(model, tokenizer, items, budget, prune, **kwargs):
@@ -242,3 +243,45 @@ def test_the_evaluate_command_stores_what_the_notebook_reads_and_never_trains(ti
     assert len(again.static_baselines(again.dense()[0], fractions)) == 4  # the static baselines too
     assert main(["evaluate", "decoder", "--profile", "smoke", "--dense", "--frozen"]) == 2
     assert "--frozen goes with --gamma" in capsys.readouterr().err
+
+
+def test_eviction_steps_compare_with_learned_pruning_at_the_same_fraction_kept(tiny_study, monkeypatch):
+    from bab.context.zero_shot import ChoiceItem, ClozeItem
+    from bab.experiments.pretrained_context import eviction_comparison
+
+    items = {"cloze": [ClozeItem(AUSTEN[i], "Darcy") for i in range(3)],
+             "ending": [ChoiceItem(AUSTEN[i], (" He left.", " The river flows north.", " It rained."), 0)
+                        for i in range(3)],
+             "topic": [ChoiceItem(WIKI[i] + " This article is about", (" rivers", " dances"), 0) for i in range(3)]}
+    monkeypatch.setattr(PretrainedContextStudy, "zero_shot_items", lambda self: items)
+    study = tiny_study()
+    dense, _ = study.dense()
+    model, _ = study.pruned(1.0)
+    policies = study.eviction_policies(0.5)
+    assert list(policies) == ["StreamingLLM", "TOVA", "H2O"]
+    table = study.eviction_table(dense, policies)
+    assert len(table) == 3 * len(study.texts)
+    # a policy keeping half of the tokens seen prunes about half of the (query, earlier token) pairs
+    assert ((table.fraction_pruned > 0.3) & (table.fraction_pruned < 0.6)).all()
+    assert (table["perplexity / dense"] > 0).all()
+    again = study.evaluate_evicting(dense, policies["TOVA"], "austen")  # served by the run cache, same windows
+    assert again["window_nll"] == table[(table.policy == "TOVA") & (table.text == "austen")].iloc[0]["window_nll"]
+    zero_shot = study.eviction_zero_shot(policies)
+    assert set(zero_shot.task) == {"cloze", "ending", "topic"} and set(zero_shot.policy) == set(policies)
+    bench = study.throughput({"gamma=1": model, **policies}, prompt_len=32, new_tokens=4, batch=1, repeats=1,
+                             warmup=0)
+    assert list(bench.index) == ["dense", "gamma=1", "StreamingLLM", "TOVA", "H2O"]
+    assert (bench.loc[list(policies)].memory_ratio > 1).all()  # every evicting cache ends smaller than dense's
+    learned = pd.DataFrame([{"gamma": 1.0, "text": t, **study.evaluate(model, text=t)} for t in study.texts])
+    dense_eval = {t: study.evaluate(dense, prune=False, text=t) for t in study.texts}
+    learned_zero_shot = pd.DataFrame([{"task": t, "accuracy": 100 * r["accuracy"]}
+                                      for t, r in study.zero_shot(model).items()])
+    side = eviction_comparison(learned, dense_eval, learned_zero_shot, study.zero_shot(dense, prune=False), table,
+                               zero_shot, bench, 1.0)
+    assert list(side.index) == ["dense", "context pruning, gamma=1", "StreamingLLM", "TOVA", "H2O"]
+    assert side.loc["TOVA", "perplexity (wiki)"] == table[(table.policy == "TOVA") & (table.text == "wiki")].iloc[0][
+        "perplexity"]
+    assert side.loc["H2O", "topic %"] == pytest.approx(
+        100 * zero_shot[(zero_shot.policy == "H2O") & (zero_shot.task == "topic")].iloc[0]["accuracy"])
+    rows = study.eviction_rows(table[table.text == "austen"], 0.5) + study.eviction_zero_shot_rows(zero_shot, 0.5)
+    assert len(rows) == 3 + 9 and all(r["budget"] == 0.5 for r in rows)
