@@ -145,12 +145,15 @@ def _add_bench_sparse(sub) -> None:
     p = sub.add_parser("sparse", help="Sparsifiner attention core (predictor + top-k + sparse attention) vs dense SDPA",
                        formatter_class=DefaultsFormatter,
                        description="One MHSA attention core, dense SDPA against the Sparsifiner paths; with --model, "
-                                   "the whole ViT forward (images/s), dense against the fused kernel.")
+                                   "the whole ViT forward (images/s), dense against the fused kernel: transformers' "
+                                   "ViTForImageClassification with Sparsifiner attached (--model deit-s), or "
+                                   "notebook 05's trained bab ViTClassifier (--model trained).")
     p.add_argument("--model", choices=("trained", "deit-s"), default=None,
-                   help="time a whole ViTClassifier forward, dense against attention='fused', instead of one attention "
-                        "core: 'trained' = notebook 05's Sparsifiner model from the run cache (--profile; a random "
-                        "model of its shape if not cached), 'deit-s' = random weights in DeiT-S's shape at each "
-                        "--tokens")
+                   help="time a whole ViT forward, the dense core (SDPA) against the fused Sparsifiner kernel, instead "
+                        "of one attention core: 'deit-s' = transformers' ViTForImageClassification with Sparsifiner "
+                        "attached (bab.sparsifiner.attach), random weights in DeiT-S's shape at each --tokens; "
+                        "'trained' = notebook 05's Sparsifiner model (a bab ViTClassifier) from the run cache "
+                        "(--profile; a random model of its shape if not cached)")
     p.add_argument("--profile", default="quick", help="with --model trained: which profile's model to load")
     p.add_argument("--tokens", type=_token_counts, nargs="+", default=None,
                    help=f"sequence lengths n to time, e.g. 197,577 or 197 577 (default: {','.join(map(str, TOKENS))}); "
@@ -221,12 +224,13 @@ LOGIT_CHECK_IMAGES = 2  # the masked reference forms [B, H, n, n] scores: a few 
 
 
 def _bench_sparse_model(args) -> int:
-    """``bench sparse --model``: the whole ViT forward, dense against fused (bab.sparsifiner.model_bench)."""
+    """``bench sparse --model``: the whole ViT forward, dense against fused (bab.sparsifiner.model_bench): transformers'
+    ViT with Sparsifiner attached (deit-s), or notebook 05's bab ViTClassifier (trained)."""
     from bab.heads.bench import parse_batch_sizes
     from bab.sparsifiner.bench import TOKENS
     from bab.sparsifiner.evaluate import fused_logit_check
     from bab.sparsifiner.fused import fused_available
-    from bab.sparsifiner.model_bench import bench_model, deit_s_shaped, random_pixels
+    from bab.sparsifiner.model_bench import bench_model, deit_s_shaped, describe, random_pixels
 
     if args.breakdown:
         raise ValueError("--breakdown times the attention core's parts: leave it out with --model")
@@ -239,16 +243,15 @@ def _bench_sparse_model(args) -> int:
         models = [_trained_vit(args.profile)]
     else:
         tokens = [n for group in args.tokens for n in group] if args.tokens else list(TOKENS)
-        models = ((f"DeiT-S-shaped ViTClassifier, random weights, predictor n_down {args.n_down}, state "
-                   f"{args.predictor_state!r}", deit_s_shaped(n, args.predictor_state, n_down=args.n_down), None)
+        models = ((f"DeiT-S-shaped transformers ViTForImageClassification with Sparsifiner attached, random weights, "
+                   f"predictor n_down {args.n_down}, state {args.predictor_state!r}",
+                   deit_s_shaped(n, args.predictor_state, n_down=args.n_down), None)
                   for n in tokens)
-    print(f"whole ViTClassifier forward, dense (SDPA) against attention='fused'; 1 thread, median of {repeats} "
-          f"interleaved repeats after {warmup} warm-up; batch sizes {batch_sizes}")
+    print(f"whole ViT forward, the dense core (SDPA) against the fused Sparsifiner kernel; 1 thread, median of "
+          f"{repeats} interleaved repeats after {warmup} warm-up; batch sizes {batch_sizes}")
     for label, model, pixels in models:
         c = model.config
-        print(f"\n{label}: {c.image_size}x{c.image_size} images in {c.patch_size}x{c.patch_size} patches (n = "
-              f"{c.num_tokens}), {c.num_layers} layers x {c.num_heads} heads, width {c.hidden_size}, MLP "
-              f"{c.intermediate_size}")
+        print(f"\n{label}: {describe(model)}")
         table = bench_model(model, args.keep_rates, batch_sizes, pixels, warmup=warmup, repeats=repeats)
         with pd.option_context(*_flat(WIDE), "display.precision", 3):
             print(table[MODEL_COLUMNS].to_string(index=False))

@@ -12,6 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from bab.core.budget import head_ablation_importance, head_elimination_importance
 from bab.core.outcomes import unit_ids
 from bab.sparsifiner.predictor import num_connections
+from bab.sparsifiner.whole_model import model_view
 
 
 @torch.no_grad()
@@ -113,20 +114,24 @@ def topk_exact(model, pixels: torch.Tensor, keep_rate: float) -> bool:
 @torch.no_grad()
 def fused_logit_check(model, pixels: torch.Tensor, keep_rates) -> dict[float, float]:
     """{keep rate: max |fused - masked| over the logits of ``pixels``}: the whole model with the fused C++ kernel
-    (``attention="fused"``) against the reference path (``"masked"``: dense scores masked to the predictor's
-    connections). Given the same q and k both keep the same keys, so the gap is float rounding (~1e-6 on notebook
-    05's 4-layer model). A larger gap means some layer kept other keys: the two paths round differently (~1e-7),
-    which can flip a key tied to that precision at the k-th place, and because W_down mixes every key into every
-    query's A_down, one flip shifts the next layers' rankings and spreads (12 layers at n = 577: the torch sparse
-    and masked paths, both references, differ by 1e-2; docs/speed.md). Raises a RuntimeError saying why where the
-    kernel could not be built. The masked path forms [B, H, n, n] scores: pass a few images at long sequences."""
+    against the reference path ("masked": dense scores masked to the predictor's connections). ``model``: a bab
+    ViTClassifier (``attention=`` per forward) or transformers' ViT / DeiT with Sparsifiner attached (its core set for
+    each forward and put back after; ``bab.sparsifiner.whole_model``). Given the same q and k both keep the same
+    keys, so the gap is float rounding (~1e-6 on notebook 05's 4-layer model). A larger gap means some layer kept
+    other keys: the two paths round differently (~1e-7), which can flip a key tied to that precision at the k-th
+    place, and because W_down mixes every key into every query's A_down, one flip shifts the next layers' rankings
+    and spreads (12 layers at n = 577: the torch sparse and masked paths, both references, differ by 1e-2;
+    docs/speed.md). Raises a RuntimeError saying why where the kernel could not be built. The masked path forms
+    [B, H, n, n] scores: pass a few images at long sequences."""
+    run = model_view(model).run
     model.eval()
     gaps = {}
     for rate in keep_rates:
-        fused = model(pixels, attention="fused", keep_rate=rate).logits
-        masked = model(pixels, attention="masked", keep_rate=rate).logits
+        fused = run(pixels, "fused", rate)[0]
+        masked = run(pixels, "masked", rate)[0]
         gaps[rate] = float((fused - masked).abs().max())
     return gaps
+
 
 def mhsa_cost_table(model, keep_rates, pixels: torch.Tensor) -> pd.DataFrame:
     """Per keep rate: analytic MHSA multiply-adds (paper convention), FlopCounterMode FLOPs of the attention
