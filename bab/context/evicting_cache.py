@@ -153,31 +153,12 @@ class EvictingLayer(RowMappedLayer):
         self.visible_pairs += int(earlier_visible.sum())
         self.full_pairs += int(earlier_full.sum())
 
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        """The mask spans every token seen plus the new ones (the attention maps it onto the kept slots)."""
-        return self.seen + query_length, 0
-
-    def get_seq_length(self) -> int:
-        """Tokens seen, not tokens kept: transformers derives the new tokens' positions from it."""
-        return self.seen
-
-    def get_max_length(self) -> int:
-        return -1
-
-    def live_tokens(self) -> torch.Tensor:
-        """[B] tokens each row holds."""
-        return self.valid.sum(dim=1)
-
     def kept_positions(self, row: int = 0) -> list[int]:
         """The positions row ``row`` holds, in order."""
         return self.positions[row][self.valid[row]].tolist()
 
     def tensors(self) -> list[torch.Tensor]:
         return [t for t in (self.keys, self.values, self.positions, self.valid, self.mass) if t is not None]
-
-    def nbytes(self) -> int:
-        """Bytes held: keys, values, position, validity, and the attention mass where the policy accumulates it."""
-        return sum(t.numel() * t.element_size() for t in self.tensors())
 
     def _map_batch(self, fn) -> None:
         """Apply fn to the batch axis of every per-row tensor (beam search, num_return_sequences)."""

@@ -50,11 +50,35 @@ class _Staged:
 
 
 class RowMappedLayer(CacheLayerMixin):
-    """A cache layer whose per-row tensors follow beam search and batch expansion through one ``_map_batch(fn)``,
-    which applies ``fn`` to every tensor with a batch dimension first."""
+    """A cache layer that holds some of the tokens it has seen (``seen``) in slots, each row's marked by ``valid``
+    [B, S]. Positions and masks count the tokens seen, so position ids stay those of the full sequence. Its per-row
+    tensors (``tensors()``) follow beam search and batch expansion through one ``_map_batch(fn)``, which applies
+    ``fn`` to every tensor with a batch dimension first."""
 
     def _map_batch(self, fn) -> None:
         raise NotImplementedError
+
+    def tensors(self) -> list[torch.Tensor]:
+        raise NotImplementedError
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        """The mask spans every token seen plus the new ones (the attention maps it onto the kept slots)."""
+        return self.seen + query_length, 0
+
+    def get_seq_length(self) -> int:
+        """Tokens seen, not tokens kept: transformers derives the new tokens' positions from it."""
+        return self.seen
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def live_tokens(self) -> torch.Tensor:
+        """[B] tokens each row holds."""
+        return self.valid.sum(dim=1)
+
+    def nbytes(self) -> int:
+        """Bytes held by ``tensors()``."""
+        return sum(t.numel() * t.element_size() for t in self.tensors())
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         self._map_batch(lambda t: t.index_select(0, beam_idx.to(t.device)))
@@ -164,27 +188,8 @@ class PrunedLayer(RowMappedLayer):
             raise RuntimeError("no visibility mask: the attention ran without this cache layer's update")
         return visible
 
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        """The mask spans every token seen plus the new ones (the attention maps it onto the kept slots)."""
-        return self.seen + query_length, 0
-
-    def get_seq_length(self) -> int:
-        """Tokens seen, not tokens kept: transformers derives the new tokens' positions from it."""
-        return self.seen
-
-    def get_max_length(self) -> int:
-        return -1
-
-    def live_tokens(self) -> torch.Tensor:
-        """[B] tokens each row holds."""
-        return self.valid.sum(dim=1)
-
     def tensors(self) -> list[torch.Tensor]:
         return [t for t in (self.keys, self.values, self.int_keys, self.positions, self.valid) if t is not None]
-
-    def nbytes(self) -> int:
-        """Bytes held: keys, values, interaction keys and the small position / validity tensors."""
-        return sum(t.numel() * t.element_size() for t in self.tensors())
 
     def _map_batch(self, fn) -> None:
         """Apply fn to the batch axis of every per-row tensor (beam search, num_return_sequences)."""

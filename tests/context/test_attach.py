@@ -35,12 +35,7 @@ def hf_model(arch: str, seed: int = 0, **overrides):
     """A random transformers model with weights at unit-ish scale (clear argmax margins, errors that show)."""
     torch.manual_seed(seed)
     model_class, config = ARCHS[arch]
-    model = model_class(config(**overrides)).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name or "ln_" in name
-                    else torch.randn_like(p) / math.sqrt(p.shape[-1]))
-    return model
+    return tiny_decoders.unit_scale_(model_class(config(**overrides)))
 
 
 def prompt(batch: int = 2, length: int = 12, seed: int = 0) -> torch.Tensor:

@@ -27,12 +27,7 @@ def hf_model(arch: str, seed: int = 0, layers: int = 2, **overrides):
     """A random transformers model with weights at unit-ish scale (peaked attention, clear argmax margins)."""
     torch.manual_seed(seed)
     model_class, config = ARCHS[arch]
-    model = model_class(config(**{LAYERS[arch]: layers}, **overrides)).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name or "ln_" in name
-                    else torch.randn_like(p) / math.sqrt(p.shape[-1]))
-    return model
+    return tiny_decoders.unit_scale_(model_class(config(**{LAYERS[arch]: layers}, **overrides)))
 
 
 def prompt(batch: int = 2, length: int = 10, seed: int = 0) -> torch.Tensor:

@@ -39,6 +39,20 @@ def quiet_transformers():
     hf_logging.set_verbosity(level)
 
 
+def unit_scale_(model):
+    """Re-draw ``model``'s weights at unit-ish scale, in place (norms near 1, others ~ N(0, 1/fan_in)): peaked
+    attention and clear argmax margins, so an error shows. Returns the model in eval mode."""
+    import math
+
+    import torch
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(1 + 0.1 * torch.randn_like(p) if "norm" in name or "ln_" in name
+                    else torch.randn_like(p) / math.sqrt(p.shape[-1]))
+    return model.eval()
+
+
 def tiny_gpt2(pruning=None, vocab_size: int = 50, n_positions: int = 32, n_embd: int = 16, n_layer: int = 2,
               n_head: int = 2, **overrides):
     """transformers' GPT-2 at a tiny size, with context pruning attached when ``pruning`` (a PruningConfig) is given;
