@@ -147,12 +147,12 @@ def _add_bench_sparse(sub) -> None:
                        description="One MHSA attention core, dense SDPA against the Sparsifiner paths; with --model, "
                                    "the whole ViT forward (images/s), dense against the fused kernel: transformers' "
                                    "ViTForImageClassification with Sparsifiner attached (--model deit-s), or "
-                                   "notebook 05's trained bab ViTClassifier (--model trained).")
+                                   "notebook 05's trained Sparsifiner ViT (--model trained).")
     p.add_argument("--model", choices=("trained", "deit-s"), default=None,
                    help="time a whole ViT forward, the dense core (SDPA) against the fused Sparsifiner kernel, instead "
                         "of one attention core: 'deit-s' = transformers' ViTForImageClassification with Sparsifiner "
                         "attached (bab.sparsifiner.attach), random weights in DeiT-S's shape at each --tokens; "
-                        "'trained' = notebook 05's Sparsifiner model (a bab ViTClassifier) from the run cache "
+                        "'trained' = notebook 05's Sparsifiner model (transformers' ViT too) from the run cache "
                         "(--profile; a random model of its shape if not cached)")
     p.add_argument("--profile", default="quick", help="with --model trained: which profile's model to load")
     p.add_argument("--tokens", type=_token_counts, nargs="+", default=None,
@@ -225,7 +225,7 @@ LOGIT_CHECK_IMAGES = 2  # the masked reference forms [B, H, n, n] scores: a few 
 
 def _bench_sparse_model(args) -> int:
     """``bench sparse --model``: the whole ViT forward, dense against fused (bab.sparsifiner.model_bench): transformers'
-    ViT with Sparsifiner attached (deit-s), or notebook 05's bab ViTClassifier (trained)."""
+    ViT with Sparsifiner attached (deit-s), or notebook 05's trained one (trained)."""
     from bab.heads.bench import parse_batch_sizes
     from bab.sparsifiner.bench import TOKENS
     from bab.sparsifiner.evaluate import fused_logit_check
@@ -278,7 +278,7 @@ def _trained_vit(profile_name: str):
     from bab.experiments.profiles import get_profile
     from bab.experiments.vit import ViTStudy, cached_sparsifiner
     from bab.sparsifiner.model_bench import random_pixels, set_realistic_model_state
-    from bab.sparsifiner.vit import ViTClassifier
+    from bab.sparsifiner.vit import build_vit
 
     profile = get_profile("vit_sparsifiner", profile_name)
     study = ViTStudy(profile, progress=False)
@@ -292,7 +292,7 @@ def _trained_vit(profile_name: str):
               f"{profile.name}) with the $BAB_THREADS it ran with, or point $BAB_CACHE_DIR at its cache. Timing a "
               f"RANDOM model of the same shape instead (predictors in the realistic state).")
         torch.manual_seed(profile.seed)
-        model = ViTClassifier(study.sparsifiner_config()).eval()
+        model = build_vit(study.sparsifiner_config()).eval()
         label = f"random model in the shape of notebook 05's {profile.name} Sparsifiner (NOT the trained one)"
         set_realistic_model_state(model, random_pixels(model.config, 4))
     try:

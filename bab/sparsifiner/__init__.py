@@ -1,5 +1,6 @@
 """Sparsifiner: a low-rank connectivity predictor choosing the top-k keys of every query, the sparse
-attention kernels, a ViT that uses them, Linformer and token pruning baselines, and the speed bench.
+attention kernels, their attachment to transformers' ViT and DeiT, Linformer and token pruning baselines, and the
+speed bench.
 
 See docs/sparsifiner.md.
 """
@@ -11,4 +12,6 @@ See docs/sparsifiner.md.
 # 3: ViT study lineages name the gate start (gate_start) and whether heads-hard selects.
 # 4: the predictor's top-k ranks S alone; A_down W~_up only orders keys tied exactly at the k-th place (it was
 # added to S with weight 1e-3, which also reordered keys that did not tie), so the kept connections differ.
-TRAINING_VERSION = 4
+# 5: notebook 05's models are transformers' ViTs with Sparsifiner attached (its predictors and Linformer projections
+# inside each attention module); the budgeted-heads objectives moved to the heads method.
+TRAINING_VERSION = 5

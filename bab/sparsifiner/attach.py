@@ -11,7 +11,10 @@ or ``DeiTForImageClassification`` (or any model whose base is a ``ViTModel`` / `
   implementation, which is all the predictor needs (bab's own ViT feeds it q and k too), so no hook is needed for
   it. The implementation runs bab's attention core chosen by name (``bab.sparsifiner.attention``):
   ``dense`` (SDPA: the unattached model), ``masked`` (dense scores masked to the predictor's top-k),
-  ``sparse`` (gathered / CSR keys) or ``fused`` (the C++ kernel, float32 CPU inference).
+  ``sparse`` (gathered / CSR keys) or ``fused`` (the C++ kernel, float32 CPU inference), or ``linformer`` where
+  the model was attached with ``linformer_len`` (each layer then holds a ``LinformerProjection`` as its submodule
+  ``linformer_projection``: the low-rank baseline of the Sparsifiner paper's Table 4, run by the same
+  implementation).
 
 No attention mask reaches the implementation: transformers builds masks only for implementations it knows, and
 returns the caller's mask (None for images) otherwise, so a mask passed in is refused with an error.
@@ -47,6 +50,7 @@ from transformers import AttentionInterface
 
 from bab.core.losses import attention_distillation_loss
 from bab.sparsifiner.attention import CoreInputs, attention_core
+from bab.sparsifiner.linformer import LinformerProjection
 from bab.sparsifiner.predictor import (
     SPARSE_KERNELS,
     ConnectivityConfig,
@@ -56,14 +60,15 @@ from bab.sparsifiner.predictor import (
     validate_keep_rate,
 )
 
-__all__ = ["ATTN_IMPLEMENTATION", "CORES", "SparsifinerState", "attach", "configure", "is_attached", "load_attached",
-           "predictors", "set_keep_rate", "sparsifiner_state"]
+__all__ = ["ATTN_IMPLEMENTATION", "CORES", "LINFORMER_NAME", "PREDICTOR_NAME", "SparsifinerState", "attach",
+           "configure", "is_attached", "load_attached", "predictors", "set_keep_rate", "sparsifiner_state"]
 
 ATTN_IMPLEMENTATION = "bab_sparsifiner"
 CONFIG_KEY = "bab_sparsifiner"  # the predictor settings in model.config (saved in config.json by save_pretrained)
 STATE_ATTRIBUTE = "bab_sparsifiner"  # the state on the model; a _LayerHandle on each attention module
 PREDICTOR_NAME = "connectivity_predictor"  # the predictor's submodule name in each attention module
-CORES = ("dense", "masked", "sparse", "fused")  # bab's cores that need no Linformer projections
+LINFORMER_NAME = "linformer_projection"  # the Linformer projection's submodule name, where attached
+CORES = ("dense", "masked", "sparse", "fused", "linformer")
 PREDICTOR_CORES = ("masked", "sparse", "fused")  # the cores that attend over the predictor's connections
 SUPPORTED_MODEL_TYPES = ("vit", "deit")
 
@@ -90,6 +95,7 @@ class SparsifinerState:
     num_special: int  # leading tokens that are never pruned: CLS (ViT), CLS and distillation (DeiT)
     max_tokens: int  # tokens of the unpruned sequence at the configured image size
     hidden_size: int
+    linformer_len: int | None = None  # each layer's Linformer projection length; None: no projections
     core: str = "masked"
     keep_rate: float = 1.0
     with_predictor: bool = False
@@ -106,6 +112,12 @@ class SparsifinerState:
 
     def __post_init__(self):
         self.begin()
+
+    def __getstate__(self) -> dict:
+        # the last forward's records carry autograd graphs, which neither copy.deepcopy (a teacher) nor pickle can
+        # take along; a copy starts with none, as after attaching
+        return {**self.__dict__, "layers": [None] * self.num_layers, "tokens": None, "positions": None,
+                "fused": None}
 
     def begin(self) -> None:
         """Forget the last forward (called by a pre-hook on the embeddings at the start of each forward)."""
@@ -212,14 +224,15 @@ def _connectivity(predictor_config) -> ConnectivityConfig | None:
 
 
 def attach(model: nn.Module, predictor_config: ConnectivityConfig | dict | None, core: str = "masked",
-           keep: float = 1.0) -> nn.Module:
+           keep: float = 1.0, linformer_len: int | None = None) -> nn.Module:
     """Give every layer of ``model`` (transformers' ViT or DeiT) a connectivity predictor built from
     ``predictor_config`` and route its attention through "bab_sparsifiner" with core ``core`` at keep rate
     ``keep`` (the fraction of keys each query keeps, in (0, 1]). Returns the same model.
 
     ``predictor_config=None`` attaches no predictors: only the dense core runs (token pruning alone, EViT). The
     predictors are built for the model's configured token count (patches plus CLS, plus the distillation token for
-    DeiT), on the model's device and dtype, from torch's global random state.
+    DeiT), on the model's device and dtype, from torch's global random state. ``linformer_len``: also give every
+    layer a Linformer projection of that length (core ``linformer``).
     """
     if is_attached(model):
         raise ValueError("Sparsifiner is already attached to this model")
@@ -228,15 +241,22 @@ def attach(model: nn.Module, predictor_config: ConnectivityConfig | dict | None,
     attentions = _attentions(model)
     max_tokens = base.embeddings.position_embeddings.shape[1]
     num_special = 2 if getattr(base.embeddings, "distillation_token", None) is not None else 1
-    state = SparsifinerState(connectivity, len(attentions), num_special, max_tokens, model.config.hidden_size)
+    if linformer_len is not None and not (isinstance(linformer_len, int) and 1 <= linformer_len <= max_tokens):
+        raise ValueError(f"linformer_len must be an int in 1..{max_tokens} (the model's tokens), got {linformer_len!r}")
+    state = SparsifinerState(connectivity, len(attentions), num_special, max_tokens, model.config.hidden_size,
+                             linformer_len)
     _validate(state, core, keep)  # before anything changes on the model
     reference = next(model.parameters())
     for i, attention in enumerate(attentions):
-        if hasattr(attention, PREDICTOR_NAME):
-            raise ValueError(f"{type(attention).__name__} already has an attribute {PREDICTOR_NAME!r}")
+        for name in (PREDICTOR_NAME, LINFORMER_NAME):
+            if hasattr(attention, name):
+                raise ValueError(f"{type(attention).__name__} already has an attribute {name!r}")
         if connectivity is not None:
             predictor = connectivity.build(attention.num_attention_heads, max_tokens, head_dim=attention.head_dim)
             attention.add_module(PREDICTOR_NAME, predictor.to(device=reference.device, dtype=reference.dtype))
+        if linformer_len is not None:
+            projection = LinformerProjection(max_tokens, linformer_len)
+            attention.add_module(LINFORMER_NAME, projection.to(device=reference.device, dtype=reference.dtype))
         object.__setattr__(attention, STATE_ATTRIBUTE, _LayerHandle(state, i))  # plain attribute, not state_dict
     # the state is per forward: the embeddings start one, the final layernorm gives the tokens it returns. The hooks
     # find the state on their module, not in a closure, so a deepcopy of the model (a teacher) gets its own state
@@ -244,7 +264,8 @@ def attach(model: nn.Module, predictor_config: ConnectivityConfig | dict | None,
         object.__setattr__(module, STATE_ATTRIBUTE, state)
     base.embeddings.register_forward_pre_hook(_begin_forward)
     base.layernorm.register_forward_hook(_keep_tokens)
-    setattr(model.config, CONFIG_KEY, {"connectivity": None if connectivity is None else asdict(connectivity)})
+    setattr(model.config, CONFIG_KEY, {"connectivity": None if connectivity is None else asdict(connectivity),
+                                       "linformer_len": linformer_len})
     configure(model, core=core, keep=keep)
     _register()
     model.set_attn_implementation(ATTN_IMPLEMENTATION)
@@ -262,11 +283,14 @@ def _validate(state: SparsifinerState, core: str, keep, with_predictor: bool = F
     if state.connectivity is None and (core in PREDICTOR_CORES or with_predictor):
         raise ValueError(f"core={core!r} and with_predictor need connectivity predictors, and this model was attached "
                          f"with predictor_config=None: attach with a ConnectivityConfig, or use core='dense'")
+    if core == "linformer" and state.linformer_len is None:
+        raise ValueError("core='linformer' needs Linformer projections: attach with linformer_len=<projection "
+                         "length>")
     if core == "fused" and with_predictor:
         raise ValueError("with_predictor trains the predictor on its dense scores, and the fused kernel is for "
                          "inference: use core='dense' with with_predictor=True")
-    if core == "fused" and state.token_keep is not None:
-        raise ValueError("token pruning needs each pruning layer's CLS attention row, which the fused kernel never "
+    if core in ("fused", "linformer") and state.token_keep is not None:
+        raise ValueError(f"token pruning needs each pruning layer's CLS attention row, which core={core!r} never "
                          "forms: prune tokens with core='dense', 'masked' or 'sparse'")
     return keep
 
@@ -318,15 +342,15 @@ def load_attached(model_class, path: str, core: str = "masked", keep: float = 1.
     stored = getattr(model.config, CONFIG_KEY, None)
     if stored is None:
         raise ValueError(f"{path} holds no {CONFIG_KEY!r} in its config: it was not saved from an attached model")
-    attach(model, stored["connectivity"], core=core, keep=keep)
+    attach(model, stored["connectivity"], core=core, keep=keep, linformer_len=stored.get("linformer_len"))
     # save_pretrained writes some models' weights under their older names (ViT, DeiT: vit.encoder.layer.0...);
     # the function it renames them with gives each predictor weight's name in the files
-    marker = f".{PREDICTOR_NAME}."
-    expected = {k: v for k, v in model.state_dict().items() if marker in k}
+    markers = (f".{PREDICTOR_NAME}.", f".{LINFORMER_NAME}.")
+    expected = {k: v for k, v in model.state_dict().items() if any(m in k for m in markers)}
     saved_name = {next(iter(revert_weight_conversion(model, {k: v}))): k for k, v in expected.items()}
     weights = {}
     for file in sorted(glob.glob(os.path.join(path, "*.safetensors"))):
-        weights.update({saved_name.get(k, k): v for k, v in load_file(file).items() if marker in k})
+        weights.update({saved_name.get(k, k): v for k, v in load_file(file).items() if any(m in k for m in markers)})
     if set(weights) != set(expected):
         raise ValueError(f"{path}: predictor weights missing {sorted(set(expected) - set(weights))}, "
                          f"unexpected {sorted(set(weights) - set(expected))}")
@@ -367,7 +391,7 @@ def sparsifiner_attention(module: nn.Module, query: torch.Tensor, key: torch.Ten
     if scaling is not None and not math.isclose(scaling, d ** -0.5, rel_tol=1e-6):
         raise ValueError(f"bab's attention cores scale the scores by 1/sqrt(head_dim) = {d ** -0.5}, but the model "
                          f"asks for {scaling}")
-    inputs = CoreInputs(predictor=predictor, linformer=None, keep_rate=state.keep_rate,
+    inputs = CoreInputs(predictor=predictor, linformer=getattr(module, LINFORMER_NAME, None), keep_rate=state.keep_rate,
                         positions=state.positions, need_probs=state.record_probs or state.prunes_after(layer),
                         with_predictor=state.with_predictor, sparse_kernel=state.sparse_kernel)
     out, info = attention_core(state.core)(query, key, value, inputs)  # out [B, H, n, d]

@@ -95,9 +95,9 @@ def set_token_pruning(model: nn.Module, token_keep: float | None, prune_layers=(
         raise ValueError(f"prune_layers must be distinct indices in 0..{len(layers) - 1}, got {prune_layers}")
     if not isinstance(fuse, bool):
         raise TypeError(f"fuse must be True or False, got {fuse!r}")
-    if state.core == "fused":
-        raise ValueError("token pruning needs each pruning layer's CLS attention row, which the fused kernel never "
-                         "forms: configure(model, core='masked' or 'sparse' or 'dense') first")
+    if state.core in ("fused", "linformer"):
+        raise ValueError(f"token pruning needs each pruning layer's CLS attention row, which core={state.core!r} "
+                         "never forms: configure(model, core='masked' or 'sparse' or 'dense') first")
     if not state.token_hooks:
         for i, layer in enumerate(layers):
             # the hook reads its layer's handle from the module (not a closure), so a deepcopy keeps its own state

@@ -1,4 +1,7 @@
-"""Evaluating a ViT with Sparsifiner, Linformer or head gates: accuracy, MHSA cost, FLOPs, masks and maps."""
+"""Evaluating a ViT with Sparsifiner, Linformer or token pruning: accuracy, MHSA cost, FLOPs, masks and maps.
+
+The models are transformers' ViTs with Sparsifiner attached (``bab.sparsifiner.vit.build_vit``); the forward options
+are ``bab.sparsifiner.vit.ViTForward``'s fields as keywords."""
 
 from __future__ import annotations
 
@@ -9,9 +12,10 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.flop_counter import FlopCounterMode
 
-from bab.core.budget import head_ablation_importance, head_elimination_importance
 from bab.core.outcomes import unit_ids
+from bab.sparsifiner.attach import predictors
 from bab.sparsifiner.predictor import num_connections
+from bab.sparsifiner.vit import dense_mhsa_macs, num_tokens, vit_forward
 from bab.sparsifiner.whole_model import model_view
 
 
@@ -25,7 +29,7 @@ def evaluate_vit(model, data: Dataset, batch_size: int = 500, **forward) -> dict
     right, ids, loss_sum, seen, macs = [], [], 0.0, 0, 0.0
     for pixels, labels in DataLoader(data, batch_size=batch_size):
         ids.append(unit_ids(pixels, labels))
-        out = model(pixels, **forward)
+        out = vit_forward(model, pixels, **forward)
         loss_sum += F.cross_entropy(out.logits, labels, reduction="sum").item()
         right.append(out.logits.argmax(-1) == labels)
         seen += labels.numel()
@@ -33,29 +37,7 @@ def evaluate_vit(model, data: Dataset, batch_size: int = 500, **forward) -> dict
     macs /= seen
     outcomes = torch.cat(right).numpy()
     return {"accuracy": 100.0 * outcomes.sum() / seen, "loss": loss_sum / seen, "mhsa_macs": macs,
-            "cost": macs / model.dense_mhsa_macs(), "n": seen, "outcomes": outcomes, "unit_ids": np.concatenate(ids)}
-
-
-IMPORTANCE_METHODS = {"ablation": head_ablation_importance, "elimination": head_elimination_importance}
-
-
-@torch.no_grad()
-def vit_head_importance(model, data: Dataset, num_examples: int = 2000, method: str = "ablation") -> torch.Tensor:
-    """[L, H] head importance on the first ``num_examples`` of ``data`` (cross-entropy, dense attention
-    otherwise): "ablation", the loss increase when each head alone is masked, or "elimination", the step at
-    which greedy backward elimination removes it (``bab.core.budget``). Use training data: the importance
-    chooses a gate initialisation, so it must not see validation or test examples."""
-    if num_examples < 1:
-        raise ValueError(f"num_examples must be >= 1, got {num_examples}")
-    if method not in IMPORTANCE_METHODS:
-        raise ValueError(f"method must be one of {tuple(IMPORTANCE_METHODS)}, got {method!r}")
-    model.eval()
-    pixels, labels = next(iter(DataLoader(data, batch_size=min(num_examples, len(data)))))
-
-    def loss_with_mask(mask):
-        return F.cross_entropy(model(pixels, head_mode="hard", head_mask=mask).logits, labels).item()
-
-    return IMPORTANCE_METHODS[method](loss_with_mask, model.config.num_layers, model.config.num_heads)
+            "cost": macs / dense_mhsa_macs(model), "n": seen, "outcomes": outcomes, "unit_ids": np.concatenate(ids)}
 
 
 @torch.no_grad()
@@ -66,7 +48,7 @@ def attention_core_flops(model, pixels: torch.Tensor, **forward) -> dict:
     the dense up-projection and the full masked scores as they are computed, unlike the analytic count."""
     model.eval()
     with FlopCounterMode(display=False) as counter:  # return_internals: explicit matmuls, which it can count
-        model(pixels, return_internals=True, **forward)
+        vit_forward(model, pixels, return_internals=True, **forward)
     total = counter.get_total_flops()
     counts = counter.get_flop_counts()
     outside = 0
@@ -81,8 +63,8 @@ def attention_core_flops(model, pixels: torch.Tensor, **forward) -> dict:
 def basis_sparsity(model) -> float:
     """Fraction of W_up entries pruned to zero (the paper: about 90% after phase 1)."""
     total = pruned = 0
-    for predictor in model.predictors:
-        basis = predictor.sparse_basis(model.config.num_tokens)
+    for predictor in predictors(model):
+        basis = predictor.sparse_basis(num_tokens(model))
         total += basis.numel()
         pruned += int((basis == 0).sum())
     return pruned / total
@@ -91,7 +73,7 @@ def basis_sparsity(model) -> float:
 @torch.no_grad()
 def coefficient_sparsity(model, pixels: torch.Tensor) -> float:
     """Fraction of the low-rank coefficients A_down at or below tau (the paper: 87% with n_down 32, tau 0.05)."""
-    out = model(pixels, attention="dense", with_predictor=True)
+    out = vit_forward(model, pixels, attention="dense", with_predictor=True)
     coeff = torch.cat([layer["coefficients"].flatten() for layer in out.layers])
     return float((coeff == 0).float().mean())
 
@@ -100,8 +82,8 @@ def topk_exact(model, pixels: torch.Tensor, keep_rate: float) -> bool:
     """Every predicted query (all, or all but CLS with ``cls_dense``) of every layer and head keeps exactly
     ceil(keep_rate * n) distinct keys."""
     with torch.no_grad():
-        out = model(pixels, attention="sparse", keep_rate=keep_rate, return_internals=True)
-    k = num_connections(keep_rate, model.config.num_tokens)
+        out = vit_forward(model, pixels, attention="sparse", keep_rate=keep_rate, return_internals=True)
+    k = num_connections(keep_rate, num_tokens(model))
     for layer in out.layers:
         index = layer["index"]
         distinct = torch.sort(index, dim=-1).values.diff(dim=-1).ne(0).all()
@@ -114,9 +96,9 @@ def topk_exact(model, pixels: torch.Tensor, keep_rate: float) -> bool:
 @torch.no_grad()
 def fused_logit_check(model, pixels: torch.Tensor, keep_rates) -> dict[float, float]:
     """{keep rate: max |fused - masked| over the logits of ``pixels``}: the whole model with the fused C++ kernel
-    against the reference path ("masked": dense scores masked to the predictor's connections). ``model``: a bab
-    ViTClassifier (``attention=`` per forward) or transformers' ViT / DeiT with Sparsifiner attached (its core set for
-    each forward and put back after; ``bab.sparsifiner.whole_model``). Given the same q and k both keep the same
+    against the reference path ("masked": dense scores masked to the predictor's connections). ``model``:
+    transformers' ViT / DeiT with Sparsifiner attached (its core set for each forward and put back after;
+    ``bab.sparsifiner.whole_model``). Given the same q and k both keep the same
     keys, so the gap is float rounding (~1e-6 on notebook 05's 4-layer model). A larger gap means some layer kept
     other keys: the two paths round differently (~1e-7), which can flip a key tied to that precision at the k-th
     place, and because W_down mixes every key into every query's A_down, one flip shifts the next layers' rankings
@@ -138,13 +120,13 @@ def mhsa_cost_table(model, keep_rates, pixels: torch.Tensor) -> pd.DataFrame:
     core per example (sparse path run with the gather kernel, whose bmm FlopCounterMode can count; it does
     not see the CSR kernel), and both as fractions of dense."""
     dense_flops = attention_core_flops(model, pixels, attention="dense")
-    dense_macs = model.dense_mhsa_macs()
+    dense_macs = dense_mhsa_macs(model)
     rows = []
     for rate in keep_rates:
         with torch.no_grad():
-            out = model(pixels, attention="sparse", keep_rate=rate)
+            out = vit_forward(model, pixels, attention="sparse", keep_rate=rate)
         flops = attention_core_flops(model, pixels, attention="sparse", keep_rate=rate, sparse_kernel="gather")
-        rows.append({"keep_rate": rate, "connections": num_connections(rate, model.config.num_tokens),
+        rows.append({"keep_rate": rate, "connections": num_connections(rate, num_tokens(model)),
                      "MHSA MMACs (analytic)": out.mhsa_macs / 1e6, "analytic fraction": out.mhsa_macs / dense_macs,
                      "attention MFLOPs (FlopCounterMode)": flops["attention_flops"] / 1e6,
                      "counted fraction": flops["attention_flops"] / dense_flops["attention_flops"]})
@@ -159,10 +141,10 @@ def attention_maps(model, image: torch.Tensor, query: int, keep_rate: float, lay
     plus the sparse coefficients [n_q, n_down] (the predicted queries: all, or all but CLS with ``cls_dense``)
     and basis [n_down, n] of every layer (head ``heads[0]``)."""
     model.eval()
-    sparse = model(image, attention="sparse", keep_rate=keep_rate, return_internals=True)
-    full = model(image, attention="dense", return_internals=True)
+    sparse = vit_forward(model, image, attention="sparse", keep_rate=keep_rate, return_internals=True)
+    full = vit_forward(model, image, attention="dense", return_internals=True)
     out = {"mask": {}, "sparse": {}, "full": {}, "coefficients": {}, "basis": {}}
-    n = model.config.num_tokens
+    n = num_tokens(model)
     for layer in layers:
         info = sparse.layers[layer]
         first = info["first_query"]  # queries before it (CLS with cls_dense) attend to every key
@@ -175,5 +157,5 @@ def attention_maps(model, image: torch.Tensor, query: int, keep_rate: float, lay
             out["sparse"][(layer, head)] = info["probs"][0, head, query].numpy()
             out["full"][(layer, head)] = full.layers[layer]["probs"][0, head, query].numpy()
         out["coefficients"][f"layer {layer}, head {heads[0]}"] = info["coefficients"][0, heads[0]].numpy()
-        out["basis"][layer] = model.predictors[layer].sparse_basis(n)[heads[0]].numpy()
+        out["basis"][layer] = predictors(model)[layer].sparse_basis(n)[heads[0]].numpy()
     return out

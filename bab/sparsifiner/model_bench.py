@@ -12,8 +12,7 @@ the time can shrink. This bench times that whole forward, images per second: tra
 (``bab.sparsifiner.attach``), once with the core ``dense`` (``F.scaled_dot_product_attention``: the unattached
 model's attention) and once with ``fused`` (predictor, top-k and sparse attention in one C++ kernel) at each keep
 rate, side by side in one process with the ``bab.core.timing`` protocol (one thread, ``no_grad``, warm-up, median
-of interleaved repeats). Notebook 05's trained model is still bab's own ``ViTClassifier``; the bench times it the
-same way through ``bab.sparsifiner.whole_model.model_view``, which gives both kinds one forward by core name.
+of interleaved repeats). Notebook 05's trained model is such a ViT too, timed the same way.
 
 The analytic limit beside each measured speed-up is whole-model FLOPs dense / fused. ``FlopCounterMode`` counts
 the dense forward (matrix products, the patch convolution and the CPU SDPA kernel, 2 FLOPs per multiply-add); it
@@ -67,8 +66,8 @@ def patch_grid(n_tokens: int) -> int:
 
 
 def random_pixels(config, batch_size: int, seed: int = 0) -> torch.Tensor:
-    """Standard-normal images [batch_size, C, S, S] in the shape ``config`` takes (a ``ViTConfig`` or a
-    ``ViTClassifierConfig``: both name C ``num_channels`` and S ``image_size``)."""
+    """Standard-normal images [batch_size, C, S, S] in the shape ``config`` takes (a ``ViTConfig``: C
+    ``num_channels``, S ``image_size``)."""
     g = torch.Generator().manual_seed(seed)
     return torch.randn(batch_size, config.num_channels, config.image_size, config.image_size, generator=g)
 
@@ -77,7 +76,7 @@ def random_pixels(config, batch_size: int, seed: int = 0) -> torch.Tensor:
 def layer_queries_keys(model: nn.Module, pixels: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Each layer's per-head queries and keys (q, k [B, H, n, d]) in a dense forward of ``pixels``, read by forward
     hooks on the q and k projections (so the model's own forward produces them). ``model``: transformers' ViT with
-    Sparsifiner attached, or a bab ViTClassifier (whose layers are transformers' too)."""
+    Sparsifiner attached."""
     view = model_view(model)
     B = pixels.shape[0]
     captured, hooks = [], []
@@ -105,12 +104,12 @@ def set_realistic_model_state(model: nn.Module, pixels: torch.Tensor, seed: int 
     set_realistic_state``: ~90% of the basis pruned, W_down scaled until ~87% of A_down falls at or below tau)
     on the queries and keys that layer sees for ``pixels`` in a dense forward. A freshly initialised predictor
     has an all-zero basis from n = 250 on, which makes the selection degenerate (contiguous keys, constant
-    ranking rows) and its timing meaningless. ``model``: transformers' ViT with Sparsifiner attached, or a bab
-    ViTClassifier. Returns each layer's sparsities {"basis", "coefficients"}."""
+    ranking rows) and its timing meaningless. ``model``: transformers' ViT with Sparsifiner attached. Returns each
+    layer's sparsities {"basis", "coefficients"}."""
     view = model_view(model)
     if not view.predictors:
         raise ValueError("the model has no connectivity predictors: attach(model, ConnectivityConfig(...)) with a "
-                         "config, not None (a bab ViTClassifier: build it with ViTClassifierConfig(predictor=True))")
+                         "config, not None (notebook 05's: build_vit(ViTClassifierConfig(predictor=True)))")
     return [set_realistic_state(predictor, q, k, seed=seed + i)
             for i, (predictor, (q, k)) in enumerate(zip(view.predictors, layer_queries_keys(model, pixels),
                                                         strict=True))]
@@ -144,10 +143,7 @@ def deit_s_shaped(n_tokens: int = 197, predictor_state: str = "realistic", seed:
 def describe(model: nn.Module) -> str:
     """The model's shape in words: image and patch size, n, layers x heads, width, MLP."""
     view, c = model_view(model), model.config
-    if view.kind == "attached":
-        layers, heads, patch, mlp = c.num_hidden_layers, c.num_attention_heads, c.patch_size, c.intermediate_size
-    else:
-        layers, heads, patch, mlp = c.num_layers, c.num_heads, c.patch_size, c.intermediate_size
+    layers, heads, patch, mlp = c.num_hidden_layers, c.num_attention_heads, c.patch_size, c.intermediate_size
     side = view.image_shape[-1]
     return (f"{side}x{side} images in {patch}x{patch} patches (n = {view.num_tokens}), {layers} layers x {heads} "
             f"heads, width {c.hidden_size}, MLP {mlp}")
@@ -183,7 +179,7 @@ def _check_inputs(model, pixels, keep_rates, batch_sizes) -> tuple[ModelView, li
     view = model_view(model)
     if not view.predictors:
         raise ValueError("the fused core needs connectivity predictors: attach(model, ConnectivityConfig(...)), "
-                         "e.g. deit_s_shaped(197) (a bab ViTClassifier: ViTClassifierConfig(predictor=True))")
+                         "e.g. deit_s_shaped(197) (notebook 05's: build_vit(ViTClassifierConfig(predictor=True)))")
     sizes = list(batch_sizes)
     if not sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in sizes):
         raise ValueError(f"batch_sizes must be whole numbers >= 1, e.g. (1, 64); got {batch_sizes!r}")
@@ -196,8 +192,8 @@ def _check_inputs(model, pixels, keep_rates, batch_sizes) -> tuple[ModelView, li
 
 def bench_model(model: nn.Module, keep_rates=KEEP_RATES, batch_sizes=BATCH_SIZES,
                 pixels: torch.Tensor | None = None, warmup: int = 1, repeats: int = 3, seed: int = 0) -> pd.DataFrame:
-    """Images per second of the whole forward of ``model`` (transformers' ViT or DeiT with Sparsifiner attached, or
-    a bab ViTClassifier), dense against fused at each keep rate, per batch size: one row per (batch size, keep rate)
+    """Images per second of the whole forward of ``model`` (transformers' ViT or DeiT with Sparsifiner attached),
+    dense against fused at each keep rate, per batch size: one row per (batch size, keep rate)
     with the dense and fused medians side by side, the measured speed-up (dense time / fused time), the analytic
     limit (whole-model FLOPs dense / fused) and the attention cores' share of the dense FLOPs. ``pixels``: the
     images to time, [N, C, S, S] (a batch of B takes the first B, cycling when N < B; real images matter for a

@@ -1,7 +1,8 @@
-"""Training the ViT of notebook 05: dense teacher, Sparsifiner's two phases, Linformer, budgeted head gates.
+"""Training the ViT of notebook 05: dense teacher, Sparsifiner's two phases, Linformer, EViT.
 
-One loop (docs/sparsifiner.md; the skeleton is ``bab.core.training``'s), specialised by the objective.
-Eq. 8-10 are the Sparsifiner paper's; Eq. 4-6 the budgeted-attention paper's:
+One loop (docs/sparsifiner.md; the skeleton is ``bab.core.training``'s), specialised by the objective, on
+transformers' ViT with Sparsifiner attached (``bab.sparsifiner.vit.build_vit``). Eq. 8-10 are the Sparsifiner
+paper's. Budgeted head gates on the same ViT train with the heads method's own loop (``bab.heads.train``).
 
 - ``dense``: cross-entropy, full attention (the teacher).
 - ``predictor`` (Sparsifiner phase 1): the backbone is frozen and runs dense attention; only the
@@ -17,10 +18,6 @@ Eq. 8-10 are the Sparsifiner paper's; Eq. 4-6 the budgeted-attention paper's:
   ``lambda_attn_joint`` * Eq. 10 against the dense teacher's attention (the paper's 0.0, which leaves the
   predictor a zero gradient and AdamW's weight decay; raise it to let the predictor follow the backbone).
 - ``linformer``: the same recipe as ``joint`` with Linformer attention (Table 4: identical settings).
-- ``budgeted``: budgeted head gates on the same ViT, Eq. 5 with b ~ U[budget_min, 1] (``bab.core.losses``).
-- ``heads_hard``: hard top-k heads with a straight-through gradient to the soft gates (Eq. 4 and 6),
-  b ~ U[budget_min, 1], CE + lambda_kl * KL to the dense teacher: the adaptation that makes hard head
-  skipping work (notebook 02 shows why it is needed).
 
 EViT-style token pruning (``token_keep`` after the attention of ``prune_layers``) can run in the training forward
 of ``dense`` (EViT: CE on the pruned model, fine-tuned from the dense teacher) and ``joint`` (Sparsif-EViT: phase 2
@@ -38,13 +35,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from bab.core.budget import validate_budget
-from bab.core.losses import attention_distillation_loss, budget_loss, kl_distillation_loss, token_distillation_loss
+from bab.core.losses import attention_distillation_loss, kl_distillation_loss, token_distillation_loss
 from bab.core.training import Checkpointer, EpochBatches, Objective, Selection, TrainResult, run_training
+from bab.sparsifiner.attach import predictors, sparsifiner_state
 from bab.sparsifiner.predictor import validate_keep_rate
-from bab.sparsifiner.token_pruning import prune_tokens, validate_token_keep
+from bab.sparsifiner.token_pruning import validate_token_keep
+from bab.sparsifiner.vit import LINFORMER_MODULE, PREDICTOR_MODULE, vit_forward
 
-VIT_OBJECTIVES = ("dense", "predictor", "joint", "linformer", "budgeted", "heads_hard")
+VIT_OBJECTIVES = ("dense", "predictor", "joint", "linformer")
 # token pruning needs each layer's CLS attention row and fine-tunes the whole backbone: EViT ("dense") and
 # Sparsif-EViT ("joint"); phase 1 distils unpruned attention and Linformer computes no full row
 TOKEN_PRUNING_OBJECTIVES = ("dense", "joint")
@@ -65,10 +63,6 @@ class ViTTrainConfig:
     lambda_token: float = 0.5  # phase 2 (the paper's setting)
     lambda_kl: float = 0.5
     keep_rates: tuple[float, ...] = (0.25,)  # phase 2: keep rate drawn per batch from these
-    budget_min: float = 0.1  # budgeted heads
-    lambda_cost: float = 0.0
-    lambda_viol: float = 0.0
-    gate_lr: float = 1e-2
     # phase 2 (objective "joint"): train the predictors too (the paper's text), with this weight on Eq. 10
     joint_predictor: bool = False
     lambda_attn_joint: float = 0.0  # the paper's lambda_attn in phase 2
@@ -87,7 +81,6 @@ class ViTTrainConfig:
             raise ValueError("keep_rates must name at least one keep rate in (0, 1]")
         for rate in self.keep_rates:
             validate_keep_rate(rate)
-        validate_budget(self.budget_min)
         if not isinstance(self.joint_predictor, bool):
             raise TypeError(f"joint_predictor must be True or False, got {self.joint_predictor!r}")
         if self.lambda_attn_joint < 0:
@@ -131,7 +124,7 @@ class ViTTrainConfig:
 
     def check_model(self, model) -> None:
         """Raise, saying what fits, when ``prune_layers`` lie outside ``model``'s layers."""
-        num_layers = model.config.num_layers
+        num_layers = sparsifiner_state(model).num_layers
         bad = [i for i in self.prune_layers if i >= num_layers]
         if bad:
             raise ValueError(f"prune_layers {bad} lie outside the model's layers 0..{num_layers - 1} "
@@ -149,20 +142,23 @@ TOKEN_PRUNING_FIELDS = ("token_keep", "prune_layers")  # added later still
 LATER_FIELDS = JOINT_PREDICTOR_FIELDS + TOKEN_PRUNING_FIELDS
 
 
+def _in_module(name: str, module: str) -> bool:
+    """Whether the parameter ``name`` (a dotted state-dict name) lies in a submodule called ``module``."""
+    return module in name.split(".")[:-1]
+
+
 def trainable_parameters(model, config: ViTTrainConfig) -> list[dict]:
-    """Which weights learn, per objective (and the gates at their own learning rate)."""
+    """Which weights learn, per objective: phase 1 the predictors alone; phase 2 the backbone (and the predictors
+    with ``joint_predictor``); Linformer the backbone and its projections; dense and EViT the backbone."""
     named = list(model.named_parameters())
     if config.objective == "predictor":
-        return [{"params": [p for n, p in named if n.startswith("predictors.")]}]
+        return [{"params": [p for n, p in named if _in_module(n, PREDICTOR_MODULE)]}]
     if config.objective == "joint" and config.joint_predictor:
-        return [{"params": [p for n, p in named if not n.startswith("gates.")]}]
+        return [{"params": [p for n, p in named]}]
     if config.objective in ("joint", "linformer"):
-        return [{"params": [p for n, p in named if not n.startswith(("predictors.", "gates."))]}]
-    if config.objective in ("budgeted", "heads_hard"):
-        return [{"params": [p for n, p in named if not n.startswith("gates.")]},
-                {"params": [p for n, p in named if n.startswith("gates.")], "lr": config.gate_lr,
-                 "weight_decay": 0.0}]
-    return [{"params": [p for n, p in named if not n.startswith(("predictors.", "linformer.", "gates."))]}]
+        return [{"params": [p for n, p in named if not _in_module(n, PREDICTOR_MODULE)]}]
+    added = (PREDICTOR_MODULE, LINFORMER_MODULE)
+    return [{"params": [p for n, p in named if not any(_in_module(n, module) for module in added)]}]
 
 
 class ViTObjective(Objective):
@@ -191,17 +187,17 @@ class ViTObjective(Objective):
 
 def train_vit(model, train_data: Dataset, config: ViTTrainConfig, teacher=None, progress: bool = True,
               select=None, checkpoint: Checkpointer | None = None) -> TrainResult:
-    """Train ``model`` (a ``ViTClassifier``) in place (``bab.core.training.run_training``); ``teacher`` (the dense
-    ViT) for joint, linformer and heads_hard.
+    """Train ``model`` (transformers' ViT with Sparsifiner attached, ``build_vit``) in place
+    (``bab.core.training.run_training``); ``teacher`` (the dense ViT) for joint and linformer.
 
-    ``select(model) -> float`` (optional, higher is better, on validation data) keeps the adaptation of
-    ``heads_hard`` only if it raises the score of the starting weights (scored before and after training;
-    ``selected_epoch`` 0: the starting weights were kept). ``checkpoint``: resumable checkpoints are written
+    ``select(model) -> float`` (optional, higher is better, on validation data) keeps the trained weights only if
+    they raise the score of the starting weights (scored before and after training; ``selected_epoch`` 0: the
+    starting weights were kept). ``checkpoint``: resumable checkpoints are written
     there, and a run found there is resumed.
     """
-    if config.objective in ("joint", "linformer", "heads_hard") and teacher is None:
+    if config.objective in ("joint", "linformer") and teacher is None:
         raise ValueError(f"objective {config.objective!r} needs teacher=<the dense ViT>")
-    if config.objective in ("predictor", "joint") and model.predictors is None:
+    if config.objective in ("predictor", "joint") and not predictors(model):
         raise ValueError(f"objective {config.objective!r} needs a model with connectivity predictors")
     config.check_model(model)
     selection = None
@@ -213,43 +209,33 @@ def train_vit(model, train_data: Dataset, config: ViTTrainConfig, teacher=None, 
 
 def _step(model, teacher, pixels, labels, config: ViTTrainConfig, rng: random.Random):
     if config.objective == "dense":
-        out = model(pixels, **config.token_pruning())
+        out = vit_forward(model, pixels, **config.token_pruning())
         return out, F.cross_entropy(out.logits, labels)
     if config.objective == "predictor":
-        out = model(pixels, attention="dense", with_predictor=True)
+        out = vit_forward(model, pixels, attention="dense", with_predictor=True)
         # the teacher's rows of the predicted queries (all, or all but CLS with cls_dense, as the official code)
         teacher_rows = [layer["probs"][:, :, layer["first_query"]:] for layer in out.layers]
         # S = A~_down W~_up, or A_down W_up with phase1_scores="raw" (bab.sparsifiner.predictor)
         loss = config.lambda_attn * attention_distillation_loss([layer["phase1_scores"] for layer in out.layers],
                                                                 teacher_rows)
         if config.lambda_spa:
-            loss = loss + config.lambda_spa * torch.stack([p.w_up.pow(2).mean() for p in model.predictors]).mean()
+            loss = loss + config.lambda_spa * torch.stack([p.w_up.pow(2).mean() for p in predictors(model)]).mean()
         return out, loss
-    if config.objective == "budgeted":
-        budget = rng.uniform(config.budget_min, 1.0)
-        out = model(pixels, budget=budget, head_mode="soft")
-        cost = model.gates(budget).mean()
-        return out, budget_loss(out.logits, labels, cost, budget, config.lambda_cost, config.lambda_viol)
     joint_predictor = config.objective == "joint" and config.joint_predictor
     with torch.no_grad():
         # the teacher's attention probabilities too when phase 2 distils the predictor's scores to them (Eq. 10)
-        target = teacher(pixels, return_internals=joint_predictor)
-    if config.objective == "heads_hard":
-        out = model(pixels, budget=rng.uniform(config.budget_min, 1.0), head_mode="hard")
-        return out, F.cross_entropy(out.logits, labels) + config.lambda_kl * kl_distillation_loss(out.logits,
-                                                                                                  target.logits)
+        target = vit_forward(teacher, pixels, return_internals=joint_predictor)
     # joint / linformer: CE + token MSE + KL to the dense teacher
     teacher_tokens = target.tokens
     if config.objective == "joint":
         # the masked path is numerically equal to the gathered one and faster for short training sequences;
         # with token pruning, the internals say which positions each layer (and the output) kept
-        out = model(pixels, attention="masked", keep_rate=rng.choice(config.keep_rates),
-                    with_predictor=joint_predictor, return_internals=config.prunes_tokens,
-                    **config.token_pruning())
-        if config.prunes_tokens:
-            teacher_tokens = _gather_tokens(target.tokens, _output_positions(out, config))
+        out = vit_forward(model, pixels, attention="masked", keep_rate=rng.choice(config.keep_rates),
+                          with_predictor=joint_predictor, **config.token_pruning())
+        if out.positions is not None:  # the original positions of the tokens the student kept
+            teacher_tokens = _gather_tokens(target.tokens, out.positions)
     else:
-        out = model(pixels, attention="linformer")
+        out = vit_forward(model, pixels, attention="linformer")
     loss = (F.cross_entropy(out.logits, labels)
             + config.lambda_token * token_distillation_loss(out.tokens, teacher_tokens)
             + config.lambda_kl * kl_distillation_loss(out.logits, target.logits))
@@ -260,19 +246,6 @@ def _step(model, teacher, pixels, labels, config: ViTTrainConfig, rng: random.Ra
         loss = loss + config.lambda_attn_joint * attention_distillation_loss(
             [layer["scores"] for layer in out.layers], teacher_rows)
     return out, loss
-
-
-def _output_positions(out, config: ViTTrainConfig) -> torch.Tensor:
-    """[B, n_out] the original positions of the tokens a token-pruned forward returned (``out.layers``: its
-    internals): the last layer's input positions, pruned once more where tokens are pruned after that layer."""
-    last = out.layers[-1]
-    positions = last["positions"]
-    if positions is None:
-        positions = torch.arange(last["n"], device=out.tokens.device).expand(out.tokens.shape[0], -1)
-    if len(out.layers) - 1 in config.prune_layers:
-        # the forward's own rule (prune_tokens) on the positions, so the two keep the same tokens
-        positions = prune_tokens(positions.unsqueeze(-1), last["cls_probs"], config.token_keep)[0].squeeze(-1)
-    return positions
 
 
 def _gather_tokens(tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

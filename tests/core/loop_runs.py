@@ -19,7 +19,7 @@ from bab.core.training import distributed_state
 from bab.heads.encoder import EncoderClassifier, EncoderConfig
 from bab.heads.train import TrainConfig, train
 from bab.sparsifiner.train import ViTTrainConfig, train_vit
-from bab.sparsifiner.vit import ViTClassifier, ViTClassifierConfig
+from bab.sparsifiner.vit import ViTClassifierConfig, build_vit
 
 
 def heads():
@@ -44,8 +44,8 @@ def lm():
 
 def vit():
     torch.manual_seed(0)
-    model = ViTClassifier(ViTClassifierConfig(image_size=8, patch_size=2, hidden_size=16, num_layers=2, num_heads=2,
-                                              intermediate_size=32, dropout=0.0))
+    model = build_vit(ViTClassifierConfig(image_size=8, patch_size=2, hidden_size=16, num_layers=2, num_heads=2,
+                                          intermediate_size=32, dropout=0.0))
     g = torch.Generator().manual_seed(0)
     data = TensorDataset(torch.randn(64, 1, 8, 8, generator=g), torch.randint(0, 10, (64,), generator=g))
     return model, train_vit(model, data, ViTTrainConfig(objective="dense", epochs=2, batch_size=16, seed=1),

@@ -107,12 +107,12 @@ def lm_runs(record) -> None:
 
 def vit_runs(record) -> None:
     from bab.sparsifiner.train import ViTTrainConfig, train_vit
-    from bab.sparsifiner.vit import ViTClassifier, ViTClassifierConfig
+    from bab.sparsifiner.vit import ViTClassifierConfig, build_vit
 
     def vit(**extra):
         torch.manual_seed(0)
-        return ViTClassifier(ViTClassifierConfig(image_size=8, patch_size=2, hidden_size=16, num_layers=2,
-                                                 num_heads=2, intermediate_size=32, dropout=0.1, **extra))
+        return build_vit(ViTClassifierConfig(image_size=8, patch_size=2, hidden_size=16, num_layers=2,
+                                             num_heads=2, intermediate_size=32, dropout=0.1, **extra))
 
     g = torch.Generator().manual_seed(0)
     images = TensorDataset(torch.randn(48, 1, 8, 8, generator=g), torch.randint(0, 10, (48,), generator=g))
@@ -130,13 +130,23 @@ def vit_runs(record) -> None:
     linformer.load_state_dict(dense.state_dict(), strict=False)
     config = ViTTrainConfig(objective="linformer", epochs=2, batch_size=16, seed=4)
     record("vit-linformer", linformer, train_vit(linformer, images, config, teacher=dense, progress=False))
-    gated = vit(gates="budget")
-    gated.load_state_dict(dense.state_dict(), strict=False)
-    config = ViTTrainConfig(objective="budgeted", epochs=2, batch_size=16, lambda_cost=0.5, lambda_viol=20.0, seed=5)
-    record("vit-budgeted", gated, train_vit(gated, images, config, progress=False))
+    vit_head_runs(record, vit, dense, images)
+
+
+def vit_head_runs(record, vit, dense, images) -> None:
+    """Budgeted heads on the ViT, by the heads method's loop (where a version has it: ``GatedHFClassifier`` takes
+    ViTs)."""
+    from bab.heads.hf_encoder import GatedHFClassifier
+    from bab.heads.train import TrainConfig, train
+
+    gated = GatedHFClassifier.from_hf(vit(), "vit", gates="budget", gate_init_logit=2.0)
+    gated.hf.load_state_dict(dense.state_dict())
+    config = TrainConfig(objective="budgeted", epochs=2, batch_size=16, lambda_cost=0.5, lambda_viol=20.0, seed=5)
+    record("vit-budgeted", gated, train(gated, images, config, progress=False))
     hard = copy.deepcopy(gated)
-    config = ViTTrainConfig(objective="heads_hard", epochs=2, batch_size=16, seed=6)
-    record("vit-heads-hard", hard, train_vit(hard, images, config, teacher=dense, progress=False))
+    teacher = GatedHFClassifier.from_hf(copy.deepcopy(dense), "vit", gates=None)
+    config = TrainConfig(objective="hard_adapt", epochs=2, batch_size=16, kd_teacher="dense", seed=6)
+    record("vit-heads-hard", hard, train(hard, images, config, teacher=teacher, progress=False))
 
 
 def save(path: str) -> None:

@@ -26,7 +26,7 @@ from bab.core.training import Checkpointer
 from bab.heads.encoder import EncoderClassifier, EncoderConfig
 from bab.heads.train import HeadsObjective, TrainConfig, train
 from bab.sparsifiner.train import ViTObjective, ViTTrainConfig, train_vit
-from bab.sparsifiner.vit import ViTClassifier, ViTClassifierConfig
+from bab.sparsifiner.vit import ViTClassifierConfig, build_vit
 
 
 class Crash(RuntimeError):
@@ -60,8 +60,8 @@ STREAM = torch.randint(0, 50, (2000,), generator=torch.Generator().manual_seed(3
 
 def vit(**extra):
     torch.manual_seed(0)
-    return ViTClassifier(ViTClassifierConfig(image_size=8, patch_size=2, hidden_size=16, num_layers=2, num_heads=2,
-                                             intermediate_size=32, dropout=0.1, **extra))
+    return build_vit(ViTClassifierConfig(image_size=8, patch_size=2, hidden_size=16, num_layers=2, num_heads=2,
+                                         intermediate_size=32, dropout=0.1, **extra))
 
 
 def images():

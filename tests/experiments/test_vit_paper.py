@@ -59,19 +59,19 @@ def test_nbval_skips_notebook_05_without_fashion_mnist(tmp_path, monkeypatch):
     assert conftest._missing_data("05_vit_sparsifiner.ipynb") is None
 
 
-def test_vit_profile_rejects_an_unknown_gate_start_with_the_choices():
-    from dataclasses import replace
-
+def test_vit_head_recipe_is_the_heads_method_s_and_rejects_an_unknown_gate_start():
     quick = get_profile("vit_sparsifiner", "quick")
-    assert quick.gate_start == "elimination"  # the recipe chosen on validation (docs/sparsifiner.md)
+    assert quick.heads.gate_start == "elimination"  # the recipe chosen on validation (docs/sparsifiner.md)
     with pytest.raises(ValueError, match="'flat', 'random', 'ablation', 'elimination'"):
-        replace(quick, gate_start="nested")
+        replace(quick.heads, gate_start="nested")
     with pytest.raises(ValueError, match="gate_start_sharpness > 0"):
-        replace(quick, gate_start_sharpness=0.0)
+        replace(quick.heads, gate_start_sharpness=0.0)
+    with pytest.raises(ValueError, match="objective 'budgeted'"):  # the profile holds the soft step
+        replace(quick, heads=replace(quick.heads, objective="static", budget=0.5, gate_start="flat"))
 
 
 # the tiny study's budgeted heads: one epoch, the gates ranked on 8 images
-TINY_HEADS = dict(gate_start_examples=8, heads=replace(get_profile("vit_sparsifiner", "smoke").heads, epochs=1))
+TINY_HEADS = dict(heads=replace(get_profile("vit_sparsifiner", "smoke").heads, epochs=1, gate_start_examples=8))
 
 
 def test_nested_gates_reach_the_budgeted_heads_lineage_and_the_model(tmp_path, tiny_vit_study):
@@ -81,12 +81,16 @@ def test_nested_gates_reach_the_budgeted_heads_lineage_and_the_model(tmp_path, t
 
     study, _ = tiny_vit_study(**TINY_HEADS)
     tiny, cache, TinyStudy = study.profile, study.cache, type(study)
+
+    def starting(how):
+        return replace(tiny, heads=replace(tiny.heads, gate_start=how))
+
     soft, _, lineage = study.budgeted_heads()
-    assert lineage["gate_start"] == {"gate_start": "elimination", "sharpness": 4.0, "examples": 8}
-    flat_soft, metrics, flat_lineage = TinyStudy(replace(tiny, gate_start="flat"), cache=cache,
-                                                 progress=False).budgeted_heads()
-    assert metrics["cached"] is False and flat_lineage["gate_start"]["gate_start"] == "flat"
-    random_soft, _, _ = TinyStudy(replace(tiny, gate_start="random"), cache=cache, progress=False).budgeted_heads()
+    assert {k: lineage["train"][k] for k in ("gate_start", "gate_start_sharpness", "gate_start_examples")} == {
+        "gate_start": "elimination", "gate_start_sharpness": 4.0, "gate_start_examples": 8}
+    flat_soft, metrics, flat_lineage = TinyStudy(starting("flat"), cache=cache, progress=False).budgeted_heads()
+    assert metrics["cached"] is False and flat_lineage["train"]["gate_start"] == "flat"
+    random_soft, _, _ = TinyStudy(starting("random"), cache=cache, progress=False).budgeted_heads()
     # nested gates spread the heads apart; flat gates start (and, after one epoch, stay) nearly equal
     assert float(soft.gates(0.5).detach().std()) > 10 * float(flat_soft.gates(0.5).detach().std())
     assert float(random_soft.gates(0.5).detach().std()) > 10 * float(flat_soft.gates(0.5).detach().std())
@@ -109,7 +113,7 @@ def test_vit_hard_heads_keep_the_adaptation_only_when_validation_rises(tmp_path,
 
     def mean_hard_accuracy(model):
         with torch.no_grad():
-            return sum(100.0 * (model(pixels, budget=b, head_mode="hard").logits.argmax(-1) == labels).float().mean()
+            return sum(100.0 * (model(pixels, budget=b, mode="hard").logits.argmax(-1) == labels).float().mean()
                        for b in study.profile.head_budgets).item() / len(study.profile.head_budgets)
 
     chosen, metrics, lineage = study.budgeted_heads_hard()
@@ -131,7 +135,7 @@ def test_vit_hard_heads_keep_the_adaptation_only_when_validation_rises(tmp_path,
             calls.append(1)
             return {"accuracy": 50.0 if len(calls) <= budgets else score}
 
-        monkeypatch.setattr(vit_study, "evaluate_vit", scored)
+        monkeypatch.setattr(vit_study, "evaluate_heads", scored)
         study.cache = type(study.cache)(tmp_path / f"rule-{run}")  # retrained, not served from the cache
         model, metrics, _ = study.budgeted_heads_hard()
         assert adaptation_kept(metrics) is want_adapted

@@ -28,7 +28,9 @@ from bab.experiments.vit import (
 )
 from bab.report.results import validate_rows
 from bab.sparsifiner import plots
+from bab.sparsifiner.attach import sparsifiner_state
 from bab.sparsifiner.predictor import ConnectivityConfig
+from bab.sparsifiner.vit import vit_forward
 
 matplotlib.use("Agg")
 
@@ -50,7 +52,7 @@ def accuracy_by_loop(model, data, **forward) -> float:
     correct = 0
     with torch.no_grad():
         for i in range(len(labels)):
-            correct += int(model(pixels[i:i + 1], **forward).logits.argmax(-1).item() == labels[i].item())
+            correct += int(vit_forward(model, pixels[i:i + 1], **forward).logits.argmax(-1).item() == labels[i].item())
     return 100.0 * correct / len(labels)
 
 
@@ -108,7 +110,8 @@ def test_the_presets_share_the_dense_teacher_and_train_their_own_predictors(tiny
     official_model, official_metrics, official_lineage = official_study.sparsifiner()
     assert profile_metrics["cached"] is False and official_metrics["cached"] is False
     assert profile_lineage != official_lineage
-    assert official_model.config.basis == "shared" and official_model.config.connectivity_projections
+    official = sparsifiner_state(official_model).connectivity
+    assert official.basis == "shared" and official.connectivity_projections
     _, paper_metrics, paper_lineage = study.preset_study("paper_text").sparsifiner()
     assert paper_metrics["cached"] is False and paper_lineage not in (profile_lineage, official_lineage)
     assert paper_lineage["train"]["joint_predictor"] is True and "joint_predictor" not in profile_lineage["train"]
