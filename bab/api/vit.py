@@ -5,8 +5,12 @@
     clf.sweep("photos/test", keep_rates=[1.0, 0.5, 0.25, 0.1])   # accuracy and MHSA cost per keep rate
     clf.predict(["photos/new.png"], keep_rate=0.25)              # label names
 
+    vit = ViTForImageClassification.from_pretrained("facebook/deit-tiny-patch16-224")  # online: your own ViT
+    clf = SparsifinerClassifier.from_folder("photos/train", model=vit)    # its size, channels, weights
+
 A small ViT (transformers' ``ViTForImageClassification`` with Sparsifiner attached, ``bab.sparsifiner.vit``) is
-trained from scratch (no pretrained ViT is available offline) with notebook 05's recipe: its
+trained from scratch (no pretrained ViT is available offline), or a transformers ViT / DeiT of your own
+(``model=``: the object, a hub id or a saved folder) is fine-tuned, with notebook 05's recipe: its
 ``quick`` profile's three training phases and the official code's predictor options, run as notebook 05's
 study steps over your images (``bab.experiments.vit.OwnImagesStudy``), each through the run cache, so an
 interrupted fit resumes and a repeated one is loaded. Images: one folder per class, read with Pillow,
@@ -32,6 +36,8 @@ from bab.experiments.vit import VIT, OwnImagesStudy
 from bab.sparsifiner.evaluate import evaluate_vit
 from bab.sparsifiner.predictor import validate_keep_rate
 from bab.sparsifiner.vit import ViTClassifierConfig, vit_forward
+
+IMAGE_MODEL_TYPES = ("vit", "deit")
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 
@@ -89,8 +95,8 @@ class SparsifinerClassifier:
     """A small ViT whose attention keeps, per query, only the connections a learnt predictor selects."""
 
     def __init__(self, config: ViTClassifierConfig, labels: list[str], images: np.ndarray, label_names: list[str],
-                 profile=VIT["quick"]):
-        self.config, self.profile = config, profile
+                 profile=VIT["quick"], base_model: torch.nn.Module | None = None):
+        self.config, self.profile, self.base_model = config, profile, base_model
         self.label_map = LabelMap(labels)
         x = torch.from_numpy(images.astype(np.float32) / 255.0).permute(0, 3, 1, 2)  # [N, C, H, W]
         self.mean = x.mean(dim=(0, 2, 3), keepdim=True)[0]  # [C, 1, 1]: the training set's statistics
@@ -105,8 +111,17 @@ class SparsifinerClassifier:
 
     @classmethod
     def from_folder(cls, folder, image_size: int = 28, patch_size: int = 4, channels: int = 1,
-                    profile: str = "quick") -> SparsifinerClassifier:
-        """Read the training images of ``folder/<label>/*``; the model shape is notebook 05's at ``image_size``."""
+                    profile: str = "quick", model=None) -> SparsifinerClassifier:
+        """Read the training images of ``folder/<label>/*``; the model shape is notebook 05's at ``image_size``.
+
+        ``model``: a transformers ViT or DeiT image classifier to fine-tune instead (the object, or a hub id or
+        folder for ``from_pretrained``); its image size, patch size and channels are used, and its classifier is
+        replaced by one for the folder's labels where their number differs."""
+        base = None
+        if model is not None:
+            base = _image_model(model)
+            c = base.config
+            image_size, patch_size, channels = _side(c.image_size), _side(c.patch_size), c.num_channels
         images, names, paths = read_image_folder(folder, image_size, channels)
         sizes = image_sizes(paths)
         if sizes != {(image_size, image_size)}:
@@ -118,9 +133,14 @@ class SparsifinerClassifier:
         p = VIT[profile]
         shape = {**p.model, "image_size": image_size, "patch_size": patch_size, "num_channels": channels,
                  "num_classes": len(labels)}
+        if base is not None:
+            _fit_classifier(base, len(labels))
+            c = base.config
+            shape.update(hidden_size=c.hidden_size, num_layers=c.num_hidden_layers, num_heads=c.num_attention_heads,
+                         intermediate_size=c.intermediate_size)
         config = ViTClassifierConfig(**shape, predictor=True, n_down=p.n_down, tau=p.tau, up_prune=p.up_prune,
                                      **p.predictor_options)
-        return cls(config, labels, images, names, p)
+        return cls(config, labels, images, names, p, base_model=base)
 
     def _standardise(self, x: torch.Tensor) -> torch.Tensor:
         return (x - self.mean) / self.std
@@ -148,7 +168,8 @@ class SparsifinerClassifier:
         num_images = len(self.train_set)
         configs = [replace(c, batch_size=batch_size or default_batch_size(num_images, c.batch_size)) for c in configs]
         profile = replace(p, dense=configs[0], phase1=configs[1], phase2=configs[2], seed=seed)
-        study = OwnImagesStudy(profile, self.config, self.train_set, cache=cache, progress=progress)
+        study = OwnImagesStudy(profile, self.config, self.train_set, cache=cache, progress=progress,
+                               base_model=self.base_model)
         stages = [(c.objective, c.epochs * steps_per_epoch(num_images, c.batch_size)) for c in configs]
         with fit_plan("fit", stages, progress):
             _, dense_metrics, _ = study.dense()
@@ -198,3 +219,32 @@ class SparsifinerClassifier:
     def _require_fitted(self) -> None:
         if self.model is None:
             raise ValueError("call fit() first: the ViT and its predictors are trained from the images")
+
+
+def _side(size) -> int:
+    """A transformers config's image or patch size (an int, or a pair of equal sides)."""
+    if isinstance(size, int):
+        return size
+    if len(size) != 2 or size[0] != size[1]:
+        raise ValueError(f"square images and patches only, got {tuple(size)}")
+    return int(size[0])
+
+
+def _image_model(model) -> torch.nn.Module:
+    """A transformers ViT / DeiT image classifier from an object, a hub id or a saved folder."""
+    if isinstance(model, (str, Path)):
+        from transformers import AutoModelForImageClassification
+
+        model = AutoModelForImageClassification.from_pretrained(str(model))
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type not in IMAGE_MODEL_TYPES or not isinstance(getattr(model, "classifier", None), torch.nn.Linear):
+        raise ValueError(f"model must be transformers' ViTForImageClassification or DeiTForImageClassification (an "
+                         f"object, a hub id or a folder), got {type(model).__name__} with model_type {model_type!r}")
+    return model
+
+
+def _fit_classifier(model: torch.nn.Module, num_labels: int) -> None:
+    """Give ``model`` (in place) a fresh classifier for ``num_labels`` classes where its own has another number."""
+    if model.classifier.out_features != num_labels:
+        model.classifier = torch.nn.Linear(model.classifier.in_features, num_labels)
+        model.config.num_labels = num_labels

@@ -27,7 +27,7 @@ from functools import cache
 import pandas as pd
 
 from bab.core.outcomes import keep_units, row_units
-from bab.core.runs import LoadOnlyRunCache, RunCache
+from bab.core.runs import LoadOnlyRunCache, RunCache, state_digest
 from bab.core.timing import repeat_times
 from bab.data.images import image_splits, load_fashion_mnist
 from bab.experiments.methods import methods
@@ -35,6 +35,7 @@ from bab.experiments.study import Study, as_run_cache, tensors_digest, trained
 from bab.heads import train as heads_train
 from bab.heads.evaluate import evaluate as evaluate_heads
 from bab.heads.hf_encoder import GatedHFClassifier
+from bab.sparsifiner.attach import attach
 from bab.sparsifiner.evaluate import evaluate_vit
 from bab.sparsifiner.predictor import ConnectivityConfig, num_connections
 from bab.sparsifiner.train import ViTTrainConfig, train_vit
@@ -319,8 +320,12 @@ class ViTStudy(Study):
             return trained(train_vit(model, self.splits()["train"], train_config, teacher=teacher,
                                      progress=self.progress, select=select, checkpoint=checkpoint))
 
-        return self.train_cached(name, lambda: build_vit(model_config), fit, lineage, seed=train_config.seed,
+        return self.train_cached(name, lambda: self.build(model_config), fit, lineage, seed=train_config.seed,
                                  init=init, new_modules=new_modules)
+
+    def build(self, model_config: ViTClassifierConfig):
+        """A fresh model of ``model_config`` (transformers' ViT with Sparsifiner attached, random weights)."""
+        return build_vit(model_config)
 
     def dense(self):
         return self._train("dense", self.model_config(), replace(self.profile.dense, seed=self.profile.seed))
@@ -401,7 +406,7 @@ class ViTStudy(Study):
             return trained(heads_train.train(model, self.splits()["train"], config, teacher=teacher,
                                              progress=self.progress, select=select, checkpoint=checkpoint))
 
-        return self.train_cached(name, lambda: self.gated(build_vit(self.model_config())), fit, lineage,
+        return self.train_cached(name, lambda: self.gated(self.build(self.model_config())), fit, lineage,
                                  seed=config.seed, init=init, new_modules=("gates",))
 
     def budgeted_heads(self):
@@ -590,20 +595,33 @@ def cached_sparsifiner(profile: ViTProfile, cache: RunCache | str | None = None)
 class OwnImagesStudy(ViTStudy):
     """The dense -> phase 1 -> phase 2 steps on a caller's own training images (``SparsifinerClassifier.fit``):
     ``config`` is the Sparsifiner model (the dense one is it without predictors), ``train`` a TensorDataset of
-    (pixels, label ids). No validation split: the last epoch is kept. Runs are keyed by the digest of ``train``."""
+    (pixels, label ids). No validation split: the last epoch is kept. Runs are keyed by the digest of ``train``.
+
+    ``base_model``: a transformers ViT / DeiT image classifier of the caller's, whose copies (Sparsifiner attached)
+    every step starts from instead of a random ViT of ``config``'s shape; its weights' digest keys the runs."""
 
     experiment = "own_images"
 
     def __init__(self, profile: ViTProfile, config: ViTClassifierConfig, train, cache: RunCache | None = None,
-                 progress: bool = True):
+                 progress: bool = True, base_model=None):
         super().__init__(profile, cache, progress)
-        self.config, self.train_set = config, train
+        self.config, self.train_set, self.base_model = config, train, base_model
 
     def splits(self) -> dict:
         return {"train": self.train_set}
 
     def data_lineage(self) -> dict:
-        return {"train": tensors_digest(self.train_set)}
+        lineage = {"train": tensors_digest(self.train_set)}
+        if self.base_model is not None:
+            lineage["base_model"] = {"class": type(self.base_model).__name__, "weights": state_digest(self.base_model)}
+        return lineage
+
+    def build(self, model_config: ViTClassifierConfig):
+        if self.base_model is None:
+            return build_vit(model_config)
+        connectivity = model_config.connectivity() if model_config.predictor else None
+        return attach(copy.deepcopy(self.base_model), connectivity, core="dense",
+                      linformer_len=model_config.linformer_len)
 
     def model_config(self, **extra) -> ViTClassifierConfig:
         return replace(self.config, predictor=False, **extra)

@@ -116,3 +116,43 @@ def test_a_folder_of_another_size_warns(image_folders):
         SparsifinerClassifier.from_folder(image_folders[1], image_size=8, patch_size=2)
     with pytest.raises(ValueError, match="batch_size must be >= 1"):
         SparsifinerClassifier.from_folder(image_folders[1], image_size=8, patch_size=2).fit(batch_size=0)
+
+
+def test_fit_fine_tunes_a_transformers_vit_object_of_the_users(image_folders, tmp_path):
+    """A ViT the user already has (random weights here; a pretrained one online): its shape and weights are used, its
+    1000-way classifier is replaced by one for the folder's three labels, and the fitted model is that class with
+    Sparsifiner attached. Its starting weights key the runs: another base model trains anew."""
+    from transformers import ViTConfig, ViTForImageClassification
+
+    from bab.sparsifiner.attach import predictors
+
+    def base(seed):
+        torch.manual_seed(seed)
+        return ViTForImageClassification(ViTConfig(image_size=8, patch_size=4, num_channels=1, hidden_size=16,
+                                                   num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+                                                   num_labels=1000))
+
+    user_model = base(0)
+    before = {k: v.clone() for k, v in user_model.state_dict().items()}
+    clf = SparsifinerClassifier.from_folder(image_folders[0], model=user_model)
+    assert (clf.config.image_size, clf.config.patch_size, clf.config.num_layers) == (8, 4, 2)
+    assert user_model.classifier.out_features == 3 and user_model.config.num_labels == 3
+    clf.fit(epochs=(2, 1, 1), batch_size=16, progress=False, cache=tmp_path)
+    assert type(clf.model) is ViTForImageClassification and len(predictors(clf.model)) == 2
+    assert clf.model is not user_model  # the user's object is copied, not trained in place
+    assert all(torch.equal(before[k], v) for k, v in user_model.state_dict().items() if not k.startswith("classifier"))
+    sweep = clf.sweep(image_folders[1], keep_rates=[0.5])
+    assert sweep["accuracy"].between(0, 100).all()
+    # the dense step started from the user's weights: a fit from another base model is another run
+    again = SparsifinerClassifier.from_folder(image_folders[0], model=base(1))
+    again.fit(epochs=(2, 1, 1), batch_size=16, progress=False, cache=tmp_path)
+    assert not torch.equal(again.model.vit.embeddings.cls_token, clf.model.vit.embeddings.cls_token)
+
+
+def test_a_model_that_is_not_a_vit_is_refused_with_the_supported_classes(image_folders):
+    from transformers import BertConfig, BertForSequenceClassification
+
+    bert = BertForSequenceClassification(BertConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                                    intermediate_size=32))
+    with pytest.raises(ValueError, match="ViTForImageClassification or DeiTForImageClassification"):
+        SparsifinerClassifier.from_folder(image_folders[0], model=bert)
