@@ -1,7 +1,8 @@
 """Sparsifiner attached to transformers' ViT and DeiT (bab.sparsifiner.attach, bab.sparsifiner.attach_tokens), on
-random-initialised tiny models: equal to the plain model with every key kept, equal to bab's own ViT (same weights)
-at lower keep rates, the three cores equal, exactly k keys per query, a save / reload round trip, EViT token pruning
-and clear errors."""
+random-initialised tiny models: equal to the plain model with every key kept, equal to the ViT forward written out
+layer by layer (tests/sparsifiner/vit_loop.py) at lower keep rates, with token pruning and in phase 1, the three cores
+equal, exactly k keys per query, a save / reload round trip, EViT token pruning, Linformer through the same
+implementation, and clear errors."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from transformers import (
     ViTForImageClassification,
 )
 
-from bab.core.losses import attention_distillation_loss
 from bab.sparsifiner import fused
 from bab.sparsifiner.attach import (
     attach,
@@ -32,7 +32,13 @@ from bab.sparsifiner.attach import (
 )
 from bab.sparsifiner.attach_tokens import prune_and_fuse, set_token_pruning
 from bab.sparsifiner.predictor import ConnectivityConfig, num_connections
-from bab.sparsifiner.vit import ViTClassifier, ViTClassifierConfig
+from tests.sparsifiner.vit_loop import (
+    dense_attention,
+    linformer_attention,
+    predictor_masked_attention,
+    trained_looking,
+    vit_loop,
+)
 
 TINY = dict(image_size=28, patch_size=7, num_channels=1, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             intermediate_size=64, num_labels=10)
@@ -91,67 +97,77 @@ def test_keep_one_equals_the_plain_model(arch, predictor, pixels):
     assert model.config._attn_implementation == "bab_sparsifiner" and is_attached(model)
 
 
-# ---------------------------------------------------------------- (b) bab's own ViT, and a reference written out here
-
-
-def bab_vit(base, model, predictor) -> ViTClassifier:
-    """bab's ViT on a copy of ``base``'s weights, with ``model``'s predictors copied in."""
-    config = ViTClassifierConfig(image_size=28, patch_size=7, num_channels=1, hidden_size=32, num_layers=2,
-                                 num_heads=4, intermediate_size=64, num_classes=10, predictor=True,
-                                 **predictor.to_dict())
-    vit = ViTClassifier(config, hf_model=copy.deepcopy(base)).eval()
-    for theirs, ours in zip(vit.predictors, predictors(model), strict=True):
-        theirs.load_state_dict(ours.state_dict())
-    return vit
+# ---------------------------------------------------------------- (b) a ViT forward written out (vit_loop.py)
 
 
 @pytest.mark.parametrize("predictor", [PAPER, OFFICIAL], ids=["paper", "official"])
-def test_equals_babs_vit_at_lower_keep_rates(predictor, pixels):
-    base, model = attached("vit", predictor)
-    vit = bab_vit(base, model, predictor)
-    for core, keep in (("masked", 0.25), ("sparse", 0.4)):
-        configure(model, core=core, keep=keep)
-        with torch.no_grad():
-            theirs = vit(pixels, attention=core, keep_rate=keep, return_internals=True)
-            ours = model(pixel_values=pixels).logits
-        torch.testing.assert_close(ours, theirs.logits, atol=ATOL, rtol=0)
-        state = sparsifiner_state(model)
-        for mine, bab in zip(state.layers, theirs.layers, strict=True):
-            assert torch.equal(mine["index"], bab["index"])
-        torch.testing.assert_close(state.tokens, theirs.tokens, atol=ATOL, rtol=0)
-        assert state.mhsa_macs() == pytest.approx(theirs.mhsa_macs)
-
-
-def test_token_pruning_without_fusion_equals_babs_vit(pixels):
-    base, model = attached("vit", core="masked", keep=0.3)
-    set_token_pruning(model, 0.5, (0,), fuse=False)
-    vit = bab_vit(base, model, PAPER)
+def test_equals_the_written_out_vit_at_lower_keep_rates(predictor, pixels):
+    """Logits, each layer's connections, the final tokens and the multiply-adds against the forward written out
+    layer by layer, attention as a softmax over the mask of the predictor called on the loop's own q and k."""
+    base, model = (trained_looking(m) for m in attached("vit", predictor))
     with torch.no_grad():
-        theirs = vit(pixels, attention="masked", keep_rate=0.3, token_keep=0.5, prune_layers=(0,),
-                     return_internals=True)
-        ours = model(pixel_values=pixels).logits
-    torch.testing.assert_close(ours, theirs.logits, atol=ATOL, rtol=0)
+        dense = logits(base, pixels)
+        for core, keep in (("masked", 0.25), ("sparse", 0.4)):
+            configure(model, core=core, keep=keep)
+            ours = logits(model, pixels)
+            expected = vit_loop(model, pixels, predictor_masked_attention(keep))
+            torch.testing.assert_close(ours, expected["logits"], atol=ATOL, rtol=0)
+            assert (ours - dense).abs().max() > 100 * ATOL  # the sparsity changes the answer
+            state = sparsifiner_state(model)
+            for mine, reference in zip(state.layers, expected["layers"], strict=True):
+                assert mine["index"].shape[-1] == num_connections(keep, 17)
+                assert torch.equal(mine["index"], reference["index"])
+            torch.testing.assert_close(state.tokens, expected["tokens"], atol=ATOL, rtol=0)
+            assert state.mhsa_macs() == pytest.approx(sum(layer["macs"] for layer in expected["layers"]))
+
+
+def test_token_pruning_without_fusion_equals_the_written_out_vit(pixels):
+    """EViT without the fused token after layer 0: CLS and the 8 patches the CLS query attends to most (mean over
+    heads, in sequence order) go on; layer 1's predictor reads their original positions."""
+    base, model = (trained_looking(m) for m in attached("vit", core="masked", keep=0.3))
+    set_token_pruning(model, 0.5, (0,), fuse=False)
+    with torch.no_grad():
+        ours = logits(model, pixels)
+        assert (ours - logits(base, pixels)).abs().max() > 100 * ATOL  # pruning and sparsity change the answer
+        expected = vit_loop(model, pixels, predictor_masked_attention(0.3), token_keep=0.5, prune_layers=(0,))
+    torch.testing.assert_close(ours, expected["logits"], atol=ATOL, rtol=0)
     state = sparsifiner_state(model)
-    assert torch.equal(state.layers[1]["positions"], theirs.layers[1]["positions"])
-    assert torch.equal(state.layers[1]["index"], theirs.layers[1]["index"])
+    reference = expected["layers"][1]
+    assert reference["positions"].shape == (3, 9) and state.layers[1]["n"] == 9
+    assert torch.equal(state.layers[1]["positions"], reference["positions"])
+    assert torch.equal(state.positions, expected["positions"]) and not state.fused.any()
+    assert torch.equal(state.layers[1]["index"], reference["index"])
+    torch.testing.assert_close(state.tokens, expected["tokens"], atol=ATOL, rtol=0)
+    assert state.mhsa_macs() == pytest.approx(sum(layer["macs"] for layer in expected["layers"]))
+    # the kept patches are not simply the first ones: the ranking reaches the positions
+    assert not torch.equal(reference["positions"], torch.arange(9).expand(3, 9))
 
 
-def test_distillation_quantities_match_babs_vit(pixels):
-    """Phase 1 (dense pass, predictor scores): the approximate attention, the teacher rows and the loss are bab's
-    ViT's, and the loss reaches the predictors."""
+def test_distillation_quantities_match_the_written_out_vit(pixels):
+    """Phase 1 (dense pass, predictor scores): each layer's approximate attention is the predictor's phase-1 scores
+    on the layer's q and k, the loss the mean over layers of the squared error against the dense attention rows of
+    the predicted queries, and the loss reaches the predictors."""
     base, model = attached("vit", OFFICIAL, core="dense")
     state = configure(model, with_predictor=True)
-    vit = bab_vit(base, model, OFFICIAL)
     model(pixel_values=pixels)
-    theirs = vit(pixels, attention="dense", with_predictor=True)
-    for mine, bab in zip(state.approximate_attention(), [layer["phase1_scores"] for layer in theirs.layers],
-                         strict=True):
+    scores = []
+
+    def attend(i, attention, q, k, v, positions):  # dense attention, and the predictor on the loop's q and k
+        scores.append(attention.connectivity_predictor(q, k, 1.0, with_scores=True)["phase1_scores"])
+        return dense_attention(i, attention, q, k, v, positions)
+
+    with torch.no_grad():
+        expected = vit_loop(model, pixels, attend)
+    for mine, reference in zip(state.approximate_attention(), scores, strict=True):
         assert mine.shape == (3, 4, 16, 17)  # the CLS query is dense with the official settings
-        torch.testing.assert_close(mine, bab, atol=ATOL, rtol=0)
-    expected = attention_distillation_loss([layer["phase1_scores"] for layer in theirs.layers],
-                                           [layer["probs"][:, :, 1:] for layer in theirs.layers])
+        torch.testing.assert_close(mine, reference, atol=ATOL, rtol=0)
+    for mine, reference in zip(state.attention_probs(), expected["layers"], strict=True):
+        torch.testing.assert_close(mine, reference["probs"], atol=ATOL, rtol=0)
+    rows = [layer["probs"][:, :, 1:] for layer in expected["layers"]]
+    written_out = sum(((s - r) ** 2).mean() for s, r in zip(scores, rows, strict=True)) / len(rows)
     loss = state.phase1_loss()
-    torch.testing.assert_close(loss, expected, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(loss.detach(), written_out, atol=1e-6, rtol=1e-5)
+    assert loss > 0
     loss.backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in predictors(model)[0].parameters())
     assert [m.shape for m in state.masks()] == [(3, 4, 17, 17)] * 2
@@ -277,6 +293,26 @@ def test_save_pretrained_round_trip(arch, pixels, tmp_path):
     torch.testing.assert_close(logits(plain, pixels), logits(base, pixels), atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_save_pretrained_round_trip_keeps_the_linformer_projections(arch, pixels, tmp_path):
+    base, model = attached(arch, PAPER, core="linformer", linformer_len=5)
+    with torch.no_grad():
+        for p in model.base_model.layers[1].attention.linformer_projection.parameters():  # not the initial draw
+            p.add_(0.01)
+    expected = logits(model, pixels)
+    model.save_pretrained(tmp_path)
+    model_class = ARCHITECTURES[arch][1]
+    reloaded = load_attached(model_class, str(tmp_path), core="linformer").eval()
+    assert sparsifiner_state(reloaded).linformer_len == 5 and sparsifiner_state(reloaded).core == "linformer"
+    assert reloaded.state_dict().keys() == model.state_dict().keys()
+    assert sum(".linformer_projection." in name for name in model.state_dict()) == 2 * 2  # e, f in 2 layers
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(reloaded.state_dict()[name], tensor), name
+    assert torch.equal(logits(reloaded, pixels), expected)
+    plain = model_class.from_pretrained(tmp_path).eval()  # the projections are skipped by the plain class
+    torch.testing.assert_close(logits(plain, pixels), logits(base, pixels), atol=ATOL, rtol=0)
+
+
 # ---------------------------------------------------------------- (f) token pruning
 
 
@@ -340,8 +376,8 @@ def test_keep_outside_the_unit_interval_raises(keep):
 def test_bad_settings_raise_clear_errors(pixels):
     with pytest.raises(ValueError, match="core must be one of"):
         attached("vit", core="bogus")
-    with pytest.raises(ValueError, match="core must be one of"):
-        attached("vit", core="linformer")  # bab's ViT has it; it needs projections not attached here
+    with pytest.raises(ValueError, match="needs Linformer projections"):
+        attached("vit", core="linformer")  # attached without linformer_len
     with pytest.raises(ValueError, match="need connectivity predictors"):
         attached("vit", None, core="masked")
     with pytest.raises(TypeError, match="predictor_config must be"):
@@ -401,3 +437,35 @@ def test_fused_core_refuses_gradients(pixels):
     _, model = attached("vit", core="fused", keep=0.25)
     with pytest.raises(RuntimeError, match="without autograd"):
         model(pixel_values=pixels)
+
+
+# ---------------------------------------------------------------- (h) Linformer, run by the same implementation
+
+
+@pytest.mark.parametrize("predictor", [None, PAPER], ids=["linformer alone", "with predictors"])
+def test_linformer_core_equals_the_low_rank_attention_written_out(predictor, pixels):
+    """attach(..., linformer_len=5) and core "linformer": every layer softmax(Q (E K)^T / sqrt(d)) (F V) with its own
+    E, F [5, 17], written out one example and head at a time; the multiply-adds 4 n proj_len D per layer."""
+    base = trained_looking(plain_model("vit"))
+    model = attach(copy.deepcopy(base), predictor, core="linformer", linformer_len=5)
+    projections = [layer.attention.linformer_projection for layer in model.vit.layers]
+    assert all(p.e.shape == p.f.shape == (5, 17) for p in projections)
+    assert not torch.equal(projections[0].e, projections[1].e) and not torch.equal(projections[0].e, projections[0].f)
+    with torch.no_grad():
+        ours = logits(model, pixels)
+        expected = vit_loop(model, pixels, linformer_attention)
+    torch.testing.assert_close(ours, expected["logits"], atol=ATOL, rtol=0)
+    state = sparsifiner_state(model)
+    torch.testing.assert_close(state.tokens, expected["tokens"], atol=ATOL, rtol=0)
+    assert state.mhsa_macs() == sum(layer["macs"] for layer in expected["layers"]) == 2 * 4 * 17 * 5 * 32
+    assert (ours - logits(base, pixels)).abs().max() > 100 * ATOL  # low rank: not the dense model
+    configure(model, core="dense")  # the projections change nothing on the dense core
+    torch.testing.assert_close(logits(model, pixels), logits(base, pixels), atol=ATOL, rtol=0)
+
+
+def test_linformer_settings_raise_clear_errors():
+    with pytest.raises(ValueError, match="linformer_len must be an int in 1..17"):
+        attached("vit", None, core="dense", linformer_len=18)
+    _, model = attached("vit", None, core="linformer", linformer_len=4)
+    with pytest.raises(ValueError, match="CLS attention row"):
+        set_token_pruning(model, 0.5, (0,))

@@ -1,7 +1,7 @@
 """The whole-model bench (bab.sparsifiner.model_bench) and ``python -m bab bench sparse --model``, on transformers'
 ViT with Sparsifiner attached: its models, its FLOP counts against hand-written formulas and the multiply-adds the
 cores report, its table's shape, and the fused kernel's logits against the masked reference. Speed itself is not
-asserted. Notebook 05's trained model is still a bab ViTClassifier; one test keeps that path running."""
+asserted. Notebook 05's trained model is ``bab.sparsifiner.vit.build_vit``'s; one test times one built that way."""
 
 import copy
 import re
@@ -26,7 +26,7 @@ from bab.sparsifiner.model_bench import (
     whole_model_flops,
 )
 from bab.sparsifiner.predictor import num_connections
-from bab.sparsifiner.vit import ViTClassifier, ViTClassifierConfig
+from bab.sparsifiner.vit import ViTClassifierConfig, build_vit, vit_forward
 
 # 8 x 8 one-channel images in 2 x 2 patches: n = 17 tokens, 2 layers x 2 heads of width 8
 TINY = ViTConfig(image_size=8, patch_size=2, num_channels=1, hidden_size=16, num_hidden_layers=2,
@@ -213,20 +213,27 @@ def test_bench_model_cycles_through_fewer_images_than_the_batch():
     assert table.batch.tolist() == [5]
 
 
-def test_bench_model_still_times_bab_s_own_vit_for_the_trained_model():
-    """``--model trained`` loads notebook 05's model, a bab ViTClassifier: the same table from its forward."""
+def test_bench_model_times_notebook_05_s_model_built_by_build_vit():
+    """``--model trained`` loads notebook 05's model, built by ``build_vit`` (its config, the dense core set): the same
+    table from its forward, with the analytic limit from the multiply-adds ``vit_forward`` reports for each core and
+    the FLOPs counted by hand; and the settings ``vit_forward`` left on the model do not reach the bench."""
     torch.manual_seed(0)
-    model = ViTClassifier(ViTClassifierConfig(image_size=8, patch_size=2, hidden_size=16, num_layers=2, num_heads=2,
-                                              intermediate_size=32, predictor=True, **TINY_PREDICTOR)).eval()
+    model = build_vit(ViTClassifierConfig(image_size=8, patch_size=2, hidden_size=16, num_layers=2, num_heads=2,
+                                          intermediate_size=32, predictor=True, **TINY_PREDICTOR)).eval()
     set_realistic_model_state(model, random_pixels(model.config, 2))
-    table = bench_model(model, keep_rates=(0.5,), batch_sizes=(2,), warmup=0, repeats=1)
-    assert list(table.columns) == COLUMNS and table.tokens.tolist() == [17]
     x = random_pixels(model.config, 2)[:1]
     with torch.no_grad():
-        macs = {core: model(x, attention=core, keep_rate=0.5).mhsa_macs for core in ("dense", FUSED_OR_SPARSE)}
-    dense = whole_model_flops(model, x, [0.5])["dense"]
+        macs = {core: vit_forward(model, x, attention=core, keep_rate=0.5).mhsa_macs
+                for core in ("dense", FUSED_OR_SPARSE)}
+        vit_forward(model, x, attention="masked", keep_rate=0.25, token_keep=0.5, prune_layers=(0,))
+    table = bench_model(model, keep_rates=(0.5,), batch_sizes=(2,), warmup=0, repeats=1)
+    assert list(table.columns) == COLUMNS and table.tokens.tolist() == [17] and table.k.tolist() == [9]
+    dense = dense_flops_by_hand(model.config)
+    assert whole_model_flops(model, x, [0.5])["dense"] == pytest.approx(dense)
+    assert macs["dense"] == 2 * 2 * 17 * 17 * 16
     assert table["analytic limit"].iloc[0] == pytest.approx(dense / (dense - 2 * macs["dense"] + 2 * macs[
         FUSED_OR_SPARSE]))
+    assert table["analytic limit"].iloc[0] > 1.0
     if fused_available():
         assert max(fused_logit_check(model, x, (0.5,)).values()) < 1e-5
 

@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from bab.sparsifiner import fused
+from bab.sparsifiner.attach import predictors
 from bab.sparsifiner.predictor import (
     LATER_OPTION_DEFAULTS,
     ConnectivityConfig,
@@ -19,7 +20,7 @@ from bab.sparsifiner.predictor import (
     num_connections,
 )
 from bab.sparsifiner.train import ViTTrainConfig, train_vit, trainable_parameters
-from bab.sparsifiner.vit import ViTClassifier, ViTClassifierConfig
+from bab.sparsifiner.vit import ViTClassifierConfig, build_vit, vit_forward
 
 HAS_COMPILER = any(shutil.which(cc) for cc in ("g++", "c++", "clang++"))
 
@@ -235,14 +236,14 @@ def test_the_official_preset_turns_on_every_official_part():
         ConnectivityConfig(connectivity_projections=1)
 
 
-# the fields of ViTClassifierConfig.to_dict() and ViTTrainConfig.to_dict() before the options existed: the run
-# cache keys every ViT model on these dicts, so a default config must produce exactly them
+# the fields of ViTClassifierConfig.to_dict() and ViTTrainConfig.to_dict() before the options existed, less the
+# head-gate fields that moved to the heads method (gates; budget_min, lambda_cost, lambda_viol, gate_lr: training
+# version 5): the run cache keys every ViT model on these dicts, so a default config must produce exactly them
 VIT_CONFIG_KEYS = {"image_size", "patch_size", "num_channels", "hidden_size", "num_layers", "num_heads",
                    "intermediate_size", "num_classes", "dropout", "predictor", "n_down", "tau", "up_prune", "cls_dense",
-                   "coefficients", "top_m", "basis_threshold_abs", "predictor_scale", "linformer_len", "gates"}
+                   "coefficients", "top_m", "basis_threshold_abs", "predictor_scale", "linformer_len"}
 TRAIN_CONFIG_KEYS = {"objective", "epochs", "batch_size", "lr", "weight_decay", "warmup_fraction", "grad_clip", "seed",
-                     "lambda_attn", "lambda_spa", "lambda_token", "lambda_kl", "keep_rates", "budget_min",
-                     "lambda_cost", "lambda_viol", "gate_lr"}
+                     "lambda_attn", "lambda_spa", "lambda_token", "lambda_kl", "keep_rates"}
 
 
 def test_default_configs_keep_their_run_cache_dicts():
@@ -274,7 +275,12 @@ OFFICIAL_TINY = ConnectivityConfig.official(n_down=4, top_m=2).to_dict()
 
 def tiny(**extra):
     torch.manual_seed(0)
-    return ViTClassifier(ViTClassifierConfig(**TINY, **extra)).eval()
+    return build_vit(ViTClassifierConfig(**TINY, **extra)).eval()
+
+
+def is_predictor(name: str) -> bool:
+    """Whether a parameter name is a connectivity predictor's (each layer's attention holds one)."""
+    return ".attention.connectivity_predictor." in name
 
 
 def official_tiny():
@@ -282,7 +288,7 @@ def official_tiny():
     model = tiny(predictor=True, **OFFICIAL_TINY)
     g = torch.Generator().manual_seed(7)
     with torch.no_grad():
-        for predictor in model.predictors:
+        for predictor in predictors(model):
             predictor.w_up.copy_(torch.randn(predictor.w_up.shape, generator=g) * 0.2)
             for linear in (predictor.proj_c_q, predictor.proj_c_k):
                 linear.weight.copy_(torch.randn(linear.weight.shape, generator=g))
@@ -295,14 +301,14 @@ def pixels(n=3, seed=1):
 
 def queries_keys_of(model, x, **forward):
     """The forward's output and each layer's q, k [B, H, n, d] as that forward computed them (hooks)."""
-    B, H = x.shape[0], model.config.num_heads
+    B, H = x.shape[0], model.config.num_attention_heads
     captured, hooks = [], []
-    for layer in model.layers:
+    for layer in model.vit.layers:
         for proj in (layer.attention.q_proj, layer.attention.k_proj):
             hooks.append(proj.register_forward_hook(
                 lambda m, i, o: captured.append(o.view(B, o.shape[1], H, -1).transpose(1, 2))))
     try:
-        out = model(x, **forward)
+        out = vit_forward(model, x, **forward)
     finally:
         for hook in hooks:
             hook.remove()
@@ -315,13 +321,13 @@ def test_the_official_preset_in_the_vit_equals_the_loop_in_every_layer():
         for rate in (0.5, 0.25):
             out, layer_qk = queries_keys_of(model, pixels(), attention="sparse", keep_rate=rate,
                                             return_internals=True)
-            for predictor, layer, (q, k) in zip(model.predictors, out.layers, layer_qk, strict=True):
+            for predictor, layer, (q, k) in zip(predictors(model), out.layers, layer_qk, strict=True):
                 assert predictor.w_up.shape[0] == 1 and predictor.proj_c_q is not None
                 expected = reference(predictor, q, k, rate)
                 torch.testing.assert_close(layer["coefficients"].double(), expected["coefficients"], rtol=0,
                                            atol=1e-6)
                 assert index_sets(layer["index"]) == expected["index"]
-            masked = model(pixels(), attention="masked", keep_rate=rate)
+            masked = vit_forward(model, pixels(), attention="masked", keep_rate=rate)
             torch.testing.assert_close(out.logits, masked.logits, atol=1e-5, rtol=1e-5)
 
 
@@ -334,8 +340,8 @@ def test_the_fused_core_runs_the_official_preset():
     model, x = official_tiny(), pixels()
     with torch.no_grad():
         for rate in (1.0, 0.5, 0.25, 0.1):
-            by_kernel = model(x, attention="fused", keep_rate=rate, return_internals=True)
-            sparse = model(x, attention="sparse", keep_rate=rate, return_internals=True)
+            by_kernel = vit_forward(model, x, attention="fused", keep_rate=rate, return_internals=True)
+            sparse = vit_forward(model, x, attention="sparse", keep_rate=rate, return_internals=True)
             torch.testing.assert_close(by_kernel.logits, sparse.logits, atol=1e-5, rtol=1e-5)
             first, reference_layer = by_kernel.layers[0], sparse.layers[0]
             assert torch.equal(first["index"].sort(-1).values, reference_layer["index"].sort(-1).values)
@@ -363,7 +369,7 @@ def test_phase_one_with_the_official_preset_trains_the_predictor_alone():
                        progress=False)
     assert math.isfinite(result.history[0]["loss"])
     for name, p in model.named_parameters():
-        assert (not torch.equal(p, before[name])) == name.startswith("predictors."), name
+        assert (not torch.equal(p, before[name])) == is_predictor(name), name
     assert any("proj_c_q" in name for name in before)  # the projections are among the trained weights
 
 
@@ -374,7 +380,7 @@ def test_joint_phase_two_updates_the_predictor_and_the_default_leaves_it(lambda_
     for joint in (False, True):
         model = tiny(predictor=True, **OFFICIAL_TINY)
         model.load_state_dict(teacher.state_dict(), strict=False)
-        before = {n: p.detach().clone() for n, p in model.named_parameters() if n.startswith("predictors.")}
+        before = {n: p.detach().clone() for n, p in model.named_parameters() if is_predictor(n)}
         config = ViTTrainConfig(objective="joint", epochs=1, batch_size=16, keep_rates=(0.25, 0.5),
                                 joint_predictor=joint, lambda_attn_joint=lambda_attn_joint if joint else 0.0)
         result = train_vit(model, toy_data(), config, teacher=teacher, progress=False)
@@ -386,7 +392,8 @@ def test_joint_phase_two_updates_the_predictor_and_the_default_leaves_it(lambda_
     assert all(not torch.equal(old, new) for old, new in runs[True].values() if old.any() or lambda_attn_joint)
     # with the paper's lambda_attn = 0 only AdamW's weight decay moves them: each tensor is scaled as a whole
     # (p <- p (1 - lr_t wd) per step); with a weight on Eq. 10 the gradient moves them otherwise
-    old, new = runs[True]["predictors.0.w_up"]
+    assert len(runs[True]) == 2 * 6  # w_down, w_up and both projections' weight and bias, in each of 2 layers
+    old, new = runs[True]["vit.layers.0.attention.connectivity_predictor.w_up"]
     ratio = new / old
     assert torch.allclose(ratio, ratio.flatten()[0].expand_as(ratio), rtol=1e-5) == (lambda_attn_joint == 0.0)
 
@@ -395,7 +402,7 @@ def test_joint_predictor_options_are_phase_twos_and_say_so():
     model = tiny(predictor=True)
     groups = trainable_parameters(model, ViTTrainConfig(objective="joint", joint_predictor=True))
     names = {id(p): n for n, p in model.named_parameters()}
-    assert any(names[id(p)].startswith("predictors.") for p in groups[0]["params"])
+    assert any(is_predictor(names[id(p)]) for p in groups[0]["params"])
     with pytest.raises(ValueError, match="phase 2's .objective='joint'., not 'predictor''s"):
         ViTTrainConfig(objective="predictor", joint_predictor=True)
     with pytest.raises(ValueError, match="only learns with joint_predictor=True"):
