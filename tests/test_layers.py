@@ -1,4 +1,5 @@
-"""Imports flow one way: core -> data -> {heads, context, sparsifiner} -> experiments -> report -> CLI.
+"""Imports flow one way: core -> data -> {heads, context, sparsifiner} -> experiments -> report -> CLI commands ->
+the CLI's entry point.
 
 Every import in bab is read from the source (function-level imports included, since a lazy import
 is still a dependency) and checked against the layers; the three method rooms never import each
@@ -22,7 +23,8 @@ LAYERS = {
     "heads": 2, "context": 2, "sparsifiner": 2,
     "experiments": 3,
     "report": 4, "api": 4,  # the public API chains the methods' steps; report and api never import each other
-    "__main__": 5, "__init__": 5,  # the CLI and the package's public face may use everything
+    "commands": 5,  # the CLI's commands, one module each
+    "__main__": 6, "__init__": 6,  # the CLI's entry point and the package's public face may use everything
 }
 
 
