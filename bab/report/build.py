@@ -144,11 +144,6 @@ def check_threads(threads) -> int | None:
     return threads
 
 
-# One-thread seconds of each notebook at profile quick from an empty cache, two at once (README, "Run time at
-# quick"): what a first run plans its start order by, when the reports folder holds no earlier run to time them by.
-QUICK_SECONDS = {"01_synthetic": 839, "02_ag_news_custom": 536, "03_bert_ag_news": 798, "04_dbpedia_bert": 852,
-                 "05_vit_sparsifiner": 2005, "06_gpt2_context_pruning": 499,
-                 "07_pretrained_decoder_context_pruning": 1042}  # commit 03254ce
 ORDERS_TRIED_UP_TO = 8  # notebooks; 8! = 40,320 simulated runs take well under a second
 
 
@@ -161,15 +156,16 @@ def planned_finish(seconds, jobs: int) -> float:
 
 
 def start_order(runs, previous, jobs: int):
-    """``runs`` (``NotebookRun``s) in the order to start them with ``jobs`` at once: the order whose simulated run
-    (``planned_finish``) ends soonest, ties going to the longest first. A notebook's expected time is its last run
-    (``previous``), else ``QUICK_SECONDS``, else the longest of the others (a new notebook may be long). Longest
-    first alone can leave one job with a long tail: at the quick times above it plans 2,456 s, the best order
-    2,279 s (the order planned from estimates ran in 2,288 s). Beyond ``ORDERS_TRIED_UP_TO`` notebooks: longest
-    first."""
-    known = [r["seconds"] if r is not None else QUICK_SECONDS.get(run.notebook.stem)
-             for run, r in zip(runs, previous, strict=True)]
-    longest = max([s for s in known if s is not None], default=1.0)
+    """``runs`` (``NotebookRun``s) in the order to start them with ``jobs`` at once. Planned only from measured
+    runs: a notebook's expected time is its last run in the reports folder (``previous``), and one never run there
+    counts as the longest of the others (a new notebook may be long), so it starts first. Where no notebook has
+    run before, in notebook order. Otherwise the order whose simulated run (``planned_finish``) ends soonest, ties
+    going to the longest first: longest first alone can leave one job with a long tail (at the quick times of
+    03254ce it planned 2,456 s, the best order 2,279 s). Beyond ``ORDERS_TRIED_UP_TO`` notebooks: longest first."""
+    known = [r["seconds"] if r is not None else None for run, r in zip(runs, previous, strict=True)]
+    if all(s is None for s in known):
+        return list(runs)
+    longest = max(s for s in known if s is not None)
     seconds = {run: longest if s is None else float(s) for run, s in zip(runs, known, strict=True)}
     order = sorted(runs, key=lambda run: (-seconds[run], run.name))
     if jobs == 1 or len(order) > ORDERS_TRIED_UP_TO:
