@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn.functional as F
+from accelerate.utils import extract_model_from_parallel
 from torch.utils.data import Dataset
 
 from bab.core.losses import attention_distillation_loss, kl_distillation_loss, token_distillation_loss
@@ -219,7 +220,8 @@ def _step(model, teacher, pixels, labels, config: ViTTrainConfig, rng: random.Ra
         loss = config.lambda_attn * attention_distillation_loss([layer["phase1_scores"] for layer in out.layers],
                                                                 teacher_rows)
         if config.lambda_spa:
-            loss = loss + config.lambda_spa * torch.stack([p.w_up.pow(2).mean() for p in predictors(model)]).mean()
+            inner = extract_model_from_parallel(model, keep_fp32_wrapper=False)
+            loss = loss + config.lambda_spa * torch.stack([p.w_up.pow(2).mean() for p in predictors(inner)]).mean()
         return out, loss
     joint_predictor = config.objective == "joint" and config.joint_predictor
     with torch.no_grad():

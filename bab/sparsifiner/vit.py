@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 
 import torch
+from accelerate.utils import extract_model_from_parallel
 from torch import nn
 from transformers import ViTConfig, ViTForImageClassification
 
@@ -211,16 +212,20 @@ def vit_forward(model: nn.Module, pixel_values: torch.Tensor, options: ViTForwar
     """pixel_values [B, C, H, W] -> ViTOutput, with the options ``options`` (a ``ViTForward``; default: dense,
     nothing on) and any of its fields given as ``keywords`` (they replace the options' values):
     ``vit_forward(model, x, ViTForward(attention="sparse", keep_rate=0.25))`` is ``vit_forward(model, x,
-    attention="sparse", keep_rate=0.25)``."""
+    attention="sparse", keep_rate=0.25)``.
+
+    ``model`` may be wrapped for training in parallel (accelerate, DDP): the settings go to the model inside, the
+    forward through the wrapper, so gradients are synchronised."""
     options = ViTForward.of(options, **keywords)
-    options.check_model(model)
-    state = sparsifiner_attach.sparsifiner_state(model)
-    set_token_pruning(model, None)  # before the core changes: pruning refuses cores without a CLS row
-    sparsifiner_attach.configure(model, core=options.attention, keep=options.keep_rate,
+    inner = extract_model_from_parallel(model, keep_fp32_wrapper=False)
+    options.check_model(inner)
+    state = sparsifiner_attach.sparsifiner_state(inner)
+    set_token_pruning(inner, None)  # before the core changes: pruning refuses cores without a CLS row
+    sparsifiner_attach.configure(inner, core=options.attention, keep=options.keep_rate,
                                  with_predictor=options.with_predictor, record_probs=options.return_internals,
                                  sparse_kernel=options.sparse_kernel)
     if options.prunes_tokens:
-        set_token_pruning(model, options.token_keep, options.prune_layers, fuse=False)  # bab's rule: no fused token
+        set_token_pruning(inner, options.token_keep, options.prune_layers, fuse=False)  # bab's rule: no fused token
     logits = model(pixel_values=pixel_values).logits
     macs = state.mhsa_macs()
-    return ViTOutput(logits, state.tokens, macs, macs / dense_mhsa_macs(model), list(state.layers), state.positions)
+    return ViTOutput(logits, state.tokens, macs, macs / dense_mhsa_macs(inner), list(state.layers), state.positions)
