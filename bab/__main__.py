@@ -8,10 +8,10 @@
     python -m bab bench sparse --model trained|deit-s                 whole ViT: dense vs the fused kernel, images/s
     python -m bab bench generation [--model smollm2]                  context-pruned decoding vs dense
     python -m bab fit heads --train my.csv --budgets 0.25,0.5,0.75 --prune 0.5 --out runs/my   your data
-    python -m bab train decoder --profile paper --gamma 3 [--frozen]   one of notebook 07's fine-tunes, resumable
-    python -m bab evaluate decoder --profile paper --gamma 3 [--frozen]  its evaluations, ahead of the notebook
+    python -m bab train 07 --profile paper gamma-3 [gamma-3-frozen]    notebook 07's fine-tunes, resumable
+    python -m bab evaluate 07 --profile paper gamma-3                  their evaluations, ahead of the notebook
     python -m bab cache [--older-than 30] [--prefix fit-] [--partial] [--remove]   what the run cache holds
-    python -m bab train vit --profile paper heads linformer             notebook 05's trainings, resumable
+    python -m bab train 05 --profile paper heads linformer             notebook 05's trainings (train 05 --help)
 
 Each command is a module of ``bab.commands``, registered there. Every bench command follows one protocol
 (``bab.core.timing``): one process, one thread, warm-up, median of interleaved repeats, the analytic limit printed

@@ -35,13 +35,13 @@
 # official ones). Profile `paper` is the record: the whole decoder fine-tuned as in the paper, 300 steps of
 # 2 × 512 tokens per γ, with the official code's sparsity normalisation (so γ means its `sparsity_loss_weight`)
 # and initial values, each beside the same protocol with the weights frozen. Each of its fine-tunes is a
-# resumable cached run: `python -m bab train decoder --profile paper --gamma 3 [--frozen]`, and its evaluations
-# can run ahead of the notebook into the same cache: `python -m bab evaluate decoder --profile paper --gamma 3`.
+# resumable cached run: `python -m bab train 07 --profile paper gamma-3 [gamma-3-frozen]`, and its evaluations
+# can run ahead of the notebook into the same cache: `python -m bab evaluate 07 --profile paper gamma-3`.
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these; see run_all.sh)
 # smoke: CI, a few minutes; quick: the default report, ~16 min on 1 thread; paper: the record, full fine-tunes
-# (~1.3 h each on 1 thread, trained beforehand with python -m bab train decoder) and ~2 h of evaluation
+# (~1.3 h each on 1 thread, trained beforehand with python -m bab train 07) and ~2 h of evaluation
 profile = "smoke"
 results_path = None  # where the report wants this notebook's result rows (JSON); None: don't write
 interactive = None  # unused here (no widget); the report passes it to every notebook

@@ -47,23 +47,41 @@ def add_repeat_arguments(p, warmup: int, repeats: int) -> None:
     p.add_argument("--repeats", type=int, default=repeats, help="interleaved timed repeats; the median is reported")
 
 
-def add_decoder_choice(p, pretrained: bool = False) -> None:
-    """Which of notebook 07's decoders a train / evaluate command means (``pretrained``: the downloaded one too)."""
+class StepsHelp(argparse.Action):
+    """``-h`` / ``--help`` of ``train NN`` and ``evaluate NN``: the usual help, then the notebook's steps at the profile
+    given before it (default paper), listed by the study itself (``bab.experiments.steps``; imported only here, so
+    the other commands start without torch)."""
+
+    def __init__(self, option_strings, dest, kind: str, notebook: str, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show this help and the "
+                         "notebook's steps, then exit", **kwargs)
+        self.kind, self.notebook = kind, notebook
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.print_help()
+        for line in step_lines(self.kind, self.notebook, getattr(namespace, "profile", None) or "paper"):
+            print(line)
+        parser.exit()
+
+
+def step_lines(kind: str, notebook: str, profile_name: str) -> list[str]:
+    """The ``kind`` ("training" or "evaluation") steps of ``notebook`` at ``profile_name``, one line each."""
+    from bab.experiments import profiles
+    from bab.experiments.steps import NOTEBOOKS
+
+    entry = NOTEBOOKS[notebook]
+    study = entry.study(profiles.get_profile(entry.experiment, profile_name), cache=False, progress=False)
+    steps = (entry.training if kind == "training" else entry.evaluation)(study)
+    width = max(len(name) for name in steps)
+    return [f"\n{kind} steps at profile {profile_name} (in the order given; each through the run cache):",
+            *[f"  {name:<{width}}  {step.description}" for name, step in steps.items()]]
+
+
+def add_steps_parser(sub, notebook: str, kind: str, help: str, run) -> argparse.ArgumentParser:
+    """The parser of ``train NN`` / ``evaluate NN``: STEP names, --profile, and a help listing the steps."""
+    p = sub.add_parser(notebook, help=help, add_help=False, formatter_class=DefaultsFormatter)
     p.add_argument("--profile", default="paper", help="the notebook's profile (smoke, quick, paper)")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--gamma", type=float, help="the per-gamma specialist with this gamma (one of the profile's)")
-    which.add_argument("--budgeted", action="store_true", help="the budget-conditioned fine-tune")
-    which.add_argument("--dense", action="store_true",
-                       help="the dense fine-tune (same protocol, no pruning): the like-for-like reference")
-    if pretrained:
-        which.add_argument("--pretrained", action="store_true", help="the pretrained decoder itself (nothing trained)")
-    p.add_argument("--frozen", action="store_true", help="with --gamma: the frozen twin (pretrained weights fixed)")
-
-
-def check_decoder_choice(args, profile) -> None:
-    """ValueError when ``args`` (train / evaluate decoder) name a run notebook 07 never uses."""
-    if args.gamma is not None and args.gamma not in profile.gammas:
-        raise ValueError(f"gamma {args.gamma:g} is not one of profile {profile.name!r}'s gammas "
-                         f"{list(profile.gammas)}; notebook 07 would never use its run")
-    if args.frozen and args.gamma is None:
-        raise ValueError("--frozen goes with --gamma (only the per-gamma specialists have a frozen twin)")
+    p.add_argument("-h", "--help", action=StepsHelp, kind=kind, notebook=notebook)
+    p.add_argument("steps", nargs="+", metavar="STEP", help="what to run, in the order given (listed below)")
+    p.set_defaults(run=run, notebook=notebook, errors=(ValueError, FileNotFoundError, OSError, LookupError))
+    return p

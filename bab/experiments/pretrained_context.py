@@ -159,7 +159,7 @@ PRETRAINED_CONTEXT_PRUNING = {
     # and its initial values. Sized to the machine: 300 steps of 2 x 512 tokens (307 k tokens) per gamma; gamma = 3
     # took 4,830 s (1.34 h) on one thread beside other work (the frozen twin takes about half a full step's time).
     # Each gamma, its frozen twin, the dense fine-tune and the budget-conditioned run is its own cached, resumable
-    # run (python -m bab train decoder --profile paper --gamma G [--frozen] | --dense | --budgeted), so they train
+    # run (python -m bab train 07 --profile paper gamma-G [gamma-G-frozen dense budgeted]), so they train
     # one at a time, in any order, two at once on two cores with BAB_THREADS=1.
     "paper": PretrainedContextProfile(
         name="paper",
@@ -305,7 +305,7 @@ class PretrainedContextStudy(DecoderStudy):
 
     def evaluations(self, model, prune: bool = True) -> dict:
         """What notebook 07 measures of each decoder it compares, each through the run cache (``measured``):
-        ``{"texts": {text: evaluate(...)}, "zero_shot": zero_shot(...)}``. ``python -m bab evaluate decoder``
+        ``{"texts": {text: evaluate(...)}, "zero_shot": zero_shot(...)}``. ``python -m bab evaluate 07``
         runs it ahead of the notebook, one model at a time, as the models finish training."""
         return {"texts": {text: self.evaluate(model, prune=prune, text=text) for text in self.texts},
                 "zero_shot": self.zero_shot(model, prune=prune)}

@@ -228,7 +228,7 @@ def test_the_evaluate_command_stores_what_the_notebook_reads_and_never_trains(ti
     monkeypatch.setattr(profiles, "get_profile", lambda experiment, name: study.profile)
     monkeypatch.setenv("BAB_CACHE_DIR", str(tmp_path / "runs"))
     monkeypatch.setenv("BAB_THREADS", str(torch.get_num_threads()))  # the command sets it: leave it as it is
-    command = ["evaluate", "decoder", "--profile", "smoke", "--gamma", "1"]
+    command = ["evaluate", "07", "--profile", "smoke", "gamma-1"]
     assert main(command) == 2  # not trained: the command says so instead of training
     assert "not trained yet" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
@@ -241,8 +241,9 @@ def test_the_evaluate_command_stores_what_the_notebook_reads_and_never_trains(ti
     assert again.evaluate(model, text="wiki")["windows"] == 2  # read back, as the notebook's call would be
     fractions = {text: again.evaluate(model, text=text)["fraction_pruned"] for text in again.texts}
     assert len(again.static_baselines(again.dense()[0], fractions)) == 4  # the static baselines too
-    assert main(["evaluate", "decoder", "--profile", "smoke", "--dense", "--frozen"]) == 2
-    assert "--frozen goes with --gamma" in capsys.readouterr().err
+    assert main(["evaluate", "07", "--profile", "smoke", "dense-frozen"]) == 2
+    err = capsys.readouterr().err
+    assert "no step 'dense-frozen'" in err and "gamma-1-frozen" in err
 
 
 def test_eviction_steps_compare_with_learned_pruning_at_the_same_fraction_kept(tiny_study, monkeypatch):

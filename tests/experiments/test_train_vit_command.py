@@ -1,4 +1,4 @@
-"""`python -m bab train vit`: notebook 05's trainings into the run cache, under the keys its own calls use."""
+"""`python -m bab train 05`: notebook 05's trainings into the run cache, under the keys its own calls use."""
 
 from dataclasses import replace
 
@@ -30,7 +30,7 @@ def tiny_notebook(tiny_vit_study, tmp_path, monkeypatch):
 
 def test_train_vit_stores_the_runs_the_notebooks_calls_then_load(tiny_notebook, capsys):
     profile, notebook_study_class = tiny_notebook
-    assert main(["train", "vit", "--profile", "smoke", "linformer"]) == 0
+    assert main(["train", "05", "--profile", "smoke", "linformer"]) == 0
     out = capsys.readouterr().out
     assert "linformer: trained" in out and "from the run cache" not in out  # its dense teacher trained on the way
 
@@ -40,14 +40,14 @@ def test_train_vit_stores_the_runs_the_notebooks_calls_then_load(tiny_notebook, 
     assert notebook_study.linformer()[1]["cached"] is True
     assert notebook_study.budgeted_heads()[1]["cached"] is False  # a part not asked for was not trained
 
-    assert main(["train", "vit", "--profile", "smoke", "dense", "linformer"]) == 0
+    assert main(["train", "05", "--profile", "smoke", "dense", "linformer"]) == 0
     out = capsys.readouterr().out
     assert "dense: from the run cache" in out and "linformer: from the run cache" in out and "trained," not in out
 
 
 def test_train_vit_trains_only_the_presets_named_in_their_order(tiny_notebook, capsys):
     profile, notebook_study_class = tiny_notebook
-    assert main(["train", "vit", "--profile", "smoke", "--preset", "official", "presets"]) == 0
+    assert main(["train", "05", "--profile", "smoke", "preset-official"]) == 0
     out = capsys.readouterr().out
     trained = [line.split(":")[0] for line in out.splitlines() if line.startswith("preset ")]
     assert trained == ["preset official, phase 1", "preset official, phase 2"]
@@ -58,14 +58,23 @@ def test_train_vit_trains_only_the_presets_named_in_their_order(tiny_notebook, c
 
 
 def test_train_vit_refuses_a_part_the_profile_lacks(tiny_notebook, tmp_path, capsys):
-    assert main(["train", "vit", "--profile", "smoke", "dense", "197"]) == 2
+    assert main(["train", "05", "--profile", "smoke", "dense", "197"]) == 2
     err = capsys.readouterr().err
-    assert "has no 197-token variant" in err and "choose among dense, presets, heads, linformer" in err
+    assert "has no step '197'" in err and "choose among dense, preset-profile" in err and "control" not in err
     assert not (tmp_path / "runs").exists()  # refused before anything trained
 
 
 def test_train_vit_refuses_an_unknown_preset(tiny_notebook, tmp_path, capsys):
-    assert main(["train", "vit", "--profile", "smoke", "--preset", "offical", "presets"]) == 2
+    assert main(["train", "05", "--profile", "smoke", "preset-offical"]) == 2
     err = capsys.readouterr().err
-    assert "no predictor preset 'offical'" in err and "choose among profile, paper_text, official" in err
+    assert "no step 'preset-offical'" in err and "preset-paper_text, preset-official" in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_train_05_help_lists_the_steps_the_profile_has(tiny_notebook, capsys):
+    assert main(["train", "05", "--profile", "smoke", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "training steps at profile smoke" in out
+    for step in ("dense", "preset-official", "presets", "evit", "heads", "linformer"):
+        assert f"  {step} " in out
+    assert "  197 " not in out  # the tiny profile has no 197-token variant

@@ -1,0 +1,148 @@
+"""The trainings and slow evaluations each notebook's study declares, by step name: what
+``python -m bab train NN [STEP ...]`` and ``python -m bab evaluate NN [STEP ...]`` run into the run cache, under the
+keys the notebook's own calls use, so a notebook finds them there (resumable, one thread per process, two processes
+may share the work: a run one of them trains, the other waits for and loads).
+
+A notebook with steps is registered once in ``NOTEBOOKS``: its experiment (the profiles' name), its study class,
+and the functions that list its steps for a study. Step names depend on the profile where the profile decides what
+exists (notebook 07's gammas, notebook 05's 197-token variant).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# a step's runs: (what it is, the call that trains or evaluates it through the run cache)
+Run = tuple[str, Callable[[], object]]
+
+
+@dataclass(frozen=True)
+class Step:
+    description: str
+    runs: tuple[Run, ...]
+
+
+@dataclass(frozen=True)
+class NotebookSteps:
+    """What the commands need of one notebook: its profiles' experiment name, its study class (``module:Class``,
+    looked up when used) and the functions listing its training and evaluation steps for a study of it."""
+
+    experiment: str
+    study_class: str
+    training: Callable[[object], dict[str, Step]]
+    evaluation: Callable[[object], dict[str, Step]] | None = None
+
+    def study(self, profile, **options):
+        module, name = self.study_class.split(":")
+        return getattr(importlib.import_module(module), name)(profile, **options)
+
+
+# -- notebook 05 -------------------------------------------------------------------------------------------------
+
+
+def vit_training_steps(study) -> dict[str, Step]:
+    """Notebook 05's trainings, in the order it asks for them (its dense teacher first in every step)."""
+    from bab.experiments.vit import PREDICTOR_PRESETS, ViT197Study, token_count_control
+
+    p = study.profile
+
+    def preset(name):
+        s = study.preset_study(name)
+        return ((f"preset {name}, phase 1", s.predictor), (f"preset {name}, phase 2", s.sparsifiner))
+
+    steps = {"dense": Step("the dense ViT teacher", (("dense", study.dense),))}
+    for name in PREDICTOR_PRESETS:
+        steps[f"preset-{name}"] = Step(f"phase 1 and phase 2 of the predictor preset {name!r}", preset(name))
+    steps["presets"] = Step("phase 1 and phase 2 of every predictor preset the notebook chooses among",
+                            tuple(run for name in PREDICTOR_PRESETS for run in preset(name)))
+    steps["evit"] = Step("EViT and Sparsif-EViT fine-tuned at each token keep rate",
+                         tuple(run for keep in p.token_keep_rates
+                               for run in ((f"EViT at token keep {keep:g}", lambda k=keep: study.evit(k)),
+                                           (f"Sparsif-EViT at token keep {keep:g}",
+                                            lambda k=keep: study.evit_sparsifiner(k)))))
+    steps["heads"] = Step("the budgeted head gates and their hard adaptation",
+                          (("budgeted heads", study.budgeted_heads),
+                           ("budgeted heads, hard", study.budgeted_heads_hard)))
+    steps["linformer"] = Step("the Linformer baseline at equal budget", (("linformer", study.linformer),))
+    if p.variant_197 is not None:  # without the 197-token variant there is no control for it either
+        control = study.with_profile(token_count_control(p))
+        variant = ViT197Study(p.variant_197, cache=study.cache, progress=study.progress)
+        steps["control"] = Step("the 50-token model under the 197-token recipe (dense, phase 1, phase 2)",
+                                (("control, dense", control.dense), ("control, phase 1", control.predictor),
+                                 ("control, phase 2", control.sparsifiner)))
+        steps["197"] = Step("the 197-token variant (dense, phase 1, phase 2)",
+                            (("197 tokens, dense", variant.dense), ("197 tokens, phase 1", variant.predictor),
+                             ("197 tokens, phase 2", variant.sparsifiner)))
+    return steps
+
+
+# -- notebook 07 -------------------------------------------------------------------------------------------------
+
+
+def decoder_training_steps(study) -> dict[str, Step]:
+    """Notebook 07's fine-tunes: the dense one (the like-for-like reference), the budget-conditioned one, and per
+    gamma of the profile the specialist and its frozen twin."""
+    steps = {"dense": Step("the dense fine-tune (same protocol, no pruning)", (("dense fine-tune",
+                                                                               study.dense_fine_tuned),)),
+             "budgeted": Step("the budget-conditioned fine-tune", (("budget-conditioned", study.budget_conditioned),))}
+    for gamma in study.profile.gammas:
+        steps[f"gamma-{gamma:g}"] = Step(f"the gamma = {gamma:g} specialist",
+                                         ((f"gamma={gamma:g}", lambda g=gamma: study.pruned(g)),))
+        steps[f"gamma-{gamma:g}-frozen"] = Step(
+            "its frozen twin (pretrained weights fixed)",
+            ((f"gamma={gamma:g} (frozen)", lambda g=gamma: study.pruned(g, frozen=True)),))
+    return steps
+
+
+def decoder_evaluation_steps(study) -> dict[str, Step]:
+    """Notebook 07's evaluations of one decoder each (held-out perplexity on each text and the zero-shot tasks; a
+    specialist's static baselines at its sparsity; the budget table of the budget-conditioned one). Each run
+    returns the lines to print. Never trains: a model not in the run cache is an error saying so."""
+    def evaluated(load, prune: bool, static: bool = False):
+        def run():
+            model, _ = load()
+            result = study.evaluations(model, prune=prune)
+            lines = [f"{text}: perplexity {r['perplexity']:.3f}, fraction pruned {r['fraction_pruned']:.3f}"
+                     for text, r in result["texts"].items()]
+            if static:  # the notebook matches the static baselines to these fractions
+                fractions = {text: r["fraction_pruned"] for text, r in result["texts"].items()}
+                table = study.static_baselines(study.dense()[0], fractions)
+                lines.append(table[["text", "method", "fraction_pruned", "perplexity"]].round(3).to_string(index=False))
+            lines += [f"{task}: accuracy {r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}], n {r['n']}"
+                      for task, r in result["zero_shot"].items()]
+            return "\n".join(lines)
+        return run
+
+    def budget_table():
+        model, _ = study.budget_conditioned()
+        return study.budget_table(model, study.profile.budgets).round(3).to_string(index=False)
+
+    steps = {"pretrained": Step("the pretrained decoder itself", (("pretrained", evaluated(study.dense, False)),)),
+             "dense": Step("the dense fine-tune", (("dense fine-tune", evaluated(study.dense_fine_tuned, False)),)),
+             "budgeted": Step("the budget-conditioned fine-tune's budget table", (("budget-conditioned",
+                                                                                   budget_table),))}
+    for gamma in study.profile.gammas:
+        steps[f"gamma-{gamma:g}"] = Step(
+            f"the gamma = {gamma:g} specialist, with the static baselines at its sparsity",
+            ((f"gamma={gamma:g}", evaluated(lambda g=gamma: study.pruned(g), True, static=True)),))
+        steps[f"gamma-{gamma:g}-frozen"] = Step(
+            "its frozen twin", ((f"gamma={gamma:g} (frozen)",
+                                 evaluated(lambda g=gamma: study.pruned(g, frozen=True), True)),))
+    return steps
+
+
+NOTEBOOKS = {
+    "05": NotebookSteps("vit_sparsifiner", "bab.experiments.vit:ViTStudy", vit_training_steps),
+    "07": NotebookSteps("pretrained_context_pruning", "bab.experiments.pretrained_context:PretrainedContextStudy",
+                        decoder_training_steps, decoder_evaluation_steps),
+}
+
+
+def chosen_steps(steps: dict[str, Step], names, profile_name: str) -> list[Step]:
+    """The steps ``names`` of ``steps``, in the order given; a ValueError naming the ones the profile has."""
+    unknown = [name for name in names if name not in steps]
+    if unknown:
+        raise ValueError(f"profile {profile_name!r} has no step {unknown[0]!r}; choose among {', '.join(steps)}")
+    return [steps[name] for name in names]

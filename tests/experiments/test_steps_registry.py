@@ -1,0 +1,30 @@
+"""The notebooks' declared steps (bab.experiments.steps) behind `python -m bab train NN` / `evaluate NN`."""
+
+from bab.__main__ import main
+from bab.experiments.profiles import get_profile
+from bab.experiments.steps import NOTEBOOKS, chosen_steps
+
+
+def test_notebook_07_declares_a_step_per_gamma_and_its_frozen_twin_at_each_profile(capsys):
+    entry = NOTEBOOKS["07"]
+    for name in ("smoke", "quick", "paper"):
+        profile = get_profile(entry.experiment, name)
+        study = entry.study(profile, cache=False, progress=False)
+        gammas = [f"gamma-{g:g}" for g in profile.gammas]
+        assert list(entry.training(study)) == ["dense", "budgeted", *[s for g in gammas for s in (g, g + "-frozen")]]
+        assert list(entry.evaluation(study))[:3] == ["pretrained", "dense", "budgeted"]
+    assert main(["train", "07", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "training steps at profile paper" in out and "  gamma-3-frozen " in out
+
+
+def test_unknown_steps_are_refused_naming_the_profile_s_steps():
+    import pytest
+
+    entry = NOTEBOOKS["07"]
+    study = entry.study(get_profile(entry.experiment, "paper"), cache=False, progress=False)
+    steps = entry.training(study)
+    assert [s.description for s in chosen_steps(steps, ["gamma-3", "dense"], "paper")] == [
+        steps["gamma-3"].description, steps["dense"].description]
+    with pytest.raises(ValueError, match="profile 'paper' has no step 'gamma-2'; choose among dense, budgeted"):
+        chosen_steps(steps, ["dense", "gamma-2"], "paper")
