@@ -1,6 +1,7 @@
-"""``fit``: a method on your own data (``bab.api.fit``).
+"""``fit``: a method on your own data (``bab.api.fit``, ``bab.api.fit_sparsifiner``).
 
     python -m bab fit heads --train my.csv --budgets 0.25,0.5,0.75 --prune 0.5 --out runs/my
+    python -m bab fit sparsifiner --train photos/train --test photos/test --out runs/photos
 """
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from bab.commands.common import DefaultsFormatter
 
 
 def register(sub) -> None:
-    fit = sub.add_parser("fit", help="a method on your own data: heads")
+    fit = sub.add_parser("fit", help="a method on your own data: heads, sparsifiner")
     fit_sub = fit.add_subparsers(dest="target", required=True, metavar="METHOD")
     _add_fit_heads(fit_sub)
+    _add_fit_sparsifiner(fit_sub)
 
 
 def _add_fit_heads(sub) -> None:
@@ -90,4 +92,52 @@ def _fit_heads(args) -> int:
     finally:
         if state.num_processes > 1:  # without it the gloo / NCCL group aborts at interpreter exit
             state.destroy_process_group()
+    return 0
+
+
+def _add_fit_sparsifiner(sub) -> None:
+    p = sub.add_parser("sparsifiner", help="Sparsifiner on your image folders: dense -> predictors -> joint, keep-rate "
+                                           "sweep", formatter_class=DefaultsFormatter,
+                       description="Fit Sparsifiner on an image folder (one sub-folder of images per class) and write "
+                                   "the model with its predictors, sweep.csv, accuracy_cost.png, metrics.json and "
+                                   "summary.html into --out. Each phase goes through the run cache: an interrupted "
+                                   "fit resumes, a repeated one loads.")
+    p.add_argument("--train", required=True, help="training folder: <train>/<label>/<image>")
+    p.add_argument("--test", required=True, help="test folder, same layout (labels among the training ones)")
+    p.add_argument("--out", required=True, help="folder to write into: created, or empty unless --overwrite")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a non-empty --out, once the run has written everything (never half-way)")
+    p.add_argument("--keep-rates", default="0.5,0.25,0.1", help="comma-separated fractions of keys each query keeps")
+    p.add_argument("--model", default=None, help="a transformers ViT / DeiT to fine-tune (hub id or folder; default: "
+                                                 "a small ViT trained from scratch)")
+    p.add_argument("--image-size", type=int, default=28, help="images are resized to this square size (without "
+                                                              "--model)")
+    p.add_argument("--patch-size", type=int, default=4, help="patch size (without --model)")
+    p.add_argument("--channels", type=int, choices=(1, 3), default=1, help="1: grayscale, 3: RGB (without --model)")
+    p.add_argument("--epochs", default=None, help="dense,phase1,phase2 epochs (default: notebook 05's quick recipe)")
+    p.add_argument("--batch-size", type=int, default=None, help="batch of every phase (default: the recipe's, smaller "
+                                                                "for a small folder)")
+    p.add_argument("--seed", type=int, default=13, help="seed of the weights and the batch order")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: $BAB_THREADS, else torch's own)")
+    p.add_argument("--quiet", action="store_true", help="no progress; the final summary lines are still printed")
+    p.set_defaults(run=_fit_sparsifiner, errors=(ValueError, TypeError, OSError))
+
+
+def _fit_sparsifiner(args) -> int:
+    from bab.api.fit_sparsifiner import fit_sparsifiner
+
+    try:
+        keep_rates = [float(r) for r in args.keep_rates.split(",") if r.strip()]
+    except ValueError:
+        raise ValueError(f"--keep-rates must be comma-separated numbers in (0, 1], got {args.keep_rates!r}") from None
+    epochs = None
+    if args.epochs is not None:
+        try:
+            epochs = tuple(int(e) for e in args.epochs.split(","))
+        except ValueError:
+            raise ValueError(f"--epochs must be three integers dense,phase1,phase2 (e.g. 10,2,8), got "
+                             f"{args.epochs!r}") from None
+    fit_sparsifiner(args.train, args.out, args.test, keep_rates, args.image_size, args.patch_size, args.channels,
+                    model=args.model, epochs=epochs, batch_size=args.batch_size, seed=args.seed,
+                    overwrite=args.overwrite, progress=not args.quiet, threads=args.threads)
     return 0
