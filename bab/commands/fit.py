@@ -2,6 +2,7 @@
 
     python -m bab fit heads --train my.csv --budgets 0.25,0.5,0.75 --prune 0.5 --out runs/my
     python -m bab fit sparsifiner --train photos/train --test photos/test --out runs/photos
+    python -m bab fit context --train corpus.txt --test held_out.txt --out runs/corpus
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from bab.commands.common import DefaultsFormatter
 
 
 def register(sub) -> None:
-    fit = sub.add_parser("fit", help="a method on your own data: heads, sparsifiner")
+    fit = sub.add_parser("fit", help="a method on your own data: heads, sparsifiner, context")
     fit_sub = fit.add_subparsers(dest="target", required=True, metavar="METHOD")
     _add_fit_heads(fit_sub)
     _add_fit_sparsifiner(fit_sub)
+    _add_fit_context(fit_sub)
 
 
 def _add_fit_heads(sub) -> None:
@@ -140,4 +142,46 @@ def _fit_sparsifiner(args) -> int:
     fit_sparsifiner(args.train, args.out, args.test, keep_rates, args.image_size, args.patch_size, args.channels,
                     model=args.model, epochs=epochs, batch_size=args.batch_size, seed=args.seed,
                     overwrite=args.overwrite, progress=not args.quiet, threads=args.threads)
+    return 0
+
+
+def _add_fit_context(sub) -> None:
+    p = sub.add_parser("context", help="dynamic context pruning on your text: fine-tune a decoder, held-out "
+                                       "perplexity vs dense, generate()", formatter_class=DefaultsFormatter,
+                       description="Fine-tune a decoder with dynamic context pruning on a text file and write the "
+                                   "model with its interaction modules, evaluation.csv (held-out perplexity as "
+                                   "given, fitted without and with pruning, paired intervals), sample.txt, "
+                                   "metrics.json and summary.html into --out. The fit keeps a resumable checkpoint in "
+                                   "the run cache.")
+    p.add_argument("--train", required=True, help="training text file (.txt)")
+    p.add_argument("--test", required=True, help="held-out text file (.txt)")
+    p.add_argument("--out", required=True, help="folder to write into: created, or empty unless --overwrite")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a non-empty --out, once the run has written everything (never half-way)")
+    p.add_argument("--model", default=None, help="decoder: a folder, a .gguf file or a hub id (default: the packaged "
+                                                 "SmolLM2-135M)")
+    p.add_argument("--steps", type=int, default=200, help="optimizer steps of the fine-tune")
+    p.add_argument("--gamma", type=float, default=0.1, help="the keep-mass weight: larger drops more of the context")
+    p.add_argument("--context", type=int, default=128, help="tokens per training and evaluation window")
+    p.add_argument("--r", type=int, default=64, help="the interaction modules' width")
+    p.add_argument("--batch-size", type=int, default=None, help="windows per step (default: the API's)")
+    p.add_argument("--lr", type=float, default=None, help="the decoder's learning rate (default: the API's)")
+    p.add_argument("--pruning-lr", type=float, default=None, help="the interaction modules' learning rate (default: "
+                                                                  "the API's)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the new weights and the batch order")
+    p.add_argument("--prompt", default=None, help="the sample's prompt (default: the held-out text's first words)")
+    p.add_argument("--max-windows", type=int, default=None, help="evaluate on at most this many held-out windows")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: $BAB_THREADS, else torch's own)")
+    p.add_argument("--quiet", action="store_true", help="no progress; the final summary lines are still printed")
+    p.set_defaults(run=_fit_context, errors=(ValueError, TypeError, OSError))
+
+
+def _fit_context(args) -> int:
+    from bab.api.fit_context import fit_context
+
+    overrides = {k: v for k, v in (("batch_size", args.batch_size), ("lr", args.lr), ("pruning_lr", args.pruning_lr),
+                                   ("seed", args.seed)) if v is not None}
+    fit_context(args.train, args.out, args.test, model=args.model, steps=args.steps, gamma=args.gamma,
+                context=args.context, r=args.r, prompt=args.prompt, max_windows=args.max_windows,
+                overwrite=args.overwrite, progress=not args.quiet, threads=args.threads, **overrides)
     return 0
