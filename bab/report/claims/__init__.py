@@ -1,0 +1,138 @@
+"""The papers' headline claims, each a hypothesis with a margin, judged by an interval on our result rows.
+
+A claim names where a paper makes it, says it in one sentence, and points at the rows that test it by typed
+ids: our rows by the ``Method`` objects the experiments declare (``bab.experiments.methods``), the paper's by the
+same objects in ``bab.report.paper``. Each claim is restated as a *region* our number must lie in (``Region``):
+"keeps dense accuracy" is retention >= -delta, "costs about two points" is within -2 +- delta, "beats" is a margin
+> 0. Each delta is written once, beside the claim, with its reason from the paper's wording (its rounding or its
+reported spread), never after seeing our number.
+
+Our number comes with a 95% interval (``bab.core.statistics``): over seeds and test examples where a notebook ran
+at several seeds, over test examples otherwise, and the claim line says which. The verdict follows from the
+interval and the region alone:
+
+- reproduced: the interval lies inside the region;
+- not reproduced: it lies outside;
+- inconclusive: it straddles a boundary (more seeds or test examples would decide it);
+- not informative: the outcome could not tell the method from a weaker one (a ceiling: a baseline lands in the
+  region too);
+- partly: a claim with parts, some of which hold and some not (each part named);
+- not comparable: our number cannot test the claim (said why); not run: a row it needs is missing.
+
+Accuracy claims compare *retention* (ours - our own dense model) with the paper's (theirs - their dense), never
+levels across datasets. Each claim says whose recipe it tests: the paper's (its unpublished knobs ours) or this
+package's, counted apart on the front page.
+
+Modules: ``verdicts`` (regions, verdicts, row pointers), ``evidence`` (the intervals' units), ``kinds`` and
+``more_kinds`` (the kinds of claim), ``papers`` (the claims themselves, ``CLAIMS``); judging them is here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bab.report.claims.evidence import Evidence
+from bab.report.claims.kinds import (
+    Accuracy,
+    Claim,
+    CostTracks,
+    MemoryFollowsPruning,
+    Parts,
+    PerplexityHeld,
+    SeedCollapse,
+    Speed,
+    margin,
+    retention,
+)
+from bab.report.claims.more_kinds import (
+    BeatsStatic,
+    Counted,
+    Dominates,
+    KindsFirst,
+    Monotone,
+    NotYet,
+    Statistic,
+    ZeroShotHeld,
+)
+from bab.report.claims.papers import _VIT, CLAIMS
+from bab.report.claims.verdicts import (
+    EPSILON,
+    PAPERS,
+    RECIPES,
+    VERDICTS,
+    Region,
+    Row,
+    Verdict,
+    _combine,
+    about,
+    at_least,
+    at_most,
+    beats,
+    dense_of,
+    judged,
+    keeps,
+    loses,
+)
+
+__all__ = ["CLAIMS", "EPSILON", "PAPERS", "RECIPES", "VERDICTS", "Accuracy", "BeatsStatic", "Claim", "CostTracks",
+           "Counted", "Dominates", "Evidence", "Judged", "KindsFirst", "MemoryFollowsPruning", "Monotone", "NotYet",
+           "Parts", "PerplexityHeld", "Region", "Row", "SeedCollapse", "Speed", "Statistic", "Verdict", "ZeroShotHeld",
+           "_VIT", "_combine", "about", "at_least", "at_most", "beats", "claim_by_id", "dense_of", "judge_all",
+           "judged", "judgement_table", "keeps", "loses", "margin", "retention"]
+
+
+@dataclass(frozen=True)
+class Judged:
+    claim: Claim
+    verdict: Verdict
+    setup: str  # the claim's setup on these rows (``Claim.setup_for``)
+
+    def as_dict(self) -> dict:
+        """The judged claim as ``results.json`` stores it and the pages show it."""
+        c, v = self.claim, self.verdict
+        return {"id": c.id, "paper": c.paper, "where": c.where, "claim": c.statement, "metric": c.metric,
+                "setup": self.setup, "setting": c.setting, "recipe": c.recipe, "verdict": v.status, "ours": v.ours,
+                "low": v.low, "high": v.high, "theirs": v.theirs, "region": v.region, "covers": v.covers,
+                "why": v.why}
+
+
+def judge_all(rows, claims=CLAIMS, evidence: Evidence | None = None) -> list[Judged]:
+    """Every claim judged on ``rows`` (the rows of a report's ``results.json``), its intervals from ``evidence``."""
+    evidence = evidence or Evidence()
+    return [Judged(claim, claim.judge(rows, evidence), claim.setup_for(rows)) for claim in claims]
+
+
+def judgement_table(rows, evidence: Evidence | None = None, claims=CLAIMS):
+    """The claims that ``rows`` (one notebook's, or a report's) test, judged on them, as a table for a notebook to
+    display: claim, where, recipe, ours with its interval, the paper's, where ours must lie, the verdict and why.
+    Claims none of whose experiments appear in ``rows`` are left out. Without ``evidence``, the intervals pair
+    the rows on the per-unit outcomes this kernel recorded for them (``bab.core.outcomes``), as the report will."""
+    import pandas as pd
+
+    from bab.core import outcomes as recorded
+
+    evidence = evidence or Evidence(outcomes=recorded.recorded_for(rows))
+    columns = ["claim", "where", "recipe", "ours [95% interval]", "paper", "holds if", "verdict", "why"]
+    experiments = {row.get("experiment") for row in rows}
+    shown = [c for c in claims if not experiments.isdisjoint(c.experiments())]
+    records = []
+    for judged_claim in judge_all(rows, shown, evidence):
+        d = judged_claim.as_dict()
+        if d["ours"] is None:
+            ours = "–"
+        elif d["low"] is None or d["low"] == d["high"]:
+            ours = f"{d['ours']:.3g}"
+        else:
+            ours = f"{d['ours']:.3g} [{d['low']:.3g}, {d['high']:.3g}]"
+        records.append({"claim": d["claim"], "where": d["where"], "recipe": d["recipe"], "ours [95% interval]": ours,
+                        "paper": "–" if d["theirs"] is None else f"{d['theirs']:.3g}", "holds if": d["region"] or "–",
+                        "verdict": d["verdict"], "why": d["why"]})
+    return pd.DataFrame(records, columns=columns)
+
+
+def claim_by_id(claim_id: str, claims=CLAIMS) -> Claim:
+    """The claim named ``claim_id``; KeyError naming the known ids when there is none."""
+    for claim in claims:
+        if claim.id == claim_id:
+            return claim
+    raise KeyError(f"no claim {claim_id!r}; known: {', '.join(c.id for c in claims)}")

@@ -1,0 +1,154 @@
+"""Where a claim's intervals come from: the rows' per-unit outcomes, paired where two rows share units."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bab.core import statistics
+from bab.core.outcomes import align, outcome_key
+from bab.core.statistics import Interval
+from bab.experiments.profiles import held_out_size
+from bab.report.claims.verdicts import _value
+
+# ----------------------------------------------------------------------------- evidence: what intervals come from
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the intervals are computed from besides the merged rows: each seed's own rows of a notebook run at
+    several seeds ({notebook: {seed: rows}}), and the report's profile, for the test-set size of rows that do not
+    carry their own ``accuracy_n`` (``bab.experiments.profiles.held_out_size``)."""
+
+    seed_rows: dict = field(default_factory=dict)
+    profile: str | None = None
+    outcomes: dict = field(default_factory=dict)  # {outcome_key(row): per-example outcomes} (bab.core.outcomes)
+
+    def series(self, row: dict | None, kind: str):
+        """``row``'s per-unit measurements of ``kind`` (``bab.core.outcomes.KINDS``), or None."""
+        return None if row is None else self.outcomes.get(outcome_key(row, kind))
+
+    def speedup(self, row: dict) -> Interval | None:
+        """A speed-up's interval over its interleaved repeats (dense and method timed back to back), or None."""
+        dense, ours = self.series(row, "dense_ms"), self.series(row, "ms")
+        if dense is None or ours is None or dense.shape != ours.shape or dense.ndim != 1 or dense.size < 2:
+            return None
+        return statistics.ratio_of_medians(dense, ours)
+
+    def perplexity_ratio(self, row: dict, reference: dict) -> Interval | None:
+        """Perplexity of ``row`` over ``reference``'s on the same held-out windows, bootstrapped over the windows,
+        or None unless both rows kept each window's log-likelihood."""
+        nll, reference_nll = self.matched_outcomes([row, reference], "window_nll") or (None, None)
+        tokens = self.series(row, "window_tokens")
+        if nll is None or tokens is None or not (nll.shape == reference_nll.shape == tokens.shape) or nll.ndim != 1:
+            return None
+        return statistics.perplexity_ratio(nll, reference_nll, tokens)
+
+    def matched_outcomes(self, rows, kind: str = "correct") -> list[np.ndarray] | None:
+        """The ``kind`` outcomes of ``rows`` in one order of units (matched by their unit ids where the rows kept
+        them), or None unless every row has them on the same units."""
+        arrays = [self.series(m, kind) for m in rows]
+        if any(a is None for a in arrays):
+            return None
+        return align(arrays, [self.series(m, "unit_ids") for m in rows])
+
+    def paired(self, terms, matched) -> Interval | None:
+        """The interval of sum(coefficient x accuracy) from the rows' per-example outcomes, paired example by example
+        (and over seeds where a row holds several models' outcomes), or None unless every row has them on the same
+        examples. A row of one model's outcomes pairs with a row of several seeds' scored on the same examples."""
+        arrays = self.matched_outcomes(matched)
+        if arrays is None:
+            return None
+        seeds = max(a.shape[0] if a.ndim == 2 else 1 for a in arrays)
+        if any(a.ndim == 2 and a.shape[0] != seeds for a in arrays):
+            return None
+        combined = sum(c * 100.0 * np.broadcast_to(np.atleast_2d(a), (seeds, a.shape[-1]))
+                       for (_, c), a in zip(terms, arrays, strict=True))
+        return statistics.paired_difference(combined, np.zeros_like(combined))
+
+    def paired_over_seeds(self, terms, by_seed) -> Interval | None:
+        """``paired`` over the seed runs of a notebook: each seed's rows paired on its own test examples."""
+        per_seed = [self.matched_outcomes(matched) for matched in by_seed.values()]
+        if any(arrays is None for arrays in per_seed) or any(a.ndim != 1 for arrays in per_seed for a in arrays):
+            return None
+        if len({a.size for arrays in per_seed for a in arrays}) != 1:
+            return None
+        combined = np.stack([sum(c * 100.0 * a for (_, c), a in zip(terms, arrays, strict=True))
+                             for arrays in per_seed])
+        return statistics.paired_difference(combined, np.zeros_like(combined))
+
+    def examples(self, row: dict) -> int | None:
+        """How many test examples ``row``'s accuracy was measured on, or None when unknown."""
+        if row.get("accuracy_n") is not None:
+            return int(row["accuracy_n"])
+        return None if self.profile is None else held_out_size(row["experiment"], self.profile)
+
+    def per_seed(self, pointers, column: str = "accuracy") -> dict[int, list[dict]]:
+        """{seed: the rows ``pointers`` point at in that seed's run}, for the seeds whose run has all of them with a
+        ``column``; empty unless at least two seeds do."""
+        found = {}
+        for by_seed in self.seed_rows.values():
+            for seed, rows in by_seed.items():
+                matched = [p.find(rows) for p in pointers]
+                if all(_value(m, column) is not None for m in matched):
+                    found[int(seed)] = matched
+        return found if len(found) > 1 else {}
+
+    def accuracy_combination(self, terms, rows) -> Interval | None:
+        """The interval, in points, of sum(coefficient * accuracy) over ``terms`` ((Row, coefficient) pairs; e.g.
+        ((method, 1), (dense, -1)) for a retention). Over seeds and test examples where the notebook ran at several
+        seeds, else over test examples: paired on the per-example outcomes where the rows have them, else a score
+        interval from each accuracy and its test-set size (unpaired, wider). None when a test-set size is
+        unknown."""
+        pointers = [p for p, _ in terms]
+        by_seed = self.per_seed(pointers)
+        if by_seed and (interval := self.paired_over_seeds(terms, by_seed)) is not None:
+            return interval
+        if not by_seed and (interval := self.paired(terms, [p.find(rows) for p in pointers])) is not None:
+            return interval
+        if by_seed:
+            values, errors = [], []
+            for matched in by_seed.values():
+                sizes = [self.examples(m) for m in matched]
+                if None in sizes:
+                    return None
+                values.append(sum(c * float(m["accuracy"]) for (_, c), m in zip(terms, matched, strict=True)))
+                errors.append(_combination_error(terms, matched, sizes))
+            n = min(self.examples(m) for m in next(iter(by_seed.values())))
+            return statistics.seed_differences(values, errors, n)
+        matched = [p.find(rows) for p in pointers]
+        sizes = [self.examples(m) for m in matched]
+        if None in sizes:
+            return None
+        coefficients = [c for _, c in terms]
+        if sorted(coefficients) == [-1, 1]:
+            (plus, n_plus), (minus, n_minus) = sorted(zip(matched, sizes, strict=True),
+                                                      key=lambda pair: -coefficients[matched.index(pair[0])])
+            return statistics.unpaired_difference(float(plus["accuracy"]), n_plus, float(minus["accuracy"]), n_minus)
+        value = sum(c * float(m["accuracy"]) for c, m in zip(coefficients, matched, strict=True))
+        half = statistics.Z * _combination_error(terms, matched, sizes)
+        return Interval(value, value - half, value + half,
+                        f"1 training seed: test sampling only, {min(sizes):,} test examples, unpaired (per-example "
+                        f"outcomes not stored)")
+
+
+def _combination_error(terms, matched, sizes) -> float:
+    """Standard error, in points, of sum(c * accuracy) treating each accuracy as an independent proportion."""
+    variance = 0.0
+    for (_, c), m, n in zip(terms, matched, sizes, strict=True):
+        p = float(m["accuracy"]) / 100
+        variance += c * c * max(p * (1 - p), 0.25 / n) / n  # a 0% or 100% accuracy still carries sampling error
+    return 100 * math.sqrt(variance)
+
+
+def _exact(value: float, covers: str) -> Interval:
+    return Interval(value, value, value, covers)
+
+
+def _seeds_text(rows: list[dict | None]) -> str:
+    seeds = sorted({seed for row in rows if row for seed in (row.get("seeds") or [])})
+    if not seeds:
+        return ""
+    return f" (seed{'s' if len(seeds) > 1 else ''} {'/'.join(map(str, seeds))})"

@@ -1,0 +1,257 @@
+"""The other kinds of claim: statistics, counts, orders, zero-shot accuracy, beating static baselines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from bab.core import statistics
+from bab.experiments.methods import Method
+from bab.report.claims.evidence import Evidence, _exact
+from bab.report.claims.kinds import Claim, margin
+from bab.report.claims.verdicts import EPSILON, Region, Row, Verdict, _from_parts, _not_run, _value, judged
+
+
+@dataclass(frozen=True)
+class Statistic(Claim):
+    """A method's one number (its ``value``), ours against the paper's, against ``region``. ``not_comparable``:
+    why our number cannot test the claim; ``not_informative``: why its outcome cannot tell anything about the method
+    (e.g. arithmetic on the architecture, which any correct count reproduces)."""
+
+    row: Row = None
+    region: Region | None = None
+    not_comparable: str = ""
+    not_informative: str = ""
+    beside: tuple[Row, ...] = ()  # rows of ours shown in the verdict's line, not judged
+
+    def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
+        ours = _value(self.row.find(rows), "value")
+        if ours is None:
+            return _not_run(self.row)
+        theirs = self.row.paper()["value"]
+        shown = [f"{r.label()}: {_value(r.find(rows), 'value'):.3g}" for r in self.beside
+                 if _value(r.find(rows), "value") is not None]
+        line = f"{ours:.3g} vs the paper's {theirs:.3g}" + (f" ({'; '.join(shown)})" if shown else "")
+        for status, reason in (("not comparable", self.not_comparable), ("not informative", self.not_informative)):
+            if reason:
+                return Verdict(status, ours, theirs, f"{line}: {reason}")
+        return judged(self.region, _exact(ours, "exact: counted, not sampled"), theirs, line, ".3g")
+
+
+@dataclass(frozen=True)
+class KindsFirst(Claim):
+    """``first`` kinds of tokens lose a larger share of their pairs than ``other`` on every held-out text of
+    ``method``'s rows (settings ``kind``, ``text``). A claim with parts, one per (text, kind): reproduced when every
+    first kind is pruned more than ``other`` on every text, partly when some are, not reproduced when none is."""
+
+    method: Method = None
+    first: tuple[str, ...] = ("punctuation", "stop word")
+    other: str = "other"
+
+    def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
+        share = {(row["settings"]["text"], row["settings"]["kind"]): float(row["value"]) for row in rows
+                 if row.get("experiment") == self.method.experiment and row.get("method") == self.method.name
+                 and row.get("value") is not None}
+        texts = sorted({text for text, _ in share})
+        if not texts:
+            return _not_run(Row(self.method, None, (("kind", "any"), ("text", "any"))))
+        tests = [(text, kind) for text in texts for kind in self.first]
+        missing = [(text, kind) for text, kind in tests + [(t, self.other) for t in texts] if (text, kind) not in share]
+        if missing:
+            return _not_run(*[Row(self.method, None, (("kind", kind), ("text", text))) for text, kind in missing])
+        held = [share[text, kind] > share[text, self.other] for text, kind in tests]
+        status = "reproduced" if all(held) else ("partly" if any(held) else "not reproduced")
+        named = "; ".join(f"{text}: {kind} {share[text, kind]:.1f}% vs {self.other} {share[text, self.other]:.1f}% "
+                          f"({'holds' if ok else 'does not hold'})"
+                          for (text, kind), ok in zip(tests, held, strict=True))
+        return Verdict(status, float(sum(held)), float(len(tests)),
+                       f"{sum(held)} of {len(tests)} (text, kind) parts pruned more than {self.other} tokens: {named}",
+                       region=f"every part: kind pruned more than {self.other}",
+                       covers="counted on the held-out texts; no interval")
+
+
+@dataclass(frozen=True)
+class ZeroShotHeld(Claim):
+    """Zero-shot accuracy is held at ``target`` of the context pruned: for a fine-tuned pruned model within
+    ``target`` +- ``window`` pruned, every task's accuracy minus the dense reference's (the dense fine-tune of the
+    same protocol where there is one, else the untouched model) lies in ``region``. A claim with parts, one per
+    task. "not run" when no fine-tuned model lands in the window (what would decide it: a gamma or a
+    budget-conditioned model that does)."""
+
+    method: Method = None
+    target: float = 0.8
+    window: float = 0.03
+    region: Region = None
+    weights: str = "fine-tuned"
+    references: tuple[str, ...] = ("dense fine-tuned", "pretrained")
+    pruned: Method | None = None  # the pruned models' rows when not ``method``'s gamma rows: told apart by budget
+
+    def _candidates(self, rows) -> dict[str, list[dict]]:
+        """{model label: its task rows} of the pruned models judged."""
+        found = {}
+        for row in rows:
+            if row.get("accuracy") is None or row.get("experiment") != self.method.experiment:
+                continue
+            if self.pruned is not None and row.get("method") == self.pruned.name:
+                found.setdefault(f"b={row['budget']:g}", []).append(row)
+            elif (self.pruned is None and row.get("method") == self.method.name and row["settings"]["gamma"] != 0
+                  and row["settings"]["weights"] == self.weights):
+                found.setdefault(f"gamma={row['settings']['gamma']:g}", []).append(row)
+        return found
+
+    def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
+        mine = [row for row in rows if row.get("experiment") == self.method.experiment
+                and row.get("method") == self.method.name and row.get("accuracy") is not None]
+        by_weights = {}
+        for row in mine:
+            if row["settings"]["gamma"] == 0:
+                by_weights.setdefault(row["settings"]["weights"], {})[row["settings"]["task"]] = row
+        reference_weights = next((w for w in self.references if w in by_weights), None)
+        candidates = self._candidates(rows)
+        what = self.weights if self.pruned is None else self.pruned.name
+        if reference_weights is None or not candidates:
+            return _not_run(Row(self.pruned, None, (("task", "any"),)) if self.pruned is not None else
+                            Row(self.method, None, (("task", "any"), ("weights", self.weights), ("gamma", "any"))))
+        pruned_at = {label: 1 - float(models[0]["cost"]) for label, models in candidates.items()}
+        inside = {label: f for label, f in pruned_at.items() if abs(f - self.target) <= self.window + EPSILON}
+        if not inside:
+            return Verdict("not run", None, self.target,
+                           f"no {what} model lands at {self.target:.0%} +- {self.window * 100:.0f} points pruned "
+                           f"(those run: {', '.join(f'{f:.0%}' for f in sorted(pruned_at.values()))}); a gamma or a "
+                           f"budget-conditioned model that lands there would decide it")
+        label = min(inside, key=lambda name: abs(inside[name] - self.target))
+        reference = by_weights[reference_weights]
+        parts = []
+        for row in sorted(candidates[label], key=lambda r: r["settings"]["task"]):
+            task = row["settings"]["task"]
+            if task not in reference:
+                continue
+            dense = reference[task]
+            interval = (evidence or Evidence()).paired((("row", 1), ("dense", -1)), [row, dense]) or \
+                statistics.unpaired_difference(float(row["accuracy"]), int(row["accuracy_n"]),
+                                               float(dense["accuracy"]), int(dense["accuracy_n"]))
+            parts.append((task, judged(self.region, interval, None, f"{task} {interval.text()} points against the "
+                                       f"{reference_weights} model")))
+        if not parts:
+            return _not_run(Row(self.method, None, (("task", "any"), ("weights", reference_weights), ("gamma", 0))))
+        return _from_parts(parts, parts[0][1].region, f"{label}, {inside[label]:.0%} pruned: ")
+
+
+@dataclass(frozen=True)
+class NotYet(Claim):
+    """A claim no row of this package measures; ``reason`` says what is missing."""
+
+    reason: str = ""
+
+    def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
+        return Verdict("not run", None, None, self.reason)
+
+
+@dataclass(frozen=True)
+class Dominates(Claim):
+    """A frontier dominates a baseline's points: for each of ``points`` (e.g. EViT at two token keep rates), the most
+    accurate row of ``frontier`` (e.g. Sparsifiner's keep-rate sweep) at no more cost, minus the point's accuracy,
+    lies in ``region``. A claim with parts, one per point, each judged by its interval."""
+
+    frontier: Method = None
+    points: tuple[Row, ...] = ()
+    region: Region = None
+
+    def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
+        curve = [r for r in rows if r.get("experiment") == self.frontier.experiment
+                 and r.get("method") == self.frontier.name and r.get("accuracy") is not None
+                 and r.get("cost") is not None and not r.get("settings")]
+        missing = [p for p in self.points if _value(p.find(rows), "accuracy") is None]
+        if missing or not curve:
+            return _not_run(*missing, *([] if curve else [Row(self.frontier, None)]))
+        parts = []
+        for point in self.points:
+            found = point.find(rows)
+            cheaper = [r for r in curve if float(r["cost"]) <= float(found["cost"]) + EPSILON]
+            if not cheaper:
+                parts.append((point.label(), Verdict("not reproduced", None, None, f"no {self.frontier.name} row "
+                                                     f"costs at most {point.label()}'s {found['cost']:.3f}")))
+                continue
+            best = max(cheaper, key=lambda r: float(r["accuracy"]))
+            part = margin(self.id, self.paper, "", "", better=Row(self.frontier, best["budget"]), worse=point,
+                          region=self.region)
+            parts.append((f"{point.label()} vs {self.frontier.name} @{best['budget']:g}", part.judge(rows, evidence)))
+        return _from_parts(parts, self.region.text())
+
+
+@dataclass(frozen=True)
+class Counted(Claim):
+    """sum(coefficient x column) over ``terms`` ((Row, coefficient) pairs), a number counted rather than sampled
+    (MHSA FLOPs, MACs removed, soft costs), against ``region``: exact, no interval."""
+
+    terms: tuple = ()
+    column: str = "cost"
+    region: Region = None
+    not_informative: str = ""
+
+    def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
+        found = [_value(p.find(rows), self.column) for p, _ in self.terms]
+        if None in found:
+            return _not_run(*[p for (p, _), v in zip(self.terms, found, strict=True) if v is None])
+        ours = sum(c * v for (_, c), v in zip(self.terms, found, strict=True))
+        try:
+            theirs = sum(c * float(p.paper()[self.column]) for p, c in self.terms)
+        except (KeyError, TypeError):
+            theirs = None
+        shown = ", ".join(f"{p.label()}: {v:.3f}" for (p, _), v in zip(self.terms, found, strict=True))
+        verdict = judged(self.region, _exact(ours, "exact: counted, not sampled"), theirs,
+                         f"{shown}" + ("" if theirs is None else f" (paper {theirs:.3f})"), ".3f")
+        if self.not_informative:
+            return replace(verdict, status="not informative", why=f"{verdict.why}; {self.not_informative}")
+        return verdict
+
+
+@dataclass(frozen=True)
+class Monotone(Claim):
+    """As the method prunes more, its perplexity never falls: over ``method``'s rows (settings told apart by
+    ``setting``, e.g. the gamma of each specialist), sorted by fraction kept, perplexity rises as the fraction kept
+    falls. Counted on the rows: a claim with parts, one per step between neighbouring rows."""
+
+    method: Method = None
+
+    def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
+        mine = sorted(((float(r["cost"]), float(r["perplexity"])) for r in rows
+                       if r.get("experiment") == self.method.experiment and r.get("method") == self.method.name
+                       and r.get("cost") is not None and r.get("perplexity") is not None), reverse=True)
+        if len(mine) < 3:
+            return _not_run(Row(self.method, None, (("gamma", "any"),)))
+        steps = [later >= earlier for (_, earlier), (_, later) in zip(mine, mine[1:], strict=False)]
+        status = "reproduced" if all(steps) else ("partly" if any(steps) else "not reproduced")
+        curve = ", ".join(f"{1 - kept:.0%}: {ppl:.2f}" for kept, ppl in mine)
+        return Verdict(status, float(sum(steps)), float(len(steps)),
+                       f"{sum(steps)} of {len(steps)} steps to more pruning raise perplexity (pruned: perplexity "
+                       f"{curve})", region="every step: perplexity does not fall as more is pruned",
+                       covers="counted on the rows; no interval")
+
+
+@dataclass(frozen=True)
+class BeatsStatic(Claim):
+    """Learned pruning beats static masks at equal sparsity: for each gamma, the learned specialist's perplexity is
+    below that of every static mask kind built to prune as much (``static``'s rows, settings ``kind`` and
+    ``gamma``). A claim with parts, one per (kind, gamma)."""
+
+    method: Method = None
+    static: Method = None
+
+    def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
+        learned = {r["settings"]["gamma"]: float(r["perplexity"]) for r in rows
+                   if r.get("experiment") == self.method.experiment and r.get("method") == self.method.name
+                   and r.get("perplexity") is not None}
+        pairs = [(r["settings"]["kind"], r["settings"]["gamma"], float(r["perplexity"])) for r in rows
+                 if r.get("experiment") == self.static.experiment and r.get("method") == self.static.name
+                 and r.get("perplexity") is not None and r["settings"]["gamma"] in learned]
+        if not pairs:
+            return _not_run(Row(self.static, None, (("kind", "any"), ("gamma", "any"))))
+        held = [learned[gamma] < ppl for _, gamma, ppl in pairs]
+        status = "reproduced" if all(held) else ("partly" if any(held) else "not reproduced")
+        worst = max(pairs, key=lambda p: learned[p[1]] / p[2])
+        return Verdict(status, float(sum(held)), float(len(pairs)),
+                       f"{sum(held)} of {len(pairs)} (mask kind, gamma) parts: the learned model's perplexity is "
+                       f"below the static mask's (closest: {worst[0]} at gamma={worst[1]:g}, "
+                       f"{learned[worst[1]]:.2f} vs {worst[2]:.2f})",
+                       region="every part: learned perplexity below the static mask's",
+                       covers="point estimates; per-window log-likelihoods are not stored")
