@@ -50,15 +50,9 @@ from transformers import AttentionInterface
 
 from bab.core.losses import attention_distillation_loss
 from bab.sparsifiner.attention import CoreInputs, attention_core
+from bab.sparsifiner.kernels import SPARSE_KERNELS, connectivity_mask, dense_attention_macs
 from bab.sparsifiner.linformer import LinformerProjection
-from bab.sparsifiner.predictor import (
-    SPARSE_KERNELS,
-    ConnectivityConfig,
-    ConnectivityPredictor,
-    connectivity_mask,
-    dense_attention_macs,
-    validate_keep_rate,
-)
+from bab.sparsifiner.predictor import ConnectivityConfig, ConnectivityPredictor, validate_keep_rate
 
 __all__ = ["ATTN_IMPLEMENTATION", "CORES", "LINFORMER_NAME", "PREDICTOR_NAME", "SparsifinerState", "attach",
            "configure", "is_attached", "load_attached", "predictors", "set_keep_rate", "sparsifiner_state"]

@@ -10,7 +10,7 @@ example ("macs", the paper's "MHSA FLOPs", counted from the shapes it ran), its 
 
 - ``dense``: ``F.scaled_dot_product_attention`` (explicit matmuls when the probabilities are needed);
 - ``sparse``: Sparsifiner over the k = ceil(keep_rate * n) predicted keys per query only (CSR kernel at
-  inference, a gather when training; ``bab.sparsifiner.predictor.sparse_attention``);
+  inference, a gather when training; ``bab.sparsifiner.kernels.sparse_attention``);
 - ``masked``: Sparsifiner's reference, dense scores masked to the same connections;
 - ``fused``: the predictor, the top-k and the sparse attention in one C++ kernel (``bab.sparsifiner.fused``):
   the same connections and outputs as ``sparse`` up to float rounding; float32 CPU inference only;
@@ -26,18 +26,17 @@ import torch
 import torch.nn.functional as F
 
 from bab.sparsifiner import fused
-from bab.sparsifiner.linformer import LinformerProjection, linformer_macs
-from bab.sparsifiner.predictor import (
-    ConnectivityPredictor,
+from bab.sparsifiner.kernels import (
     attention_over_connections,
     connectivity_mask,
     dense_attention,
     dense_attention_macs,
     masked_dense_attention,
-    num_connections,
     predictor_macs,
     sparse_attention_macs,
 )
+from bab.sparsifiner.linformer import LinformerProjection, linformer_macs
+from bab.sparsifiner.predictor import ConnectivityPredictor, num_connections
 
 
 @dataclass(frozen=True)

@@ -51,17 +51,14 @@ import torch
 
 from bab.core.timing import TIMES, count_flops, single_thread, time_side_by_side
 from bab.sparsifiner.fused import fused_available, fused_selection, fused_sparsifiner_attention
-from bab.sparsifiner.predictor import (
-    ConnectivityPredictor,
+from bab.sparsifiner.kernels import (
     csr_sparse_attention,
     dense_attention_macs,
     gathered_sparse_attention,
-    num_connections,
     predictor_macs,
-    ranking_scores,
     sparse_attention_macs,
-    validate_keep_rate,
 )
+from bab.sparsifiner.predictor import ConnectivityPredictor, num_connections, ranking_scores, validate_keep_rate
 
 TOKENS = (197, 577, 1025)
 KEEP_RATES = (0.5, 0.25, 0.1)

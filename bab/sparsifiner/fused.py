@@ -60,11 +60,8 @@ from pathlib import Path
 
 import torch
 
-from bab.sparsifiner.predictor import (
-    ConnectivityPredictor,
-    attention_over_connections,
-    num_connections,
-)
+from bab.sparsifiner.kernels import attention_over_connections
+from bab.sparsifiner.predictor import ConnectivityPredictor, num_connections
 
 INFERENCE_KERNELS = ("fused", "torch")
 SOURCES = [Path(__file__).with_name("csrc") / "fused_forward.cpp"]  # the kernel and its Python binding

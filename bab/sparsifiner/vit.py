@@ -28,13 +28,8 @@ from transformers import ViTConfig, ViTForImageClassification
 from bab.sparsifiner import attach as sparsifiner_attach
 from bab.sparsifiner.attach_tokens import set_token_pruning
 from bab.sparsifiner.attention import CORES_WITHOUT_PROBS, PREDICTOR_CORES, attention_core
-from bab.sparsifiner.predictor import (
-    SPARSE_KERNELS,
-    ConnectivityConfig,
-    dense_attention_macs,
-    validate_keep_rate,
-    without_later_defaults,
-)
+from bab.sparsifiner.kernels import SPARSE_KERNELS, dense_attention_macs
+from bab.sparsifiner.predictor import ConnectivityConfig, validate_keep_rate, without_later_defaults
 from bab.sparsifiner.token_pruning import validate_token_keep
 
 __all__ = ["LINFORMER_MODULE", "PREDICTOR_MODULE", "ViTClassifierConfig", "ViTForward", "ViTOutput", "build_vit",
@@ -124,7 +119,7 @@ class ViTForward:
     Sparsifiner's fraction of connections per query (sparse / masked / fused); token_keep + prune_layers: EViT
     pruning after those layers (0-based); with_predictor: also compute the predictor's scores (Sparsifiner phase 1,
     on a dense pass); sparse_kernel: the sparse core's "auto", "csr" or "gather"
-    (``bab.sparsifiner.predictor.sparse_attention``); return_internals: every layer's attention probabilities too.
+    (``bab.sparsifiner.kernels.sparse_attention``); return_internals: every layer's attention probabilities too.
     """
 
     attention: str = "dense"

@@ -13,12 +13,8 @@ import torch
 
 from bab.sparsifiner import fused
 from bab.sparsifiner.bench import make_predictor
-from bab.sparsifiner.predictor import (
-    ConnectivityPredictor,
-    connectivity_mask,
-    masked_dense_attention,
-    num_connections,
-)
+from bab.sparsifiner.kernels import connectivity_mask, masked_dense_attention
+from bab.sparsifiner.predictor import ConnectivityPredictor, num_connections
 
 HAS_COMPILER = any(shutil.which(cc) for cc in ("g++", "c++", "clang++"))
 

@@ -13,12 +13,7 @@ from torch.utils.data import TensorDataset
 
 from bab.sparsifiner import fused
 from bab.sparsifiner.attach import predictors
-from bab.sparsifiner.predictor import (
-    LATER_OPTION_DEFAULTS,
-    ConnectivityConfig,
-    ConnectivityPredictor,
-    num_connections,
-)
+from bab.sparsifiner.predictor import LATER_OPTION_DEFAULTS, ConnectivityConfig, ConnectivityPredictor, num_connections
 from bab.sparsifiner.train import ViTTrainConfig, train_vit, trainable_parameters
 from bab.sparsifiner.vit import ViTClassifierConfig, build_vit, vit_forward
 

@@ -16,20 +16,18 @@ from bab.sparsifiner.bench import (
     set_realistic_state,
 )
 from bab.sparsifiner.fused import fused_available
-from bab.sparsifiner.predictor import (
-    ConnectivityPredictor,
+from bab.sparsifiner.kernels import (
     attention_over_connections,
     connectivity_mask,
     csr_sparse_attention,
     gathered_sparse_attention,
     index_to_mask,
     masked_dense_attention,
-    num_connections,
     scatter_probs,
     sparse_attention,
     sparse_attention_macs,
-    validate_keep_rate,
 )
+from bab.sparsifiner.predictor import ConnectivityPredictor, num_connections, validate_keep_rate
 
 
 def qkv(B=2, H=3, n=17, d=8, seed=0):
