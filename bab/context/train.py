@@ -32,9 +32,10 @@ from bab.context.attach import context_state
 from bab.context.interaction import SPARSITY_NORMALISATIONS, cosine_alpha
 from bab.context.lm import check_length, lm_forward, prunes, pruning_parameters
 from bab.core.budget import validate_budget
+from bab.core.checkpoints import Checkpointer
 from bab.core.losses import budget_loss, context_pruning_loss
 from bab.core.runs import without_added_defaults
-from bab.core.training import Checkpointer, Objective, SampledBatches, TrainResult, run_training, warmup_cosine
+from bab.core.training import Objective, SampledBatches, TrainResult, run_training, warmup_cosine
 
 LM_OBJECTIVES = ("lm", "context_pruning", "budget_context")
 

@@ -41,9 +41,10 @@ except ImportError:  # Windows: runs are not locked there
     fcntl = None
 
 from bab.core import strict_json
+from bab.core.checkpoints import Checkpointer
 from bab.core.folders import share
 from bab.core.provenance import git_commit, now_iso
-from bab.core.training import Checkpointer, distributed_state, seed_everything
+from bab.core.training import distributed_state, seed_everything
 
 # Bump when a change to the code makes old checkpoints mean something different.
 CACHE_SCHEMA = 1

@@ -40,17 +40,10 @@ from bab.core.budget import (
     nest_gates_by_importance_,
     validate_budget,
 )
+from bab.core.checkpoints import Checkpointer
 from bab.core.losses import budget_loss, distillation_loss
 from bab.core.step_clock import StepClock
-from bab.core.training import (
-    Checkpointer,
-    EpochBatches,
-    Objective,
-    Selection,
-    TrainResult,
-    live_output,
-    run_training,
-)
+from bab.core.training import EpochBatches, Objective, Selection, TrainResult, live_output, run_training
 
 OBJECTIVES = ("dense", "budgeted", "static", "hard_adapt", "recovery")
 KD_TEACHERS = ("soft", "dense")

@@ -36,8 +36,9 @@ import torch.nn.functional as F
 from accelerate.utils import extract_model_from_parallel
 from torch.utils.data import Dataset
 
+from bab.core.checkpoints import Checkpointer
 from bab.core.losses import attention_distillation_loss, kl_distillation_loss, token_distillation_loss
-from bab.core.training import Checkpointer, EpochBatches, Objective, Selection, TrainResult, run_training
+from bab.core.training import EpochBatches, Objective, Selection, TrainResult, run_training
 from bab.sparsifiner.attach import predictors, sparsifiner_state
 from bab.sparsifiner.predictor import validate_keep_rate
 from bab.sparsifiner.token_pruning import validate_token_keep

@@ -21,8 +21,8 @@ import bab.core.training as training
 from bab.context.attach import attach
 from bab.context.interaction import PruningConfig
 from bab.context.train import LMObjective, LMTrainConfig, train_lm
+from bab.core.checkpoints import Checkpointer
 from bab.core.runs import RunCache
-from bab.core.training import Checkpointer
 from bab.heads.encoder import EncoderClassifier, EncoderConfig
 from bab.heads.train import HeadsObjective, TrainConfig, train
 from bab.sparsifiner.train import ViTObjective, ViTTrainConfig, train_vit
