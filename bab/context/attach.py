@@ -287,9 +287,10 @@ def context_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     allowed = _allowed(attention_mask, T, K if cache is None else cache.layers[layer].seen, query.device)
     if cache is not None:
         cache_layer = cache.layers[layer]
-        positions = cache_layer.key_positions.clamp_min(0)  # [B, K]; padding slots (-1) are invisible anyway
-        allowed = allowed.expand(positions.shape[0], 1, T, -1)
-        allowed = allowed.gather(3, positions[:, None, None, :].expand(-1, 1, T, -1))
+        if not cache_layer.keys_in_order:  # (in order, slot i holds position i: the gather would change nothing)
+            positions = cache_layer.key_positions.clamp_min(0)  # [B, K]; slots without a token (-1) are invisible
+            allowed = allowed.expand(positions.shape[0], 1, T, -1)
+            allowed = allowed.gather(3, positions[:, None, None, :].expand(-1, 1, T, -1))
         mask = allowed & cache_layer.pop_visible()[:, None]
     elif state.prune:
         if K != T:

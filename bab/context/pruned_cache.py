@@ -4,18 +4,24 @@ Used with a model that ``bab.context.attach.attach`` prepared: ``model.generate(
 or ``model(ids, past_key_values=cache)``. Each call of a layer (the prompt, then one token per step) goes:
 
 1. the attach pre-hook stages the layer's interaction and its input x [B, T, d] (``PrunedCache.stage``);
-2. the attention module calls ``update(k, v)``: the new tokens' interaction queries score every cached token and
-   every earlier new token (hard, ``scores > 0`` keeps); token j is visible to query k iff j <= k and no query in
-   (j, k] dropped it (the irreversible cumulative product of 0/1 decisions). ``update`` returns the keys and values
-   of the cached and new tokens and keeps their visibility mask [B, T, K] for the attention function; then it
-   gathers out every token that some query of this call dropped, so the buffers hold only the tokens still alive
-   for the next query (for the prompt: what its last token still sees) and their memory is released;
+2. the attention module calls ``update(k, v)``: the new tokens are written in place into the free slots after the
+   cached ones, and their interaction queries score every cached token and every earlier new token (hard,
+   ``scores > 0`` keeps); token j is visible to query k iff j <= k and no query in (j, k] dropped it (the
+   irreversible cumulative product of 0/1 decisions). ``update`` returns the keys and values of the cached and new
+   tokens and keeps their visibility mask [B, T, K] for the attention function; every token that some query of
+   this call dropped then becomes a dead slot, invisible to every later query;
 3. the "bab_context" attention function attends with that mask.
 
-Rows of a batch drop different tokens: each row keeps its live tokens at the front of buffers sized to the longest
-row, and ``valid`` [B, S] marks the padding slots, which the visibility mask hides. Every slot remembers its
-position in the sequence (``positions``), which maps transformers' padding mask (built over the tokens seen) onto
-the slots.
+Memory: the dead slots are gathered out (compaction) once they are ``PrunedLayer.COMPACT_AT`` of the slots in use,
+into new buffers, and the old ones, with the dropped tokens, are released; a full buffer grows by 1/``SLACK``.
+So a decode step writes only its own token (a gather or concatenation per step would copy the whole cache at every
+token), and a layer holds at most its live tokens plus that share of dead slots plus the spare ones. ``nbytes()``
+counts the buffers as allocated, ``live_nbytes()`` only the live tokens.
+
+Rows of a batch drop different tokens: after a compaction each row keeps its live tokens at the front of buffers
+sized to the longest row, and ``valid`` [B, C] marks the live slots (padding, dead and spare slots are False),
+which the visibility mask hides. Every slot remembers its position in the sequence (``positions``, -1 where no
+live token is), which maps transformers' padding mask (built over the tokens seen) onto the slots.
 
 Positions: ``get_seq_length`` is the number of tokens *seen* (not kept), and ``get_mask_sizes`` sizes the mask over
 the tokens seen, so the position ids (learned positions, RoPE) that transformers derives from them stay those of
@@ -24,7 +30,8 @@ the full sequence; ``generate`` counts positions itself from the attention mask.
 Depth propagation (``PruningConfig.propagate_in_depth``): each layer publishes, per position, the first query that
 dropped it (``first_by_position``), and the layer above takes the earlier of its own and that.
 
-Shapes: B batch, G key/value heads, S cached slots, T new tokens, K = S + T, Dh head width, r interaction width.
+Shapes: B batch, G key/value heads, C allocated slots, S slots in use, T new tokens, K = S + T, Dh head width,
+r interaction width.
 """
 
 from __future__ import annotations
@@ -77,8 +84,15 @@ class RowMappedLayer(CacheLayerMixin):
         return self.valid.sum(dim=1)
 
     def nbytes(self) -> int:
-        """Bytes held by ``tensors()``."""
+        """Bytes held by ``tensors()``: every slot allocated, whether a live token, padding or room to grow."""
         return sum(t.numel() * t.element_size() for t in self.tensors())
+
+    def live_nbytes(self) -> int:
+        """The share of ``nbytes()`` that holds live tokens: what buffers without padding or spare slots would
+        take."""
+        slots = self.valid.numel()  # B x allocated slots; every tensor has that many slots
+        per_slot = sum(t.numel() // slots * t.element_size() for t in self.tensors()) if slots else 0
+        return per_slot * int(self.valid.sum())
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         self._map_batch(lambda t: t.index_select(0, beam_idx.to(t.device)))
@@ -91,20 +105,28 @@ class RowMappedLayer(CacheLayerMixin):
 
 
 class PrunedLayer(RowMappedLayer):
-    """One layer: keys / values [B, G, S, Dh], interaction keys [B, S, r], positions [B, S] (-1: padding), valid."""
+    """One layer: buffers of C slots per row, S of them in use (``used``; the rest free): keys / values
+    [B, G, C, Dh], interaction keys [B, C, r], positions [B, C] (-1: no live token) and valid [B, C]. A dropped
+    token stays as a dead slot (invalid, position -1) until a compaction (see the module docstring)."""
 
     is_compileable = False
     is_sliding = False
     is_croppable = False  # a dropped token cannot come back, so a rollback cannot restore the cache
+
+    SLACK = 8  # a new buffer holds 1/SLACK more slots than it needs: room for that many appends before a copy
+    COMPACT_AT = 0.1  # compact once this fraction of the used slots could be freed
+    PREFILL_CHUNK = 256  # queries scored at once by a long call: bounds its [B, chunk, K] score tensors
 
     def __init__(self, **kwargs):
         super().__init__()
         self.int_keys: torch.Tensor | None = None
         self.positions: torch.Tensor | None = None
         self.valid: torch.Tensor | None = None
+        self.used = 0  # slots written so far (live or dead); slots past it are free
         self.seen = 0  # tokens this layer has been given, kept or not
         self.staged: _Staged | None = None
         self.key_positions: torch.Tensor | None = None  # [B, K]: positions of the keys the last update returned
+        self.keys_in_order = False  # whether those are 0 .. K - 1 in every row (a first call: nothing cached before)
         self.first_by_position: torch.Tensor | None = None  # [B, seen]: first query that dropped each position
         self._visible: torch.Tensor | None = None  # [B, T, K] of the last update, until the attention takes it
 
@@ -118,68 +140,127 @@ class PrunedLayer(RowMappedLayer):
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        """key_states, value_states [B, G, T, Dh] of T new tokens -> keys, values [B, G, S + T, Dh] to attend to."""
+        """key_states, value_states [B, G, T, Dh] of T new tokens -> keys, values [B, G, S + T, Dh] to attend to
+        (views of the buffers: the used slots, dead ones included, then the new tokens)."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         staged, self.staged = self.staged, None
-        B, T, device = key_states.shape[0], key_states.shape[2], key_states.device
-        keys = torch.cat([self.keys, key_states], dim=2)
-        values = torch.cat([self.values, value_states], dim=2)
-        new_positions = torch.arange(self.seen, self.seen + T, device=device)
-        positions = torch.cat([self.positions, new_positions.expand(B, T)], dim=1)  # [B, K]
-        valid = torch.cat([self.valid, torch.ones(B, T, dtype=torch.bool, device=device)], dim=1)
+        if staged is not None and self.int_keys is None and self.used > 0:
+            raise RuntimeError("this cache was filled with pruning off; it has no interaction keys to score")
+        if staged is None and self.int_keys is not None:
+            raise RuntimeError("this cache was filled with pruning on; turn pruning on again to continue it")
+        T = key_states.shape[2]
+        K = self.used + T
+        self._append(key_states, value_states, None if staged is None else staged.k_int)
+        keys, values = self.keys[:, :, :K], self.values[:, :, :K]
+        positions, valid = self.positions[:, :K], self.valid[:, :K]
         never = self.seen + T  # "not dropped by any query of this call"
         first = torch.full_like(positions, never)
-        int_keys = None
         if staged is not None:
-            if self.int_keys is None and self.keys.shape[2] > 0:
-                raise RuntimeError("this cache was filled with pruning off; it has no interaction keys to score")
-            int_keys = staged.k_int if self.int_keys is None else torch.cat([self.int_keys, staged.k_int], dim=1)
-            scores = staged.interaction.scores(staged.q_int, int_keys, staged.budget)  # [B, T, K]
-            # query n drops key j when it scores it <= 0, for j before n only (a token never drops itself)
-            drops = (scores <= 0) & (positions[:, None, :] < new_positions[None, :, None]) & valid[:, None, :]
-            first = torch.where(drops, new_positions[None, :, None], never).amin(dim=1)  # [B, K]
+            first = self._first_drops(staged, self.int_keys[:, :K], positions, valid, self.seen)
             if staged.inherited is not None:
                 first = torch.minimum(first, staged.inherited.gather(1, positions.clamp_min(0)))
-        elif self.int_keys is not None:
-            raise RuntimeError("this cache was filled with pruning on; turn pruning on again to continue it")
-        # j is visible to query n iff it is a real slot, j <= n, and no query up to n dropped it
+        new_positions = torch.arange(self.seen, never, device=positions.device)
+        # j is visible to query n iff it is a live slot, j <= n, and no query up to n dropped it
         self._visible = (valid[:, None, :] & (positions[:, None, :] <= new_positions[None, :, None])
                          & (new_positions[None, :, None] < first[:, None, :]))
-        self.key_positions = positions
+        self.key_positions = positions.clone()  # the slots of the returned keys, before the drops below clear them
+        self.keys_in_order = self.seen == 0
         self.seen = never
         self.first_by_position = None
         if staged is not None and staged.propagate:
-            # positions this layer no longer holds were dropped earlier (0: before every query); padding slots
-            # write into a spare last column
-            by_position = torch.zeros(B, never + 1, dtype=torch.long, device=device)
+            # positions this layer no longer holds were dropped earlier (0: before every query); dead slots write
+            # into a spare last column
+            by_position = torch.zeros(positions.shape[0], never + 1, dtype=torch.long, device=positions.device)
             by_position.scatter_(1, positions.masked_fill(~valid, never), first)
             self.first_by_position = by_position[:, :never]
-        self._keep(keys, values, int_keys, positions, valid & (first == never))
+        dropped = valid & (first < never)
+        valid &= ~dropped  # in place: the slots die in the buffers (the mask above is already built)
+        positions.masked_fill_(dropped, -1)
+        if self._compaction_due():
+            self._compact()  # new buffers; the views returned here keep the old ones until the attention is done
         return keys, values
 
-    def _keep(self, keys, values, int_keys, positions, alive) -> None:
-        """Store only the alive slots [B, K] of the call's keys, in their order, at the front of new buffers sized to
-        the longest row; the old buffers, and the dropped tokens in them, are released."""
-        counts = alive.sum(dim=1)  # [B]
-        kept = int(counts.max()) if counts.numel() else 0
-        if bool(alive.all()):
-            self.keys, self.values, self.int_keys, self.positions, self.valid = keys, values, int_keys, positions, alive
-            return
-        # a stable sort puts each row's alive slots first, in order; slots past a row's count are padding
-        order = torch.argsort((~alive).to(torch.uint8), dim=1, stable=True)[:, :kept]  # [B, S']
-        valid = torch.arange(kept, device=alive.device)[None, :] < counts[:, None]
+    def _append(self, key_states, value_states, k_int) -> None:
+        """Write T new tokens (keys, values [B, G, T, Dh], interaction keys [B, T, r] or None) into the slots past
+        the used ones, growing the buffers first if they are full."""
+        T, n = key_states.shape[2], self.used
+        if n + T > self.slots():
+            self._reallocate(n + T)
+        if k_int is not None and self.int_keys is None:
+            self.int_keys = k_int.new_zeros(k_int.shape[0], self.slots(), k_int.shape[2])
+        self.keys[:, :, n:n + T] = key_states
+        self.values[:, :, n:n + T] = value_states
+        if k_int is not None:
+            self.int_keys[:, n:n + T] = k_int
+        self.positions[:, n:n + T] = torch.arange(self.seen, self.seen + T, device=self.device)
+        self.valid[:, n:n + T] = True
+        self.used = n + T
 
-        def gather_slots(t):  # [B, G, K, Dh] -> [B, G, S', Dh]
-            return t.gather(2, order[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3]))
+    def _first_drops(self, staged: _Staged, int_keys, positions, valid, seen: int) -> torch.Tensor:
+        """[B, K]: the first of the call's queries (positions seen .. seen + T - 1) that drops each slot of
+        ``int_keys`` [B, K, r] (``seen + T``: none). Query n drops slot j when it scores it <= 0 and j is live and
+        earlier than n (a token never drops itself). The queries go in chunks, so a long call (the prompt) never
+        holds a [B, T, K] score tensor."""
+        T = staged.q_int.shape[1]
+        never = seen + T
+        first = torch.full_like(positions, never)
+        for start in range(0, T, self.PREFILL_CHUNK):
+            q_int = staged.q_int[:, start:start + self.PREFILL_CHUNK]
+            queries = torch.arange(seen + start, seen + start + q_int.shape[1], device=positions.device)
+            scores = staged.interaction.scores(q_int, int_keys, staged.budget)  # [B, t, K]
+            drops = (scores <= 0) & (positions[:, None, :] < queries[None, :, None])
+            # argmax finds the first True along the queries (or 0 when there is none, which the gather tells)
+            index = drops.view(torch.uint8).argmax(dim=1, keepdim=True)  # [B, 1, K]
+            dropped_here = drops.gather(1, index)[:, 0] & (first == never)  # an earlier chunk's drop stands
+            first = torch.where(dropped_here, queries[index[:, 0]], first)
+        return first.masked_fill_(~valid, never)  # dead and spare slots are not dropped again
 
-        self.keys, self.values = gather_slots(keys), gather_slots(values)
-        if int_keys is not None:
-            self.int_keys = int_keys.gather(1, order[:, :, None].expand(-1, -1, int_keys.shape[2]))
-        else:
-            self.int_keys = None
-        self.positions = positions.gather(1, order).masked_fill(~valid, -1)
-        self.valid = valid
+    def _compaction_due(self) -> bool:
+        """Whether removing the dead slots would free at least ``COMPACT_AT`` of the used ones (the longest row's
+        live tokens bound the buffers)."""
+        freed = self.used - int(self.valid.sum(dim=1).max()) if self.used else 0
+        return freed > 0 and freed >= self.COMPACT_AT * self.used
+
+    def _compact(self) -> None:
+        """Move each row's live slots, in order, to the front of new buffers sized to the longest row (plus slack);
+        the old buffers, and the dead slots in them, are released."""
+        alive = self.valid[:, :self.used]
+        kept = int(alive.sum(dim=1).max())
+        # a stable sort puts each row's live slots first, in order; slots past a row's count are padding
+        order = torch.argsort((~alive).to(torch.uint8), dim=1, stable=True)[:, :kept]  # [B, kept]
+        self._reallocate(kept, order)
+        self.used = kept
+
+    def _reallocate(self, needed: int, order: torch.Tensor | None = None) -> None:
+        """New buffers of ``needed`` slots plus 1/SLACK more, their first slots filled from the old ones: the used
+        slots as they are, or those ``order`` [B, n] picks in each row (n <= needed); the rest are free."""
+        B = self.valid.shape[0]
+        n = self.used if order is None else order.shape[1]
+        capacity = needed + max(needed // self.SLACK, 1)
+
+        def moved(t: torch.Tensor, slot_dim: int) -> torch.Tensor:
+            fresh = t.new_zeros(*t.shape[:slot_dim], capacity, *t.shape[slot_dim + 1:])
+            if order is None:
+                fresh.narrow(slot_dim, 0, n).copy_(t.narrow(slot_dim, 0, n))
+            elif slot_dim == 1:
+                fresh[:, :n] = t[torch.arange(B, device=t.device)[:, None], order]
+            else:  # [B, G, C, Dh]: advanced indexing over [B * G, C, Dh] moves whole Dh-vectors (a gather with an
+                # expanded index is several times slower on CPU)
+                G, C, Dh = t.shape[1:]
+                rows = torch.arange(B * G, device=t.device)[:, None]
+                fresh[:, :, :n] = t.reshape(B * G, C, Dh)[rows, order.repeat_interleave(G, dim=0)].view(B, G, n, Dh)
+            return fresh
+
+        self.keys, self.values = moved(self.keys, 2), moved(self.values, 2)
+        if self.int_keys is not None:
+            self.int_keys = moved(self.int_keys, 1)
+        self.valid = moved(self.valid, 1)
+        self.positions = moved(self.positions, 1).masked_fill_(~self.valid, -1)
+
+    def slots(self) -> int:
+        """Slots allocated per row (live, dead, padding and free)."""
+        return self.valid.shape[1]
 
     def pop_visible(self) -> torch.Tensor:
         """The visibility mask [B, T, K] of the last update (given once: it is freed here)."""
@@ -233,7 +314,12 @@ class PrunedCache(Cache):
         layer.staged = _Staged(interaction.query(x), interaction.key(x), interaction, budget, inherited, propagate)
 
     def nbytes(self) -> int:
+        """Bytes the layers' buffers hold, as allocated."""
         return sum(layer.nbytes() for layer in self.layers)
+
+    def live_nbytes(self) -> int:
+        """Bytes of the live tokens in them (``nbytes()`` less the dead, padding and spare slots)."""
+        return sum(layer.live_nbytes() for layer in self.layers)
 
     def live_tokens(self) -> torch.Tensor:
         """[L, B] tokens each layer holds for each row."""

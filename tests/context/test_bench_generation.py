@@ -7,7 +7,7 @@ import torch
 from bab.context.attach import set_alpha, set_pruning
 from bab.context.bench import cache_verdicts, generate_once, generation_table
 from bab.context.interaction import HARD, PruningConfig
-from bab.context.pruned_cache import PrunedCache
+from bab.context.pruned_cache import PrunedCache, PrunedLayer
 
 quiet_transformers = tiny_decoders.quiet_transformers
 
@@ -54,8 +54,8 @@ def test_generated_tokens_are_the_greedy_tokens_of_the_full_forward(prune):
     assert isinstance(cache, PrunedCache) == prune
     assert prefill_s > 0 and decode_s > 0 and peak > 0
     seen = 40 + 12 - 1
-    for layer in cache.layers:
-        assert (layer.keys.shape[2] < seen) if prune else (layer.keys.shape[2] == seen)
+    for layer in cache.layers:  # pruned: every row holds fewer live tokens than it was given
+        assert (int(layer.live_tokens().max()) < seen) if prune else (layer.keys.shape[2] == seen)
     assert (live_after_prompt < 2 * 3 * 40) if prune else (live_after_prompt == 2 * 3 * 40)
 
 
@@ -111,8 +111,9 @@ def test_generation_longer_than_the_context_raises():
 
 
 def test_batched_rows_hold_their_own_live_tokens_padded_to_the_longest_row_only():
-    """Rows drop different tokens; each layer's buffers are as long as its longest row's live tokens, no longer, and
-    the generated logits still equal the full forward."""
+    """Rows drop different tokens; each layer holds exactly its rows' live tokens, in buffers no longer than its
+    longest row's live tokens plus the dead slots not yet worth a copy and 1/SLACK spare slots, and the generated
+    logits still equal the full forward."""
     model = model_with(1.0)
     prompt = torch.randint(0, 64, (3, 40), generator=torch.Generator().manual_seed(6))
     verdicts = cache_verdicts(model, prompt, new_tokens=12)
@@ -121,7 +122,77 @@ def test_batched_rows_hold_their_own_live_tokens_padded_to_the_longest_row_only(
     rows_differ = False
     for layer in cache.layers:
         live = layer.live_tokens()  # [B]
-        assert layer.keys.shape[2] == layer.values.shape[2] == int(live.max())
         assert torch.equal(live, layer.valid.sum(dim=1)) and torch.equal(live, (layer.positions >= 0).sum(dim=1))
+        longest, used, slots = int(live.max()), layer.used, layer.slots()
+        assert layer.keys.shape[2] == layer.values.shape[2] == layer.int_keys.shape[1] == slots
+        assert used - longest < PrunedLayer.COMPACT_AT * used  # more dead slots would have been compacted
+        assert used <= slots <= used + used // PrunedLayer.SLACK + 1
+        assert not layer.valid[:, used:].any()  # the spare slots hold nothing
+        per_slot = (2 * 2 * 16 + 8) * 4 + 8 + 1  # keys, values (2 heads x 16), interaction key (r = 8); position, valid
+        assert layer.nbytes() == 3 * slots * per_slot and layer.live_nbytes() == int(live.sum()) * per_slot
         rows_differ |= len(set(live.tolist())) > 1
     assert rows_differ  # not vacuous: some rows are padded
+    assert cache.nbytes() == sum(layer.nbytes() for layer in cache.layers) > cache.live_nbytes()
+
+
+def test_compaction_moves_the_live_slots_into_smaller_buffers(monkeypatch):
+    """Every compaction leaves each row's live tokens, in order, at the front of new buffers of the longest row's
+    live tokens plus 1/SLACK: no dead slot survives it and the old buffers are let go."""
+    after = []
+    compact = PrunedLayer._compact
+
+    def spy(layer):
+        before = (layer.used, layer.slots(), layer.keys)
+        compact(layer)
+        after.append((before, layer.slots(), layer.keys, layer.used, layer.live_tokens(), layer.valid.clone(),
+                      layer.positions.clone()))
+
+    monkeypatch.setattr(PrunedLayer, "_compact", spy)
+    generate_once(model_with(1.0), torch.randint(0, 64, (3, 40), generator=torch.Generator().manual_seed(6)), 12)
+    assert after  # not vacuous: the prompt's drops alone call for one
+    for (old_used, old_slots, old_keys), slots, keys, used, live, valid, positions in after:
+        assert keys is not old_keys and used < old_used and slots <= old_slots
+        assert used == int(live.max()) and slots == used + max(used // PrunedLayer.SLACK, 1)
+        front = torch.arange(slots)[None, :] < live[:, None]
+        assert torch.equal(valid, front)
+        for row in range(3):  # live positions in their order, then padding
+            held = positions[row][: int(live[row])]
+            assert bool((held[1:] > held[:-1]).all()) and bool((positions[row][int(live[row]):] == -1).all())
+
+
+@pytest.mark.parametrize("compact_at", [0.0, 1.0])
+def test_dead_slots_are_invisible_whenever_they_are_compacted(monkeypatch, compact_at):
+    """Compacting at every drop (0.0) or never (1.0: dead slots stay, hidden by the mask) generates the same tokens
+    and logits as the default, all equal to the full forward."""
+    model = model_with(1.0)
+    prompt = torch.randint(0, 64, (3, 40), generator=torch.Generator().manual_seed(7))
+    reference = cache_verdicts(model, prompt, new_tokens=12)
+    monkeypatch.setattr(PrunedLayer, "COMPACT_AT", compact_at)
+    verdicts = cache_verdicts(model, prompt, new_tokens=12)
+    assert verdicts["equals_full_forward"] and verdicts["never_reappear"]
+    assert verdicts["live_fraction"] == reference["live_fraction"] < 1
+    _, _, _, cache, tokens, _ = generate_once(model, prompt, 12)
+    assert torch.equal(tokens, greedy_without_cache(model, prompt, 12, True))
+    seen = 40 + 12 - 1
+    for layer in cache.layers:
+        # never compacted: every token given still has a slot, dead or live
+        assert (layer.used == seen) if compact_at == 1.0 else (layer.used == int(layer.live_tokens().max()))
+
+
+def test_a_long_call_scored_in_chunks_drops_what_one_chunk_would(monkeypatch):
+    """The prompt's queries are scored PREFILL_CHUNK at a time: chunks of 7 (a prompt of 40 in 6 uneven chunks)
+    leave the same tokens live, and generate the same logits, as one chunk."""
+    model = model_with(1.0)
+    prompt = torch.randint(0, 64, (3, 40), generator=torch.Generator().manual_seed(8))
+    states = []
+    for chunk in (64, 7):
+        monkeypatch.setattr(PrunedLayer, "PREFILL_CHUNK", chunk)
+        verdicts = cache_verdicts(model, prompt, new_tokens=6)
+        assert verdicts["equals_full_forward"] and verdicts["live_fraction"] < 1
+        _, _, _, cache, tokens, _ = generate_once(model, prompt, 6)
+        states.append((tokens, [(layer.positions[:, :layer.used], layer.valid[:, :layer.used])
+                                for layer in cache.layers]))
+    (tokens, layers), (chunked_tokens, chunked_layers) = states
+    assert torch.equal(tokens, chunked_tokens)
+    for (positions, valid), (chunked_positions, chunked_valid) in zip(layers, chunked_layers, strict=True):
+        assert torch.equal(positions, chunked_positions) and torch.equal(valid, chunked_valid)
