@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 import bab.report.build as report
+import bab.report.schedule as schedule
 from bab.__main__ import main as bab_main
 from bab.report import progress
 from bab.report.results import ROWS_DIR_ENV, save_results
@@ -366,6 +367,7 @@ def test_two_jobs_run_notebooks_at_once_with_the_cores_divided(tmp_path, monkeyp
         write_notebook(nb_dir / f"{name}.ipynb", THREADS_CODE)
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setattr(report, "available_cores", lambda: 4)
+    monkeypatch.setattr(schedule, "available_cores", lambda: 4)
     monkeypatch.setitem(sys.modules, "bab.report.paper", fake_paper())
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -386,31 +388,31 @@ def test_two_jobs_run_notebooks_at_once_with_the_cores_divided(tmp_path, monkeyp
 
 def test_notebooks_start_in_the_order_that_ends_soonest_and_the_jobs_default():
     # two jobs, each taking the next notebook when free: 3, 3 | 2 after 3 | 2 after 3 | 2 after 5 -> ends at 7
-    assert report.planned_finish([3, 3, 2, 2, 2], jobs=2) == 7
-    assert report.planned_finish([3, 3, 2, 2, 2], jobs=1) == 12
+    assert schedule.planned_finish([3, 3, 2, 2, 2], jobs=2) == 7
+    assert schedule.planned_finish([3, 3, 2, 2, 2], jobs=1) == 12
     a, b, c, d, e = (report.NotebookRun(Path(f"0{i}_{n}.ipynb")) for i, n in enumerate("abcde", 1))
     runs = [{"seconds": s} for s in (5.0, 4.0, 3.0, 3.0, 3.0)]
     # longest first ends at 10 (a | b, c after b, d after a, e after c); {a, b} beside {c, d, e} ends at 9
-    assert report.planned_finish([5, 4, 3, 3, 3], jobs=2) == 10
-    order = report.start_order([a, b, c, d, e], runs, jobs=2)
+    assert schedule.planned_finish([5, 4, 3, 3, 3], jobs=2) == 10
+    order = schedule.start_order([a, b, c, d, e], runs, jobs=2)
     seconds = {p: r["seconds"] for p, r in zip([a, b, c, d, e], runs, strict=True)}
-    assert report.planned_finish([seconds[p] for p in order], jobs=2) == 9 and order[0] == a
-    assert report.start_order([a, b, c, d, e], runs, jobs=1) == [a, b, c, d, e]  # one job: nothing to plan
+    assert schedule.planned_finish([seconds[p] for p in order], jobs=2) == 9 and order[0] == a
+    assert schedule.start_order([a, b, c, d, e], runs, jobs=1) == [a, b, c, d, e]  # one job: nothing to plan
     # no run measured before: notebook order; a notebook never run beside measured ones counts as the longest, so
     # it starts at once, beside the longest measured one
     fresh = [report.NotebookRun(Path(f"{s}.ipynb")) for s in ("01_x", "02_y", "03_z")]
-    assert report.start_order(fresh, [None] * 3, jobs=2) == fresh
-    mixed = report.start_order([a, b, c, d], [{"seconds": 1.0}, None, {"seconds": 2.0}, None], jobs=2)
+    assert schedule.start_order(fresh, [None] * 3, jobs=2) == fresh
+    mixed = schedule.start_order([a, b, c, d], [{"seconds": 1.0}, None, {"seconds": 2.0}, None], jobs=2)
     assert mixed[-1] == a and set(mixed[:3]) == {b, c, d}  # b and d count as 2 s, the longest measured
     assert not hasattr(report, "QUICK_SECONDS")  # no seconds typed into code
-    assert report.default_jobs(cores=1) == 1 and report.default_jobs(cores=2) == min(2, report.DEFAULT_JOBS)
-    assert report.threads_per_job(2, cores=2) == 1 and report.threads_per_job(3, cores=2) == 1
+    assert schedule.default_jobs(cores=1) == 1 and schedule.default_jobs(cores=2) == min(2, schedule.DEFAULT_JOBS)
+    assert schedule.threads_per_job(2, cores=2) == 1 and schedule.threads_per_job(3, cores=2) == 1
     for bad in (0, -1, 1.5, "2"):
         with pytest.raises(ValueError, match="--jobs must be a positive whole number"):
-            report.check_jobs(bad)
+            schedule.check_jobs(bad)
         with pytest.raises(ValueError, match="--threads must be a positive whole number"):
-            report.check_threads(bad)
-    assert report.check_threads(None) is None and report.check_threads(3) == 3
+            schedule.check_threads(bad)
+    assert schedule.check_threads(None) is None and schedule.check_threads(3) == 3
 
 
 def test_threads_override_the_cores_divided_among_the_jobs(tmp_path, monkeypatch):
