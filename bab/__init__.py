@@ -33,7 +33,7 @@ BudgetedClassifier, Recipe, ContextPruner, SparsifinerClassifier, read_labeled, 
 
 _PUBLIC = {
     "BudgetedClassifier": "bab.api.heads",
-    "Recipe": "bab.api.heads",
+    "Recipe": "bab.heads.recipe",
     "ContextPruner": "bab.api.context",
     "SparsifinerClassifier": "bab.api.vit",
     "read_labeled": "bab.api.data",

@@ -16,7 +16,7 @@ the CLI.
 
 # Imported on first use, so `from bab import BudgetedClassifier` does not also import the ViT and decoder code.
 _PUBLIC = {
-    "BudgetedClassifier": "bab.api.heads", "Recipe": "bab.api.heads", "ContextPruner": "bab.api.context",
+    "BudgetedClassifier": "bab.api.heads", "Recipe": "bab.heads.recipe", "ContextPruner": "bab.api.context",
     "SparsifinerClassifier": "bab.api.vit", "LabelMap": "bab.api.data", "LabeledTexts": "bab.api.data",
     "read_labeled": "bab.api.data", "fit_heads": "bab.api.fit",
 }

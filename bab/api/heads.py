@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import pandas as pd
@@ -35,7 +35,7 @@ from safetensors.torch import load_file, save_file
 
 from bab.api.data import LabeledTexts, LabelMap, encode, holdout, read_labeled, warn_if_few
 from bab.core import strict_json
-from bab.core.budget import GATE_STARTS, validate_budget
+from bab.core.budget import validate_budget
 from bab.core.folders import share
 from bab.core.runs import RunCache, state_digest
 from bab.core.statistics import CONFIDENCE, RESAMPLES
@@ -47,7 +47,8 @@ from bab.experiments.own_data import OwnDataProfile, OwnDataStudy
 from bab.heads.evaluate import evaluate, gates_by_budget, interval_columns
 from bab.heads.hf_encoder import GatedHFClassifier, load_classifier, load_tokenizer, resolve_encoder_source
 from bab.heads.hf_pruning import KEPT_HEADS_KEY, pruned_copy
-from bab.heads.train import TrainConfig, ranking_passes
+from bab.heads.recipe import Recipe
+from bab.heads.train import ranking_passes
 
 CHECKPOINT_KEY = "bab_budgeted"  # in config.json: marks a gated checkpoint and holds its gates' recipe
 GATES_FILE = "bab_gates.safetensors"
@@ -59,74 +60,6 @@ CHECKPOINT_FORMAT = 1
 ALL_HEADS = "all heads"
 SWEEP_COLUMNS = ("budget", "mode", "accuracy", "accuracy_low", "accuracy_high", "vs_dense", "vs_dense_low",
                  "vs_dense_high", "loss", "cost", "heads_kept", "n")
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """How ``fit`` trains. The defaults are notebook 03's MiniLM recipe (bab.experiments.bert), including its
-    hard-adaptation recipe (docs/budgeted-heads.md, "The hard-adaptation recipe").
-
-    ``batch_size`` is the global batch: under ``accelerate launch`` with N processes each takes
-    ``batch_size / N`` examples of every step (N must divide it), so N processes follow the same optimisation
-    as one.
-    """
-
-    max_len: int = 128  # tokens per text (longer texts are truncated, as in the paper's BERT protocol)
-    batch_size: int = 16
-    dense_epochs: int = 2
-    budgeted_epochs: int = 1
-    hard_epochs: int = 2  # 0: no hard adaptation; 2, as chosen on validation for MiniLM (docs/budgeted-heads.md)
-    dense_lr: float = 1e-4
-    lr: float = 5e-5  # budgeted and hard adaptation
-    gate_lr: float = 1e-2
-    lambda_cost: float = 0.05
-    lambda_viol: float = 20.0
-    budget_min: float = 0.1  # budgeted training samples b ~ U[budget_min, 1]
-    # the soft phase of the hard-adaptation recipe: a two-sided budget term, so the cost tracks the request from
-    # below too, and gates that start nested in order of head importance (one-at-a-time ablation on this many
-    # training examples), so the soft model commits to heads and the hard top-k keeps what it promised
-    two_sided: bool = True
-    gate_start: str = "ablation"  # bab.core.budget.GATE_STARTS: "flat" (the paper), "random", "ablation", ...
-    gate_start_examples: int = 128
-    kd_beta: float = 0.5
-    kd_temperature: float = 2.0
-    val_fraction: float = 0.1  # held out of the training data when no validation data is given
-    seed: int = 13
-
-    def __post_init__(self):
-        if self.max_len < 3:
-            raise ValueError(f"Recipe.max_len must leave room for [CLS], [SEP] and a word, got {self.max_len}")
-        if min(self.dense_epochs, self.budgeted_epochs) < 1 or self.hard_epochs < 0:
-            raise ValueError("Recipe: dense_epochs and budgeted_epochs must be >= 1 and hard_epochs >= 0, got "
-                             f"{self.dense_epochs}, {self.budgeted_epochs}, {self.hard_epochs}")
-        if not 0 <= self.val_fraction < 1:
-            raise ValueError(f"Recipe.val_fraction must lie in [0, 1), got {self.val_fraction}")
-        validate_budget(self.budget_min)
-        if self.gate_start not in GATE_STARTS:
-            raise ValueError(f"Recipe.gate_start must be one of {GATE_STARTS} (how the gates start), got "
-                             f"{self.gate_start!r}")
-
-    def train_configs(self, hard_budgets=None) -> dict[str, TrainConfig]:
-        """The three stages' TrainConfigs (``batch_size``: the global batch). The budgeted gates train at
-        b ~ U[budget_min, 1] per batch; hard adaptation (``hard_epochs`` epochs) adapts the top-k at b ~
-        U[budget_min, 1] too, unless ``hard_budgets`` says otherwise: one budget adapts that budget alone, several
-        b ~ U[their minimum, 1]."""
-        common = dict(batch_size=self.batch_size, seed=self.seed, gate_lr=self.gate_lr)
-        configs = {
-            "dense": TrainConfig(objective="dense", epochs=self.dense_epochs, lr=self.dense_lr, **common),
-            "budgeted": TrainConfig(objective="budgeted", epochs=self.budgeted_epochs, lr=self.lr,
-                                    budget_min=self.budget_min, lambda_cost=self.lambda_cost,
-                                    lambda_viol=self.lambda_viol, two_sided=self.two_sided,
-                                    gate_start=self.gate_start, gate_start_examples=self.gate_start_examples,
-                                    **common),
-        }
-        if self.hard_epochs:
-            budgets = sorted(validate_budget(b) for b in hard_budgets) if hard_budgets else [self.budget_min, 1.0]
-            fixed = budgets[0] if len(budgets) == 1 else None
-            configs["hard"] = TrainConfig(objective="hard_adapt", epochs=self.hard_epochs, lr=self.lr,
-                                          kd_beta=self.kd_beta, kd_temperature=self.kd_temperature, budget=fixed,
-                                          budget_min=budgets[0], freeze_gates=True, min_per_layer=1, **common)
-        return configs
 
 
 def _encoder_folder(model: torch.nn.Module, tokenizer) -> Path:

@@ -38,7 +38,7 @@ def _add_fit_heads(sub) -> None:
     p.add_argument("--prune", type=float, default=0.5, help="budget to prune structurally and time (0: skip)")
     p.add_argument("--text-column", default="text", help="name of the text column")
     p.add_argument("--label-column", default="label", help="name of the label column (string or integer labels)")
-    recipe = _heads_recipe()  # the API's defaults (bab.api.heads.Recipe): the CLI trains what fit() trains
+    recipe = _heads_recipe()  # the API's defaults (bab.heads.recipe.Recipe): the CLI trains what fit() trains
     p.add_argument("--max-len", type=int, default=recipe.max_len, help="tokens per text (longer texts are "
                                                                        "truncated, and counted)")
     p.add_argument("--epochs", default=f"{recipe.dense_epochs},{recipe.budgeted_epochs},{recipe.hard_epochs}",
@@ -67,7 +67,7 @@ def _add_fit_heads(sub) -> None:
 
 
 def _heads_recipe():
-    from bab.api.heads import Recipe
+    from bab.heads.recipe import Recipe
 
     return Recipe()
 

@@ -30,7 +30,7 @@ _ENCODER_FILES = (".json", ".safetensors", ".bin")
 
 @dataclass(frozen=True)
 class OwnDataProfile:
-    """What ``BudgetedClassifier.fit`` trains (``bab.api.heads.Recipe.train_configs``)."""
+    """What ``BudgetedClassifier.fit`` trains (``bab.heads.recipe.Recipe.train_configs``)."""
 
     dense: TrainConfig
     warm: TrainConfig  # the warm-start budgeted stage

@@ -217,8 +217,8 @@ def test_the_command_and_the_api_train_the_same_model(tiny_encoder, topic_csvs, 
     weights, gates and dense fine-tune."""
     from safetensors.torch import load_file
 
-    from bab.api.heads import Recipe
     from bab.heads.evaluate import evaluate
+    from bab.heads.recipe import Recipe
 
     parser_defaults = {a.dest: a.default for a in _fit_heads_parser()._actions}
     recipe = Recipe()

@@ -13,7 +13,8 @@ import pytest
 
 from bab.api import fit as fit_module
 from bab.api import heads as heads_module
-from bab.api.heads import BudgetedClassifier, Recipe
+from bab.api.heads import BudgetedClassifier
+from bab.heads.recipe import Recipe
 
 Z = 1.959963984540054
 N = 500
