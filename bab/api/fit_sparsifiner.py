@@ -66,8 +66,8 @@ def fit_sparsifiner(train, out, test, keep_rates=(0.5, 0.25, 0.1), image_size: i
                "labels": clf.labels, "train_images": len(clf.train_set), "test_images": len(test_data),
                "shape": {"image_size": c.image_size, "patch_size": c.patch_size, "channels": c.num_channels,
                          "layers": c.num_layers, "heads": c.num_heads, "tokens": c.num_tokens},
-               "recipe": {"profile": clf.profile.name, "epochs": list(epochs) if epochs else
-                          [clf.profile.dense.epochs, clf.profile.phase1.epochs, clf.profile.phase2.epochs],
+               "recipe": {"epochs": list(epochs) if epochs else
+                          [clf.recipe.dense.epochs, clf.recipe.phase1.epochs, clf.recipe.phase2.epochs],
                           "batch_size": batch_size, "seed": seed, "predictor": c.connectivity().to_dict()},
                "keep_rates": keep_rates, "sweep": sweep.to_dict(orient="records"), "history": clf.history,
                "files": FILES}

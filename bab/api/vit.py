@@ -11,7 +11,8 @@
 A small ViT (transformers' ``ViTForImageClassification`` with Sparsifiner attached, ``bab.sparsifiner.vit``) is
 trained from scratch (no pretrained ViT is available offline), or a transformers ViT / DeiT of your own
 (``model=``: the object, a hub id or a saved folder) is fine-tuned, with notebook 05's recipe: its
-``quick`` profile's three training phases and the official code's predictor options, run as notebook 05's
+Sparsifiner's recipe (``bab.sparsifiner.recipe.RECIPE``: the three training phases and the official code's predictor
+options; notebook 05's profiles size the same recipe, and tuning them never changes this one), run as notebook 05's
 study steps over your images (``bab.experiments.vit.OwnImagesStudy``), each through the run cache, so an
 interrupted fit resumes and a repeated one is loaded. Images: one folder per class, read with Pillow,
 converted to grayscale (``channels=1``) or RGB (3), resized to ``image_size`` and standardised with the training
@@ -32,9 +33,11 @@ from torch.utils.data import TensorDataset
 from bab.api.data import LabelMap
 from bab.core.step_clock import fit_plan, steps_per_epoch
 from bab.core.threads import apply_threads
-from bab.experiments.vit import VIT, OwnImagesStudy
+from bab.experiments.vit import OwnImagesStudy
+from bab.experiments.vit.profiles import recipe_profile
 from bab.sparsifiner.evaluate import evaluate_vit
 from bab.sparsifiner.predictor import validate_keep_rate
+from bab.sparsifiner.recipe import RECIPE, SparsifinerRecipe
 from bab.sparsifiner.vit import ViTClassifierConfig, vit_forward
 
 IMAGE_MODEL_TYPES = ("vit", "deit")
@@ -95,8 +98,8 @@ class SparsifinerClassifier:
     """A small ViT whose attention keeps, per query, only the connections a learnt predictor selects."""
 
     def __init__(self, config: ViTClassifierConfig, labels: list[str], images: np.ndarray, label_names: list[str],
-                 profile=VIT["quick"], base_model: torch.nn.Module | None = None):
-        self.config, self.profile, self.base_model = config, profile, base_model
+                 recipe: SparsifinerRecipe = RECIPE, base_model: torch.nn.Module | None = None):
+        self.config, self.recipe, self.base_model = config, recipe, base_model
         self.label_map = LabelMap(labels)
         x = torch.from_numpy(images.astype(np.float32) / 255.0).permute(0, 3, 1, 2)  # [N, C, H, W]
         self.mean = x.mean(dim=(0, 2, 3), keepdim=True)[0]  # [C, 1, 1]: the training set's statistics
@@ -111,8 +114,8 @@ class SparsifinerClassifier:
 
     @classmethod
     def from_folder(cls, folder, image_size: int = 28, patch_size: int = 4, channels: int = 1,
-                    profile: str = "quick", model=None) -> SparsifinerClassifier:
-        """Read the training images of ``folder/<label>/*``; the model shape is notebook 05's at ``image_size``.
+                    recipe: SparsifinerRecipe = RECIPE, model=None) -> SparsifinerClassifier:
+        """Read the training images of ``folder/<label>/*``; the model shape is the recipe's at ``image_size``.
 
         ``model``: a transformers ViT or DeiT image classifier to fine-tune instead (the object, or a hub id or
         folder for ``from_pretrained``); its image size, patch size and channels are used, and its classifier is
@@ -130,7 +133,7 @@ class SparsifinerClassifier:
                           f"image_size= (a multiple of patch_size={patch_size}) to train at their own size",
                           stacklevel=2)
         labels = LabelMap.fit(names, f"the images in {folder}").names
-        p = VIT[profile]
+        p = recipe
         shape = {**p.model, "image_size": image_size, "patch_size": patch_size, "num_channels": channels,
                  "num_classes": len(labels)}
         if base is not None:
@@ -149,15 +152,15 @@ class SparsifinerClassifier:
             progress: bool = True, cache=None, threads: int | None = None) -> SparsifinerClassifier:
         """Dense ViT, then phase 1 (predictors on the frozen backbone), then phase 2 (joint, distilled from dense).
 
-        ``epochs``: (dense, phase 1, phase 2); default: the profile's. ``batch_size``: the global batch of every
-        phase; default the profile's, made smaller for a small folder so every epoch has at least
+        ``epochs``: (dense, phase 1, phase 2); default: the recipe's. ``batch_size``: the global batch of every
+        phase; default the recipe's, made smaller for a small folder so every epoch has at least
         ``MIN_STEPS_PER_EPOCH`` steps (``default_batch_size``). ``cache``: where each trained phase is kept (a
         ``RunCache`` or a folder; default the run cache, ``$BAB_CACHE_DIR``; ``False``: nowhere).
         ``threads``: torch threads (default ``$BAB_THREADS``, else torch's current setting; ``bab.core.threads``).
         With ``progress`` each phase prints how long it will take after its first few steps.
         """
         apply_threads(threads)
-        p = self.profile
+        p = self.recipe
         configs = [p.dense, p.phase1, p.phase2]
         if epochs is not None:
             if len(epochs) != 3 or min(epochs) < 1:
@@ -167,7 +170,7 @@ class SparsifinerClassifier:
             raise ValueError(f"batch_size must be >= 1 (or None for the default), got {batch_size}")
         num_images = len(self.train_set)
         configs = [replace(c, batch_size=batch_size or default_batch_size(num_images, c.batch_size)) for c in configs]
-        profile = replace(p, dense=configs[0], phase1=configs[1], phase2=configs[2], seed=seed)
+        profile = recipe_profile(replace(p, dense=configs[0], phase1=configs[1], phase2=configs[2]), num_images, seed)
         study = OwnImagesStudy(profile, self.config, self.train_set, cache=cache, progress=progress,
                                base_model=self.base_model)
         stages = [(c.objective, c.epochs * steps_per_epoch(num_images, c.batch_size)) for c in configs]

@@ -156,3 +156,18 @@ def test_a_model_that_is_not_a_vit_is_refused_with_the_supported_classes(image_f
                                                     intermediate_size=32))
     with pytest.raises(ValueError, match="ViTForImageClassification or DeiTForImageClassification"):
         SparsifinerClassifier.from_folder(image_folders[0], model=bert)
+
+
+def test_fit_trains_the_methods_recipe_whatever_the_notebook_profiles_say(image_folders, monkeypatch):
+    """The recipe belongs to Sparsifiner (bab.sparsifiner.recipe): tuning notebook 05's profiles leaves it alone."""
+    from dataclasses import replace
+
+    from bab.experiments import vit
+    from bab.sparsifiner.recipe import RECIPE
+
+    before = SparsifinerClassifier.from_folder(image_folders[0], image_size=8, patch_size=2)
+    for name, profile in list(vit.VIT.items()):
+        monkeypatch.setitem(vit.VIT, name, replace(profile, n_down=2, dense=replace(profile.dense, epochs=99)))
+    after = SparsifinerClassifier.from_folder(image_folders[0], image_size=8, patch_size=2)
+    assert after.recipe is RECIPE and after.config == before.config and after.config.n_down == RECIPE.n_down
+    assert (RECIPE.dense.epochs, RECIPE.phase1.epochs, RECIPE.phase2.epochs) == (10, 2, 8)

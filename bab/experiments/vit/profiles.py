@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from bab.heads import train as heads_train
+from bab.sparsifiner.recipe import RECIPE, SparsifinerRecipe
 from bab.sparsifiner.train import ViTTrainConfig
 from bab.sparsifiner.vit import ViTClassifierConfig
 
@@ -86,26 +87,11 @@ class ViTProfile:
 PREDICTOR_CHOICES = ("profile", "validation")
 
 
-# A DeiT-tiny-like shape sized for 2 CPU cores: 28x28 images in 4x4 patches = 49 patches + CLS = 50 tokens,
-# 4 layers x 4 heads of width 16 (hidden 64, MLP 128). n_down = 8 keeps the paper's ratio n_down / n
-# (32 / 197 ~ 0.16; 8 / 50 = 0.16).
-_VIT_MODEL = dict(image_size=28, patch_size=4, num_channels=1, hidden_size=64, num_layers=4, num_heads=4,
-                  intermediate_size=128, num_classes=10, dropout=0.0)
-# Dense: AdamW with weight decay 0.05 (DeiT's); lr 3e-3 because a tiny ViT from scratch on few examples is slow.
-_VIT_DENSE = ViTTrainConfig(objective="dense", lr=3e-3, batch_size=128)
-# Phase 1: lambda_attn = 1 and lambda_token = lambda_kl = 0 (the paper); the L2 on W_up is AdamW's weight decay
-# 0.05, as the paper does instead of adding lambda_spa (its Eq. 12; lambda_spa = 0: no second L2 term).
-_VIT_PHASE1 = ViTTrainConfig(objective="predictor", lr=3e-3, batch_size=128, weight_decay=0.05)
-# Phase 2: lambda_token = lambda_kl = 0.5 (the paper); a lower lr because the backbone is already trained.
-# The keep rate is drawn per batch so one checkpoint serves the whole sweep (our choice; docs/sparsifiner.md).
-_VIT_PHASE2 = ViTTrainConfig(objective="joint", lr=3e-4, batch_size=128, keep_rates=(0.1, 0.25, 0.5, 1.0))
-# The predictor follows the official code, not the paper's text (docs/sparsifiner.md, "Paper text vs official
-# code vs ours"): CLS attends densely, the top m coefficients per query (official: 8 of n_down 32, here 2 of 8,
-# the same quarter), the |W_up| basis threshold and the 1/sqrt(num_heads) scale. Chosen on validation at
-# profile quick (seed 13, the ablation in docs/sparsifiner.md): 1.0 / 2.5 points under dense at keep 0.25 / 0.1,
-# against 2.1 / 5.4 with the paper-text semantics.
-_OFFICIAL_PREDICTOR = dict(cls_dense=True, coefficients="topm", top_m=2, basis_threshold_abs=True,
-                           predictor_scale="num_heads")
+# The 50-token model, its predictor and the dense / phase 1 / phase 2 steps are Sparsifiner's recipe
+# (bab.sparsifiner.recipe, each value's reason there); the profiles below size it (epochs, data).
+_VIT_MODEL = RECIPE.model
+_VIT_DENSE, _VIT_PHASE1, _VIT_PHASE2 = RECIPE.dense, RECIPE.phase1, RECIPE.phase2
+_OFFICIAL_PREDICTOR = RECIPE.predictor_options
 # EViT fine-tuned (Table 1's baseline as its paper trains it: CE only, the tokens pruned in the training forward),
 # warm-started from the dense ViT with phase 2's optimiser settings (lr 3e-4: the backbone is already trained, as
 # EViT's own fine-tune of a pretrained DeiT lowers its lr). The token keep rate and prune layers are the profile's.
@@ -198,3 +184,12 @@ VIT = {
                                "thread, phase 2 alone would take ~18 h at the 50-token recipe's sizes"),
     ),
 }
+
+
+def recipe_profile(recipe: SparsifinerRecipe, num_train: int, seed: int) -> ViTProfile:
+    """A profile holding ``recipe`` as it is (what ``SparsifinerClassifier.fit`` runs through the study's steps on
+    a user's ``num_train`` images): its shape, predictor and three steps; no validation or test split."""
+    return ViTProfile(name="recipe", num_train=num_train, num_val=0, num_test=0, model=recipe.model,
+                      dense=recipe.dense, phase1=recipe.phase1, phase2=recipe.phase2,
+                      heads=heads_train.TrainConfig(objective="budgeted"), seed=seed, n_down=recipe.n_down,
+                      tau=recipe.tau, up_prune=recipe.up_prune, predictor_options=recipe.predictor_options)
