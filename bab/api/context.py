@@ -27,6 +27,7 @@ from bab.context.interaction import PruningConfig
 from bab.context.lm import check_length, settings
 from bab.context.pretrained import load_decoder
 from bab.context.pruned_cache import PrunedCache
+from bab.context.recipe import fit_config
 from bab.context.train import LMTrainConfig, train_lm
 from bab.core.budget import validate_budget
 from bab.core.runs import RunCache, state_digest
@@ -90,12 +91,7 @@ class ContextPruner:
                 raise ValueError("tokenizer= goes with a model object; a source brings its own tokenizer")
             model, tokenizer = load_decoder(source, pruning=pruning, allow_hub=allow_hub)
         check_length(model, context)
-        objective = "budget_context" if budget_conditioned else "context_pruning"
-        # a pretrained decoder takes small steps, the fresh interaction modules big ones (notebook 07's split)
-        config = LMTrainConfig(objective=objective, context=context, batch_size=8, lr=1e-4, pruning_lr=1e-2,
-                               gamma=0.0 if budget_conditioned else 0.1, budget_min=0.05, budget_max=0.8,
-                               lambda_viol=50.0)
-        return cls(model, tokenizer, config)
+        return cls(model, tokenizer, fit_config(context, budget_conditioned))  # the method's recipe
 
     def token_ids(self, text, text_column: str = "text") -> torch.Tensor:
         """The token stream [N] of ``text`` (see ``read_text``)."""
