@@ -184,6 +184,18 @@ def check_out(out: Path, overwrite: bool) -> None:
                          f"ends, or choose another folder")
 
 
+def write_whole(out: Path, write) -> None:
+    """``write(folder)`` into a fresh staging folder beside ``out``, then swapped in as ``out``: the folder appears
+    whole or not at all (a failure or Ctrl-C leaves ``out`` as it was and removes the staging folder)."""
+    staging = staging_beside(out)
+    try:
+        write(staging)
+        swap_into_place(share(staging), out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
 def staging_for_all(out: Path) -> Path:
     """A fresh staging folder beside ``out``, made by the main process; every process gets its path."""
     state = distributed_state()

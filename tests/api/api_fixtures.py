@@ -53,3 +53,30 @@ def run_cache(tmp_path_factory):
         folder = tmp_path_factory.mktemp("run-cache")
         patch.setenv("BAB_CACHE_DIR", str(folder))
         yield folder
+
+
+def pattern(kind: str, rng):
+    """An 8x8 grayscale image (uint8): horizontal stripes, vertical stripes, or a bright square, with noise."""
+    import numpy as np
+
+    img = rng.integers(0, 60, (8, 8))
+    if kind == "horizontal":
+        img[::2] += 180
+    elif kind == "vertical":
+        img[:, ::2] += 180
+    else:
+        img[2:6, 2:6] += 180
+    return img.clip(0, 255).astype(np.uint8)
+
+
+def write_image_folders(root, counts: dict) -> None:
+    """``root/<split>/<kind>/<i>.png``: ``counts[split]`` images of each of the three patterns, seeded."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split, n in counts.items():
+        for kind in ("horizontal", "vertical", "square"):
+            (root / split / kind).mkdir(parents=True)
+            for i in range(n):
+                Image.fromarray(pattern(kind, rng)).save(root / split / kind / f"{i}.png")

@@ -2,6 +2,7 @@
 
 import json
 
+import api_fixtures
 import numpy as np
 import pytest
 import torch
@@ -10,27 +11,10 @@ from PIL import Image
 from bab.__main__ import main
 
 
-def pattern(kind: str, rng) -> np.ndarray:
-    """An 8x8 grayscale image: horizontal stripes, vertical stripes, or a bright square, with noise."""
-    img = rng.integers(0, 60, (8, 8))
-    if kind == "horizontal":
-        img[::2] += 180
-    elif kind == "vertical":
-        img[:, ::2] += 180
-    else:
-        img[2:6, 2:6] += 180
-    return img.clip(0, 255).astype(np.uint8)
-
-
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("images")
-    rng = np.random.default_rng(0)
-    for split, n in (("train", 24), ("test", 8)):
-        for kind in ("horizontal", "vertical", "square"):
-            (root / split / kind).mkdir(parents=True)
-            for i in range(n):
-                Image.fromarray(pattern(kind, rng)).save(root / split / kind / f"{i}.png")
+    api_fixtures.write_image_folders(root, {"train": 24, "test": 8})
     return root
 
 

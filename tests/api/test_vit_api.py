@@ -15,27 +15,10 @@ one_thread = api_fixtures.one_thread
 run_cache = api_fixtures.run_cache
 
 
-def pattern(kind: str, rng) -> np.ndarray:
-    """An 8x8 grayscale image: horizontal stripes, vertical stripes, or a bright square, with noise."""
-    img = rng.integers(0, 60, (8, 8))
-    if kind == "horizontal":
-        img[::2] += 180
-    elif kind == "vertical":
-        img[:, ::2] += 180
-    else:
-        img[2:6, 2:6] += 180
-    return img.clip(0, 255).astype(np.uint8)
-
-
 @pytest.fixture(scope="module")
 def image_folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("images")
-    rng = np.random.default_rng(0)
-    for split, n in (("train", 24), ("test", 6)):
-        for kind in ("horizontal", "vertical", "square"):
-            (root / split / kind).mkdir(parents=True)
-            for i in range(n):
-                Image.fromarray(pattern(kind, rng)).save(root / split / kind / f"{i}.png")
+    api_fixtures.write_image_folders(root, {"train": 24, "test": 6})
     return root / "train", root / "test"
 
 
