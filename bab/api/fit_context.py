@@ -17,7 +17,6 @@ run again the same way); the folder appears whole or not at all (written beside 
 
 from __future__ import annotations
 
-import copy
 import html
 import time
 from pathlib import Path
@@ -52,14 +51,13 @@ def fit_context(train, out, test, model=None, steps: int = 200, gamma: float = 0
     pruner = ContextPruner.from_pretrained(model, r=r, context=context)
     held_out = pruner.token_ids(Path(test))  # too short a text fails here, before training
     pruner.token_ids(Path(train))
-    as_given = copy.deepcopy(pruner.model)
     say(f"[2/5] held-out text: {len(held_out):,} tokens; the decoder as given")
-    given = _evaluate(pruner, as_given, test, max_windows, prune=False)
+    given = _evaluate(pruner, held_out, max_windows, prune=False)  # before the fit changes its weights
     say(f"[3/5] fine-tuning on {describe_threads()}: {steps} steps, gamma {gamma:g}, context {context}")
     pruner.fit(Path(train), steps=steps, gamma=gamma, progress=progress, **overrides)
     say("[4/5] evaluating the fitted decoder with pruning off and on")
-    fitted_dense = _evaluate(pruner, pruner.model, test, max_windows, prune=False)
-    pruned = _evaluate(pruner, pruner.model, test, max_windows, prune=True)
+    fitted_dense = _evaluate(pruner, held_out, max_windows, prune=False)
+    pruned = _evaluate(pruner, held_out, max_windows, prune=True)
     table = evaluation_table(given, fitted_dense, pruned)
     prompt = prompt or " ".join(Path(test).read_text().split()[:context // 2])
     sample = pruner.generate(prompt, max_new_tokens=min(32, context // 2))
@@ -85,11 +83,10 @@ def fit_context(train, out, test, model=None, steps: int = 200, gamma: float = 0
     return metrics
 
 
-def _evaluate(pruner: ContextPruner, model, text, max_windows, prune: bool) -> dict:
+def _evaluate(pruner: ContextPruner, ids, max_windows, prune: bool) -> dict:
     from bab.context.evaluate import evaluate_lm
 
-    return evaluate_lm(model, pruner.token_ids(Path(text)), pruner.config.context, prune=prune,
-                       max_windows=max_windows)
+    return evaluate_lm(pruner.model, ids, pruner.config.context, prune=prune, max_windows=max_windows)
 
 
 def evaluation_table(given: dict, fitted_dense: dict, pruned: dict) -> pd.DataFrame:
