@@ -45,6 +45,7 @@ import pandas as pd
 import torch
 from IPython.display import display
 
+from bab.core.runs import config_difference
 from bab.core.threads import set_threads
 from bab.experiments.hard_recipe import adaptation_summary
 from bab.experiments.profiles import get_profile
@@ -92,7 +93,9 @@ print(f"profile {P.name}, seed {P.seed}: {len(splits['train'])} train / {len(spl
       f"{len(test)} test images (Fashion-MNIST, stratified)")
 print(f"ViT: {config.image_size}x{config.image_size} images in {config.patch_size}x{config.patch_size} patches -> "
       f"n = {config.num_tokens} tokens; {config.num_layers} layers x {config.num_heads} heads, width {config.hidden_size}")
-print(f"predictor: n_down {config.n_down}, W_up prune threshold {config.up_prune}; options {P.predictor_options}")
+predictor = config.connectivity
+away_from_the_paper_text = {k: v for k, v in config_difference(predictor).items() if k not in ("n_down", "tau", "up_prune")}
+print(f"predictor: n_down {predictor.n_down}, W_up prune threshold {predictor.up_prune}; options {away_from_the_paper_text}")
 
 # %% [markdown]
 # ## The dense teacher
@@ -136,7 +139,7 @@ print(f"chosen on validation: {choice.chosen!r}: {choice.reason}")
 main_preset = choice.chosen if P.predictor_choice == "validation" else "profile"
 main = study.preset_study(main_preset)  # the study of the Sparsifiner rows below (dense, Linformer, heads: the same)
 print(f"the Sparsifiner sections below use the {main_preset!r} preset (predictor_choice={P.predictor_choice!r}): "
-      f"{main.sparsifiner_config().connectivity()}")
+      f"{main.sparsifiner_config().connectivity}")
 preset_test = {name: study.preset_study(name).retention(P.report_keep_rates) for name in PREDICTOR_PRESETS}
 display(pd.concat(preset_test, names=["preset", "row"]).reset_index(level="row", drop=True))
 for name, table in preset_test.items():
@@ -424,7 +427,7 @@ token_tables = {
 seconds_197 = time.perf_counter() - start_197
 recipes = {"50 tokens, this notebook's recipe": (P, main),
            "50 tokens, the 197-token recipe": (control.profile, control), "197 tokens": (V, study197)}
-display(pd.DataFrame([{"model": label, "tokens": s.sparsifiner_config().num_tokens, "n_down": p.n_down,
+display(pd.DataFrame([{"model": label, "tokens": s.sparsifiner_config().num_tokens, "n_down": p.connectivity.n_down,
                        "train images": p.num_train, "test images": p.num_test, "epochs dense / phase 1 / phase 2":
                        f"{p.dense.epochs} / {p.phase1.epochs} / {p.phase2.epochs}",
                        **{f"{phase} s": round(t) for phase, t in s.training_seconds().items()}}

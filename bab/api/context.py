@@ -7,9 +7,10 @@
     pruner.generate("It is a truth", max_new_tokens=20)   # model.generate() with a cache that drops tokens
 
 It chains ``bab.context``: ``load_decoder`` with a ``PruningConfig``, ``train_lm`` (objective
-``context_pruning``, or ``budget_context`` for a budget-conditioned model) and ``evaluate_lm`` (hard keep
-decisions). Text: a .txt file, a string, a list of strings, or a ``datasets.Dataset`` with a text column;
-it becomes one token stream, cut into windows of ``context`` tokens.
+``context_pruning``, or ``budget_context`` for a budget-conditioned model) through the run cache
+(``bab.experiments.own_text``) and ``evaluate_lm`` (hard keep decisions). Text: a .txt file, a string, a list of
+strings, or a ``datasets.Dataset`` with a text column; it becomes one token stream, cut into windows of ``context``
+tokens.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from torch.utils.data import TensorDataset
 
 from bab.context.attach import attach
 from bab.context.evaluate import evaluate_lm
@@ -28,12 +28,10 @@ from bab.context.lm import check_length, settings
 from bab.context.pretrained import load_decoder
 from bab.context.pruned_cache import PrunedCache
 from bab.context.recipe import fit_config
-from bab.context.train import LMTrainConfig, train_lm
+from bab.context.train import LMTrainConfig
 from bab.core.budget import validate_budget
-from bab.core.runs import RunCache, state_digest
-from bab.core.step_clock import fit_plan
 from bab.core.threads import apply_threads
-from bab.experiments.study import tensors_digest
+from bab.experiments.own_text import OwnTextStudy
 
 
 def read_text(text, text_column: str = "text") -> str:
@@ -101,29 +99,24 @@ class ContextPruner:
                              f"give more text or a shorter context=")
         return torch.tensor(ids, dtype=torch.long)
 
-    def fit(self, text, steps: int = 200, progress: bool = True, text_column: str = "text", resume: bool = True,
+    def fit(self, text, steps: int = 200, progress: bool = True, text_column: str = "text", cache=None,
             threads: int | None = None, **overrides):
         """Fine-tune on ``text``; ``overrides`` change the LMTrainConfig (gamma=, lr=, batch_size=, seed= ...).
 
-        gamma (the keep-mass weight) sets how much context is dropped: larger prunes more. With ``resume`` the
-        run keeps a resumable checkpoint in the run cache's partial area, keyed by the starting weights, the
-        text and the config: a fit that was killed continues where it stopped when called again the same way.
-        ``threads``: torch threads (default ``$BAB_THREADS``, else torch's current setting; ``bab.core.threads``).
-        With ``progress`` it prints how long the fit will take after its first few steps.
+        gamma (the keep-mass weight) sets how much context is dropped: larger prunes more. The fit is a study step
+        (``bab.experiments.own_text.OwnTextStudy``) as the other methods' fits are: ``cache`` is where the fitted
+        weights are kept (a ``bab.core.runs.RunCache`` or a folder; default the run cache, ``$BAB_CACHE_DIR``;
+        ``False``: nowhere), keyed by the starting weights, the text and the config, so a fit that was killed
+        continues where it stopped and a repeated one is loaded. ``threads``: torch threads (default
+        ``$BAB_THREADS``, else torch's current setting; ``bab.core.threads``). With ``progress`` it prints how long
+        the fit will take after its first few steps.
         """
         apply_threads(threads)
         self.config = replace(self.config, steps=steps, **overrides)
-        ids = self.token_ids(text, text_column)
-        checkpoint = None
-        if resume:
-            key = {"weights": state_digest(self.model), "text": tensors_digest(TensorDataset(ids)),
-                   "train": self.config.to_dict()}
-            checkpoint = RunCache().checkpointer("context_pruner", key)
-        with fit_plan("fit", [(self.config.objective, self.config.steps)], progress):
-            result = train_lm(self.model, ids, self.config, progress=progress, checkpoint=checkpoint)
-        if checkpoint is not None:
-            checkpoint.clear()
-        self.history = result.history
+        study = OwnTextStudy(self.model, self.token_ids(text, text_column), self.config, cache=cache,
+                             progress=progress)
+        _, metrics = study.fine_tune()
+        self.history = metrics["history"]
         return self
 
     def evaluate(self, text, budget: float | None = None, max_windows: int | None = None,

@@ -11,14 +11,15 @@ user needs into one folder.
     out/summary.html      a one-page summary of it
 
 As ``fit heads``: every input is checked before training (files, token counts, a non-empty ``out`` without
-``overwrite``); the fit keeps a resumable checkpoint in the run cache (a killed fit continues where it stopped when
-run again the same way); the folder appears whole or not at all (written beside it, renamed at the end).
+``overwrite``); the fit goes through the run cache (a killed fit continues where it stopped when run again the
+same way, a repeated one loads); the folder appears whole or not at all (written beside it, renamed at the end).
 """
 
 from __future__ import annotations
 
 import html
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -63,7 +64,7 @@ def fit_context(train, out, test, model=None, steps: int = 200, gamma: float = 0
     sample = pruner.generate(prompt, max_new_tokens=min(32, context // 2))
     metrics = {"train": str(train), "test": str(test), "model": str(model or "packaged SmolLM2-135M"),
                "decoder": type(pruner.model).__name__, "held_out_tokens": int(len(held_out)),
-               "train_config": pruner.config.to_dict(), "history": pruner.history,
+               "train_config": asdict(pruner.config), "history": pruner.history,
                "evaluation": table.to_dict(orient="records"), "prompt": prompt, "sample": sample, "files": FILES}
     say("[5/5] writing " + str(out))
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import html
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -66,7 +67,7 @@ def fit_sparsifiner(train, out, test, keep_rates=(0.5, 0.25, 0.1), image_size: i
                          "layers": c.num_layers, "heads": c.num_heads, "tokens": c.num_tokens},
                "recipe": {"epochs": list(epochs) if epochs else
                           [clf.recipe.dense.epochs, clf.recipe.phase1.epochs, clf.recipe.phase2.epochs],
-                          "batch_size": batch_size, "seed": seed, "predictor": c.connectivity().to_dict()},
+                          "batch_size": batch_size, "seed": seed, "predictor": asdict(c.connectivity)},
                "keep_rates": keep_rates, "sweep": sweep.to_dict(orient="records"), "history": clf.history,
                "files": FILES}
     say("[4/4] writing " + str(out))

@@ -141,8 +141,7 @@ class SparsifinerClassifier:
             c = base.config
             shape.update(hidden_size=c.hidden_size, num_layers=c.num_hidden_layers, num_heads=c.num_attention_heads,
                          intermediate_size=c.intermediate_size)
-        config = ViTClassifierConfig(**shape, predictor=True, n_down=p.n_down, tau=p.tau, up_prune=p.up_prune,
-                                     **p.predictor_options)
+        config = ViTClassifierConfig(**shape, connectivity=p.connectivity)
         return cls(config, labels, images, names, p, base_model=base)
 
     def _standardise(self, x: torch.Tensor) -> torch.Tensor:

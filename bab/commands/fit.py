@@ -147,8 +147,8 @@ def _add_fit_context(sub) -> None:
                        description="Fine-tune a decoder with dynamic context pruning on a text file and write the "
                                    "model with its interaction modules, evaluation.csv (held-out perplexity as "
                                    "given, fitted without and with pruning, paired intervals), sample.txt, "
-                                   "metrics.json and summary.html into --out. The fit keeps a resumable checkpoint in "
-                                   "the run cache.")
+                                   "metrics.json and summary.html into --out. The fit goes through the run cache: an "
+                                   "interrupted fit resumes, a repeated one loads.")
     p.add_argument("--train", required=True, help="training text file (.txt)")
     p.add_argument("--test", required=True, help="held-out text file (.txt)")
     _add_out_arguments(p)

@@ -20,14 +20,13 @@ checkpoint can serve several context budgets.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from bab.core.budget import budget_logit
-from bab.core.runs import without_added_defaults
 
 HARD = math.inf  # alpha at inference: binary keep / drop decisions
 BISECTION_STEPS = 24  # halvings of [0, 1]: float32 resolution
@@ -59,11 +58,6 @@ class PruningConfig:
             raise ValueError(f"PruningConfig.r must be >= 1, got {self.r}")
         if self.init_sensitivity <= 0:
             raise ValueError(f"init_sensitivity must be > 0 (softplus cannot reach 0), got {self.init_sensitivity}")
-
-    def to_dict(self) -> dict:
-        """Every field (the run-cache key hashes them all), but ``interaction_bias`` at its default: runs cached
-        before the option existed keep their keys."""
-        return without_added_defaults(asdict(self), {"interaction_bias": True})
 
 
 def validate_alpha(alpha) -> float:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -34,7 +34,6 @@ from bab.context.lm import check_length, lm_forward, prunes, pruning_parameters
 from bab.core.budget import validate_budget
 from bab.core.checkpoints import Checkpointer
 from bab.core.losses import budget_loss, context_pruning_loss
-from bab.core.runs import without_added_defaults
 from bab.core.training import Objective, SampledBatches, TrainResult, run_training, warmup_cosine
 
 LM_OBJECTIVES = ("lm", "context_pruning", "budget_context")
@@ -91,11 +90,6 @@ class LMTrainConfig:
         if self.freeze_pretrained and self.objective == "lm":
             raise ValueError("freeze_pretrained=True leaves only the interaction modules to train, which the 'lm' "
                              "objective never uses; use objective 'context_pruning' or 'budget_context'")
-
-    def to_dict(self) -> dict:
-        """Every field (the run-cache key hashes them all), but ``sparsity_normalisation`` at its default: runs
-        cached before the option existed keep their keys."""
-        return without_added_defaults(asdict(self), {"sparsity_normalisation": "causal_pairs"})
 
 
 def random_batch(ids: torch.Tensor, batch_size: int, context: int, generator: torch.Generator):

@@ -1,9 +1,10 @@
-"""A run cache: trained checkpoints (safetensors) and their metrics, keyed by the full config.
+"""A run cache: trained checkpoints (safetensors) and their metrics, keyed by the config.
 
-A run lives in ``<root>/<name>-<key>/`` with ``model.safetensors``, ``metrics.json`` and
-``config.json``. The key is a SHA-256 of the canonical JSON of the config; on load the stored
-config must equal the requested one exactly, so a key collision or a hand-edited folder can
-never hand back a checkpoint trained for something else. Runs are written into a temporary
+A run lives in ``<root>/<name>-<key>/`` with ``model.safetensors``, ``metrics.json`` and ``config.json``. The key
+is a SHA-256 of the canonical JSON of the config, each config dataclass in it written as its difference from its
+first defaults (``config_difference``: an option added later keeps old keys). On load the stored config must equal
+the requested one exactly, so a key collision or a hand-edited folder can never hand back a checkpoint trained for
+something else. Runs are written into a temporary
 folder and renamed into place, so a crash never leaves half a run behind.
 
 The root is ``$BAB_CACHE_DIR``, else ``.bab_cache/runs`` in a source checkout, else the user's cache folder
@@ -24,6 +25,8 @@ notebook): a run is trained by one of them at a time (``RunCache.training_lock``
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -50,6 +53,10 @@ from bab.core.training import distributed_state, seed_everything
 CACHE_SCHEMA = 1
 PARTIAL = "partial"  # the folder of unfinished runs' resumable checkpoints, under the cache root
 MEASUREMENTS = "measurements"  # the folder of cached measurements (RunCache.measured), under the cache root
+
+# The defaults run keys are differences from (``config_difference``): a field's entry is written once, when the
+# field is added, and never edited afterwards.
+FIRST_DEFAULTS = Path(__file__).with_name("first_defaults.json")
 
 # Every model this process trained or loaded through a run cache, first use first: its provenance for the report
 # (a notebook's results name the commits that trained its models, and which came from the cache).
@@ -134,22 +141,87 @@ def default_cache_root(package_dir: Path | None = None) -> Path:
 
 
 def canonical(config) -> str:
-    """Canonical JSON of a (nested) config dict: sorted keys, no whitespace, floats as repr."""
+    """Canonical JSON of a run's config: sorted keys, no whitespace. ``config`` is plain data (dicts, lists,
+    numbers, strings) in which config dataclasses may sit anywhere; each stands for its difference from its first
+    defaults (``config_difference``)."""
     try:
         return json.dumps({"schema": CACHE_SCHEMA, "config": config}, sort_keys=True, separators=(",", ":"),
-                          allow_nan=False)
+                          allow_nan=False, default=_difference_or_fail)
     except (TypeError, ValueError) as exc:
         raise ValueError(
-            f"run config must be JSON-serialisable plain data (dicts, lists, numbers, strings): {exc}"
+            f"run config must be JSON-serialisable plain data (dicts, lists, numbers, strings) or config "
+            f"dataclasses: {exc}"
         ) from exc
 
 
-def without_added_defaults(fields: dict, added: dict) -> dict:
-    """``fields`` (a config's asdict) without the options in ``added`` ({name: default}) that hold their default.
+def _difference_or_fail(value):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return config_difference(value)
+    raise TypeError(f"{type(value).__name__} is not plain data")
 
-    For options added to a config after runs were cached under it: at the default they compute what the config
-    computed before they existed, so leaving them out keeps those runs' cache keys."""
-    return {name: value for name, value in fields.items() if not (name in added and value == added[name])}
+
+def plain(config):
+    """``config`` as the plain data its key is computed from (config dataclasses as their differences)."""
+    return json.loads(canonical(config))["config"]
+
+
+@functools.cache
+def first_defaults() -> dict:
+    """{config class name: {field: the default it had when it was added}}, from ``FIRST_DEFAULTS``."""
+    return json.loads(FIRST_DEFAULTS.read_text())
+
+
+def config_difference(config, defaults: dict | None = None) -> dict:
+    """The fields of the config dataclass ``config`` whose values differ from their first defaults, as plain data
+    (a nested config as its own difference; tuples as lists): what keys a run.
+
+    A run is keyed by its difference from the *first* defaults (``first_defaults()``, the values recorded in
+    ``FIRST_DEFAULTS`` as each field was added), not from the class's current ones, in the spirit of transformers'
+    ``to_diff_dict``: an option added with the default that computes what the code computed before leaves every
+    cached run's key as it was, and a default changed in the code shows in the keys of the runs that use it, so
+    they retrain instead of being served a checkpoint trained under the old default. Fields without a default are
+    always keyed. A class or defaulted field missing from the record raises, saying what to record."""
+    defaults = first_defaults() if defaults is None else defaults
+    name = type(config).__name__
+    recorded = defaults.get(name)
+    if recorded is None:
+        raise KeyError(f"config class {name} has no first defaults recorded in {FIRST_DEFAULTS.name}, so runs "
+                       f"cannot be keyed by it: add {name!r}: {json.dumps(current_defaults(type(config)))} there")
+    difference = {}
+    for field in dataclasses.fields(config):
+        value = _plain_value(getattr(config, field.name), defaults)
+        if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            difference[field.name] = value  # a field without a default is always given, so always keyed
+            continue
+        if field.name not in recorded:
+            raise KeyError(f"{name}.{field.name} has no first default recorded in {FIRST_DEFAULTS.name}: record the "
+                           f"value with which {name} computes what it computed before the field existed (usually "
+                           f"its default, {json.dumps(current_defaults(type(config)).get(field.name))})")
+        if value != recorded[field.name]:
+            difference[field.name] = value
+    return difference
+
+
+def current_defaults(config_class) -> dict:
+    """{field: its current default, as plain data} of a config dataclass (what a new ``FIRST_DEFAULTS`` entry
+    records); a field without a default is left out."""
+    values = {}
+    for field in dataclasses.fields(config_class):
+        if field.default is not dataclasses.MISSING:
+            values[field.name] = _plain_value(field.default, first_defaults())
+        elif field.default_factory is not dataclasses.MISSING:
+            values[field.name] = _plain_value(field.default_factory(), first_defaults())
+    return values
+
+
+def _plain_value(value, defaults: dict):
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return config_difference(value, defaults)
+    if isinstance(value, (tuple, list)):
+        return [_plain_value(item, defaults) for item in value]
+    if isinstance(value, dict):
+        return {key: _plain_value(item, defaults) for key, item in value.items()}
+    return value
 
 
 def config_key(config) -> str:
@@ -297,7 +369,7 @@ class RunCache:
             fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", dir=path.parent)
             try:
                 with os.fdopen(fd, "w") as f:
-                    f.write(strict_json.dumps({"config": config, "result": result, "measured_by": measured_by},
+                    f.write(strict_json.dumps({"config": plain(config), "result": result, "measured_by": measured_by},
                                               indent=1, sort_keys=True))
                 os.replace(tmp, path)
             except BaseException:

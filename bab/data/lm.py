@@ -18,7 +18,7 @@ Tokenizers: ``"bpe"`` trains a byte-level BPE (the ``tokenizers`` library, GPT-2
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -49,9 +49,6 @@ class LMDataConfig:
             raise ValueError("block_lines must be >= 1 and vocab_size >= 260 (256 bytes + specials)")
         if self.max_chars is not None and self.max_chars < 1:
             raise ValueError(f"max_chars must be >= 1 or None, got {self.max_chars}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 # ---------------------------------------------------------------------------------------- sources

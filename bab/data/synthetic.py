@@ -13,7 +13,7 @@ the values by their position after a marker instead of by what they are.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 from torch.utils.data import TensorDataset
@@ -44,9 +44,6 @@ class SyntheticConfig:
     @property
     def vocab_size(self) -> int:
         return FIRST_VALUE + self.num_values + self.num_filler
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def make_marked_token_examples(n: int, config: SyntheticConfig, generator: torch.Generator):

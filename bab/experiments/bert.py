@@ -314,7 +314,7 @@ class BertStudy(TextStudy):
         """One recovery epoch of the pruned model with dense-teacher distillation, through the run cache."""
         _, _, dense_lineage = self.dense()
         config = replace(self.profile.recovery, seed=self.default_seed)
-        lineage = {"train": config.to_dict(), "parent": dense_lineage, "budget": budget,
+        lineage = {"train": config, "parent": dense_lineage, "budget": budget,
                    "kept_heads": [row.nonzero().flatten().tolist() for row in mask]}
 
         def pruned_student():  # the dense weights, pruned: the structure is the lineage's kept heads

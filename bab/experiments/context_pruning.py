@@ -162,7 +162,7 @@ class ContextPruningStudy(DecoderStudy):
     def model_config(self, pruning: PruningConfig | None = None) -> dict:
         """What determines the decoder a run builds: transformers' GPT-2 of the profile's shape, and its pruning."""
         return {"family": "gpt2", "vocab_size": self.build().tokenizer.vocab_size, **self.profile.model,
-                "pruning": None if pruning is None else pruning.to_dict()}
+                "pruning": pruning}
 
     def new_model(self, pruning: PruningConfig | None = None) -> GPT2LMHeadModel:
         """A freshly initialised transformers GPT-2 of the profile's shape, with ``pruning`` attached if given."""
@@ -179,7 +179,7 @@ class ContextPruningStudy(DecoderStudy):
                              budget_conditioned=budget_conditioned)
 
     def data_lineage(self) -> dict:
-        return self.data_config.to_dict()
+        return self.data_config
 
     # ------------------------------------------------------------------ training through the cache
 

@@ -115,7 +115,7 @@ class DecoderStudy(Study):
             return trained(train_lm(model if trains is None else trains(), self.build().train_ids, train_config,
                                     progress=self.progress, checkpoint=checkpoint))
 
-        lineage = {"model": model_config, "train": train_config.to_dict(), "parent": parent, **lineage}
+        lineage = {"model": model_config, "train": train_config, "parent": parent, **lineage}
         return self.train_cached(name, build, fit, lineage, seed=train_config.seed, init=init,
                                  new_modules=new_modules)
 

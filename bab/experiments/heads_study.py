@@ -66,8 +66,8 @@ class BudgetedStudy(Study):
 
     def _train(self, name, model_config, train_config, data_seed=None, parent=None, init=None, teacher=None):
         """Build, (warm-)initialise and train one model of ``model_config``, or load it from the run cache."""
-        lineage = {"data": self.data_lineage(data_seed), "model": model_config.to_dict(),
-                   "train": train_config.to_dict(), "parent": parent}
+        lineage = {"data": self.data_lineage(data_seed), "model": model_config,
+                   "train": train_config, "parent": parent}
         return self.train_cached(name, lambda: self.build_model(model_config),
                                  self.fitter(train_config, data_seed, teacher), lineage, seed=train_config.seed,
                                  init=init)

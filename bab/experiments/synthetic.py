@@ -161,7 +161,7 @@ class SyntheticExperiment(BudgetedStudy):
         return replace(self.profile.data, seed=seed)
 
     def data_lineage(self, data_seed=None) -> dict:
-        return self.data_config(data_seed).to_dict()
+        return self.data_config(data_seed)
 
     def splits(self, data_seed=None) -> dict:
         train, val = _cached_data(self.data_config(data_seed))

@@ -17,7 +17,7 @@ Shapes: B batch, T tokens, D model width, H heads, Dh = D / H head width, L laye
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -74,9 +74,6 @@ class EncoderConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass

@@ -27,7 +27,7 @@ Dh head width.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -255,9 +255,6 @@ class HFEncoderConfig:
             raise ValueError(f"HFEncoderConfig.gates must be None, 'budget' or 'static', got {self.gates!r}")
         if self.model_type not in IMAGE_TYPES:  # an image model may run another method's implementation
             _check_attn(self.attn_implementation)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 class GatedHFClassifier(nn.Module):

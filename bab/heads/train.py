@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -122,10 +122,6 @@ class TrainConfig:
                 raise ValueError("give either budget (one fixed budget) or budget_choices, not both")
         if self.min_per_layer < 0:
             raise ValueError(f"min_per_layer must be >= 0 (0: the global top-k), got {self.min_per_layer}")
-
-    def to_dict(self) -> dict:
-        """Every field (the run-cache key hashes them all)."""
-        return asdict(self)
 
 
 class HeadsObjective(Objective):

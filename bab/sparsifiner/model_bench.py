@@ -109,7 +109,7 @@ def set_realistic_model_state(model: nn.Module, pixels: torch.Tensor, seed: int 
     view = model_view(model)
     if not view.predictors:
         raise ValueError("the model has no connectivity predictors: attach(model, ConnectivityConfig(...)) with a "
-                         "config, not None (notebook 05's: build_vit(ViTClassifierConfig(predictor=True)))")
+                         "config, not None (notebook 05's: build_vit(ViTClassifierConfig(connectivity=...)))")
     return [set_realistic_state(predictor, q, k, seed=seed + i)
             for i, (predictor, (q, k)) in enumerate(zip(view.predictors, layer_queries_keys(model, pixels),
                                                         strict=True))]
@@ -179,7 +179,7 @@ def _check_inputs(model, pixels, keep_rates, batch_sizes) -> tuple[ModelView, li
     view = model_view(model)
     if not view.predictors:
         raise ValueError("the fused core needs connectivity predictors: attach(model, ConnectivityConfig(...)), "
-                         "e.g. deit_s_shaped(197) (notebook 05's: build_vit(ViTClassifierConfig(predictor=True)))")
+                         "e.g. deit_s_shaped(197) (notebook 05's: build_vit(ViTClassifierConfig(connectivity=...)))")
     sizes = list(batch_sizes)
     if not sizes or any(isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in sizes):
         raise ValueError(f"batch_sizes must be whole numbers >= 1, e.g. (1, 64); got {batch_sizes!r}")

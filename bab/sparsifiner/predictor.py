@@ -74,7 +74,6 @@ import torch
 from torch import nn
 
 from bab.core.budget import validate_fraction
-from bab.core.runs import without_added_defaults
 from bab.sparsifiner.kernels import index_to_mask
 
 
@@ -99,59 +98,12 @@ BASES = ("per_head", "shared")  # one W_down / W_up pair per head (the paper's f
 PHASE1_SCORES = ("sparse", "raw")  # phase 1 distils A~_down W~_up (ours) or A_down W_up (official)
 
 
-def validate_predictor_options(n_down: int, tau: float, up_prune: float, cls_dense: bool = False,
-                               coefficients: str = "threshold", top_m: int = 8, basis_threshold_abs: bool = False,
-                               predictor_scale: str = "head_dim", basis: str = "per_head",
-                               connectivity_projections: bool = False, phase1_scores: str = "sparse") -> None:
-    """Raise an error that says how to fix any bad predictor setting (shared by the predictor, ConnectivityConfig
-    and the ViT config)."""
-    if isinstance(n_down, bool) or not isinstance(n_down, int) or n_down < 1:
-        raise ValueError(f"n_down (the rank of the low-rank attention) must be an integer >= 1, got {n_down!r}")
-    if not 0.0 <= tau < 1.0:
-        raise ValueError(f"tau (threshold on the softmax coefficients) must lie in [0, 1), got {tau}")
-    if up_prune < 0:
-        raise ValueError(f"up_prune must be >= 0 (0 prunes nothing), got {up_prune}")
-    for name, flag in (("cls_dense", cls_dense), ("basis_threshold_abs", basis_threshold_abs),
-                       ("connectivity_projections", connectivity_projections)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be True or False, got {flag!r}")
-    if coefficients not in COEFFICIENT_RULES:
-        raise ValueError(f"coefficients must be one of {COEFFICIENT_RULES}: 'threshold' zeroes A_down <= tau "
-                         f"(the paper's Eq. 2), 'topm' keeps the top_m largest per query (the official code); "
-                         f"got {coefficients!r}")
-    if coefficients == "topm" and (isinstance(top_m, bool) or not isinstance(top_m, int) or not 1 <= top_m <= n_down):
-        raise ValueError(f"top_m must be an integer in [1, n_down = {n_down}] with coefficients='topm', got "
-                         f"{top_m!r}; lower top_m or raise n_down (the official code keeps 8 of 32)")
-    if predictor_scale not in PREDICTOR_SCALES:
-        raise ValueError(f"predictor_scale must be one of {PREDICTOR_SCALES}: 'head_dim' scales A_down's logits "
-                         f"by 1/sqrt(d) (Eq. 1), 'num_heads' by 1/sqrt(num_heads) (the official code); "
-                         f"got {predictor_scale!r}")
-    if basis not in BASES:
-        raise ValueError(f"basis must be one of {BASES}: 'per_head' gives every head its own W_down and W_up (ours), "
-                         f"'shared' one pair per layer for all heads (the official code); got {basis!r}")
-    if phase1_scores not in PHASE1_SCORES:
-        raise ValueError(f"phase1_scores must be one of {PHASE1_SCORES}: 'sparse' distils A~_down W~_up in phase 1 "
-                         f"(ours), 'raw' the unthresholded A_down times the signed, unpruned W_up (the official "
-                         f"code); got {phase1_scores!r}")
-
-
-# The options added after the run cache keyed ViT runs on the predictor's settings, with the values that compute
-# what the predictor computed before they existed. ``ConnectivityConfig.to_dict`` (and the ViT config's) leave them
-# out at these values, so a default run keeps its cache key.
-LATER_OPTION_DEFAULTS = {"basis": "per_head", "connectivity_projections": False, "phase1_scores": "sparse"}
-
-
-def without_later_defaults(fields: dict) -> dict:
-    """``fields`` without the options of ``LATER_OPTION_DEFAULTS`` that hold their default value."""
-    return without_added_defaults(fields, LATER_OPTION_DEFAULTS)
-
-
 @dataclass(frozen=True)
 class ConnectivityConfig:
     """The settings of one layer's connectivity predictor, validated when built. The defaults are the paper's text
     as we read it (docs/sparsifiner.md, "Paper text vs official code vs ours"); ``official()`` is the official
-    code's ``MaskPredictor`` with its default config. The fields are ``ConnectivityPredictor``'s keyword arguments
-    and ``ViTClassifierConfig``'s predictor fields, under the same names (``to_dict()`` passes them on)."""
+    code's ``MaskPredictor`` with its default config. The fields are ``ConnectivityPredictor``'s keyword arguments;
+    ``ViTClassifierConfig(connectivity=...)``, Sparsifiner's recipe and notebook 05's profiles nest one."""
 
     n_down: int = 32  # rank of the low-rank attention (the paper's 32)
     tau: float = 0.05  # Eq. 2's threshold on A_down
@@ -166,7 +118,37 @@ class ConnectivityConfig:
     phase1_scores: str = "sparse"  # what phase 1 distils: A~_down W~_up, or "raw" A_down W_up (official)
 
     def __post_init__(self):
-        validate_predictor_options(**asdict(self))
+        """Raise an error that says how to fix any bad setting."""
+        n_down, top_m, coefficients = self.n_down, self.top_m, self.coefficients
+        if isinstance(n_down, bool) or not isinstance(n_down, int) or n_down < 1:
+            raise ValueError(f"n_down (the rank of the low-rank attention) must be an integer >= 1, got {n_down!r}")
+        if not 0.0 <= self.tau < 1.0:
+            raise ValueError(f"tau (threshold on the softmax coefficients) must lie in [0, 1), got {self.tau}")
+        if self.up_prune < 0:
+            raise ValueError(f"up_prune must be >= 0 (0 prunes nothing), got {self.up_prune}")
+        for name in ("cls_dense", "basis_threshold_abs", "connectivity_projections"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if coefficients not in COEFFICIENT_RULES:
+            raise ValueError(f"coefficients must be one of {COEFFICIENT_RULES}: 'threshold' zeroes A_down <= tau "
+                             f"(the paper's Eq. 2), 'topm' keeps the top_m largest per query (the official code); "
+                             f"got {coefficients!r}")
+        if coefficients == "topm" and (isinstance(top_m, bool) or not isinstance(top_m, int)
+                                       or not 1 <= top_m <= n_down):
+            raise ValueError(f"top_m must be an integer in [1, n_down = {n_down}] with coefficients='topm', got "
+                             f"{top_m!r}; lower top_m or raise n_down (the official code keeps 8 of 32)")
+        if self.predictor_scale not in PREDICTOR_SCALES:
+            raise ValueError(f"predictor_scale must be one of {PREDICTOR_SCALES}: 'head_dim' scales A_down's logits "
+                             f"by 1/sqrt(d) (Eq. 1), 'num_heads' by 1/sqrt(num_heads) (the official code); "
+                             f"got {self.predictor_scale!r}")
+        if self.basis not in BASES:
+            raise ValueError(f"basis must be one of {BASES}: 'per_head' gives every head its own W_down and W_up "
+                             f"(ours), 'shared' one pair per layer for all heads (the official code); got "
+                             f"{self.basis!r}")
+        if self.phase1_scores not in PHASE1_SCORES:
+            raise ValueError(f"phase1_scores must be one of {PHASE1_SCORES}: 'sparse' distils A~_down W~_up in "
+                             f"phase 1 (ours), 'raw' the unthresholded A_down times the signed, unpruned W_up (the "
+                             f"official code); got {self.phase1_scores!r}")
 
     @classmethod
     def official(cls, **overrides) -> ConnectivityConfig:
@@ -189,12 +171,6 @@ class ConnectivityConfig:
         """A copy with ``changes`` (validated again)."""
         return replace(self, **changes)
 
-    def to_dict(self) -> dict:
-        """The fields, without the later options at their defaults (``LATER_OPTION_DEFAULTS``): the dict of a
-        config that computes what the predictor computed before those options existed is unchanged, and so is
-        any run-cache key built from it."""
-        return without_later_defaults(asdict(self))
-
     def build(self, num_heads: int, max_tokens: int, head_dim: int | None = None) -> ConnectivityPredictor:
         """The predictor of one layer with these settings; ``head_dim`` (d) is needed with
         ``connectivity_projections``."""
@@ -207,25 +183,21 @@ class ConnectivityPredictor(nn.Module):
 
     ``max_tokens`` is the token count the projections are built for (n); a shorter sequence (after
     token pruning) uses the columns of its tokens' original positions, as a learned projection over
-    positions has to. The options (``cls_dense``, ``coefficients`` / ``top_m``, ``basis_threshold_abs``,
-    ``predictor_scale``, ``basis``, ``connectivity_projections``, ``phase1_scores``) are described in the module
-    docstring and ``ConnectivityConfig``; the defaults follow the paper's text. ``head_dim`` (d) is needed with
-    ``connectivity_projections`` only.
+    positions has to. ``options`` are ``ConnectivityConfig``'s fields (described there and in the module
+    docstring; the defaults follow the paper's text). ``head_dim`` (d) is needed with ``connectivity_projections``
+    only.
     """
 
-    def __init__(self, num_heads: int, max_tokens: int, n_down: int = 32, tau: float = 0.05, up_prune: float = 1e-2,
-                 *, cls_dense: bool = False, coefficients: str = "threshold", top_m: int = 8,
-                 basis_threshold_abs: bool = False, predictor_scale: str = "head_dim", basis: str = "per_head",
-                 connectivity_projections: bool = False, phase1_scores: str = "sparse", head_dim: int | None = None):
+    def __init__(self, num_heads: int, max_tokens: int, *, head_dim: int | None = None, **options):
         super().__init__()
         if max_tokens < 1 or num_heads < 1:
             raise ValueError(f"num_heads and max_tokens must be >= 1, got {num_heads} and {max_tokens}")
-        validate_predictor_options(n_down, tau, up_prune, cls_dense, coefficients, top_m, basis_threshold_abs,
-                                   predictor_scale, basis, connectivity_projections, phase1_scores)
-        self.n_down, self.tau, self.up_prune = n_down, float(tau), float(up_prune)
-        self.cls_dense, self.coefficient_rule, self.top_m = cls_dense, coefficients, top_m
-        self.basis_threshold_abs, self.predictor_scale = basis_threshold_abs, predictor_scale
-        self.basis, self.phase1_scores = basis, phase1_scores
+        config = ConnectivityConfig(**options)  # validates them
+        n_down, basis = config.n_down, config.basis
+        self.n_down, self.tau, self.up_prune = n_down, float(config.tau), float(config.up_prune)
+        self.cls_dense, self.coefficient_rule, self.top_m = config.cls_dense, config.coefficients, config.top_m
+        self.basis_threshold_abs, self.predictor_scale = config.basis_threshold_abs, config.predictor_scale
+        self.basis, self.phase1_scores = basis, config.phase1_scores
         self._num_heads = num_heads
         # per_head: [H, n_down, max_tokens]; shared: [1, n_down, max_tokens], which broadcasts over the heads. The
         # per-head draws are the ones this predictor always made, in the same order.
@@ -235,7 +207,7 @@ class ConnectivityPredictor(nn.Module):
         # (the paper's L2 term) then decide which basis weights fall under the prune threshold.
         self.w_up = nn.Parameter(torch.rand(groups, n_down, max_tokens) * 2.5 / max_tokens)
         self.proj_c_q = self.proj_c_k = None
-        if connectivity_projections:
+        if config.connectivity_projections:
             if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2:
                 raise ValueError(f"connectivity_projections map q and k from head_dim d to d // 2, so they need "
                                  f"head_dim=<d >= 2>; got head_dim={head_dim!r}")

@@ -26,24 +26,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from bab.sparsifiner.predictor import ConnectivityConfig
 from bab.sparsifiner.train import ViTTrainConfig
 
 VIT_SHAPE = dict(image_size=28, patch_size=4, num_channels=1, hidden_size=64, num_layers=4, num_heads=4,
                  intermediate_size=128, num_classes=10, dropout=0.0)
-OFFICIAL_OPTIONS = dict(cls_dense=True, coefficients="topm", top_m=2, basis_threshold_abs=True,
-                        predictor_scale="num_heads")
 
 
 @dataclass(frozen=True)
 class SparsifinerRecipe:
-    """The shape (``ViTClassifierConfig`` fields other than the predictor's), the predictor (n_down, tau, up_prune
-    and the ``ConnectivityConfig`` options) and the three steps' ``ViTTrainConfig``s."""
+    """The shape (``ViTClassifierConfig`` fields other than the predictor's), the predictor and the three steps'
+    ``ViTTrainConfig``s."""
 
     model: dict = field(default_factory=lambda: dict(VIT_SHAPE))
-    n_down: int = 8
-    tau: float = 0.2
-    up_prune: float = 0.04
-    predictor_options: dict = field(default_factory=lambda: dict(OFFICIAL_OPTIONS))
+    connectivity: ConnectivityConfig = ConnectivityConfig(
+        n_down=8, tau=0.2, up_prune=0.04,
+        cls_dense=True, coefficients="topm", top_m=2, basis_threshold_abs=True, predictor_scale="num_heads")
     dense: ViTTrainConfig = ViTTrainConfig(objective="dense", epochs=10, lr=3e-3, batch_size=128)
     phase1: ViTTrainConfig = ViTTrainConfig(objective="predictor", epochs=2, lr=3e-3, batch_size=128,
                                             weight_decay=0.05)

@@ -29,7 +29,7 @@ same positions, as the official Sparsifiner code masks the dropped tokens out of
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -132,16 +132,6 @@ class ViTTrainConfig:
             raise ValueError(f"prune_layers {bad} lie outside the model's layers 0..{num_layers - 1} "
                              f"({num_layers} layers): choose prune_layers among them")
 
-    def to_dict(self) -> dict:
-        """The fields (part of the run cache's key), without the fields added later (phase 2's predictor, token
-        pruning) at their defaults, so a config that trains what it trained before they existed keeps its key."""
-        later = {f.name: f.default for f in fields(self) if f.name in LATER_FIELDS}
-        return {name: value for name, value in asdict(self).items() if name not in later or value != later[name]}
-
-
-JOINT_PREDICTOR_FIELDS = ("joint_predictor", "lambda_attn_joint")  # added after runs were keyed on this config
-TOKEN_PRUNING_FIELDS = ("token_keep", "prune_layers")  # added later still
-LATER_FIELDS = JOINT_PREDICTOR_FIELDS + TOKEN_PRUNING_FIELDS
 
 
 def _in_module(name: str, module: str) -> bool:

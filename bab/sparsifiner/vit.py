@@ -3,7 +3,7 @@
 ``build_vit(ViTClassifierConfig(...))`` builds transformers' ViT of that shape (a DeiT-tiny-like one, trained from
 scratch offline) with Sparsifiner attached (``bab.sparsifiner.attach``), so every model of the notebook runs the
 "bab_sparsifiner" attention implementation, whose cores are chosen by name (``dense`` is SDPA, what the plain model
-runs): with ``predictor=True`` every layer gets a connectivity predictor, with ``linformer_len`` a Linformer
+runs): with a ``connectivity`` config every layer gets a connectivity predictor, with ``linformer_len`` a Linformer
 projection. EViT-style token pruning between layers (``bab.sparsifiner.attach_tokens``) is set per forward.
 
 ``vit_forward(model, pixels, ViTForward(attention="masked", keep_rate=0.25))`` (or the options' fields as keywords)
@@ -18,7 +18,7 @@ because they act on the attention output projection, whatever implementation com
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 from accelerate.utils import extract_model_from_parallel
@@ -29,7 +29,7 @@ from bab.sparsifiner import attach as sparsifiner_attach
 from bab.sparsifiner.attach_tokens import set_token_pruning
 from bab.sparsifiner.attention import CORES_WITHOUT_PROBS, PREDICTOR_CORES, attention_core
 from bab.sparsifiner.kernels import SPARSE_KERNELS, dense_attention_macs
-from bab.sparsifiner.predictor import ConnectivityConfig, validate_keep_rate, without_later_defaults
+from bab.sparsifiner.predictor import ConnectivityConfig, validate_keep_rate
 from bab.sparsifiner.token_pruning import validate_token_keep
 
 __all__ = ["LINFORMER_MODULE", "PREDICTOR_MODULE", "ViTClassifierConfig", "ViTForward", "ViTOutput", "build_vit",
@@ -51,20 +51,7 @@ class ViTClassifierConfig:
     intermediate_size: int = 128
     num_classes: int = 10
     dropout: float = 0.0
-    predictor: bool = False  # attach a Sparsifiner connectivity predictor to every layer
-    n_down: int = 8
-    tau: float = 0.05
-    up_prune: float = 1e-2
-    # the official code's choices as options (bab.sparsifiner.predictor; docs/sparsifiner.md). The defaults are
-    # the paper's text and this code's behaviour before the options existed, until training measurements decide.
-    cls_dense: bool = False  # True: no prediction for the CLS query, it attends to every key (official)
-    coefficients: str = "threshold"  # "threshold": A_down > tau (Eq. 2); "topm": the top_m largest (official)
-    top_m: int = 8  # coefficients kept per query with coefficients="topm" (official default 8)
-    basis_threshold_abs: bool = False  # True: basis |W_up| * 1[|W_up| >= up_prune] (official), else W_up * 1[...]
-    predictor_scale: str = "head_dim"  # A_down's logits times 1/sqrt(d) ("head_dim") or 1/sqrt(H) ("num_heads")
-    basis: str = "per_head"  # one W_down / W_up per head, or "shared" by the heads of a layer (official)
-    connectivity_projections: bool = False  # learned d -> d/2 maps of q and k before A_down (official)
-    phase1_scores: str = "sparse"  # phase 1 distils A~_down W~_up, or "raw" A_down W_up (official)
+    connectivity: ConnectivityConfig | None = None  # a Sparsifiner connectivity predictor in every layer; None: none
     linformer_len: int | None = None  # attach Linformer projections of this length to every layer
 
     def __post_init__(self):
@@ -72,33 +59,23 @@ class ViTClassifierConfig:
             raise ValueError(f"image_size {self.image_size} must be a multiple of patch_size {self.patch_size}")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} must be divisible by num_heads {self.num_heads}")
-        connectivity = self.connectivity()  # validates the predictor fields
-        if connectivity.connectivity_projections and self.hidden_size // self.num_heads < 2:
+        if self.connectivity is not None and not isinstance(self.connectivity, ConnectivityConfig):
+            raise TypeError(f"connectivity must be a ConnectivityConfig (e.g. ConnectivityConfig(n_down=8)) or None, "
+                            f"got {self.connectivity!r}")
+        if self.predictor and self.connectivity.connectivity_projections and self.hidden_size // self.num_heads < 2:
             raise ValueError(f"connectivity_projections map each head's width d to d // 2, so they need d >= 2; "
                              f"hidden_size {self.hidden_size} / num_heads {self.num_heads} gives "
                              f"{self.hidden_size // self.num_heads}: widen the model or turn them off")
 
-    def predictor_options(self) -> dict:
-        """The ConnectivityPredictor keyword arguments besides num_heads, max_tokens, tau and up_prune."""
-        return dict(n_down=self.n_down, cls_dense=self.cls_dense, coefficients=self.coefficients, top_m=self.top_m,
-                    basis_threshold_abs=self.basis_threshold_abs, predictor_scale=self.predictor_scale,
-                    basis=self.basis, connectivity_projections=self.connectivity_projections,
-                    phase1_scores=self.phase1_scores)
-
-    def connectivity(self) -> ConnectivityConfig:
-        """The predictor fields as a ``ConnectivityConfig`` (each layer's predictor is built from it). The other way
-        round: ``ViTClassifierConfig(..., predictor=True, **ConnectivityConfig.official(n_down=8).to_dict())``."""
-        return ConnectivityConfig(tau=self.tau, up_prune=self.up_prune, **self.predictor_options())
+    @property
+    def predictor(self) -> bool:
+        """Whether every layer gets a connectivity predictor."""
+        return self.connectivity is not None
 
     @property
     def num_tokens(self) -> int:
         """Patches plus the CLS token."""
         return (self.image_size // self.patch_size) ** 2 + 1
-
-    def to_dict(self) -> dict:
-        """The fields (the run cache's key of a ViT), without the predictor options added later when they hold
-        their defaults (``bab.sparsifiner.predictor.LATER_OPTION_DEFAULTS``), so default configs keep their keys."""
-        return without_later_defaults(asdict(self))
 
     def hf_config(self) -> ViTConfig:
         """transformers' config of this shape (DeiT's layer-norm epsilon, no attention dropout)."""
@@ -164,7 +141,7 @@ class ViTForward:
         state = sparsifiner_attach.sparsifiner_state(model)
         if self.attention in PREDICTOR_CORES and state.connectivity is None:
             raise ValueError(f"attention={self.attention!r} needs connectivity predictors: "
-                             "build the model with ViTClassifierConfig(predictor=True)")
+                             "build the model with ViTClassifierConfig(connectivity=ConnectivityConfig(...))")
         if self.attention == "linformer" and state.linformer_len is None:
             raise ValueError("attention='linformer' needs ViTClassifierConfig(linformer_len=<projection length>)")
         if self.token_keep is not None:
@@ -185,10 +162,9 @@ class ViTOutput:
 
 def build_vit(config: ViTClassifierConfig) -> ViTForImageClassification:
     """transformers' ViT of ``config``'s shape (random initialisation) with Sparsifiner attached: predictors where
-    ``config.predictor``, Linformer projections where ``config.linformer_len``, and the dense core (SDPA) set."""
+    ``config.connectivity``, Linformer projections where ``config.linformer_len``, and the dense core (SDPA) set."""
     model = ViTForImageClassification(config.hf_config())
-    connectivity = config.connectivity() if config.predictor else None
-    return sparsifiner_attach.attach(model, connectivity, core="dense", linformer_len=config.linformer_len)
+    return sparsifiner_attach.attach(model, config.connectivity, core="dense", linformer_len=config.linformer_len)
 
 
 def num_tokens(model: nn.Module) -> int:

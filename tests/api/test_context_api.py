@@ -90,7 +90,7 @@ def test_a_killed_fit_resumes_where_it_stopped(tiny_llama, tmp_path, monkeypatch
         torch.manual_seed(0)  # the fresh interaction modules
         return ContextPruner.from_pretrained(tiny_llama[0], r=4, context=16)
 
-    reference = pruner().fit(corpus, steps=8, progress=False, resume=False)
+    reference = pruner().fit(corpus, steps=8, progress=False, cache=False)
     original = LMObjective.step
 
     def killed_at_step_5(self, model, teacher, batch, rng, step):
@@ -103,11 +103,18 @@ def test_a_killed_fit_resumes_where_it_stopped(tiny_llama, tmp_path, monkeypatch
         with pytest.raises(KeyboardInterrupt):
             pruner().fit(corpus, steps=8, progress=False)
     resumed = pruner().fit(corpus, steps=8, progress=False)
-    assert "resuming context_pruner (context_pruning) at step 5/8" in capsys.readouterr().err
+    assert "resuming own_text-fit (context_pruning) at step 5/8" in capsys.readouterr().err
     assert resumed.history == reference.history
     for (name, a), b in zip(resumed.model.state_dict().items(), reference.model.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
     assert not list((tmp_path / "partial").glob("*/checkpoint.pt"))  # cleared once finished
+    # a repeated fit is served from the run cache, as the other methods' fits are
+    with monkeypatch.context() as patch:
+        patch.setattr(LMObjective, "step", killed_at_step_5)
+        again = pruner().fit(corpus, steps=8, progress=False)
+    assert again.history == reference.history
+    for (name, a), b in zip(again.model.state_dict().items(), reference.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
 
 
 def test_a_transformers_model_object_prunes_and_generates_as_its_full_forward():

@@ -150,7 +150,9 @@ def test_fit_trains_the_methods_recipe_whatever_the_notebook_profiles_say(image_
 
     before = SparsifinerClassifier.from_folder(image_folders[0], image_size=8, patch_size=2)
     for name, profile in list(vit.VIT.items()):
-        monkeypatch.setitem(vit.VIT, name, replace(profile, n_down=2, dense=replace(profile.dense, epochs=99)))
+        monkeypatch.setitem(vit.VIT, name, replace(profile, connectivity=profile.connectivity.replace(n_down=2),
+                                                   dense=replace(profile.dense, epochs=99)))
     after = SparsifinerClassifier.from_folder(image_folders[0], image_size=8, patch_size=2)
-    assert after.recipe is RECIPE and after.config == before.config and after.config.n_down == RECIPE.n_down
+    assert after.recipe is RECIPE and after.config == before.config
+    assert after.config.connectivity == RECIPE.connectivity and RECIPE.connectivity.n_down == 8
     assert (RECIPE.dense.epochs, RECIPE.phase1.epochs, RECIPE.phase2.epochs) == (10, 2, 8)

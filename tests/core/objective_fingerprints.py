@@ -106,6 +106,7 @@ def lm_runs(record) -> None:
 
 
 def vit_runs(record) -> None:
+    from bab.sparsifiner.predictor import ConnectivityConfig
     from bab.sparsifiner.train import ViTTrainConfig, train_vit
     from bab.sparsifiner.vit import ViTClassifierConfig, build_vit
 
@@ -119,7 +120,7 @@ def vit_runs(record) -> None:
     dense = vit()
     record("vit-dense", dense, train_vit(dense, images, ViTTrainConfig(objective="dense", epochs=2, batch_size=16,
                                                                        seed=1), progress=False))
-    phase1 = vit(predictor=True)
+    phase1 = vit(connectivity=ConnectivityConfig(n_down=8))
     phase1.load_state_dict(dense.state_dict(), strict=False)
     config = ViTTrainConfig(objective="predictor", epochs=2, batch_size=16, lr=1e-2, lambda_spa=0.1, seed=2)
     record("vit-predictor", phase1, train_vit(phase1, images, config, progress=False))

@@ -202,6 +202,7 @@ def test_the_vit_studys_runs_are_keyed_on_sparsifiners_training_version(tmp_path
     import bab.sparsifiner
     from bab.experiments.vit import ViTProfile, ViTStudy
     from bab.heads.train import TrainConfig
+    from bab.sparsifiner.predictor import ConnectivityConfig
     from bab.sparsifiner.train import ViTTrainConfig
 
     assert bab.sparsifiner.TRAINING_VERSION >= 2
@@ -209,7 +210,7 @@ def test_the_vit_studys_runs_are_keyed_on_sparsifiners_training_version(tmp_path
     model = dict(image_size=8, patch_size=2, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=16)
     profile = ViTProfile(name="tiny", num_train=16, num_val=8, num_test=8, model=model, dense=step,
                          phase1=ViTTrainConfig(objective="predictor", epochs=1, batch_size=16), phase2=step,
-                         heads=TrainConfig(objective="budgeted"), n_down=2)
+                         heads=TrainConfig(objective="budgeted"), connectivity=ConnectivityConfig(n_down=2))
     study = ViTStudy(profile, cache=RunCache(tmp_path), progress=False)
     g = torch.Generator().manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(16, 1, 8, 8, generator=g),

@@ -25,6 +25,7 @@ from bab.core.checkpoints import Checkpointer
 from bab.core.runs import RunCache
 from bab.heads.encoder import EncoderClassifier, EncoderConfig
 from bab.heads.train import HeadsObjective, TrainConfig, train
+from bab.sparsifiner.predictor import ConnectivityConfig
 from bab.sparsifiner.train import ViTObjective, ViTTrainConfig, train_vit
 from bab.sparsifiner.vit import ViTClassifierConfig, build_vit
 
@@ -95,7 +96,7 @@ def lm_run(checkpoint=None):
 
 def vit_run(checkpoint=None):
     """Sparsifiner's phase 2 (keep rate drawn per batch, distilled from a teacher): 3 batches an epoch, 3 epochs."""
-    teacher, model = vit(), vit(predictor=True)
+    teacher, model = vit(), vit(connectivity=ConnectivityConfig(n_down=8))
     model.load_state_dict(teacher.state_dict(), strict=False)
     config = ViTTrainConfig(objective="joint", epochs=3, batch_size=16, keep_rates=(0.25, 0.5), seed=3)
     return model, train_vit(model, images(), config, teacher=teacher, progress=False, checkpoint=checkpoint)

@@ -37,7 +37,7 @@ def test_sparsifiner_rows_are_valid_and_reach_the_comparison_table():
 def test_vit_profiles_build_valid_models_and_the_paper_budgets():
     for name in ("smoke", "quick", "paper"):
         p = get_profile("vit_sparsifiner", name)
-        config = ViTClassifierConfig(**p.model, predictor=True, n_down=p.n_down, tau=p.tau, up_prune=p.up_prune)
+        config = ViTClassifierConfig(**p.model, connectivity=p.connectivity)
         assert config.num_tokens == 50
         assert set(p.report_keep_rates) <= set(p.sweep_keep_rates)
         assert max(p.prune_layers) < config.num_layers

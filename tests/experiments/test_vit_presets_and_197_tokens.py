@@ -62,7 +62,7 @@ def accuracy_by_loop(model, data, **forward) -> float:
 def test_the_official_preset_scales_the_official_thresholds_as_the_profile_scales_the_papers():
     quick = VIT["quick"]
     official = official_preset(quick)
-    config = ViTStudy(official, progress=False).sparsifiner_config().connectivity()
+    config = ViTStudy(official, progress=False).sparsifiner_config().connectivity
     # at 50 tokens: n_down 8 (= 50 // 6, the official rule), top 2 of 8, |W_up| pruned at 2 x the profile's 0.04
     assert config == ConnectivityConfig.official(n_down=8, tau=0.2, up_prune=0.08, top_m=2)
     # the official code's phase 2 leaves the predictor out of the optimizer: the profile's frozen phase 2
@@ -72,16 +72,17 @@ def test_the_official_preset_scales_the_official_thresholds_as_the_profile_scale
                                                                                 quick.phase1, quick.heads)
     # at 197 tokens with the paper's sizes the scaling gives the official config itself (N // 6 = 32, 2e-2, top 8)
     variant = quick.variant_197
-    config_197 = ViTStudy(official_preset(variant), progress=False).sparsifiner_config().connectivity()
+    config_197 = ViTStudy(official_preset(variant), progress=False).sparsifiner_config().connectivity
     assert config_197 == ConnectivityConfig.official()
 
 
 def test_the_paper_text_preset_is_the_predictors_defaults_with_a_joint_phase_2():
     quick = VIT["quick"]
     paper_text = paper_text_preset(quick)
-    config = ViTStudy(paper_text, progress=False).sparsifiner_config().connectivity()
+    config = ViTStudy(paper_text, progress=False).sparsifiner_config().connectivity
     # the predictor's defaults are the paper's text; n_down, tau and the prune threshold stay the profile's
-    assert config == ConnectivityConfig(n_down=quick.n_down, tau=quick.tau, up_prune=quick.up_prune)
+    mine = quick.connectivity
+    assert config == ConnectivityConfig(n_down=mine.n_down, tau=mine.tau, up_prune=mine.up_prune)
     assert (config.cls_dense, config.coefficients, config.basis_threshold_abs, config.predictor_scale) == (
         False, "threshold", False, "head_dim")
     assert paper_text.phase2.joint_predictor is True and paper_text.phase2.lambda_attn_joint == 0.0
@@ -170,15 +171,15 @@ def test_every_profile_has_a_197_token_variant_with_the_papers_predictor_sizes()
         # the same ViT as at 50 tokens but for the patch size
         assert {k: v for k, v in variant.model.items() if k != "patch_size"} == \
             {k: v for k, v in profile.model.items() if k != "patch_size"}
-        assert (config.n_down, config.tau, config.up_prune, config.top_m) == (32, 0.05, 1e-2, 8)
-        assert {k: v for k, v in variant.predictor_options.items() if k != "top_m"} == \
-            {k: v for k, v in profile.predictor_options.items() if k != "top_m"}
+        predictor = config.connectivity
+        assert (predictor.n_down, predictor.tau, predictor.up_prune, predictor.top_m) == (32, 0.05, 1e-2, 8)
+        # the profile's options but for the sizes
+        assert predictor == profile.connectivity.replace(n_down=32, tau=0.05, up_prune=1e-2, top_m=8)
         control = token_count_control(profile)
         assert ViTStudy(control, progress=False).sparsifiner_config().num_tokens == 50
         assert (control.num_train, control.num_test, control.dense, control.phase1, control.phase2) == \
             (variant.num_train, variant.num_test, variant.dense, variant.phase1, variant.phase2)
-        assert (control.n_down, control.up_prune, control.predictor_options) == \
-            (profile.n_down, profile.up_prune, profile.predictor_options)
+        assert control.connectivity == profile.connectivity
     assert VIT["paper"].predictor_choice == "validation" and VIT["quick"].predictor_choice == "profile"
 
 

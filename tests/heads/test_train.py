@@ -177,15 +177,13 @@ def test_warmup_schedules_follow_their_formulas():
     assert cosine[0] == 0.5 and cosine[1] > cosine[5] > cosine[9] > 0.1  # cosine decay towards 10%
 
 
-def test_run_cache_key_hashes_every_field():
-    # every field enters the key, whether or not the objective uses it: no option is left out at a default
-    from dataclasses import asdict, fields
+def test_run_cache_key_names_each_field_away_from_its_first_default():
+    from bab.core.runs import config_difference
 
-    plain = TrainConfig(objective="budgeted", lambda_cost=0.05)
-    assert plain.to_dict() == asdict(plain) and set(plain.to_dict()) == {f.name for f in fields(TrainConfig)}
-    assert plain.to_dict()["gate_start"] == "flat" and plain.to_dict()["keep_unadapted"] is True
-    nested = TrainConfig(objective="budgeted", gate_start="elimination").to_dict()
-    assert nested["gate_start"] == "elimination" and nested["gate_start_sharpness"] == 4.0
+    assert config_difference(TrainConfig(objective="budgeted", lambda_cost=0.05)) == {"objective": "budgeted",
+                                                                                      "lambda_cost": 0.05}
+    nested = config_difference(TrainConfig(objective="budgeted", gate_start="elimination", budget_choices=(0.5,)))
+    assert nested == {"objective": "budgeted", "gate_start": "elimination", "budget_choices": [0.5]}
 
 
 def test_hard_adaptation_keeps_the_unadapted_checkpoint_when_validation_does_not_improve():

@@ -25,7 +25,7 @@ from bab.sparsifiner.model_bench import (
     set_realistic_model_state,
     whole_model_flops,
 )
-from bab.sparsifiner.predictor import num_connections
+from bab.sparsifiner.predictor import ConnectivityConfig, num_connections
 from bab.sparsifiner.vit import ViTClassifierConfig, build_vit, vit_forward
 
 # 8 x 8 one-channel images in 2 x 2 patches: n = 17 tokens, 2 layers x 2 heads of width 8
@@ -218,8 +218,9 @@ def test_bench_model_times_notebook_05_s_model_built_by_build_vit():
     table from its forward, with the analytic limit from the multiply-adds ``vit_forward`` reports for each core and
     the FLOPs counted by hand; and the settings ``vit_forward`` left on the model do not reach the bench."""
     torch.manual_seed(0)
-    model = build_vit(ViTClassifierConfig(image_size=8, patch_size=2, hidden_size=16, num_layers=2, num_heads=2,
-                                          intermediate_size=32, predictor=True, **TINY_PREDICTOR)).eval()
+    config = ViTClassifierConfig(image_size=8, patch_size=2, hidden_size=16, num_layers=2, num_heads=2,
+                                 intermediate_size=32, connectivity=ConnectivityConfig(**TINY_PREDICTOR))
+    model = build_vit(config).eval()
     set_realistic_model_state(model, random_pixels(model.config, 2))
     x = random_pixels(model.config, 2)[:1]
     with torch.no_grad():

@@ -6,14 +6,16 @@ one plain float64 matmul per equation, the Linear maps as x @ W^T + b, the ranki
 
 import math
 import shutil
+from dataclasses import asdict
 
 import pytest
 import torch
 from torch.utils.data import TensorDataset
 
+from bab.core.runs import config_difference
 from bab.sparsifiner import fused
 from bab.sparsifiner.attach import predictors
-from bab.sparsifiner.predictor import LATER_OPTION_DEFAULTS, ConnectivityConfig, ConnectivityPredictor, num_connections
+from bab.sparsifiner.predictor import ConnectivityConfig, ConnectivityPredictor, num_connections
 from bab.sparsifiner.train import ViTTrainConfig, train_vit, trainable_parameters
 from bab.sparsifiner.vit import ViTClassifierConfig, build_vit, vit_forward
 
@@ -121,7 +123,7 @@ OPTION_CASES = {
     "raw phase-1 scores": dict(phase1_scores="raw"),
     "shared basis, projections, raw phase 1": dict(basis="shared", connectivity_projections=True,
                                                    phase1_scores="raw"),
-    "official preset": ConnectivityConfig.official(n_down=5, top_m=2, tau=0.1, up_prune=0.05).to_dict(),
+    "official preset": asdict(ConnectivityConfig.official(n_down=5, top_m=2, tau=0.1, up_prune=0.05)),
 }
 
 
@@ -168,7 +170,8 @@ def test_the_connectivity_projections_have_the_official_shape_bias_and_init():
     with pytest.raises(ValueError, match=r"need head_dim=<d >= 2>"):
         ConnectivityPredictor(4, 30, connectivity_projections=True)
     with pytest.raises(ValueError, match="widen the model or turn them off"):
-        ViTClassifierConfig(hidden_size=4, num_heads=4, predictor=True, connectivity_projections=True)
+        ViTClassifierConfig(hidden_size=4, num_heads=4,
+                            connectivity=ConnectivityConfig(n_down=8, connectivity_projections=True))
 
 
 def test_raw_phase1_scores_are_the_unthresholded_coefficients_times_the_signed_unpruned_basis():
@@ -231,41 +234,20 @@ def test_the_official_preset_turns_on_every_official_part():
         ConnectivityConfig(connectivity_projections=1)
 
 
-# the fields of ViTClassifierConfig.to_dict() and ViTTrainConfig.to_dict() before the options existed, less the
-# head-gate fields that moved to the heads method (gates; budget_min, lambda_cost, lambda_viol, gate_lr: training
-# version 5): the run cache keys every ViT model on these dicts, so a default config must produce exactly them
-VIT_CONFIG_KEYS = {"image_size", "patch_size", "num_channels", "hidden_size", "num_layers", "num_heads",
-                   "intermediate_size", "num_classes", "dropout", "predictor", "n_down", "tau", "up_prune", "cls_dense",
-                   "coefficients", "top_m", "basis_threshold_abs", "predictor_scale", "linformer_len"}
-TRAIN_CONFIG_KEYS = {"objective", "epochs", "batch_size", "lr", "weight_decay", "warmup_fraction", "grad_clip", "seed",
-                     "lambda_attn", "lambda_spa", "lambda_token", "lambda_kl", "keep_rates"}
-
-
-def test_default_configs_keep_their_run_cache_dicts():
-    assert set(ViTClassifierConfig().to_dict()) == VIT_CONFIG_KEYS
-    assert set(ViTClassifierConfig(predictor=True, cls_dense=True, coefficients="topm", top_m=2).to_dict()) == (
-        VIT_CONFIG_KEYS)
-    assert set(ViTTrainConfig().to_dict()) == TRAIN_CONFIG_KEYS
-    assert set(ViTTrainConfig(objective="joint").to_dict()) == TRAIN_CONFIG_KEYS
-    assert set(ConnectivityConfig().to_dict()) == {"n_down", "tau", "up_prune", "cls_dense", "coefficients", "top_m",
-                                                   "basis_threshold_abs", "predictor_scale"}
-    # a new option away from its default is part of the key, so such a run never meets a default one
+def test_configs_are_keyed_by_their_difference_from_the_defaults():
+    assert config_difference(ViTClassifierConfig()) == {}
+    assert config_difference(ViTClassifierConfig(connectivity=ConnectivityConfig())) == {"connectivity": {}}
     for name, value in (("basis", "shared"), ("connectivity_projections", True), ("phase1_scores", "raw")):
-        assert ViTClassifierConfig(predictor=True, **{name: value}).to_dict()[name] == value
-    assert set(LATER_OPTION_DEFAULTS) == {"basis", "connectivity_projections", "phase1_scores"}
-    joint = ViTTrainConfig(objective="joint", joint_predictor=True).to_dict()
-    assert joint["joint_predictor"] is True and "lambda_attn_joint" not in joint  # each left out at its default
-    weighted = ViTTrainConfig(objective="joint", joint_predictor=True, lambda_attn_joint=0.5).to_dict()
-    assert weighted["lambda_attn_joint"] == 0.5
-    # the ViT config built from the preset carries every field of it
-    official = ConnectivityConfig.official(n_down=4, top_m=2)
-    assert ViTClassifierConfig(predictor=True, **official.to_dict()).connectivity() == official
+        keyed = config_difference(ViTClassifierConfig(connectivity=ConnectivityConfig(**{name: value})))
+        assert keyed == {"connectivity": {name: value}}
+    assert config_difference(ViTTrainConfig(objective="joint", joint_predictor=True, lambda_attn_joint=0.5)) == {
+        "objective": "joint", "joint_predictor": True, "lambda_attn_joint": 0.5}
 
 
 # ----------------------------------------------------------------------------- in the ViT, layer by layer
 
 TINY = dict(image_size=8, patch_size=2, hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32)
-OFFICIAL_TINY = ConnectivityConfig.official(n_down=4, top_m=2).to_dict()
+OFFICIAL_TINY = asdict(ConnectivityConfig.official(n_down=4, top_m=2))
 
 
 def tiny(**extra):
@@ -280,7 +262,7 @@ def is_predictor(name: str) -> bool:
 
 def official_tiny():
     """A tiny ViT with the official preset, signed random W_up and projections far from their init."""
-    model = tiny(predictor=True, **OFFICIAL_TINY)
+    model = tiny(connectivity=ConnectivityConfig(**OFFICIAL_TINY))
     g = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for predictor in predictors(model):
@@ -357,7 +339,7 @@ def toy_data(n=32):
 
 def test_phase_one_with_the_official_preset_trains_the_predictor_alone():
     dense = tiny()
-    model = tiny(predictor=True, **OFFICIAL_TINY)
+    model = tiny(connectivity=ConnectivityConfig(**OFFICIAL_TINY))
     model.load_state_dict(dense.state_dict(), strict=False)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     result = train_vit(model, toy_data(), ViTTrainConfig(objective="predictor", epochs=1, batch_size=16, lr=1e-2),
@@ -373,7 +355,7 @@ def test_joint_phase_two_updates_the_predictor_and_the_default_leaves_it(lambda_
     teacher = tiny()
     runs = {}
     for joint in (False, True):
-        model = tiny(predictor=True, **OFFICIAL_TINY)
+        model = tiny(connectivity=ConnectivityConfig(**OFFICIAL_TINY))
         model.load_state_dict(teacher.state_dict(), strict=False)
         before = {n: p.detach().clone() for n, p in model.named_parameters() if is_predictor(n)}
         config = ViTTrainConfig(objective="joint", epochs=1, batch_size=16, keep_rates=(0.25, 0.5),
@@ -394,7 +376,7 @@ def test_joint_phase_two_updates_the_predictor_and_the_default_leaves_it(lambda_
 
 
 def test_joint_predictor_options_are_phase_twos_and_say_so():
-    model = tiny(predictor=True)
+    model = tiny(connectivity=ConnectivityConfig(n_down=8))
     groups = trainable_parameters(model, ViTTrainConfig(objective="joint", joint_predictor=True))
     names = {id(p): n for n, p in model.named_parameters()}
     assert any(is_predictor(names[id(p)]) for p in groups[0]["params"])

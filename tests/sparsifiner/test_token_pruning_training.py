@@ -9,7 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import TensorDataset
 
+from bab.core.runs import config_difference
 from bab.experiments.vit import VIT
+from bab.sparsifiner.predictor import ConnectivityConfig
 from bab.sparsifiner.train import ViTTrainConfig, _step, _teacher_rows, train_vit
 from bab.sparsifiner.vit import ViTClassifierConfig, build_vit, vit_forward
 
@@ -32,7 +34,7 @@ def toy_data(n=48):
 
 
 def sparsifiner_from(teacher):
-    model = tiny(predictor=True, n_down=4)
+    model = tiny(connectivity=ConnectivityConfig(n_down=4))
     model.load_state_dict(teacher.state_dict(), strict=False)
     return model
 
@@ -47,27 +49,17 @@ def layer_lengths(model):
 
 # ----------------------------------------------------------------------------- the run cache's dict
 
-# ViTTrainConfig().to_dict() before token pruning existed, written out, less the head-gate fields that moved to the
-# heads method (budget_min, lambda_cost, lambda_viol, gate_lr: training version 5): every run in the cache is keyed
-# on it
-DEFAULT_TRAIN_DICT = {"objective": "dense", "epochs": 1, "batch_size": 128, "lr": 1e-3, "weight_decay": 0.05,
-                      "warmup_fraction": 0.1, "grad_clip": 1.0, "seed": 0, "lambda_attn": 1.0, "lambda_spa": 0.0,
-                      "lambda_token": 0.5, "lambda_kl": 0.5, "keep_rates": (0.25,)}
-
-
-def test_a_config_without_token_pruning_keeps_its_run_cache_dict():
-    assert ViTTrainConfig().to_dict() == DEFAULT_TRAIN_DICT
-    assert ViTTrainConfig(objective="joint").to_dict() == {**DEFAULT_TRAIN_DICT, "objective": "joint"}
-    # notebook 05's phase 2 at quick, as it was keyed before
-    assert VIT["quick"].phase2.to_dict() == {**DEFAULT_TRAIN_DICT, "objective": "joint", "epochs": 8, "lr": 3e-4,
-                                             "keep_rates": (0.1, 0.25, 0.5, 1.0)}
-    # the phase-2 predictor fields still join the dict only away from their defaults
-    assert ViTTrainConfig(objective="joint", joint_predictor=True).to_dict() == {
-        **DEFAULT_TRAIN_DICT, "objective": "joint", "joint_predictor": True}
-    # a pruning config's dict names both options, so it never meets a run trained without them
-    pruned = ViTTrainConfig(token_keep=0.7, prune_layers=[1, 2]).to_dict()
-    assert pruned == {**DEFAULT_TRAIN_DICT, "token_keep": 0.7, "prune_layers": (1, 2)}
-    assert ViTTrainConfig(token_keep=0.5, prune_layers=(1, 2)).to_dict() != pruned
+def test_a_config_is_keyed_by_what_it_changes_from_the_defaults():
+    assert config_difference(ViTTrainConfig()) == {}
+    assert config_difference(ViTTrainConfig(objective="joint")) == {"objective": "joint"}
+    assert config_difference(VIT["quick"].phase2) == {"objective": "joint", "epochs": 8, "lr": 3e-4,
+                                                      "keep_rates": [0.1, 0.25, 0.5, 1.0]}
+    assert config_difference(ViTTrainConfig(objective="joint", joint_predictor=True)) == {
+        "objective": "joint", "joint_predictor": True}
+    # a pruning config names both options, so it never meets a run trained without them
+    pruned = config_difference(ViTTrainConfig(token_keep=0.7, prune_layers=[1, 2]))
+    assert pruned == {"token_keep": 0.7, "prune_layers": [1, 2]}
+    assert config_difference(ViTTrainConfig(token_keep=0.5, prune_layers=(1, 2))) != pruned
 
 
 # ----------------------------------------------------------------------------- the options' checks

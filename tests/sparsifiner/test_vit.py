@@ -23,7 +23,7 @@ from bab.sparsifiner.evaluate import (
     topk_exact,
 )
 from bab.sparsifiner.model_bench import set_realistic_model_state
-from bab.sparsifiner.predictor import num_connections
+from bab.sparsifiner.predictor import ConnectivityConfig, num_connections
 from bab.sparsifiner.token_pruning import prune_tokens
 from bab.sparsifiner.train import ViTTrainConfig, train_vit
 from bab.sparsifiner.vit import (
@@ -62,7 +62,7 @@ def pixels(n=3, seed=1):
 
 
 def test_equals_transformers_vit_when_sparsity_is_off():
-    model = tiny(predictor=True, linformer_len=4)
+    model = tiny(linformer_len=4, connectivity=ConnectivityConfig(n_down=8))
     x = pixels()
     with torch.no_grad():
         reference = plain_copy(model)(pixel_values=x).logits
@@ -82,7 +82,7 @@ def test_transformers_vit_with_eager_attention_agrees_too():
 
 
 def test_keep_rate_one_equals_dense_and_sparse_equals_masked():
-    model = tiny(predictor=True)
+    model = tiny(connectivity=ConnectivityConfig(n_down=8))
     x = pixels()
     with torch.no_grad():
         dense = vit_forward(model, x).logits
@@ -96,7 +96,7 @@ def test_keep_rate_one_equals_dense_and_sparse_equals_masked():
 
 
 def test_cost_falls_with_the_keep_rate():
-    model = tiny(predictor=True)
+    model = tiny(connectivity=ConnectivityConfig(n_down=8))
     x = pixels()
     with torch.no_grad():
         costs = [vit_forward(model, x, attention="sparse", keep_rate=r).mhsa_macs for r in (1.0, 0.5, 0.25, 0.1)]
@@ -111,7 +111,7 @@ def test_bad_arguments_raise_clear_errors():
     with pytest.raises(ValueError, match="needs connectivity predictors"):
         vit_forward(model, x, attention="sparse", keep_rate=0.5)
     with pytest.raises(ValueError, match="keep_rate must lie in"):
-        vit_forward(tiny(predictor=True), x, attention="sparse", keep_rate=0.0)
+        vit_forward(tiny(connectivity=ConnectivityConfig(n_down=8)), x, attention="sparse", keep_rate=0.0)
     with pytest.raises(ValueError, match="attention must be one of"):
         vit_forward(model, x, attention="sparsest")
     with pytest.raises(ValueError, match="linformer_len"):
@@ -131,7 +131,7 @@ def test_token_pruning_keeps_cls_and_the_most_attended_patches():
 
 
 def test_token_pruning_in_the_model_shrinks_the_sequence_and_the_cost():
-    model = tiny(predictor=True, n_down=2)  # a predictor small enough to pay for itself on 17 tokens
+    model = tiny(connectivity=ConnectivityConfig(n_down=2))  # a predictor small enough to pay for itself on 17 tokens
     x = pixels()
     with torch.no_grad():
         out = vit_forward(model, x, token_keep=0.5, prune_layers=(0,))
@@ -170,7 +170,7 @@ def toy_data(n=48):
 
 def test_phase_one_trains_only_the_predictor_and_lowers_the_attention_loss():
     dense = tiny()
-    model = tiny(predictor=True, tau=0.05)
+    model = tiny(connectivity=ConnectivityConfig(n_down=8, tau=0.05))
     model.load_state_dict(dense.state_dict(), strict=False)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     data = toy_data()
@@ -190,7 +190,7 @@ def test_phase_one_trains_only_the_predictor_and_lowers_the_attention_loss():
 
 def test_phase_two_trains_the_backbone_and_freezes_the_predictor():
     teacher = tiny()
-    model = tiny(predictor=True)
+    model = tiny(connectivity=ConnectivityConfig(n_down=8))
     model.load_state_dict(teacher.state_dict(), strict=False)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     config = ViTTrainConfig(objective="joint", epochs=1, batch_size=16, keep_rates=(0.25, 0.5))
@@ -214,7 +214,7 @@ def test_train_config_rejects_bad_keep_rates_and_objectives():
 
 
 def test_evaluation_and_flop_tables():
-    model = tiny(predictor=True)
+    model = tiny(connectivity=ConnectivityConfig(n_down=8))
     data = toy_data(20)
     dense = evaluate_vit(model, data)
     sparse = evaluate_vit(model, data, attention="sparse", keep_rate=0.25)
@@ -247,7 +247,7 @@ def signed_predictors(model):
 @pytest.mark.parametrize("attention", ["sparse", "masked"])
 @pytest.mark.parametrize("options", [{}, OFFICIAL], ids=["defaults", "official options"])
 def test_an_images_output_does_not_depend_on_the_other_images_in_its_batch(pruning, attention, options):
-    model = signed_predictors(tiny(predictor=True, n_down=4, **options)).double()
+    model = signed_predictors(tiny(connectivity=ConnectivityConfig(n_down=4, **options))).double()
     x = pixels(5).double()
     forward = dict(attention=attention, keep_rate=0.25, return_internals=True, **pruning)
     with torch.no_grad():
@@ -264,7 +264,7 @@ def test_an_images_output_does_not_depend_on_the_other_images_in_its_batch(pruni
 
 
 def test_the_official_options_in_the_vit_keep_sparse_equal_to_masked_and_cls_dense():
-    model = signed_predictors(tiny(predictor=True, n_down=4, **OFFICIAL))
+    model = signed_predictors(tiny(connectivity=ConnectivityConfig(n_down=4, **OFFICIAL)))
     x = pixels()
     n, D = num_tokens(model), model.config.hidden_size
     with torch.no_grad():
@@ -288,7 +288,7 @@ def test_the_official_options_in_the_vit_keep_sparse_equal_to_masked_and_cls_den
 
 def test_phase_one_with_cls_dense_distils_the_predicted_rows_only():
     dense = tiny()
-    model = tiny(predictor=True, cls_dense=True)
+    model = tiny(connectivity=ConnectivityConfig(n_down=8, cls_dense=True))
     model.load_state_dict(dense.state_dict(), strict=False)
     result = train_vit(model, toy_data(16), ViTTrainConfig(objective="predictor", epochs=1, batch_size=16),
                        progress=False)
@@ -302,13 +302,13 @@ def test_phase_one_with_cls_dense_distils_the_predicted_rows_only():
 ])
 def test_vit_config_rejects_bad_predictor_options(options, message):
     with pytest.raises(ValueError, match=message):
-        ViTClassifierConfig(**TINY, predictor=True, **options)
+        ViTClassifierConfig(**TINY, connectivity=ConnectivityConfig(**options))
 
 
 # ----------------------------------------------------------------------------- attention cores by name, ViTForward
 
 def test_the_options_object_and_keywords_are_the_same_call():
-    model, x = signed_predictors(tiny(predictor=True, n_down=4)), pixels()
+    model, x = signed_predictors(tiny(connectivity=ConnectivityConfig(n_down=4))), pixels()
     options = ViTForward(attention="sparse", keep_rate=0.25, return_internals=True)
     with torch.no_grad():
         by_object = vit_forward(model, x, options)
@@ -352,7 +352,7 @@ def test_the_fused_core_in_the_vit_equals_the_sparse_and_masked_cores(options):
     if not HAS_COMPILER:
         pytest.skip("no C++ compiler (g++, c++ or clang++) on PATH: the fused kernel cannot be built here")
     assert fused.fused_available(), f"the fused kernel failed to build: {fused._state['error']!r}"
-    model, x = signed_predictors(tiny(predictor=True, n_down=4, **options)), pixels()
+    model, x = signed_predictors(tiny(connectivity=ConnectivityConfig(n_down=4, **options))), pixels()
     with torch.no_grad():
         for rate in (1.0, 0.5, 0.25, 0.1):
             by_kernel = vit_forward(model, x, attention="fused", keep_rate=rate, return_internals=True)
@@ -402,8 +402,8 @@ def trained_like(config: ViTClassifierConfig, seed: int = 0) -> ViTForImageClass
 
 # notebook 05's shape (28 x 28 images in 4 x 4 patches: n = 50) and the same model on 56 x 56 images (n = 197, DeiT-S's
 # sequence length at 224 x 224)
-WHOLE_MODEL = dict(patch_size=4, num_channels=1, hidden_size=64, num_layers=4, num_heads=4, intermediate_size=128,
-                   n_down=8, tau=0.2, up_prune=0.04)
+WHOLE_MODEL = dict(patch_size=4, num_channels=1, hidden_size=64, num_layers=4, num_heads=4, intermediate_size=128)
+WHOLE_PREDICTOR = dict(n_down=8, tau=0.2, up_prune=0.04)
 
 
 @pytest.mark.parametrize("options", [{}, OFFICIAL], ids=["paper text", "official options (notebook 05)"])
@@ -415,7 +415,8 @@ def test_the_whole_fused_model_gives_the_masked_models_logits(image_size, n, opt
     if not HAS_COMPILER:
         pytest.skip("no C++ compiler (g++, c++ or clang++) on PATH: the fused kernel cannot be built here")
     assert fused.fused_available(), f"the fused kernel failed to build: {fused._state['error']!r}"
-    config = ViTClassifierConfig(image_size=image_size, predictor=True, **WHOLE_MODEL, **options)
+    config = ViTClassifierConfig(image_size=image_size, **WHOLE_MODEL,
+                                 connectivity=ConnectivityConfig(**WHOLE_PREDICTOR, **options))
     assert config.num_tokens == n
     model = trained_like(config)
     x = torch.randn(3, 1, image_size, image_size, generator=torch.Generator().manual_seed(5))
@@ -440,6 +441,6 @@ def test_the_fused_core_says_why_when_the_kernel_could_not_be_built(monkeypatch)
 
     monkeypatch.setattr(fused, "_build", no_build)
     monkeypatch.setattr(fused, "_state", {"module": None, "error": None, "warned": False})
-    model = tiny(predictor=True)
+    model = tiny(connectivity=ConnectivityConfig(n_down=8))
     with torch.no_grad(), pytest.raises(RuntimeError, match=r"not available.*simulated.*attention='sparse'"):
         vit_forward(model, pixels(), attention="fused", keep_rate=0.25)

@@ -15,6 +15,7 @@ from torch.utils.data import TensorDataset
 from bab.heads.hf_encoder import GatedHFClassifier
 from bab.heads.train import TrainConfig, train
 from bab.sparsifiner.attach import configure, sparsifiner_state
+from bab.sparsifiner.predictor import ConnectivityConfig
 from bab.sparsifiner.vit import ViTClassifierConfig, build_vit, vit_forward
 from tests.sparsifiner.vit_loop import predictor_masked_attention, trained_looking, vit_loop
 
@@ -113,7 +114,7 @@ def test_soft_mode_scales_each_head_by_its_gate_and_costs_the_mean_gate():
 def test_head_gates_compose_with_sparsifiner_attention_and_leave_its_settings():
     """The gates act on the output projection's input, whatever core computed the heads: masked Sparsifiner
     attention at keep 0.25 with two heads masked equals the written-out forward with both."""
-    vit = tiny_vit(predictor=True, n_down=4)
+    vit = tiny_vit(connectivity=ConnectivityConfig(n_down=4))
     model = gated(vit, gates=None)
     configure(vit, core="masked", keep=0.25)
     x = pixels()

@@ -187,7 +187,7 @@ class PretrainedContextStudy(DecoderStudy):
         return PruningConfig(r=P.r, init_bias=P.init_bias, budget_conditioned=budget_conditioned)
 
     def data_lineage(self) -> dict:
-        return self.profile.data.to_dict()
+        return self.profile.data
 
     def measurement_data(self) -> dict:
         # evaluations also read the out-of-domain text, and the topic choice AG News's test split
@@ -198,7 +198,7 @@ class PretrainedContextStudy(DecoderStudy):
         With ``freeze_pretrained`` only the interaction modules are cached; the pretrained weights are copied in
         on every call."""
         dense, info = self.dense()
-        config = {"family": dense.config.model_type, "pruning": None if pruning is None else pruning.to_dict()}
+        config = {"family": dense.config.model_type, "pruning": pruning}
         built = {}
 
         def build():

@@ -8,11 +8,12 @@ from dataclasses import replace
 
 import pandas as pd
 
-from bab.experiments.vit.presets import PAPER_TEXT_PREDICTOR, PREDICTOR_PRESETS, PresetChoice
-from bab.experiments.vit.profiles import _OFFICIAL_PREDICTOR, ViTProfile
+from bab.experiments.vit.presets import PREDICTOR_PRESETS, PresetChoice, paper_text_connectivity
+from bab.experiments.vit.profiles import ViTProfile
 from bab.experiments.vit.study import ViTStudy
 from bab.heads.evaluate import evaluate as evaluate_heads
 from bab.sparsifiner.evaluate import evaluate_vit
+from bab.sparsifiner.recipe import RECIPE
 
 
 def pick_preset(table: pd.DataFrame) -> tuple[str, str]:
@@ -70,8 +71,7 @@ def token_count_control(profile: ViTProfile) -> ViTProfile:
     if variant is None:
         raise ValueError(f"profile {profile.name!r} has no variant_197 to compare with")
     return replace(variant, name=f"{profile.name}, 50 tokens, the 197-token recipe", model=profile.model,
-                   n_down=profile.n_down, tau=profile.tau, up_prune=profile.up_prune,
-                   predictor_options=profile.predictor_options)
+                   connectivity=profile.connectivity)
 
 
 def two_standard_errors(accuracy: float, n: int) -> float:
@@ -129,8 +129,9 @@ def carry_over_sentence(verdicts: dict[float, str]) -> str:
 def predictor_ablation_variants(profile: ViTProfile) -> dict[str, ViTProfile]:
     """The recipe variants of the keep-rate gap (docs/sparsifiner.md): predictor semantics, phase-2 length,
     one checkpoint for every keep rate vs one per keep rate."""
-    paper_text = replace(profile, predictor_options=PAPER_TEXT_PREDICTOR)
-    official = replace(profile, predictor_options=_OFFICIAL_PREDICTOR)
+    paper_text = replace(profile, connectivity=paper_text_connectivity(profile.connectivity))
+    official = replace(profile, connectivity=RECIPE.connectivity.replace(
+        n_down=profile.connectivity.n_down, tau=profile.connectivity.tau, up_prune=profile.connectivity.up_prune))
 
     def epochs(p, n):
         return replace(p, phase2=replace(p.phase2, epochs=n))

@@ -23,12 +23,18 @@ OFFICIAL_PRUNE_RATIO = 2.0
 OFFICIAL_TOP_M_FRACTION = 0.25
 
 
+def paper_text_connectivity(connectivity: ConnectivityConfig) -> ConnectivityConfig:
+    """The paper's text (``ConnectivityConfig``'s defaults) at ``connectivity``'s n_down, tau and prune threshold."""
+    return ConnectivityConfig(n_down=connectivity.n_down, tau=connectivity.tau, up_prune=connectivity.up_prune,
+                              **PAPER_TEXT_PREDICTOR)
+
+
 def paper_text_preset(profile: ViTProfile) -> ViTProfile:
     """``profile`` with the paper's text: the predictor's defaults (``PAPER_TEXT_PREDICTOR``) at the profile's
     n_down, tau and prune threshold, and phase 2 training the predictor jointly with the backbone, as the paper's
     text says, at the paper's lambda_attn = 0 (``ViTTrainConfig``'s ``joint_predictor``): the hard top-k passes
     the other losses no gradient, so only AdamW's weight decay moves the predictor."""
-    return replace(profile, predictor_options=dict(PAPER_TEXT_PREDICTOR),
+    return replace(profile, connectivity=paper_text_connectivity(profile.connectivity),
                    phase2=replace(profile.phase2, joint_predictor=True, lambda_attn_joint=0.0))
 
 
@@ -39,11 +45,11 @@ def official_preset(profile: ViTProfile) -> ViTProfile:
     the profile's times 2 (official 2e-2 against the paper's 1e-2; 0.08 at 50 tokens, ~4 / n as 2e-2 ~ 4 / 197)
     and the top-m count a quarter of n_down (official 8 of 32; 2 of 8 at 50 tokens). Phase 2 is the profile's,
     with the predictor frozen, as the official code's default schedule leaves it out of the optimizer."""
-    official = ConnectivityConfig.official(n_down=profile.n_down, tau=profile.tau,
-                                           up_prune=OFFICIAL_PRUNE_RATIO * profile.up_prune,
-                                           top_m=max(1, round(OFFICIAL_TOP_M_FRACTION * profile.n_down)))
-    options = {key: value for key, value in official.to_dict().items() if key not in ("n_down", "tau", "up_prune")}
-    return replace(profile, up_prune=official.up_prune, predictor_options=options)
+    mine = profile.connectivity
+    official = ConnectivityConfig.official(n_down=mine.n_down, tau=mine.tau,
+                                           up_prune=OFFICIAL_PRUNE_RATIO * mine.up_prune,
+                                           top_m=max(1, round(OFFICIAL_TOP_M_FRACTION * mine.n_down)))
+    return replace(profile, connectivity=official)
 
 
 def predictor_preset(profile: ViTProfile, preset: str) -> ViTProfile:

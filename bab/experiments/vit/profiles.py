@@ -3,9 +3,10 @@ beside it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from bab.heads import train as heads_train
+from bab.sparsifiner.predictor import ConnectivityConfig
 from bab.sparsifiner.recipe import RECIPE, SparsifinerRecipe
 from bab.sparsifiner.train import ViTTrainConfig
 from bab.sparsifiner.vit import ViTClassifierConfig
@@ -25,14 +26,10 @@ class ViTProfile:
     phase2: ViTTrainConfig
     heads: heads_train.TrainConfig  # the heads method's recipe: budgeted soft gates (its gate start included)
     seed: int = 13
-    n_down: int = 8
-    # The paper's tau = 0.05 with n_down = 32 and prune threshold 1e-2 with n = 197 are relative to the uniform
-    # levels 1/n_down and 1/n (tau = 1.6 / n_down, threshold ~ 2 / n); we keep those ratios for n_down = 8, n = 50.
-    tau: float = 0.2
-    up_prune: float = 0.04
-    # ConnectivityPredictor options (the ConnectivityConfig fields besides n_down, tau and up_prune;
-    # docs/sparsifiner.md); empty: the defaults, the paper's text
-    predictor_options: dict = field(default_factory=dict)
+    # The connectivity predictor. The paper's tau = 0.05 with n_down = 32 and prune threshold 1e-2 with n = 197 are
+    # relative to the uniform levels 1/n_down and 1/n (tau = 1.6 / n_down, threshold ~ 2 / n); these keep those
+    # ratios for n_down = 8, n = 50. The other options: the defaults, the paper's text (docs/sparsifiner.md).
+    connectivity: ConnectivityConfig = ConnectivityConfig(n_down=8, tau=0.2, up_prune=0.04)
     sweep_keep_rates: tuple[float, ...] = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.25, 0.2, 0.1, 0.05)
     report_keep_rates: tuple[float, ...] = (0.5, 0.25, 0.1)
     linformer_keep_rate: float = 0.25  # Linformer's projection length = ceil(0.25 * n), Sparsifiner's budget there
@@ -91,7 +88,6 @@ PREDICTOR_CHOICES = ("profile", "validation")
 # (bab.sparsifiner.recipe, each value's reason there); the profiles below size it (epochs, data).
 _VIT_MODEL = RECIPE.model
 _VIT_DENSE, _VIT_PHASE1, _VIT_PHASE2 = RECIPE.dense, RECIPE.phase1, RECIPE.phase2
-_OFFICIAL_PREDICTOR = RECIPE.predictor_options
 # EViT fine-tuned (Table 1's baseline as its paper trains it: CE only, the tokens pruned in the training forward),
 # warm-started from the dense ViT with phase 2's optimiser settings (lr 3e-4: the backbone is already trained, as
 # EViT's own fine-tune of a pretrained DeiT lowers its lr). The token keep rate and prune layers are the profile's.
@@ -120,13 +116,13 @@ GATE_INIT_LOGIT = 2.0
 # ~4x, and the torch predictor ranks 197 x 197 scores per head, so the recipe is smaller than the 50-token one
 # (fewer images and epochs); the same recipe at 50 tokens (token_count_control) is the like-for-like reference.
 _VIT_197_MODEL = dict(_VIT_MODEL, patch_size=2)
-_PREDICTOR_197 = dict(n_down=32, tau=0.05, up_prune=1e-2, predictor_options=dict(_OFFICIAL_PREDICTOR, top_m=8))
+_PREDICTOR_197 = RECIPE.connectivity.replace(n_down=32, tau=0.05, up_prune=1e-2, top_m=8)
 
 
 def _variant_197(name, num_train, num_test, dense_epochs, phase1_epochs, phase2_epochs,
                  smaller_than_paper="") -> ViTProfile:
     return ViTProfile(name=f"{name}, 197 tokens", num_train=num_train, num_val=200, num_test=num_test,
-                      model=_VIT_197_MODEL, **_PREDICTOR_197, dense=replace(_VIT_DENSE, epochs=dense_epochs),
+                      model=_VIT_197_MODEL, connectivity=_PREDICTOR_197, dense=replace(_VIT_DENSE, epochs=dense_epochs),
                       phase1=replace(_VIT_PHASE1, epochs=phase1_epochs),
                       phase2=replace(_VIT_PHASE2, epochs=phase2_epochs), heads=_VIT_HEADS,
                       smaller_than_paper=smaller_than_paper)
@@ -135,7 +131,7 @@ def _variant_197(name, num_train, num_test, dense_epochs, phase1_epochs, phase2_
 VIT = {
     "smoke": ViTProfile(
         name="smoke", num_train=3000, num_val=200, num_test=500, model=_VIT_MODEL,
-        predictor_options=_OFFICIAL_PREDICTOR,
+        connectivity=RECIPE.connectivity,
         dense=replace(_VIT_DENSE, epochs=8), phase1=replace(_VIT_PHASE1, epochs=1),
         phase2=replace(_VIT_PHASE2, epochs=1), heads=replace(_VIT_HEADS, epochs=2, gate_start_examples=500),
         # the token-pruning fine-tunes for one epoch, as phase 2 (~4 s EViT and ~13 s Sparsif-EViT a keep rate)
@@ -149,7 +145,7 @@ VIT = {
         # the nested gate start ranks heads on 500 training images, not 2,000 as when the recipe was chosen:
         # elimination over 16 heads is 136 passes, most of the budgeted-heads step at 2,000
         name="quick", num_train=10000, num_val=1000, num_test=5000, model=_VIT_MODEL,
-        predictor_options=_OFFICIAL_PREDICTOR,
+        connectivity=RECIPE.connectivity,
         dense=replace(_VIT_DENSE, epochs=10), phase1=replace(_VIT_PHASE1, epochs=2),
         # phase 2 for 8 epochs, not 4: on validation 0.1 / 1.0 points under dense at keep 0.25 / 0.1, not 1.0 / 2.5
         phase2=replace(_VIT_PHASE2, epochs=8), heads=replace(_VIT_HEADS, epochs=6, gate_start_examples=500),
@@ -169,7 +165,7 @@ VIT = {
     # and phase 2 for 40 (the paper's epoch counts; its DeiT-S teacher is pretrained for 300 epochs).
     "paper": ViTProfile(
         name="paper", num_train=55000, num_val=5000, num_test=10000, model=_VIT_MODEL,
-        predictor_options=_OFFICIAL_PREDICTOR,
+        connectivity=RECIPE.connectivity,
         dense=replace(_VIT_DENSE, epochs=50), phase1=replace(_VIT_PHASE1, epochs=5),
         phase2=replace(_VIT_PHASE2, epochs=40), heads=replace(_VIT_HEADS, epochs=10),
         # the token-pruning fine-tunes for 40 epochs: Sparsif-EViT is the paper's phase 2 (40 epochs) with the tokens
@@ -191,5 +187,4 @@ def recipe_profile(recipe: SparsifinerRecipe, num_train: int, seed: int) -> ViTP
     a user's ``num_train`` images): its shape, predictor and three steps; no validation or test split."""
     return ViTProfile(name="recipe", num_train=num_train, num_val=0, num_test=0, model=recipe.model,
                       dense=recipe.dense, phase1=recipe.phase1, phase2=recipe.phase2,
-                      heads=heads_train.TrainConfig(objective="budgeted"), seed=seed, n_down=recipe.n_down,
-                      tau=recipe.tau, up_prune=recipe.up_prune, predictor_options=recipe.predictor_options)
+                      heads=heads_train.TrainConfig(objective="budgeted"), seed=seed, connectivity=recipe.connectivity)

@@ -9,7 +9,7 @@ from functools import cache
 import pandas as pd
 
 from bab.core.outcomes import keep_units, row_units
-from bab.core.runs import LoadOnlyRunCache, RunCache, state_digest
+from bab.core.runs import LoadOnlyRunCache, RunCache, config_difference, state_digest
 from bab.core.timing import repeat_times
 from bab.data.images import image_splits, load_fashion_mnist
 from bab.experiments.methods import methods
@@ -86,8 +86,7 @@ class ViTStudy(Study):
 
     def sparsifiner_config(self) -> ViTClassifierConfig:
         p = self.profile
-        return self.model_config(predictor=True, n_down=p.n_down, tau=p.tau, up_prune=p.up_prune,
-                                 **p.predictor_options)
+        return self.model_config(connectivity=p.connectivity)
 
     def linformer_len(self) -> int:
         """Linformer's projection length = the Sparsifiner budget k at the comparison keep rate (Table 4)."""
@@ -101,7 +100,7 @@ class ViTStudy(Study):
         cache. ``prepare(model)`` runs after the warm start and before training (e.g. the gate start);
         ``select``: train_vit's selection; ``lineage``: what else determines the run (how ``prepare`` and
         ``select`` work)."""
-        lineage = {"model": model_config.to_dict(), "train": train_config.to_dict(), "parent": parent, **lineage}
+        lineage = {"model": model_config, "train": train_config, "parent": parent, **lineage}
 
         def fit(model, checkpoint):
             if prepare is not None:
@@ -188,8 +187,8 @@ class ViTStudy(Study):
     def _train_heads(self, name, config: heads_train.TrainConfig, parent, init, teacher=None, select=None,
                      **lineage):
         """One budgeted-heads step on this study's ViT (``bab.heads.train``), or its model from the run cache."""
-        lineage = {"model": {**self.model_config().to_dict(), "gates": "budget", "gate_init_logit": GATE_INIT_LOGIT},
-                   "train": config.to_dict(), "parent": parent, **lineage}
+        model_key = {**config_difference(self.model_config()), "gates": "budget", "gate_init_logit": GATE_INIT_LOGIT}
+        lineage = {"model": model_key, "train": config, "parent": parent, **lineage}
 
         def fit(model, checkpoint):
             return trained(heads_train.train(model, self.splits()["train"], config, teacher=teacher,
@@ -408,12 +407,11 @@ class OwnImagesStudy(ViTStudy):
     def build(self, model_config: ViTClassifierConfig):
         if self.base_model is None:
             return build_vit(model_config)
-        connectivity = model_config.connectivity() if model_config.predictor else None
-        return attach(copy.deepcopy(self.base_model), connectivity, core="dense",
+        return attach(copy.deepcopy(self.base_model), model_config.connectivity, core="dense",
                       linformer_len=model_config.linformer_len)
 
     def model_config(self, **extra) -> ViTClassifierConfig:
-        return replace(self.config, predictor=False, **extra)
+        return replace(self.config, connectivity=None, **extra)
 
     def sparsifiner_config(self) -> ViTClassifierConfig:
         return self.config
