@@ -434,7 +434,8 @@ def train_cached(cache: RunCache, name: str, lineage: dict, build, fit, *, seed:
     ``{"code": {"method": method, "version": version, "threads": n}}`` is added to it, so bumping a method's
     ``TRAINING_VERSION`` retrains instead of serving a checkpoint of the old training code, and a run trained on
     a different number of torch threads (which sums in a different order: ``bab.core.threads``) is its own run;
-    the returned lineage has it too, for the runs that start from this one.
+    the returned lineage has it too, for the runs that start from this one, as the plain data the key hashes (each
+    config as its difference from its first defaults).
     ``build() -> model`` is called after seeding with ``seed``, so the initialisation is reproducible
     (an already built model is used as it is). ``fit(model, checkpoint) -> metrics`` trains in place, passing
     ``checkpoint`` (a ``Checkpointer``, or None) to its training loop so an interrupted run resumes; it runs
@@ -449,4 +450,4 @@ def train_cached(cache: RunCache, name: str, lineage: dict, build, fit, *, seed:
     run = cache.path(name, lineage).name
     _MODELS_USED[run]["seed"] = seed
     setattr(model, RUN_TAG, {"run": run, "seed": seed})
-    return model.eval(), metrics, lineage
+    return model.eval(), metrics, plain(lineage)

@@ -9,6 +9,13 @@ from bab.experiments.profiles import get_profile
 from bab.experiments.vit import VIT, VIT_METHODS
 from bab.report.results import validate_rows
 from bab.sparsifiner.evaluate import evaluate_vit
+from bab.sparsifiner.train import ViTTrainConfig
+
+
+def trained_with(lineage) -> ViTTrainConfig:
+    """The training config a run's lineage keys (its difference from the defaults), whole again."""
+    return ViTTrainConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in lineage["train"].items()})
+
 
 # the tiny study's ViT has 2 layers: prune after the first; one epoch per fine-tune (the smoke profile's)
 TINY_EVIT = dict(prune_layers=(0,), phase2=replace(get_profile("vit_sparsifiner", "smoke").phase2, batch_size=8))
@@ -20,15 +27,15 @@ def test_evit_fine_tunes_the_dense_model_with_its_tokens_pruned_through_the_cach
     model, metrics, lineage = study.evit(0.5)
     assert metrics["cached"] is False and len(metrics["history"]) == study.profile.evit_epochs
     assert lineage["parent"] == dense_lineage and lineage["model"] == dense_lineage["model"]
-    train = lineage["train"]
-    assert (train["objective"], train["token_keep"], tuple(train["prune_layers"])) == ("dense", 0.5, (0,))
-    assert (train["epochs"], train["lr"], train["seed"]) == (study.profile.evit_epochs, 3e-4, study.profile.seed)
+    train = trained_with(lineage)
+    assert (train.objective, train.token_keep, train.prune_layers) == ("dense", 0.5, (0,))
+    assert (train.epochs, train.lr, train.seed) == (study.profile.evit_epochs, 3e-4, study.profile.seed)
     assert any((p != q).any() for p, q in zip(model.parameters(), dense.parameters(), strict=True))
     again, metrics, _ = study.evit(0.5)
     assert metrics["cached"] is True
     assert all((p == q).all() for p, q in zip(again.parameters(), model.parameters(), strict=True))
     _, other, other_lineage = study.evit(0.7)  # another keep rate is another run
-    assert other["cached"] is False and other_lineage["train"]["token_keep"] == 0.7
+    assert other["cached"] is False and trained_with(other_lineage).token_keep == 0.7
 
 
 def test_sparsif_evit_is_phase_two_with_its_tokens_pruned_from_phase_one_through_the_cache(tiny_vit_study):
@@ -39,9 +46,9 @@ def test_sparsif_evit_is_phase_two_with_its_tokens_pruned_from_phase_one_through
     assert metrics["cached"] is False
     assert lineage["parent"] == phase1_lineage and lineage["model"] == phase2_lineage["model"]
     # phase 2's recipe with the tokens pruned, for evit_epochs
-    expected = {**phase2_lineage["train"], "epochs": study.profile.evit_epochs, "token_keep": 0.5}
-    assert {key: value for key, value in lineage["train"].items() if key != "prune_layers"} == expected
-    assert tuple(lineage["train"]["prune_layers"]) == (0,)
+    expected = replace(trained_with(phase2_lineage), epochs=study.profile.evit_epochs, token_keep=0.5,
+                       prune_layers=(0,))
+    assert trained_with(lineage) == expected
     _, metrics, _ = study.evit_sparsifiner(0.5)
     assert metrics["cached"] is True
 

@@ -16,9 +16,9 @@ from bab.context.interaction import PruningConfig
 from bab.context.lm import lm_forward
 from bab.context.pretrained import load_hf_decoder
 from bab.context.train import LMTrainConfig
-from bab.core.runs import RunCache, as_downloaded, tag_as
+from bab.core.runs import RunCache, as_downloaded, config_difference, tag_as
 from bab.core.warm_start import warm_start
-from bab.data.lm import LMData, LMTokenizer, load_lm_data
+from bab.data.lm import LMData, LMDataConfig, LMTokenizer, load_lm_data
 from bab.data.text.datasets import load_text_dataset
 from bab.experiments.decoder_study import DecoderStudy
 from bab.experiments.pretrained_context.profiles import (
@@ -186,12 +186,13 @@ class PretrainedContextStudy(DecoderStudy):
             return PruningConfig.official(r=P.r, budget_conditioned=budget_conditioned)
         return PruningConfig(r=P.r, init_bias=P.init_bias, budget_conditioned=budget_conditioned)
 
-    def data_lineage(self) -> dict:
+    def data_lineage(self) -> LMDataConfig:
         return self.profile.data
 
     def measurement_data(self) -> dict:
         # evaluations also read the out-of-domain text, and the topic choice AG News's test split
-        return {**self.data_lineage(), "ood_file": self.profile.ood_file, "topic_items": "ag_news test"}
+        return {**config_difference(self.data_lineage()), "ood_file": self.profile.ood_file,
+                "topic_items": "ag_news test"}
 
     def _fine_tune(self, run_name: str, pruning: PruningConfig | None, train_config: LMTrainConfig):
         """The pretrained weights plus fresh interaction modules of ``pruning``, fine-tuned under ``train_config``.
