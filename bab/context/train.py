@@ -34,23 +34,22 @@ from bab.context.lm import check_length, lm_forward, prunes, pruning_parameters
 from bab.core.budget import validate_budget
 from bab.core.checkpoints import Checkpointer
 from bab.core.losses import budget_loss, context_pruning_loss
-from bab.core.training import Objective, SampledBatches, TrainResult, run_training, warmup_cosine
+from bab.core.training import Objective, OptimizerConfig, SampledBatches, TrainResult, run_training, warmup_cosine
 
 LM_OBJECTIVES = ("lm", "context_pruning", "budget_context")
 
 
 @dataclass(frozen=True)
-class LMTrainConfig:
+class LMTrainConfig(OptimizerConfig):
+    """A decoder training step: the objective (``LM_OBJECTIVES``), its steps and window length, the interaction
+    modules' learning rate, the keep-mass weight and α schedule of context pruning, and the budget terms of the
+    budget-conditioned objective; the optimiser settings are ``OptimizerConfig``'s."""
+
+    batch_size: int = 16
     objective: str = "lm"
     steps: int = 200
-    batch_size: int = 16
     context: int = 128
-    lr: float = 1e-3
     pruning_lr: float = 1e-2  # interaction query/key/bias: a fresh module, bigger steps than the pretrained weights
-    weight_decay: float = 0.01
-    warmup_fraction: float = 0.05
-    grad_clip: float = 1.0
-    seed: int = 0
     gamma: float = 0.0  # context_pruning: weight of the keep mass
     alpha_start: float = 1.0
     alpha_end: float = 8.0
@@ -67,12 +66,13 @@ class LMTrainConfig:
     sparsity_normalisation: str = "causal_pairs"
 
     def __post_init__(self):
+        super().__post_init__()
         if self.objective not in LM_OBJECTIVES:
             raise ValueError(f"LMTrainConfig.objective must be one of {LM_OBJECTIVES}, got {self.objective!r}")
-        if min(self.steps, self.batch_size, self.context) < 1:
-            raise ValueError("steps, batch_size and context must be >= 1")
-        if self.lr <= 0 or self.pruning_lr <= 0:
-            raise ValueError("lr and pruning_lr must be > 0")
+        if min(self.steps, self.context) < 1:
+            raise ValueError("steps and context must be >= 1")
+        if self.pruning_lr <= 0:
+            raise ValueError("pruning_lr must be > 0")
         if self.gamma < 0 or self.lambda_cost < 0 or self.lambda_viol < 0:
             raise ValueError("gamma, lambda_cost and lambda_viol must be >= 0")
         if not 1.0 <= self.alpha_start <= self.alpha_end < math.inf:

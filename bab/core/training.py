@@ -146,9 +146,38 @@ class SampledBatches:
     log_every: int = 25
 
 
+@dataclass(frozen=True)
+class OptimizerConfig:
+    """The optimiser settings every method's training config shares, checked once: AdamW at ``lr`` with
+    ``weight_decay``, the learning rate warmed up linearly over ``warmup_fraction`` of the steps and then decayed,
+    gradients clipped to norm ``grad_clip`` (0: not clipped), ``batch_size`` examples a step, ``seed`` for the
+    batch order and every draw. The methods' configs extend it with their objectives' options
+    (``bab.heads.train.TrainConfig``, ``bab.sparsifiner.train.ViTTrainConfig``, ``bab.context.train.LMTrainConfig``),
+    overriding a default where their recipe differs."""
+
+    batch_size: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_fraction: float = 0.05
+    grad_clip: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self):
+        name = type(self).__name__
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"{name}.batch_size must be an integer >= 1, got {self.batch_size!r}")
+        if not self.lr > 0:
+            raise ValueError(f"{name}.lr must be > 0, got {self.lr}")
+        if self.weight_decay < 0 or self.grad_clip < 0:
+            raise ValueError(f"{name}: weight_decay and grad_clip must be >= 0 (grad_clip 0: no clipping), got "
+                             f"{self.weight_decay} and {self.grad_clip}")
+        if not 0 <= self.warmup_fraction < 1:
+            raise ValueError(f"{name}.warmup_fraction must lie in [0, 1), got {self.warmup_fraction}")
+
+
 class Objective:
-    """A method's part of training. ``config`` needs ``seed``, ``lr``, ``weight_decay``, ``warmup_fraction``
-    and ``grad_clip``; ``batches`` is an ``EpochBatches`` or a ``SampledBatches``."""
+    """A method's part of training. ``config`` is an ``OptimizerConfig`` (a method's extension of it); ``batches``
+    is an ``EpochBatches`` or a ``SampledBatches``."""
 
     name: str = "train"  # the progress bar's label
     schedule = staticmethod(warmup_linear_decay)

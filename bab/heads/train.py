@@ -43,23 +43,29 @@ from bab.core.budget import (
 from bab.core.checkpoints import Checkpointer
 from bab.core.losses import budget_loss, distillation_loss
 from bab.core.step_clock import StepClock
-from bab.core.training import EpochBatches, Objective, Selection, TrainResult, live_output, run_training
+from bab.core.training import (
+    EpochBatches,
+    Objective,
+    OptimizerConfig,
+    Selection,
+    TrainResult,
+    live_output,
+    run_training,
+)
 
 OBJECTIVES = ("dense", "budgeted", "static", "hard_adapt", "recovery")
 KD_TEACHERS = ("soft", "dense")
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(OptimizerConfig):
+    """A budgeted-heads training step: the objective (``OBJECTIVES``; the module docstring), its epochs and the
+    gates' learning rate, the budget terms of Eq. 5, the hard adaptation's distillation (Eq. 6) and how the gates
+    start; each option names the objectives it applies to. The optimiser settings are ``OptimizerConfig``'s."""
+
     objective: str = "dense"
     epochs: int = 1
-    batch_size: int = 64
-    lr: float = 1e-3
     gate_lr: float = 1e-2  # gates (two numbers per head) need far bigger steps than the weights
-    weight_decay: float = 0.01
-    warmup_fraction: float = 0.05
-    grad_clip: float = 1.0
-    seed: int = 0  # the optimisation seed
     budget: float | None = None  # static: the specialist's budget; hard_adapt: a fixed budget instead of sampling
     budget_min: float = 0.1  # budgeted / hard_adapt: b ~ U[budget_min, 1]
     lambda_cost: float = 0.0
@@ -82,12 +88,13 @@ class TrainConfig:
     group_by_length: bool = False
 
     def __post_init__(self):
+        super().__post_init__()
         if self.objective not in OBJECTIVES:
             raise ValueError(f"TrainConfig.objective must be one of {OBJECTIVES}, got {self.objective!r}")
-        if self.epochs < 1 or self.batch_size < 1:
-            raise ValueError(f"epochs and batch_size must be >= 1, got {self.epochs} and {self.batch_size}")
-        if self.lr <= 0 or self.gate_lr <= 0:
-            raise ValueError(f"TrainConfig.lr and gate_lr must be > 0, got {self.lr} and {self.gate_lr}")
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
+        if self.gate_lr <= 0:
+            raise ValueError(f"TrainConfig.gate_lr must be > 0, got {self.gate_lr}")
         if self.objective == "static" and self.budget is None:
             raise ValueError("TrainConfig(objective='static') needs budget=<the fixed budget in (0, 1]>")
         if self.budget is not None:

@@ -38,7 +38,7 @@ from torch.utils.data import Dataset
 
 from bab.core.checkpoints import Checkpointer
 from bab.core.losses import attention_distillation_loss, kl_distillation_loss, token_distillation_loss
-from bab.core.training import EpochBatches, Objective, Selection, TrainResult, run_training
+from bab.core.training import EpochBatches, Objective, OptimizerConfig, Selection, TrainResult, run_training
 from bab.sparsifiner.attach import predictors, sparsifiner_state
 from bab.sparsifiner.predictor import validate_keep_rate
 from bab.sparsifiner.token_pruning import validate_token_keep
@@ -51,15 +51,16 @@ TOKEN_PRUNING_OBJECTIVES = ("dense", "joint")
 
 
 @dataclass(frozen=True)
-class ViTTrainConfig:
-    objective: str = "dense"
-    epochs: int = 1
+class ViTTrainConfig(OptimizerConfig):
+    """A Sparsifiner training step on a ViT: the objective (``VIT_OBJECTIVES``), its epochs and loss weights, the
+    keep rates phase 2 draws from and the token pruning of EViT-style fine-tunes; the optimiser settings are
+    ``OptimizerConfig``'s, with DeiT's defaults."""
+
     batch_size: int = 128
-    lr: float = 1e-3
     weight_decay: float = 0.05  # DeiT's (and Sparsifiner's) weight decay
     warmup_fraction: float = 0.1
-    grad_clip: float = 1.0
-    seed: int = 0
+    objective: str = "dense"
+    epochs: int = 1
     lambda_attn: float = 1.0  # phase 1 (the paper's setting)
     lambda_spa: float = 0.0  # phase 1: L2 on W_up
     lambda_token: float = 0.5  # phase 2 (the paper's setting)
@@ -74,11 +75,11 @@ class ViTTrainConfig:
     prune_layers: tuple[int, ...] = ()
 
     def __post_init__(self):
+        super().__post_init__()
         if self.objective not in VIT_OBJECTIVES:
             raise ValueError(f"ViTTrainConfig.objective must be one of {VIT_OBJECTIVES}, got {self.objective!r}")
-        if self.epochs < 1 or self.batch_size < 1 or self.lr <= 0:
-            raise ValueError(f"need epochs, batch_size >= 1 and lr > 0, got {self.epochs}, {self.batch_size}, "
-                             f"{self.lr}")
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
         if not self.keep_rates:
             raise ValueError("keep_rates must name at least one keep rate in (0, 1]")
         for rate in self.keep_rates:

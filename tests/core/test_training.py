@@ -305,3 +305,24 @@ def test_length_grouped_batches_cover_every_text_once_an_epoch_and_pad_less():
 def test_grouping_by_length_needs_a_pad_id():
     with pytest.raises(ValueError, match="pad_id"):
         HeadsObjective(TrainConfig(group_by_length=True), texts(padded=True))
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(batch_size=0), "batch_size must be an integer >= 1"),
+    (dict(lr=0.0), "lr must be > 0"),
+    (dict(grad_clip=-1.0), "grad_clip must be >= 0"),
+    (dict(warmup_fraction=1.0), r"warmup_fraction must lie in \[0, 1\)"),
+])
+def test_every_methods_training_config_checks_the_shared_optimizer_settings_once(bad, message):
+    from bab.context.train import LMTrainConfig
+    from bab.core.training import OptimizerConfig
+    from bab.heads.train import TrainConfig
+    from bab.sparsifiner.train import ViTTrainConfig
+
+    for config in (TrainConfig, ViTTrainConfig, LMTrainConfig):
+        assert issubclass(config, OptimizerConfig)
+        with pytest.raises(ValueError, match=f"{config.__name__}.*{message}"):
+            config(**bad)
+    # each keeps its recipe's defaults
+    assert (TrainConfig().batch_size, ViTTrainConfig().batch_size, LMTrainConfig().batch_size) == (64, 128, 16)
+    assert (ViTTrainConfig().weight_decay, ViTTrainConfig().warmup_fraction) == (0.05, 0.1)
