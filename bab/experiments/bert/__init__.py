@@ -1,0 +1,3 @@
+"""Moving: the module is bab/experiments/bert/study.py."""
+
+from bab.experiments.bert.study import *  # noqa: F403
