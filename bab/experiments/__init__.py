@@ -1,1 +1,2 @@
-"""One study per notebook, each beside its smoke / quick / paper profile: the notebooks call these."""
+"""One folder per notebook (its profiles, its study, its analyses), each registered once in ``registry.py``, beside
+the machinery the studies share: the notebooks call these."""

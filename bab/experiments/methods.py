@@ -1,6 +1,6 @@
 """The methods a study's result rows may name, declared as typed ids.
 
-Each experiment module declares a ``MethodSet`` per experiment (``SYNTHETIC_METHODS``, ...), and its notebook
+Each notebook's package declares a ``MethodSet`` per experiment (``SYNTHETIC_METHODS``, ...), and its notebook
 builds rows from those ``Method`` objects (``Study.result_row(METHODS.dense, ...)``). The results contract
 (``bab.report.results``) rejects a row whose method is not declared for its experiment, whose budget does not
 fit the method, or whose settings are not the declared ones; the claims (``bab.report.claims``) and the papers'
@@ -19,6 +19,8 @@ import math
 import numbers
 from dataclasses import dataclass
 from functools import cache
+
+from bab.experiments.registry import MODULES
 
 # What a method saves compute on: one marker per mechanism on the report's single cost axis.
 MECHANISMS = ("none", "heads", "context tokens", "connections", "tokens", "tokens + connections", "low rank")
@@ -141,9 +143,9 @@ def methods(experiment: str, *declared: tuple) -> MethodSet:
     return MethodSet(experiment, **{attribute: Method(experiment, name, *rest) for attribute, name, *rest in declared})
 
 
-# The modules that declare method sets (``METHOD_SETS``), imported on first use.
-DECLARING_MODULES = ("bab.experiments.synthetic", "bab.experiments.text", "bab.experiments.bert",
-                     "bab.experiments.vit", "bab.experiments.context_pruning", "bab.experiments.pretrained_context")
+# The modules that declare method sets (``METHOD_SETS``): the notebooks' packages (bab.experiments.registry),
+# imported on first use.
+DECLARING_MODULES = MODULES
 
 
 @cache

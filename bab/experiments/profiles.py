@@ -5,7 +5,7 @@
   on one thread, 38 min for the report with two at once, 49 min one at a time (README, "Run time at quick").
 - ``paper``: the papers' protocols (sizes, epochs, seeds). Hours on CPU.
 
-Each profile lives beside its study (``bab.experiments.synthetic.SYNTHETIC``, ...), with the reason
+Each profile lives in its notebook's folder (``bab.experiments.synthetic.SYNTHETIC``, ...), with the reason
 for every value the papers do not publish (model width, lambdas, learning rates, temperature);
 the notebooks print the profile they ran.
 """
@@ -14,19 +14,14 @@ from __future__ import annotations
 
 import importlib
 
+from bab.experiments.registry import NOTEBOOKS
+
 PROFILE_NAMES = ("smoke", "quick", "paper")
 
-# experiment -> (module, attribute) holding its {profile name: profile}. Looked up on first use, so
-# asking for the synthetic profile does not import transformers for the BERT studies.
-EXPERIMENTS = {
-    "synthetic": ("bab.experiments.synthetic", "SYNTHETIC"),
-    "ag_news_custom": ("bab.experiments.text", "AG_NEWS"),
-    "bert_ag_news": ("bab.experiments.bert", "BERT_AG_NEWS"),
-    "bert_dbpedia14": ("bab.experiments.bert", "BERT_DBPEDIA"),
-    "vit_sparsifiner": ("bab.experiments.vit", "VIT"),
-    "gpt2_context_pruning": ("bab.experiments.context_pruning", "GPT2_CONTEXT_PRUNING"),
-    "pretrained_context_pruning": ("bab.experiments.pretrained_context", "PRETRAINED_CONTEXT_PRUNING"),
-}
+# experiment -> (module, attribute) holding its {profile name: profile}, from the notebooks' registry. Looked up on
+# first use, so asking for the synthetic profile does not import transformers for the BERT studies.
+EXPERIMENTS = {experiment: (notebook.module, attribute)
+               for notebook in NOTEBOOKS for experiment, attribute in notebook.profiles}
 
 
 def profiles_of(experiment: str) -> dict:

