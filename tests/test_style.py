@@ -28,3 +28,10 @@ def test_no_two_test_modules_share_a_file_name():
 
     names = Counter(p.name for p in (Path(__file__).parent).rglob("test_*.py"))
     assert not [name for name, count in names.items() if count > 1]
+
+
+def test_no_module_of_the_package_is_over_450_lines():
+    """One idea a file: a module that grows past 450 lines is split by what it does (as experiments/ is by notebook)."""
+    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "bab").rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 450}
+    assert not long, f"modules over 450 lines: {long}"

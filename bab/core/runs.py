@@ -148,10 +148,8 @@ def canonical(config) -> str:
         return json.dumps({"schema": CACHE_SCHEMA, "config": config}, sort_keys=True, separators=(",", ":"),
                           allow_nan=False, default=_difference_or_fail)
     except (TypeError, ValueError) as exc:
-        raise ValueError(
-            f"run config must be JSON-serialisable plain data (dicts, lists, numbers, strings) or config "
-            f"dataclasses: {exc}"
-        ) from exc
+        raise ValueError(f"run config must be JSON-serialisable plain data (dicts, lists, numbers, strings) or "
+                         f"config dataclasses: {exc}") from exc
 
 
 def _difference_or_fail(value):
@@ -205,13 +203,10 @@ def config_difference(config, defaults: dict | None = None) -> dict:
 def current_defaults(config_class) -> dict:
     """{field: its current default, as plain data} of a config dataclass (what a new ``FIRST_DEFAULTS`` entry
     records); a field without a default is left out."""
-    values = {}
-    for field in dataclasses.fields(config_class):
-        if field.default is not dataclasses.MISSING:
-            values[field.name] = _plain_value(field.default, first_defaults())
-        elif field.default_factory is not dataclasses.MISSING:
-            values[field.name] = _plain_value(field.default_factory(), first_defaults())
-    return values
+    fields = dataclasses.fields(config_class)
+    return {f.name: _plain_value(f.default_factory() if f.default is dataclasses.MISSING else f.default,
+                                 first_defaults())
+            for f in fields if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
 
 
 def _plain_value(value, defaults: dict):
