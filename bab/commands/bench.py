@@ -5,6 +5,7 @@ median of interleaved repeats, the analytic limit printed beside the measured ra
     python -m bab bench bert --budgets 0.25,0.5,0.75      pretrained encoder: dense vs structurally pruned
     python -m bab bench sparse [--breakdown]              Sparsifiner attention core vs dense SDPA
     python -m bab bench sparse --model trained|deit-s     whole ViT: dense vs the fused kernel, images/s
+    python -m bab bench sparse --training                 a phase-2 training step: torch vs fused top-k selection
     python -m bab bench generation [--model smollm2]      context-pruned decoding vs dense
 """
 
@@ -115,6 +116,10 @@ def _add_bench_sparse(sub) -> None:
                         "attached (bab.sparsifiner.attach), random weights in DeiT-S's shape at each --tokens; "
                         "'trained' = notebook 05's Sparsifiner model (transformers' ViT too) from the run cache "
                         "(--profile; a random model of its shape if not cached)")
+    p.add_argument("--training", action="store_true",
+                   help="time one Sparsifiner phase-2 training step on notebook 05's ViT (batch 128, --tokens 50 "
+                        "and/or 197, each --keep-rates), the masked core's top-k selected by the predictor's torch "
+                        "ranking against the fused kernel's (the same keys: loss and gradients checked bit for bit)")
     p.add_argument("--profile", default="quick", help="with --model trained: which profile's model to load")
     p.add_argument("--tokens", type=_token_counts, nargs="+", default=None,
                    help=f"sequence lengths n to time, e.g. 197,577 or 197 577 (default: {','.join(map(str, TOKENS))}); "
@@ -147,6 +152,8 @@ def _bench_sparse(args) -> int:
 
     if args.model is not None:
         return _bench_sparse_model(args)
+    if args.training:
+        return _bench_sparse_training(args)
     if args.batch_sizes is not None:
         raise ValueError("--batch-sizes is for the whole-model bench (--model trained or deit-s); the attention-core "
                          "bench takes --batch-size")
@@ -177,6 +184,25 @@ def _bench_sparse(args) -> int:
         with pd.option_context(*flat(WIDE), "display.precision", 2):
             print(parts.to_string(index=False))
     return 0
+
+
+def _bench_sparse_training(args) -> int:
+    """``bench sparse --training``: a phase-2 step, torch against fused selection (bab.sparsifiner.training_bench)."""
+    from bab.sparsifiner.recipe import RECIPE
+    from bab.sparsifiner.training_bench import training_step_bench
+
+    tokens = [n for group in args.tokens for n in group] if args.tokens else [50, 197]
+    warmup, repeats = 1 if args.warmup is None else args.warmup, 5 if args.repeats is None else args.repeats
+    batch = RECIPE.phase2.batch_size
+    table = training_step_bench(tokens, args.keep_rates, batch, warmup=warmup, repeats=repeats)
+    print(f"Sparsifiner phase-2 training step (teacher forward, masked student forward, loss, backward), notebook "
+          f"05's ViT, batch {batch}, random weights; 1 thread, median of {repeats} interleaved repeats after {warmup} "
+          f"warm-up")
+    with pd.option_context(*flat(WIDE), "display.precision", 3):
+        print(table.to_string(index=False))
+    print("speed-up = torch selection time / fused selection time, 95% interval over the paired repeats (both "
+          "select the same keys; what differs is the selection's own time, so no FLOP limit applies)")
+    return 0 if table["same loss and gradients"].all() else 1
 
 
 MODEL_COLUMNS = ["tokens", "batch", "keep_rate", "k", "dense images/s", "fused images/s", "speed-up", "analytic limit",

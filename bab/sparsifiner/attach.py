@@ -49,7 +49,7 @@ from torch import nn
 from transformers import AttentionInterface
 
 from bab.core.losses import attention_distillation_loss
-from bab.sparsifiner.attention import CoreInputs, attention_core
+from bab.sparsifiner.attention import SELECTIONS, CoreInputs, attention_core
 from bab.sparsifiner.kernels import SPARSE_KERNELS, connectivity_mask, dense_attention_macs
 from bab.sparsifiner.linformer import LinformerProjection
 from bab.sparsifiner.predictor import ConnectivityConfig, ConnectivityPredictor, validate_keep_rate
@@ -95,6 +95,7 @@ class SparsifinerState:
     with_predictor: bool = False
     record_probs: bool = False
     sparse_kernel: str = "auto"
+    selection: str = "auto"  # the masked core's top-k selection (bab.sparsifiner.attention.SELECTIONS)
     token_keep: float | None = None
     prune_layers: tuple[int, ...] = ()
     fuse_tokens: bool = True
@@ -291,7 +292,7 @@ def _validate(state: SparsifinerState, core: str, keep, with_predictor: bool = F
 
 def configure(model: nn.Module, *, core: str | None = None, keep: float | None = None,
               with_predictor: bool | None = None, record_probs: bool | None = None,
-              sparse_kernel: str | None = None) -> SparsifinerState:
+              sparse_kernel: str | None = None, selection: str | None = None) -> SparsifinerState:
     """Change the settings of the next forwards (None: unchanged), all checked before any is applied. Returns the
     state."""
     state = sparsifiner_state(model)
@@ -303,11 +304,15 @@ def configure(model: nn.Module, *, core: str | None = None, keep: float | None =
     keep = _validate(state, core, state.keep_rate if keep is None else keep, with_predictor)
     if sparse_kernel is not None and sparse_kernel not in SPARSE_KERNELS:
         raise ValueError(f"sparse_kernel must be one of {SPARSE_KERNELS}, got {sparse_kernel!r}")
+    if selection is not None and selection not in SELECTIONS:
+        raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}")
     state.core, state.keep_rate, state.with_predictor = core, keep, with_predictor
     if record_probs is not None:
         state.record_probs = record_probs
     if sparse_kernel is not None:
         state.sparse_kernel = sparse_kernel
+    if selection is not None:
+        state.selection = selection
     return state
 
 
@@ -387,7 +392,8 @@ def sparsifiner_attention(module: nn.Module, query: torch.Tensor, key: torch.Ten
                          f"asks for {scaling}")
     inputs = CoreInputs(predictor=predictor, linformer=getattr(module, LINFORMER_NAME, None), keep_rate=state.keep_rate,
                         positions=state.positions, need_probs=state.record_probs or state.prunes_after(layer),
-                        with_predictor=state.with_predictor, sparse_kernel=state.sparse_kernel)
+                        with_predictor=state.with_predictor, sparse_kernel=state.sparse_kernel,
+                        selection=state.selection)
     out, info = attention_core(state.core)(query, key, value, inputs)  # out [B, H, n, d]
     info.update(n=query.shape[-2], positions=state.positions)
     if "probs" in info:

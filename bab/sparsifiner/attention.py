@@ -50,16 +50,34 @@ class CoreInputs:
     need_probs: bool  # return the attention probabilities (internals, or the CLS row for token pruning)
     with_predictor: bool  # also run the predictor with its dense scores (Sparsifiner phase 1)
     sparse_kernel: str  # "auto", "csr" or "gather": the sparse core's kernel
+    selection: str = "auto"  # the masked core's top-k selection (SELECTIONS)
 
 
 AttentionCore = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, CoreInputs], tuple[torch.Tensor, dict]]
 
 
-def _predicted(q, k, layer: CoreInputs, needed: bool) -> dict:
-    """The predictor's output when the core selects with it (``needed``) or the call asks for its scores."""
+def _predicted(q, k, layer: CoreInputs, needed: bool, select=None) -> dict:
+    """The predictor's output when the core selects with it (``needed``) or the call asks for its scores;
+    ``select``: the predictor's ``select`` (another implementation of its top-k rule)."""
     if layer.predictor is None or not (needed or layer.with_predictor):
         return {}
-    return layer.predictor(q, k, layer.keep_rate, layer.positions, with_scores=layer.with_predictor)
+    return layer.predictor(q, k, layer.keep_rate, layer.positions, with_scores=layer.with_predictor, select=select)
+
+
+# How the masked core selects each query's top k: "auto", by the fused kernel (``fused.fused_selection``) where it
+# is built and takes q (float32, on the CPU), else by the predictor's torch ranking; "torch", always the latter.
+# Both give the same sets bit for bit, in different orders, which the mask forgets: the output, the loss and
+# every gradient are the same, and a phase-2 training step at 197 tokens is faster (``python -m bab bench sparse
+# --training``). The other cores keep the torch ranking, whose order their sums follow.
+SELECTIONS = ("auto", "torch")
+
+
+def _masked_selection(q, layer: CoreInputs):
+    """The ``select`` the masked core passes to the predictor (None: its own torch ranking)."""
+    if layer.selection == "torch" or layer.keep_rate >= 1:  # every key: nothing to rank
+        return None
+    usable = q.device.type == "cpu" and q.dtype == torch.float32 and fused.load_extension() is not None
+    return fused.fused_selection if usable else None
 
 
 def _sparsifiner_macs(q, layer: CoreInputs, predicted: dict) -> float:
@@ -94,7 +112,7 @@ def sparse_core(q, k, v, layer: CoreInputs) -> tuple[torch.Tensor, dict]:
 
 
 def masked_core(q, k, v, layer: CoreInputs) -> tuple[torch.Tensor, dict]:
-    info = _predicted(q, k, layer, needed=True)
+    info = _predicted(q, k, layer, needed=True, select=_masked_selection(q, layer))
     info["macs"] = _sparsifiner_macs(q, layer, info)
     mask = connectivity_mask(info["index"], k.shape[-2], info["first_query"])
     out, info["probs"] = masked_dense_attention(q, k, v, mask)

@@ -348,20 +348,22 @@ class ConnectivityPredictor(nn.Module):
         return lexicographic_topk(scores, k, tie_scores)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, keep_rate: float, positions: torch.Tensor | None = None,
-                with_scores: bool = False) -> dict:
+                with_scores: bool = False, select: Callable | None = None) -> dict:
         """Top-k connections per predicted query, from q, k [B, H, n, d]:
 
         {"index": [B, H, n_q, k] long, "coefficients": A~_down [B, H, n_q, n_down], "first_query": int}
         (+ with ``with_scores``: "scores": S [B, H, n_q, n], differentiable, in q's dtype, and "phase1_scores":
         what phase 1 distils, S itself or, with ``phase1_scores="raw"``, A_down W_up [B, H, n_q, n]), where row i
         is query ``first_query + i`` and k = ceil(keep_rate * n). The index follows the ranking rule of the module
-        docstring (``connections``).
+        docstring (``connections``). ``select(predictor, q, k, keep_rate, positions) -> index``: another
+        implementation of that rule giving the same sets (the fused kernel's ``fused_selection``), in any order.
         """
         a_down = self.low_rank_attention(q, k, positions)  # [B, H, n_q, n_down]
         coeff = self.sparsify_coefficients(a_down)
         basis = self.sparse_basis(k.shape[-2], positions)  # [(B,) G, n_down, n]
         with torch.no_grad():
-            index = self.connections(a_down, coeff, basis, num_connections(keep_rate, k.shape[-2]))
+            index = (self.connections(a_down, coeff, basis, num_connections(keep_rate, k.shape[-2]))
+                     if select is None else select(self, q, k, keep_rate, positions))
         out = {"index": index, "coefficients": coeff, "first_query": self.first_query}
         if with_scores:
             out["scores"] = coeff @ basis

@@ -27,7 +27,7 @@ from transformers import ViTConfig, ViTForImageClassification
 
 from bab.sparsifiner import attach as sparsifiner_attach
 from bab.sparsifiner.attach_tokens import set_token_pruning
-from bab.sparsifiner.attention import CORES_WITHOUT_PROBS, PREDICTOR_CORES, attention_core
+from bab.sparsifiner.attention import CORES_WITHOUT_PROBS, PREDICTOR_CORES, SELECTIONS, attention_core
 from bab.sparsifiner.kernels import SPARSE_KERNELS, dense_attention_macs
 from bab.sparsifiner.predictor import ConnectivityConfig, validate_keep_rate
 from bab.sparsifiner.token_pruning import validate_token_keep
@@ -96,7 +96,9 @@ class ViTForward:
     Sparsifiner's fraction of connections per query (sparse / masked / fused); token_keep + prune_layers: EViT
     pruning after those layers (0-based); with_predictor: also compute the predictor's scores (Sparsifiner phase 1,
     on a dense pass); sparse_kernel: the sparse core's "auto", "csr" or "gather"
-    (``bab.sparsifiner.kernels.sparse_attention``); return_internals: every layer's attention probabilities too.
+    (``bab.sparsifiner.kernels.sparse_attention``); selection: the masked core's top-k selection, "auto" (the
+    fused kernel's where built: the same sets) or "torch" (``bab.sparsifiner.attention.SELECTIONS``);
+    return_internals: every layer's attention probabilities too.
     """
 
     attention: str = "dense"
@@ -105,6 +107,7 @@ class ViTForward:
     prune_layers: tuple[int, ...] = ()
     with_predictor: bool = False
     sparse_kernel: str = "auto"
+    selection: str = "auto"
     return_internals: bool = False
 
     def __post_init__(self):
@@ -115,6 +118,8 @@ class ViTForward:
         object.__setattr__(self, "prune_layers", tuple(self.prune_layers))
         if self.sparse_kernel not in SPARSE_KERNELS:
             raise ValueError(f"sparse_kernel must be one of {SPARSE_KERNELS}, got {self.sparse_kernel!r}")
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"selection must be one of {SELECTIONS}, got {self.selection!r}")
         if self.attention in CORES_WITHOUT_PROBS and self.prunes_tokens:
             raise ValueError(f"token pruning needs a full CLS attention row, which attention={self.attention!r} "
                              f"does not compute: prune tokens with attention='dense', 'sparse' or 'masked'")
@@ -194,7 +199,7 @@ def vit_forward(model: nn.Module, pixel_values: torch.Tensor, options: ViTForwar
     set_token_pruning(inner, None)  # before the core changes: pruning refuses cores without a CLS row
     sparsifiner_attach.configure(inner, core=options.attention, keep=options.keep_rate,
                                  with_predictor=options.with_predictor, record_probs=options.return_internals,
-                                 sparse_kernel=options.sparse_kernel)
+                                 sparse_kernel=options.sparse_kernel, selection=options.selection)
     if options.prunes_tokens:
         set_token_pruning(inner, options.token_keep, options.prune_layers, fuse=False)  # bab's rule: no fused token
     logits = model(pixel_values=pixel_values).logits

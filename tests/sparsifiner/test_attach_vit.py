@@ -116,7 +116,10 @@ def test_equals_the_written_out_vit_at_lower_keep_rates(predictor, pixels):
             state = sparsifiner_state(model)
             for mine, reference in zip(state.layers, expected["layers"], strict=True):
                 assert mine["index"].shape[-1] == num_connections(keep, 17)
-                assert torch.equal(mine["index"], reference["index"])
+                if core == "sparse":  # its sums run in the index's order: the predictor's own
+                    assert torch.equal(mine["index"], reference["index"])
+                else:  # the masked core may select with the fused kernel: the same keys, in its order
+                    assert torch.equal(mine["index"].sort(-1).values, reference["index"].sort(-1).values)
             torch.testing.assert_close(state.tokens, expected["tokens"], atol=ATOL, rtol=0)
             assert state.mhsa_macs() == pytest.approx(sum(layer["macs"] for layer in expected["layers"]))
 
@@ -136,7 +139,8 @@ def test_token_pruning_without_fusion_equals_the_written_out_vit(pixels):
     assert reference["positions"].shape == (3, 9) and state.layers[1]["n"] == 9
     assert torch.equal(state.layers[1]["positions"], reference["positions"])
     assert torch.equal(state.positions, expected["positions"]) and not state.fused.any()
-    assert torch.equal(state.layers[1]["index"], reference["index"])
+    # the masked core may select with the fused kernel: the same keys, in its order
+    assert torch.equal(state.layers[1]["index"].sort(-1).values, reference["index"].sort(-1).values)
     torch.testing.assert_close(state.tokens, expected["tokens"], atol=ATOL, rtol=0)
     assert state.mhsa_macs() == pytest.approx(sum(layer["macs"] for layer in expected["layers"]))
     # the kept patches are not simply the first ones: the ranking reaches the positions

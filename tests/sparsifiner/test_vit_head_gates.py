@@ -125,8 +125,8 @@ def test_head_gates_compose_with_sparsifiner_attention_and_leave_its_settings():
     torch.testing.assert_close(out.logits, expected["logits"], atol=ATOL, rtol=0)
     state = sparsifiner_state(vit)
     assert (state.core, state.keep_rate) == ("masked", 0.25)
-    for mine, reference in zip(state.layers, expected["layers"], strict=True):
-        assert torch.equal(mine["index"], reference["index"])
+    for mine, reference in zip(state.layers, expected["layers"], strict=True):  # the same keys (masked: any order)
+        assert torch.equal(mine["index"].sort(-1).values, reference["index"].sort(-1).values)
     with torch.no_grad():  # the gates' settings end with the call: the ViT's own forward is ungated again
         torch.testing.assert_close(vit(pixel_values=x).logits,
                                    vit_loop(vit, x, predictor_masked_attention(0.25))["logits"], atol=ATOL, rtol=0)

@@ -1,0 +1,83 @@
+"""What the masked core's fused selection saves in training: one Sparsifiner phase-2 step (the dense teacher's
+forward, the student's masked forward, CE + token MSE + KL, backward) on notebook 05's ViT, with the predictor's
+torch ranking (``selection="torch"``) against the fused kernel's (``"auto"``), interleaved in one process on one
+thread (``bab.core.timing``). Both select the same keys, so the step's loss and gradients must be equal bit for
+bit; the table says whether they were.
+
+    python -m bab bench sparse --training [--tokens 50 197] [--keep-rates 0.1 0.25 0.5]
+"""
+
+from __future__ import annotations
+
+import random
+
+import pandas as pd
+import torch
+
+from bab.core.statistics import ratio_of_medians
+from bab.core.timing import single_thread, time_side_by_side
+from bab.sparsifiner import fused
+from bab.sparsifiner.recipe import RECIPE
+from bab.sparsifiner.train import ViTTrainConfig, _step
+from bab.sparsifiner.vit import ViTClassifierConfig, build_vit
+
+# notebook 05's predictor at 197 tokens (its profiles' variant_197): the paper's n_down 32, tau 0.05, top 8 of 32
+PREDICTOR_197 = RECIPE.connectivity.replace(n_down=32, tau=0.05, up_prune=1e-2, top_m=8)
+PATCH_SIZES = {50: 4, 197: 2}  # 28 x 28 images: 49 or 196 patches and CLS
+
+
+def phase2_models(tokens: int, seed: int = 0):
+    """(student with predictors, dense teacher): notebook 05's ViT at 50 or 197 tokens, random weights."""
+    if tokens not in PATCH_SIZES:
+        raise ValueError(f"tokens must be one of {sorted(PATCH_SIZES)} (28 x 28 images in 4 x 4 or 2 x 2 patches), "
+                         f"got {tokens}")
+    shape = dict(RECIPE.model, patch_size=PATCH_SIZES[tokens])
+    connectivity = RECIPE.connectivity if tokens == 50 else PREDICTOR_197
+    torch.manual_seed(seed)
+    student = build_vit(ViTClassifierConfig(**shape, connectivity=connectivity))
+    teacher = build_vit(ViTClassifierConfig(**shape)).eval()
+    return student, teacher
+
+
+def phase2_step(student, teacher, pixels, labels, keep_rate: float, selection: str) -> dict:
+    """One phase-2 step at ``keep_rate`` by ``selection``: {"loss": the loss, name: gradient} (gradients cleared
+    first; no optimiser step, so repeats see the same weights)."""
+    config = ViTTrainConfig(objective="joint", keep_rates=(keep_rate,))
+    student.zero_grad(set_to_none=True)
+    with torch.enable_grad():  # the timing protocol runs its callables under no_grad
+        _, loss = _step(student, teacher, pixels, labels, config, random.Random(0), selection=selection)
+        loss.backward()
+    return {"loss": loss.detach(), **{n: p.grad.clone() for n, p in student.named_parameters() if p.grad is not None}}
+
+
+def same_step(a: dict, b: dict) -> bool:
+    """Whether two ``phase2_step`` results are equal bit for bit (loss and every gradient)."""
+    return a.keys() == b.keys() and all(torch.equal(a[name], b[name]) for name in a)
+
+
+def training_step_bench(tokens=(50, 197), keep_rates=(0.1, 0.25, 0.5), batch_size: int = 128, warmup: int = 1,
+                        repeats: int = 5, seed: int = 0) -> pd.DataFrame:
+    """One row per (tokens, keep rate): the median step time with each selection (ms), the speed-up with its
+    interval over the paired repeats, and whether loss and gradients were equal bit for bit."""
+    if fused.load_extension() is None:
+        raise RuntimeError(f"the fused kernel could not be built here ({fused._state['error']!r}), so there is "
+                           "nothing to compare: install a C++ compiler and ninja")
+    rows = []
+    with single_thread():
+        for n in tokens:
+            student, teacher = phase2_models(n, seed)
+            generator = torch.Generator().manual_seed(seed)
+            pixels = torch.randn(batch_size, 1, 28, 28, generator=generator)
+            labels = torch.randint(0, 10, (batch_size,), generator=generator)
+            for keep in keep_rates:
+                equal = same_step(phase2_step(student, teacher, pixels, labels, keep, "torch"),
+                                  phase2_step(student, teacher, pixels, labels, keep, "auto"))
+                fns = {selection: (lambda s=selection: phase2_step(student, teacher, pixels, labels, keep, s))
+                       for selection in ("torch", "auto")}
+                timing = time_side_by_side(fns, warmup=warmup, repeats=repeats)
+                speed_up = ratio_of_medians(timing["torch"].times_ms, timing["auto"].times_ms)
+                rows.append({"tokens": n, "keep_rate": keep, "torch selection ms": timing["torch"].median_ms,
+                             "fused selection ms": timing["auto"].median_ms, "speed-up": speed_up.value,
+                             "speed-up low": speed_up.low, "speed-up high": speed_up.high,
+                             "same loss and gradients": equal})
+    return pd.DataFrame(rows)
