@@ -10,6 +10,7 @@ bit; the table says whether they were.
 from __future__ import annotations
 
 import random
+from functools import partial
 
 import pandas as pd
 import torch
@@ -72,8 +73,8 @@ def training_step_bench(tokens=(50, 197), keep_rates=(0.1, 0.25, 0.5), batch_siz
             for keep in keep_rates:
                 equal = same_step(phase2_step(student, teacher, pixels, labels, keep, "torch"),
                                   phase2_step(student, teacher, pixels, labels, keep, "auto"))
-                fns = {selection: (lambda s=selection: phase2_step(student, teacher, pixels, labels, keep, s))
-                       for selection in ("torch", "auto")}
+                step = partial(phase2_step, student, teacher, pixels, labels, keep)
+                fns = {selection: partial(step, selection) for selection in ("torch", "auto")}
                 timing = time_side_by_side(fns, warmup=warmup, repeats=repeats)
                 speed_up = ratio_of_medians(timing["torch"].times_ms, timing["auto"].times_ms)
                 rows.append({"tokens": n, "keep_rate": keep, "torch selection ms": timing["torch"].median_ms,
