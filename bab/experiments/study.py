@@ -25,6 +25,7 @@ import bab.context
 import bab.heads
 import bab.sparsifiner
 from bab.core import outcomes
+from bab.core.provenance import git_commit
 from bab.core.runs import RUN_TAG, RunCache, run_of, state_digest, train_cached
 from bab.core.timing import repeat_times
 from bab.core.training import TrainResult
@@ -70,6 +71,7 @@ class Study:
             lineage["data"] = self.data_lineage()
 
         def warm_fit(model, checkpoint):
+            refuse_uncommitted_training(self.profile.name)
             if init is not None:
                 warm_start(model, init, new_modules)
             return fit(model, checkpoint)
@@ -223,6 +225,23 @@ def measured_on(models) -> dict:
     if not runs:
         return {}
     return {"runs": runs, "seeds": sorted(seeds)}
+
+
+RECORD_PROFILE = "paper"  # the profile of the committed record (reports/paper/): its models name their commit
+
+
+def refuse_uncommitted_training(profile_name: str, commit: str | None = None, doing: str = "train") -> None:
+    """At the record's profile (``RECORD_PROFILE``, and its variants such as "paper, 197 tokens") every model and
+    result must name the commit that made it, so training (or running the report) from a checkout whose code differs
+    from its commit ("+dirty": ``bab.core.provenance.git_commit``) raises a ValueError saying how to fix it. Loading
+    a cached model is never refused."""
+    if profile_name.split(",")[0] != RECORD_PROFILE:
+        return
+    commit = git_commit() if commit is None else commit
+    if commit.endswith("+dirty"):
+        raise ValueError(f"profile {profile_name!r} makes the committed record, whose models and results name the "
+                         f"commit that made them, but this checkout's code differs from its commit ({commit}): "
+                         f"commit or stash the changes (git status), then {doing} again")
 
 
 def as_run_cache(cache) -> RunCache:

@@ -41,6 +41,7 @@ from bab.core.folders import current_umask, swap_into_place
 from bab.core.provenance import git_commit
 from bab.core.threads import THREADS_ENV, available_cores
 from bab.experiments.profiles import PROFILE_NAMES as PROFILES
+from bab.experiments.study import refuse_uncommitted_training
 from bab.report.index import write_index
 from bab.report.progress import CellProgress, estimate_line, last_run, last_run_note, progress_engine
 from bab.report.record import code_digest, write_record
@@ -252,6 +253,7 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
     staging folder is removed and the previous report is left as it was.
     """
     check_profile(profile)
+    refuse_uncommitted_training(profile, git_commit(Path(notebooks_dir).resolve().parent), doing="run the report")
     jobs = check_jobs(jobs)
     threads = check_threads(threads)
     notebooks_dir, reports_dir = Path(notebooks_dir).resolve(), Path(reports_dir).resolve()

@@ -359,3 +359,32 @@ def test_a_run_names_the_commit_the_checkout_was_at_when_training_started(tmp_pa
     assert cache.measured("slow", {"x": 1}, lambda: head.update(commit="ddddddd") or {"v": 1}) == {"v": 1}
     stored = json.loads(cache.measurement_path("slow", {"x": 1}).read_text())
     assert stored["measured_by"]["commit"] == "ccccccc"
+
+
+def test_profile_paper_refuses_to_train_from_uncommitted_code_but_loads(tmp_path, monkeypatch):
+    """The record's models name the commit that trained them: at profile paper a "+dirty" checkout trains nothing
+    (an error saying to commit first); a model already cached still loads, and other profiles train."""
+    import bab.experiments.study as study_module
+    from bab.data.synthetic import SyntheticConfig
+    from bab.experiments.synthetic import SyntheticExperiment, SyntheticProfile
+    from bab.heads.train import TrainConfig
+
+    step = TrainConfig(objective="dense", epochs=1, batch_size=16)
+    sizes = dict(data=SyntheticConfig(seq_len=8, num_train=32, num_val=16),
+                 model=dict(d_model=16, num_heads=2, num_layers=1, d_ff=16), dense=step, scratch=step, warm=step,
+                 static=step, hard_adapt=step)
+    paper = SyntheticExperiment(SyntheticProfile(name="paper", **sizes), cache=RunCache(tmp_path), progress=False)
+    monkeypatch.setattr(study_module, "git_commit", lambda: "abc1234+dirty")
+    with pytest.raises(ValueError, match=r"abc1234\+dirty.*commit or stash the changes"):
+        paper.dense()
+    assert not list(tmp_path.glob("synthetic-dense-*"))  # nothing stored
+    other_sizes = {**sizes, "data": SyntheticConfig(seq_len=8, num_train=48, num_val=16)}  # a run of its own
+    tiny = SyntheticExperiment(SyntheticProfile(name="tiny", **other_sizes), cache=RunCache(tmp_path), progress=False)
+    assert tiny.dense()[1]["cached"] is False  # another profile trains from the same checkout
+    monkeypatch.setattr(study_module, "git_commit", lambda: "abc1234")
+    assert paper.dense()[1]["cached"] is False  # committed: trains
+    monkeypatch.setattr(study_module, "git_commit", lambda: "abc1234+dirty")
+    assert paper.dense()[1]["cached"] is True  # dirty again: the cached model still loads
+    study_module.refuse_uncommitted_training("quick", "abc+dirty")  # only the record's profile is held to it
+    with pytest.raises(ValueError, match="run the report again"):
+        study_module.refuse_uncommitted_training("paper, 197 tokens", "abc+dirty", doing="run the report")

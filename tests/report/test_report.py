@@ -621,3 +621,13 @@ def test_a_report_keeps_no_absolute_path_of_the_machine(tmp_path, monkeypatch):
         "results_path": "<checkout>/reports/.staging-x/results/02.json", "data": "$BAB_DATA_DIR/ag_news"}
     assert (pages / "index.html").read_text() == "<td>$BAB_DATA_DIR</td><td><checkout>/notebooks/02.ipynb</td>"
     assert str(tmp_path) not in (pages / "02.ipynb").read_text() + (pages / "index.html").read_text()
+
+
+def test_the_paper_report_refuses_a_checkout_with_uncommitted_code(notebooks, tmp_path, monkeypatch, capsys):
+    """reports/paper/ names the commit of every run: from a "+dirty" checkout nothing runs, and the error says why."""
+    monkeypatch.setattr(report, "git_commit", lambda cwd=None: "abc1234+dirty")
+    monkeypatch.setattr(report, "execute_notebook", lambda *a, **k: pytest.fail("a notebook ran"))
+    argv = ["report", "--profile", "paper", "--notebooks-dir", str(notebooks), "--reports-dir", str(tmp_path / "r")]
+    assert bab_main(argv) == 2
+    assert "commit or stash the changes" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())
