@@ -148,8 +148,8 @@ if [[ "$mode" == "test" ]]; then
         [[ -d notebooks ]] && targets+=(notebooks)
         targets+=(tests)
     fi
-    parallel=()
-    (( workers > 1 )) && parallel=(-n "$workers" --dist loadfile)
+    parallel=(--durations=25)  # the slowest tests and notebook cells, listed at the end
+    (( workers > 1 )) && parallel+=(-n "$workers" --dist loadfile)
     say "running: $PY -m pytest ${targets[*]} --nbval-lax ${parallel[*]} $*  ($workers worker(s), 1 thread each)"
     set +e
     BAB_DEFER_AFTER_NOTEBOOKS=1 BAB_THREADS=1 OMP_NUM_THREADS=1 \
