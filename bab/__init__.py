@@ -28,12 +28,13 @@ One knob, a budget b in (0, 1], for three mechanisms:
 
 The command line: python -m bab fit heads --train my.csv --budgets 0.25,0.5,0.75 --prune 0.5 --out runs/my
 (see python -m bab --help). Public names (imported on first use, so `import bab` stays cheap):
-BudgetedClassifier, Recipe, ContextPruner, SparsifinerClassifier, read_labeled, LabelMap, load_pruned.
+BudgetedClassifier, Recipe, GateStart, ContextPruner, SparsifinerClassifier, read_labeled, LabelMap, load_pruned.
 """
 
 _PUBLIC = {
     "BudgetedClassifier": "bab.api.heads",
     "Recipe": "bab.heads.recipe",
+    "GateStart": "bab.heads.train",
     "ContextPruner": "bab.api.context",
     "SparsifinerClassifier": "bab.api.vit",
     "read_labeled": "bab.api.data",

@@ -164,11 +164,12 @@ print(monotone_verdict(sweep))
 # %%
 hard, hard_metrics, _ = study.hard_adapted()
 static_hard = {b: study.static_hard_adapted(b)[0] for b in P.skip_budgets}
-print(f"soft phase: gate start {P.warm.gate_start!r}, two-sided budget term {P.warm.two_sided}; hard adaptation: "
+adapt = P.hard_adapt.adaptation
+print(f"soft phase: gate start {P.warm.gate_start.how!r}, two-sided budget term {P.warm.two_sided}; hard adaptation: "
       f"{P.hard_adapt.epochs} epoch(s), lr {P.hard_adapt.lr:g}, "
-      f"budgets {P.hard_adapt.budget_choices or f'U[{P.hard_adapt.budget_min}, 1]'}, teacher {P.hard_adapt.kd_teacher}, "
-      f"beta {P.hard_adapt.kd_beta}, T {P.hard_adapt.kd_temperature}, controller "
-      f"{'frozen' if P.hard_adapt.freeze_gates else 'straight-through'}, per-layer floor {P.hard_adapt.min_per_layer}")
+      f"budgets {P.hard_adapt.budget_choices or f'U[{P.hard_adapt.budget_min}, 1]'}, teacher {adapt.kd_teacher}, "
+      f"beta {adapt.kd_beta}, T {adapt.kd_temperature}, controller "
+      f"{'frozen' if adapt.freeze_gates else 'straight-through'}, per-layer floor {adapt.min_per_layer}")
 print(adaptation_summary(warm, hard_metrics))
 skip_rows, skip_stats = [], {}  # skip_stats: each evaluation whole, its per-example outcomes for the claims
 for b in P.skip_budgets:

@@ -123,7 +123,7 @@ print(adaptation_summary(warm, hard_metrics))
 # %%
 # NBVAL_CHECK_OUTPUT
 print(f"gates unchanged by hard adaptation exactly when the recipe freezes the controller: "
-      f"{gates_unchanged == P.hard_adapt.freeze_gates}")
+      f"{gates_unchanged == P.hard_adapt.adaptation.freeze_gates}")
 print(f"gates on every head: {tuple(warm.gates(0.5).shape) == (L, H)}")
 
 # %% [markdown]

@@ -315,7 +315,7 @@ print(f"Linformer (projection length {study.linformer_len()}): {linformer_test['
 heads, _, _ = study.budgeted_heads()
 heads_hard, heads_hard_metrics, _ = study.budgeted_heads_hard()
 val_mean = heads_hard_metrics["val_hard_mean"]
-print(f"gate start: {P.heads.gate_start}; {adaptation_summary(heads, heads_hard_metrics)}")
+print(f"gate start: {P.heads.gate_start.how}; {adaptation_summary(heads, heads_hard_metrics)}")
 print(f"mean hard top-k validation accuracy over b = {list(P.head_budgets)}: unadapted {val_mean['unadapted']:.2f}%, "
       f"adapted {val_mean['adapted']:.2f}%")
 head_rows, head_stats = [], {}

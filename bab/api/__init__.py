@@ -2,7 +2,7 @@
 
 - ``BudgetedClassifier`` (``bab.api.heads``): budgeted head gates on a Hugging Face encoder; fit, sweep,
   predict, prune, save_pretrained / from_pretrained, heatmap, latency.
-- ``Recipe``: how ``fit`` trains (epochs, learning rates, batch size, length).
+- ``Recipe``: how ``fit`` trains (epochs, learning rates, batch size, length); ``GateStart``: how its gates start.
 - ``read_labeled`` / ``LabelMap`` (``bab.api.data``): CSV, DataFrame or ``datasets`` input, one label mapping.
 - ``ContextPruner`` (``bab.api.context``): Dynamic Context Pruning of a pretrained decoder on your text;
   fit, evaluate (perplexity and fraction of context pruned, beside dense).
@@ -16,7 +16,8 @@ the CLI.
 
 # Imported on first use, so `from bab import BudgetedClassifier` does not also import the ViT and decoder code.
 _PUBLIC = {
-    "BudgetedClassifier": "bab.api.heads", "Recipe": "bab.heads.recipe", "ContextPruner": "bab.api.context",
+    "BudgetedClassifier": "bab.api.heads", "Recipe": "bab.heads.recipe", "GateStart": "bab.heads.train",
+    "ContextPruner": "bab.api.context",
     "SparsifinerClassifier": "bab.api.vit", "LabelMap": "bab.api.data", "LabeledTexts": "bab.api.data",
     "read_labeled": "bab.api.data", "fit_heads": "bab.api.fit",
 }

@@ -412,7 +412,7 @@ def summary_html(metrics: dict, sweep: pd.DataFrame, latency: pd.DataFrame | Non
         f"<p><b>dense</b>: {r['dense_epochs']} epoch(s) of fine-tuning at lr {r['dense_lr']:g} (batch "
         f"{r['batch_size']}, {r['max_len']} tokens). <b>Budgeted gates</b>: from the dense model, "
         f"{r['budgeted_epochs']} more epoch(s) at lr {r['lr']:g} with the budget sampled per batch (gates start "
-        f"{html.escape(str(r['gate_start']))}, {'two' if r['two_sided'] else 'one'}-sided budget term); then "
+        f"{html.escape(str(r['gate_start']['how']))}, {'two' if r['two_sided'] else 'one'}-sided budget term); then "
         f"{hard_note}.</p>"
         "<p class='note'>Which model each row measured: <b>dense fine-tune</b> is the model after dense "
         "fine-tuning alone, the one the gates started from; <b>fitted, every head</b> is the final checkpoint run "

@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -123,7 +123,7 @@ class BudgetedClassifier:
             model_or_path = str(_encoder_folder(model_or_path, tokenizer))
         elif tokenizer is not None:
             raise ValueError("tokenizer= goes with a model object; a name or folder brings its own tokenizer")
-        recipe = replace(recipe or Recipe(), **recipe_overrides)
+        recipe = (recipe or Recipe()).overridden(**recipe_overrides)
         source = resolve_encoder_source(model_or_path)  # a clear error now, before any data is read
         saved = _saved_checkpoint(source.location) if source.kind != "hub" else None
         if saved == "pruned":
@@ -146,8 +146,7 @@ class BudgetedClassifier:
         model = GatedHFClassifier.from_hf(hf, saved["source"], gates="budget", **saved["gates"])
         model.gates.load_state_dict(load_file(folder / GATES_FILE))
         model.min_per_layer = saved["min_per_layer"]
-        known = {f.name for f in fields(Recipe)}  # a recipe written by a newer bab may name more
-        recipe = replace(Recipe(**{k: v for k, v in saved["recipe"].items() if k in known}), **recipe_overrides)
+        recipe = Recipe.from_dict(saved["recipe"]).overridden(**recipe_overrides)  # a newer bab's may name more
         history = json.loads((folder / HISTORY_FILE).read_text()) if (folder / HISTORY_FILE).is_file() else {}
         return cls(model.eval(), tokenizer, saved["source"], saved["labels"], recipe, history)
 
@@ -237,14 +236,14 @@ class BudgetedClassifier:
         soft = configs["budgeted"]
         heads = study.model_config().num_layers * study.model_config().num_heads
         passes = 0
-        if soft.gate_start not in ("flat", "random"):
-            passes += ranking_passes(soft.gate_start, heads) * min(soft.gate_start_examples, len(train_set))
+        if soft.gate_start.how not in ("flat", "random"):
+            passes += ranking_passes(soft.gate_start.how, heads) * min(soft.gate_start.examples, len(train_set))
         if val_set is None:
             return passes
         for config in configs.values():
             if config.epochs > 1:
                 per_pass = 1 if config.objective == "dense" else len(study.profile.select_budgets)
-                start = 1 if config.objective == "hard_adapt" and config.keep_unadapted else 0
+                start = 1 if config.objective == "hard_adapt" and config.adaptation.keep_unadapted else 0
                 passes += (config.epochs + start) * per_pass * len(val_set)
         return passes
 

@@ -20,7 +20,8 @@ from bab.heads.evaluate import evaluate
 
 @dataclass(frozen=True)
 class RecipeVariant:
-    """One row of the ablation: TrainConfig overrides of the soft phase and of the hard adaptation."""
+    """One row of the ablation: TrainConfig overrides of the soft phase and of the hard adaptation. The overrides of
+    a nested config (``gate_start``, ``adaptation``) are a dict of the fields they change (``overridden``)."""
 
     name: str
     question: str  # which question the row answers ("budget sampling", "epochs", ...)
@@ -32,8 +33,8 @@ class RecipeVariant:
 # epoch of straight-through adaptation with b ~ U[0.1, 1] per batch, distilled from the soft checkpoint at the
 # same budget, global top-k. Learning rate, distillation weight / temperature and whether the controller is
 # frozen are the profile's (the paper publishes none of them; it freezes the controller for pretrained BERT).
-PAPER_SOFT = dict(gate_start="flat", two_sided=False)
-PAPER_HARD = dict(epochs=1, budget=None, budget_choices=None, kd_teacher="soft", min_per_layer=0)
+PAPER_SOFT = dict(gate_start=dict(how="flat"), two_sided=False)
+PAPER_HARD = dict(epochs=1, budget=None, budget_choices=None, adaptation=dict(kd_teacher="soft", min_per_layer=0))
 BASE = RecipeVariant("paper recipe", "base")
 CHOSEN = RecipeVariant("chosen recipe (the profile's)", "chosen")
 
@@ -41,14 +42,14 @@ CHOSEN = RecipeVariant("chosen recipe (the profile's)", "chosen")
 # uses (then adapted with the paper's hard recipe); then, on the best start of the first block (nested by
 # elimination, two-sided: ``NESTED``), one component of the hard adaptation at a time.
 GATE_START = (
-    RecipeVariant("gates nested, random order", "gate start", soft={"gate_start": "random"}),
-    RecipeVariant("gates nested by ablation", "gate start", soft={"gate_start": "ablation"}),
-    RecipeVariant("gates nested by elimination", "gate start", soft={"gate_start": "elimination"}),
+    RecipeVariant("gates nested, random order", "gate start", soft={"gate_start": {"how": "random"}}),
+    RecipeVariant("gates nested by ablation", "gate start", soft={"gate_start": {"how": "ablation"}}),
+    RecipeVariant("gates nested by elimination", "gate start", soft={"gate_start": {"how": "elimination"}}),
     RecipeVariant("flat gates, two-sided budget term", "budget term", soft={"two_sided": True}),
     RecipeVariant("nested by elimination, two-sided", "budget term",
-                  soft={"gate_start": "elimination", "two_sided": True}),
+                  soft={"gate_start": {"how": "elimination"}, "two_sided": True}),
 )
-NESTED = {"gate_start": "elimination", "two_sided": True}
+NESTED = {"gate_start": {"how": "elimination"}, "two_sided": True}
 HARD_PHASE = tuple(RecipeVariant(f"nested + {name}", question, soft=NESTED, hard=hard) for name, question, hard in (
     ("budgets from {0.25, 0.5, 0.75}", "budget sampling", {"budget_choices": (0.25, 0.5, 0.75)}),
     ("budget fixed at 0.5", "budget sampling", {"budget": 0.5}),
@@ -56,13 +57,13 @@ HARD_PHASE = tuple(RecipeVariant(f"nested + {name}", question, soft=NESTED, hard
     ("3 epochs", "epochs", {"epochs": 3}),
     ("lr x 0.4", "learning rate", {"lr_scale": 0.4}),
     ("lr x 2", "learning rate", {"lr_scale": 2.0}),
-    ("no distillation (beta 0)", "distillation", {"kd_beta": 0.0}),
-    ("beta 0.9", "distillation", {"kd_beta": 0.9}),
-    ("temperature 4", "distillation", {"kd_temperature": 4.0}),
-    ("dense teacher", "teacher", {"kd_teacher": "dense"}),
-    ("controller frozen", "controller", {"freeze_gates": True}),
-    ("straight-through controller", "controller", {"freeze_gates": False}),
-    ("per-layer floor 1", "per-layer floor", {"min_per_layer": 1}),
+    ("no distillation (beta 0)", "distillation", {"adaptation": {"kd_beta": 0.0}}),
+    ("beta 0.9", "distillation", {"adaptation": {"kd_beta": 0.9}}),
+    ("temperature 4", "distillation", {"adaptation": {"kd_temperature": 4.0}}),
+    ("dense teacher", "teacher", {"adaptation": {"kd_teacher": "dense"}}),
+    ("controller frozen", "controller", {"adaptation": {"freeze_gates": True}}),
+    ("straight-through controller", "controller", {"adaptation": {"freeze_gates": False}}),
+    ("per-layer floor 1", "per-layer floor", {"adaptation": {"min_per_layer": 1}}),
 ))
 VARIANTS = {v.name: v for v in (BASE, *GATE_START, *HARD_PHASE, CHOSEN)}
 # The rows that carry the choice of recipe, for a report that must fit in minutes: the paper's recipe, its soft
@@ -80,10 +81,23 @@ def variant_configs(study, variant: RecipeVariant):
     p = study.profile
     if variant == CHOSEN:
         return p.warm, p.hard_adapt
-    hard = {**PAPER_HARD, **variant.hard}
+    hard = _merged(PAPER_HARD, variant.hard)
     if "lr_scale" in hard:
         hard["lr"] = p.hard_adapt.lr * hard.pop("lr_scale")
-    return replace(p.warm, **{**PAPER_SOFT, **variant.soft}), replace(p.hard_adapt, **hard)
+    return overridden(p.warm, _merged(PAPER_SOFT, variant.soft)), overridden(p.hard_adapt, hard)
+
+
+def _merged(base: dict, overrides: dict) -> dict:
+    """``base`` with ``overrides``; the overrides of a nested config (a dict) merged into ``base``'s."""
+    return {**base, **{k: {**base[k], **v} if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+                       for k, v in overrides.items()}}
+
+
+def overridden(config, overrides: dict):
+    """``config`` with ``overrides``; a dict for a nested config (``gate_start``, ``adaptation``) changes only the
+    fields it names."""
+    return replace(config, **{k: replace(getattr(config, k), **v) if isinstance(v, dict) else v
+                              for k, v in overrides.items()})
 
 
 def paper_recipe_models(study):
@@ -121,7 +135,7 @@ def recipe_ablation(study, variants, budgets=(0.25, 0.50, 0.75), test_split: str
         soft = study.warm_start_budgeted(soft_config)
         soft_model = soft[0]
         hard_model, metrics, _ = study.hard_adapted(hard_config, soft=soft)
-        soft_model.min_per_layer = hard_config.min_per_layer  # "before adaptation" uses the same top-k rule
+        soft_model.min_per_layer = hard_config.adaptation.min_per_layer  # "before adaptation": the same top-k rule
         row = {"question": variant.question, "variant": variant.name,
                "gate std @0.5": gate_spread(soft_model), "kept unadapted": not adaptation_kept(metrics)}
         for b in budgets:

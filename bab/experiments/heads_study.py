@@ -101,11 +101,11 @@ class BudgetedStudy(Study):
         accuracy (``metrics["selected_epoch"] == 0``, for studies that select on validation)."""
         soft_model, _, soft_lineage = soft or self.warm_start_budgeted()
         config = replace(config or self.profile.hard_adapt, seed=self.default_seed)
-        teacher = self.dense()[0] if config.kd_teacher == "dense" else soft_model
+        teacher = self.dense()[0] if config.adaptation.kd_teacher == "dense" else soft_model
         gates = "static" if soft_model.config.gates == "static" else "budget"
         model, metrics, lineage = self._train("static-hard" if gates == "static" else "hard", self.model_config(gates),
                                               config, parent=soft_lineage, init=soft_model, teacher=teacher)
-        model.min_per_layer = config.min_per_layer  # not a weight: set again on a model served from the cache
+        model.min_per_layer = config.adaptation.min_per_layer  # not a weight: set again on a model from the cache
         return model, metrics, lineage
 
     def static_hard_adapted(self, budget: float):

@@ -235,7 +235,8 @@ class EncoderClassifier(nn.Module):
         self.gates = make_gates(config.gates, config.num_layers, config.num_heads, config.gate_temperature,
                                 config.gate_init_logit)
         # hard and skip mode's per-layer floor: 0 is the paper's global top-k (Eq. 4), which may empty a layer.
-        # Set by hard adaptation with TrainConfig.min_per_layer; not in the config, since it changes no weight.
+        # Set by hard adaptation with TrainConfig.adaptation.min_per_layer; not in the config, since it changes no
+        # weight.
         self.min_per_layer = 0
 
     def head_mask_for(self, budget: float, min_per_layer: int | None = None) -> torch.Tensor:

@@ -4,10 +4,10 @@ this recipe."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
-from bab.core.budget import GATE_STARTS, validate_budget
-from bab.heads.train import TrainConfig
+from bab.core.budget import validate_budget
+from bab.heads.train import GateStart, HardAdaptation, TrainConfig
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,9 @@ class Recipe:
     # below too, and gates that start nested in order of head importance (one-at-a-time ablation on this many
     # training examples), so the soft model commits to heads and the hard top-k keeps what it promised
     two_sided: bool = True
-    gate_start: str = "ablation"  # bab.core.budget.GATE_STARTS: "flat" (the paper), "random", "ablation", ...
-    gate_start_examples: int = 128
+    # bab.heads.train.GateStart; its how is one of bab.core.budget.GATE_STARTS: "flat" (the paper), "random",
+    # "ablation", ...
+    gate_start: GateStart = GateStart("ablation", examples=128)
     kd_beta: float = 0.5
     kd_temperature: float = 2.0
     val_fraction: float = 0.1  # held out of the training data when no validation data is given
@@ -51,9 +52,10 @@ class Recipe:
         if not 0 <= self.val_fraction < 1:
             raise ValueError(f"Recipe.val_fraction must lie in [0, 1), got {self.val_fraction}")
         validate_budget(self.budget_min)
-        if self.gate_start not in GATE_STARTS:
-            raise ValueError(f"Recipe.gate_start must be one of {GATE_STARTS} (how the gates start), got "
-                             f"{self.gate_start!r}")
+        if not isinstance(self.gate_start, GateStart):
+            example = f"GateStart({self.gate_start!r})" if isinstance(self.gate_start, str) else "GateStart(...)"
+            raise ValueError(f"Recipe.gate_start is how the gates start, a bab.heads.train.GateStart: e.g. "
+                             f"gate_start={example}; got {self.gate_start!r}")
 
     def train_configs(self, hard_budgets=None) -> dict[str, TrainConfig]:
         """The three stages' TrainConfigs (``batch_size``: the global batch). The budgeted gates train at
@@ -66,13 +68,37 @@ class Recipe:
             "budgeted": TrainConfig(objective="budgeted", epochs=self.budgeted_epochs, lr=self.lr,
                                     budget_min=self.budget_min, lambda_cost=self.lambda_cost,
                                     lambda_viol=self.lambda_viol, two_sided=self.two_sided,
-                                    gate_start=self.gate_start, gate_start_examples=self.gate_start_examples,
-                                    **common),
+                                    gate_start=self.gate_start, **common),
         }
         if self.hard_epochs:
             budgets = sorted(validate_budget(b) for b in hard_budgets) if hard_budgets else [self.budget_min, 1.0]
             fixed = budgets[0] if len(budgets) == 1 else None
+            adaptation = HardAdaptation(kd_beta=self.kd_beta, kd_temperature=self.kd_temperature, freeze_gates=True,
+                                        min_per_layer=1)
             configs["hard"] = TrainConfig(objective="hard_adapt", epochs=self.hard_epochs, lr=self.lr,
-                                          kd_beta=self.kd_beta, kd_temperature=self.kd_temperature, budget=fixed,
-                                          budget_min=budgets[0], freeze_gates=True, min_per_layer=1, **common)
+                                          adaptation=adaptation, budget=fixed, budget_min=budgets[0], **common)
         return configs
+
+    def overridden(self, **overrides) -> Recipe:
+        """This recipe with ``overrides`` (its fields); an option of the gate start under its former flat name
+        (``gate_start_<option>``) raises, saying the new spelling."""
+        for name, value in overrides.items():
+            option = name.removeprefix("gate_start_")
+            if option != name:
+                raise ValueError(f"the recipe option {name} is now an option of gate_start: "
+                                 f"gate_start=GateStart(how=..., {option}={value!r}) (bab.heads.train.GateStart)")
+        return replace(self, **overrides)
+
+    @classmethod
+    def from_dict(cls, saved: dict) -> Recipe:
+        """The recipe ``dataclasses.asdict`` wrote (a checkpoint's config.json): ``gate_start`` as a dict, or as written
+        before it was nested (a name, with ``gate_start_<option>`` beside it). Fields a newer bab added are left out."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in saved.items() if k in known}
+        start = values.get("gate_start")
+        if isinstance(start, str):
+            flat = {f.name: saved[f"gate_start_{f.name}"] for f in fields(GateStart) if f"gate_start_{f.name}" in saved}
+            values["gate_start"] = GateStart(**{"how": start, **flat})
+        elif isinstance(start, dict):
+            values["gate_start"] = GateStart(**start)
+        return cls(**values)

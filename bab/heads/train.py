@@ -6,16 +6,17 @@ Objectives (equation numbers are those of the budgeted-attention paper):
 - ``budgeted``: Eq. 5 (CE + lambda_cost * cost + lambda_viol * max(0, cost - b)^2) with
   b ~ U[budget_min, 1] sampled per batch, soft gates; ``two_sided`` penalises any miss (C - b)^2.
   From scratch or from a dense warm start (copy the dense weights into a gated model first).
-  ``gate_start`` decides how the gates start (``bab.core.budget.GATE_STARTS``): alike ("flat", the paper), or
-  nested so the heads open one after another in order of their importance in the starting model
+  ``gate_start`` (a ``GateStart``) decides how the gates start (``bab.core.budget.GATE_STARTS``): alike ("flat",
+  the paper), or nested so the heads open one after another in order of their importance in the starting model
   (``initialise_gates_``).
 - ``static``: Eq. 5 at one fixed budget with budget-free gates (one specialist per budget).
 - ``hard_adapt``: Eq. 6; b sampled per batch (or fixed, for a static specialist), the forward
   pass uses the hard top-k mask with a straight-through gradient to the soft gates, distilled
-  from a frozen soft-gated teacher at the same budget. With ``freeze_gates`` the controller is
-  frozen, so the top-k mask of each budget is fixed and only the weights adapt (the paper's
-  pretrained structural adaptation). ``kd_teacher="dense"`` distils from a dense teacher instead,
-  ``budget_choices`` samples b from a few values, ``min_per_layer`` adds a per-layer floor to the top-k.
+  from a frozen soft-gated teacher at the same budget; its options are ``adaptation`` (a ``HardAdaptation``).
+  With ``freeze_gates`` the controller is frozen, so the top-k mask of each budget is fixed and only the
+  weights adapt (the paper's pretrained structural adaptation). ``kd_teacher="dense"`` distils from a dense
+  teacher instead, ``min_per_layer`` adds a per-layer floor to the top-k; ``budget_choices`` samples b from a
+  few values.
 - ``recovery``: fine-tune a (structurally pruned) model with distillation from the dense
   teacher (the recovered post-hoc baseline).
 
@@ -58,10 +59,47 @@ KD_TEACHERS = ("soft", "dense")
 
 
 @dataclass(frozen=True)
+class GateStart:
+    """How the gates of a budgeted or static run start (``TrainConfig.gate_start``, ``initialise_gates_``)."""
+
+    # bab.core.budget.GATE_STARTS. "flat": theta ~ 0 and slope 1, so g(b) ~ b for every head (the paper); the others
+    # nest the gates (``initialise_gates_``)
+    how: str = "flat"
+    sharpness: float = 4.0  # nested starts: the gates' common slope in logit(b)
+    examples: int = 512  # nested importance starts: training examples the head importance is scored on
+
+    def __post_init__(self):
+        if self.how not in GATE_STARTS:
+            raise ValueError(f"GateStart.how must be one of {GATE_STARTS}, got {self.how!r}")
+        if self.sharpness <= 0 or self.examples < 1:
+            raise ValueError(f"need GateStart sharpness > 0 and examples >= 1, got {self.sharpness} and "
+                             f"{self.examples}")
+
+
+@dataclass(frozen=True)
+class HardAdaptation:
+    """The hard adaptation's options (``TrainConfig.adaptation``; Eq. 6, and recovery's distillation)."""
+
+    kd_beta: float = 0.5  # hard_adapt: weight of the distillation term
+    kd_temperature: float = 2.0
+    kd_teacher: str = "soft"  # hard_adapt: the soft checkpoint at the same budget, or "dense" (every head)
+    freeze_gates: bool = False  # hard_adapt: keep the controller (and so each budget's top-k mask) fixed
+    min_per_layer: int = 0  # hard_adapt: keep at least this many heads per layer in the top-k (0: global top-k)
+    keep_unadapted: bool = True  # hard_adapt with validation selection: the unadapted checkpoint is a candidate
+
+    def __post_init__(self):
+        if self.kd_teacher not in KD_TEACHERS:
+            raise ValueError(f"HardAdaptation.kd_teacher must be one of {KD_TEACHERS}, got {self.kd_teacher!r}")
+        if self.min_per_layer < 0:
+            raise ValueError(f"min_per_layer must be >= 0 (0: the global top-k), got {self.min_per_layer}")
+
+
+@dataclass(frozen=True)
 class TrainConfig(OptimizerConfig):
     """A budgeted-heads training step: the objective (``OBJECTIVES``; the module docstring), its epochs and the
-    gates' learning rate, the budget terms of Eq. 5, the hard adaptation's distillation (Eq. 6) and how the gates
-    start; each option names the objectives it applies to. The optimiser settings are ``OptimizerConfig``'s."""
+    gates' learning rate, the budget terms of Eq. 5, the hard adaptation's distillation (Eq. 6, ``adaptation``) and
+    how the gates start (``gate_start``); each option names the objectives it applies to. The optimiser settings
+    are ``OptimizerConfig``'s."""
 
     objective: str = "dense"
     epochs: int = 1
@@ -70,19 +108,10 @@ class TrainConfig(OptimizerConfig):
     budget_min: float = 0.1  # budgeted / hard_adapt: b ~ U[budget_min, 1]
     lambda_cost: float = 0.0
     lambda_viol: float = 0.0
-    kd_beta: float = 0.5  # hard_adapt: weight of the distillation term
-    kd_temperature: float = 2.0
-    freeze_gates: bool = False  # hard_adapt: keep the controller (and so each budget's top-k mask) fixed
-    kd_teacher: str = "soft"  # hard_adapt: the soft checkpoint at the same budget, or "dense" (every head)
+    adaptation: HardAdaptation = HardAdaptation()  # hard_adapt (and recovery's distillation): Eq. 6's options
     budget_choices: tuple[float, ...] | None = None  # budgeted / hard_adapt: b drawn from these, not U[budget_min, 1]
-    min_per_layer: int = 0  # hard_adapt: keep at least this many heads per layer in the top-k (0: global top-k)
     two_sided: bool = False  # budgeted / static: lambda_viol * (C - b)^2 instead of max(0, C - b)^2
-    # budgeted / static: how the gates start (bab.core.budget.GATE_STARTS). "flat": theta ~ 0 and slope 1, so
-    # g(b) ~ b for every head (the paper); the others nest the gates (``initialise_gates_``)
-    gate_start: str = "flat"
-    gate_start_sharpness: float = 4.0  # nested starts: the gates' common slope in logit(b)
-    gate_start_examples: int = 512  # nested importance starts: training examples the head importance is scored on
-    keep_unadapted: bool = True  # hard_adapt with validation selection: the unadapted checkpoint is a candidate
+    gate_start: GateStart = GateStart()  # budgeted / static: how the gates start
     # batches of texts of similar length (bab.core.training.EpochBatches): the same examples each epoch, far less
     # padding for models that trim it (AG News at length 128: 40 tokens an example instead of 82)
     group_by_length: bool = False
@@ -109,16 +138,15 @@ class TrainConfig(OptimizerConfig):
         self._check_recipe_options()
 
     def _check_recipe_options(self) -> None:
-        if self.kd_teacher not in KD_TEACHERS:
-            raise ValueError(f"TrainConfig.kd_teacher must be one of {KD_TEACHERS}, got {self.kd_teacher!r}")
-        if self.gate_start not in GATE_STARTS:
-            raise ValueError(f"TrainConfig.gate_start must be one of {GATE_STARTS}, got {self.gate_start!r}")
-        if self.gate_start != "flat" and self.objective not in ("budgeted", "static"):
-            raise ValueError(f"gate_start={self.gate_start!r} initialises the gates of a budgeted or static run; "
-                             f"objective {self.objective!r} starts from its parent's gates, leave gate_start='flat'")
-        if self.gate_start_sharpness <= 0 or self.gate_start_examples < 1:
-            raise ValueError(f"need gate_start_sharpness > 0 and gate_start_examples >= 1, got "
-                             f"{self.gate_start_sharpness} and {self.gate_start_examples}")
+        for name, cls in (("gate_start", GateStart), ("adaptation", HardAdaptation)):
+            value = getattr(self, name)
+            if not isinstance(value, cls):
+                example = f"GateStart(how={value!r})" if isinstance(value, str) else f"{cls.__name__}(...)"
+                raise TypeError(f"TrainConfig.{name} must be a {cls.__name__}, e.g. {name}={example}; got {value!r}")
+        if self.gate_start.how != "flat" and self.objective not in ("budgeted", "static"):
+            raise ValueError(f"gate_start=GateStart(how={self.gate_start.how!r}) initialises the gates of a budgeted "
+                             f"or static run; objective {self.objective!r} starts from its parent's gates, leave "
+                             f"gate_start=GateStart(how='flat')")
         if self.budget_choices is not None:
             if not isinstance(self.budget_choices, tuple) or not self.budget_choices:
                 raise ValueError(f"budget_choices must be a non-empty tuple of budgets, e.g. (0.25, 0.5, 0.75), "
@@ -127,8 +155,6 @@ class TrainConfig(OptimizerConfig):
                 validate_budget(b)
             if self.budget is not None:
                 raise ValueError("give either budget (one fixed budget) or budget_choices, not both")
-        if self.min_per_layer < 0:
-            raise ValueError(f"min_per_layer must be >= 0 (0: the global top-k), got {self.min_per_layer}")
 
 
 class HeadsObjective(Objective):
@@ -149,11 +175,12 @@ class HeadsObjective(Objective):
 
     def prepare(self, model) -> None:
         config = self.config
-        if config.freeze_gates and getattr(model, "gates", None) is not None:
+        if config.adaptation.freeze_gates and getattr(model, "gates", None) is not None:
             model.gates.requires_grad_(False)
         if config.objective == "hard_adapt":
-            model.min_per_layer = config.min_per_layer  # the floor training uses is the one evaluation uses
-        if config.gate_start != "flat":
+            # the floor training uses is the one evaluation uses
+            model.min_per_layer = config.adaptation.min_per_layer
+        if config.gate_start.how != "flat":
             initialise_gates_(model, self.train_data, config, progress=self.progress)
 
     def parameter_groups(self, model) -> list[dict]:
@@ -186,7 +213,8 @@ def train(model: torch.nn.Module, train_data: Dataset, config: TrainConfig, teac
     _check_objective(model, config, teacher)
     selection = None
     if select is not None:
-        selection = Selection(select, keep_start=config.objective == "hard_adapt" and config.keep_unadapted)
+        selection = Selection(select, keep_start=config.objective == "hard_adapt"
+                              and config.adaptation.keep_unadapted)
     objective = HeadsObjective(config, train_data, pad_id=getattr(getattr(model, "config", None), "pad_id", None),
                                progress=progress)
     return run_training(model, objective, teacher=teacher, selection=selection,
@@ -238,15 +266,17 @@ def _objective_step(model, teacher, input_ids, labels, budget, config: TrainConf
         with torch.no_grad():
             teacher_logits = teacher(input_ids, mode="dense").logits
         out = model(input_ids, mode="dense")
-        return out, distillation_loss(out.logits, teacher_logits, labels, config.kd_beta, config.kd_temperature)
+        return out, distillation_loss(out.logits, teacher_logits, labels, config.adaptation.kd_beta,
+                                   config.adaptation.kd_temperature)
     # hard_adapt (Eq. 6)
     with torch.no_grad():
-        if config.kd_teacher == "dense":
+        if config.adaptation.kd_teacher == "dense":
             teacher_logits = teacher(input_ids, mode="dense").logits
         else:
             teacher_logits = teacher(input_ids, budget=budget, mode="soft").logits
     out = model(input_ids, budget=budget, mode="hard")
-    return out, distillation_loss(out.logits, teacher_logits, labels, config.kd_beta, config.kd_temperature)
+    return out, distillation_loss(out.logits, teacher_logits, labels, config.adaptation.kd_beta,
+                                   config.adaptation.kd_temperature)
 
 
 # -- how the gates start ------------------------------------------------------------------------------------
@@ -255,7 +285,7 @@ def _objective_step(model, teacher, input_ids, labels, budget, config: TrainConf
 def initialise_gates_(model: torch.nn.Module, train_data: Dataset, config: TrainConfig,
                       progress: bool = False) -> torch.Tensor:
     """Start ``model``'s gates nested (``bab.core.budget.nest_gates_by_importance_``) in the order
-    ``config.gate_start`` names, scored on the first ``gate_start_examples`` training examples with the
+    ``config.gate_start.how`` names, scored on the first ``config.gate_start.examples`` training examples with the
     model's current weights (after the warm start). Returns the importance [L, H] used.
 
     Why: with flat gates g(b) ~ b for every head, the soft cost is met by shrinking every head alike and
@@ -263,12 +293,13 @@ def initialise_gates_(model: torch.nn.Module, train_data: Dataset, config: Train
     the top-k sets of all budgets are nested and the soft model trains on them.
     """
     num_layers, num_heads = model.gates.theta.shape
-    if config.gate_start == "random":  # the same spread without the order: does the order matter?
+    start = config.gate_start
+    if start.how == "random":  # the same spread without the order: does the order matter?
         generator = torch.Generator().manual_seed(config.seed)
         importance = torch.rand(num_layers, num_heads, generator=generator)
     else:
-        importance = _scored_importance(model, train_data, config.gate_start, config.gate_start_examples, progress)
-    nest_gates_by_importance_(model.gates, importance, config.gate_start_sharpness, budget=config.budget)
+        importance = _scored_importance(model, train_data, start.how, start.examples, progress)
+    nest_gates_by_importance_(model.gates, importance, start.sharpness, budget=config.budget)
     return importance
 
 

@@ -13,7 +13,7 @@ import torch
 from api_topics import topic_texts, write_csv
 from transformers import AutoModelForSequenceClassification
 
-from bab.api import BudgetedClassifier, Recipe
+from bab.api import BudgetedClassifier, GateStart, Recipe
 from bab.heads.evaluate import evaluate
 from bab.heads.hf_pruning import kept_heads, load_pruned
 
@@ -201,13 +201,31 @@ def test_default_recipe_is_the_hard_adaptation_recipe_of_the_notebooks():
     # API's hard mode and structural pruning use, and the unadapted checkpoint kept when adaptation does not help
     configs = Recipe().train_configs(hard_budgets=[0.25, 0.5])
     soft, hard = configs["budgeted"], configs["hard"]
-    assert (soft.gate_start, soft.two_sided, soft.gate_start_examples) == ("ablation", True, 128)
-    assert (hard.epochs, hard.min_per_layer, hard.keep_unadapted, hard.freeze_gates) == (2, 1, True, True)
+    assert (soft.gate_start.how, soft.two_sided, soft.gate_start.examples) == ("ablation", True, 128)
+    adaptation = hard.adaptation
+    assert (hard.epochs, adaptation.min_per_layer, adaptation.keep_unadapted, adaptation.freeze_gates) == (
+        2, 1, True, True)
     assert soft.batch_size == hard.batch_size == Recipe().batch_size  # the global batch: the loop splits it
-    flat = Recipe(gate_start="flat", two_sided=False).train_configs()["budgeted"]
-    assert (flat.gate_start, flat.two_sided) == ("flat", False)
-    with pytest.raises(ValueError, match="gate_start must be one of"):
-        Recipe(gate_start="importance")
+    flat = Recipe(gate_start=GateStart("flat"), two_sided=False).train_configs()["budgeted"]
+    assert (flat.gate_start.how, flat.two_sided) == ("flat", False)
+    with pytest.raises(ValueError, match="GateStart.how must be one of"):
+        Recipe(gate_start=GateStart("importance"))
+    # the former flat spellings say the new one
+    with pytest.raises(ValueError, match=r"gate_start=GateStart\('flat'\)"):
+        Recipe(gate_start="flat")
+    with pytest.raises(ValueError, match=r"gate_start=GateStart\(how=\.\.\., examples=64\)"):
+        Recipe().overridden(**{"gate_start_" + "examples": 64})  # the former flat name
+    assert Recipe().overridden(max_len=64).max_len == 64
+
+
+def test_a_saved_recipe_reads_back_nested_or_as_written_before_the_gate_start_was_nested():
+    from dataclasses import asdict
+
+    recipe = Recipe(gate_start=GateStart("elimination", sharpness=8.0, examples=64), kd_beta=0.9)
+    assert Recipe.from_dict(asdict(recipe)) == recipe
+    before = {k: v for k, v in asdict(Recipe()).items() if k != "gate_start"}
+    older = {**before, "gate_start": "random", "gate_start_" + "examples": 32, "an option of a newer bab": 1}
+    assert Recipe.from_dict(older) == Recipe(gate_start=GateStart("random", examples=32))
 
 
 def test_a_transformers_model_object_fits_as_its_saved_folder_does(tiny_encoder, topic_csvs, tmp_path):

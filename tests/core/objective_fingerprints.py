@@ -24,11 +24,28 @@ def rng_state() -> dict:
     return {"torch": torch.get_rng_state(), "python": repr(random.getstate()), "numpy": repr(np.random.get_state())}
 
 
+def heads_config(gate_start: dict | None = None, **options):
+    """``TrainConfig(**options)`` as the version at hand spells it: the gate start (``gate_start``: a dict of
+    ``GateStart``'s fields) and the hard adaptation's options nested in ``GateStart`` / ``HardAdaptation``, or flat
+    as before (``gate_start`` or, older, ``gate_init``, with ``<that name>_examples`` ...)."""
+    from bab.heads import train as heads_train
+
+    fields = heads_train.TrainConfig.__dataclass_fields__
+    if "adaptation" in fields:
+        adaptation = {k: options.pop(k) for k in list(options) if k in heads_train.HardAdaptation.__dataclass_fields__}
+        if adaptation:
+            options["adaptation"] = heads_train.HardAdaptation(**adaptation)
+        if gate_start is not None:
+            options["gate_start"] = heads_train.GateStart(**gate_start)
+    elif gate_start is not None:
+        start = "gate_start" if "gate_start" in fields else "gate_init"  # the older name
+        options.update({start if k == "how" else f"{start}_{k}": v for k, v in gate_start.items()})
+    return heads_train.TrainConfig(**options)
+
+
 def heads_runs(record) -> None:
     from bab.heads.encoder import EncoderClassifier, EncoderConfig
     from bab.heads.train import TrainConfig, train
-
-    start = "gate_start" if "gate_start" in TrainConfig.__dataclass_fields__ else "gate_init"  # the older name
 
     def encoder(gates=None):
         torch.manual_seed(0)
@@ -52,8 +69,8 @@ def heads_runs(record) -> None:
                                                                 seed=1), progress=False, select=accuracy(mode="dense")))
     soft = encoder("budget")
     soft.load_state_dict(dense.state_dict(), strict=False)
-    config = TrainConfig(objective="budgeted", epochs=2, batch_size=16, lambda_cost=0.5, lambda_viol=20.0, seed=2,
-                         two_sided=True, **{start: "ablation", f"{start}_examples": 32})
+    config = heads_config(objective="budgeted", epochs=2, batch_size=16, lambda_cost=0.5, lambda_viol=20.0, seed=2,
+                          two_sided=True, gate_start=dict(how="ablation", examples=32))
     record("heads-budgeted", soft, train(soft, data, config, progress=False))
     static = encoder("static")
     static.load_state_dict(dense.state_dict(), strict=False)
@@ -64,8 +81,8 @@ def heads_runs(record) -> None:
     record("heads-hard", hard, train(hard, data, TrainConfig(objective="hard_adapt", epochs=2, batch_size=16, seed=4),
                                      teacher=soft, progress=False, select=accuracy(budget=0.5, mode="hard")))
     frozen = copy.deepcopy(soft)
-    config = TrainConfig(objective="hard_adapt", epochs=1, batch_size=16, seed=4, kd_teacher="dense",
-                         budget_choices=(0.25, 0.5), min_per_layer=1, freeze_gates=True)
+    config = heads_config(objective="hard_adapt", epochs=1, batch_size=16, seed=4, kd_teacher="dense",
+                          budget_choices=(0.25, 0.5), min_per_layer=1, freeze_gates=True)
     record("heads-hard-dense-kd", frozen, train(frozen, data, config, teacher=dense, progress=False))
     recovered = encoder()
     record("heads-recovery", recovered, train(recovered, data, TrainConfig(objective="recovery", epochs=2,
@@ -146,7 +163,7 @@ def vit_head_runs(record, vit, dense, images) -> None:
     record("vit-budgeted", gated, train(gated, images, config, progress=False))
     hard = copy.deepcopy(gated)
     teacher = GatedHFClassifier.from_hf(copy.deepcopy(dense), "vit", gates=None)
-    config = TrainConfig(objective="hard_adapt", epochs=2, batch_size=16, kd_teacher="dense", seed=6)
+    config = heads_config(objective="hard_adapt", epochs=2, batch_size=16, kd_teacher="dense", seed=6)
     record("vit-heads-hard", hard, train(hard, images, config, teacher=teacher, progress=False))
 
 

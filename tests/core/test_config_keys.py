@@ -101,13 +101,13 @@ def keyed_classes():
     from bab.data.synthetic import SyntheticConfig
     from bab.heads.encoder import EncoderConfig
     from bab.heads.hf_encoder import HFEncoderConfig
-    from bab.heads.train import TrainConfig
+    from bab.heads.train import GateStart, HardAdaptation, TrainConfig
     from bab.sparsifiner.predictor import ConnectivityConfig
     from bab.sparsifiner.train import ViTTrainConfig
     from bab.sparsifiner.vit import ViTClassifierConfig
     return {cls.__name__: cls for cls in (SyntheticConfig, LMDataConfig, EncoderConfig, HFEncoderConfig, TrainConfig,
-                                          ConnectivityConfig, ViTClassifierConfig, ViTTrainConfig, PruningConfig,
-                                          LMTrainConfig)}
+                                          GateStart, HardAdaptation, ConnectivityConfig, ViTClassifierConfig,
+                                          ViTTrainConfig, PruningConfig, LMTrainConfig)}
 
 
 # Defaults changed in the code since their first value was recorded ("Class.field": (first, now)): runs at the new

@@ -77,5 +77,5 @@ def test_bert_profiles_follow_the_papers_protocol_at_paper():
     for experiment in ("bert_ag_news", "bert_dbpedia14"):
         paper = get_profile(experiment, "paper")
         assert (paper.num_train, paper.num_val, paper.num_test, paper.max_len) == (2000, 1000, 1000, 128)
-        assert paper.hard_adapt.freeze_gates and paper.recovery.kd_temperature == 2.0
+        assert paper.hard_adapt.adaptation.freeze_gates and paper.recovery.adaptation.kd_temperature == 2.0
         assert paper.timing_len == 128

@@ -89,11 +89,16 @@ def test_variant_configs_depart_from_the_paper_recipe(study):
     from bab.experiments.hard_recipe import BASE, CHOSEN, VARIANTS, variant_configs
 
     soft, hard = variant_configs(study, BASE)
-    assert (soft.gate_start, soft.two_sided) == ("flat", False)
-    assert (hard.epochs, hard.budget_choices, hard.kd_teacher, hard.min_per_layer) == (1, None, "soft", 0)
+    assert (soft.gate_start.how, soft.two_sided) == ("flat", False)
+    assert (hard.epochs, hard.budget_choices, hard.adaptation.kd_teacher, hard.adaptation.min_per_layer) == (
+        1, None, "soft", 0)
     soft, hard = variant_configs(study, VARIANTS["nested + lr x 2"])
-    assert (soft.gate_start, soft.two_sided) == ("elimination", True)
+    assert (soft.gate_start.how, soft.two_sided) == ("elimination", True)
     assert hard.lr == pytest.approx(2 * study.profile.hard_adapt.lr)
+    # a nested override changes only the options it names: the beta row keeps the paper's teacher and floor
+    _, hard = variant_configs(study, VARIANTS["nested + beta 0.9"])
+    assert hard.adaptation == replace(study.profile.hard_adapt.adaptation, kd_beta=0.9, kd_teacher="soft",
+                                      min_per_layer=0)
     _, hard = variant_configs(study, VARIANTS["nested + budget fixed at 0.5"])
     assert (hard.budget, hard.budget_choices) == (0.5, None)
     assert variant_configs(study, CHOSEN) == (study.profile.warm, study.profile.hard_adapt)

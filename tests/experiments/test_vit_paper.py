@@ -61,17 +61,19 @@ def test_nbval_skips_notebook_05_without_fashion_mnist(tmp_path, monkeypatch):
 
 def test_vit_head_recipe_is_the_heads_method_s_and_rejects_an_unknown_gate_start():
     quick = get_profile("vit_sparsifiner", "quick")
-    assert quick.heads.gate_start == "elimination"  # the recipe chosen on validation (docs/sparsifiner.md)
+    assert quick.heads.gate_start.how == "elimination"  # the recipe chosen on validation (docs/sparsifiner.md)
     with pytest.raises(ValueError, match="'flat', 'random', 'ablation', 'elimination'"):
-        replace(quick.heads, gate_start="nested")
-    with pytest.raises(ValueError, match="gate_start_sharpness > 0"):
-        replace(quick.heads, gate_start_sharpness=0.0)
+        replace(quick.heads.gate_start, how="nested")
+    with pytest.raises(ValueError, match="sharpness > 0"):
+        replace(quick.heads.gate_start, sharpness=0.0)
     with pytest.raises(ValueError, match="objective 'budgeted'"):  # the profile holds the soft step
-        replace(quick, heads=replace(quick.heads, objective="static", budget=0.5, gate_start="flat"))
+        replace(quick, heads=replace(quick.heads, objective="static", budget=0.5,
+                                     gate_start=replace(quick.heads.gate_start, how="flat")))
 
 
 # the tiny study's budgeted heads: one epoch, the gates ranked on 8 images
-TINY_HEADS = dict(heads=replace(get_profile("vit_sparsifiner", "smoke").heads, epochs=1, gate_start_examples=8))
+_SMOKE_HEADS = get_profile("vit_sparsifiner", "smoke").heads
+TINY_HEADS = dict(heads=replace(_SMOKE_HEADS, epochs=1, gate_start=replace(_SMOKE_HEADS.gate_start, examples=8)))
 
 
 def test_nested_gates_reach_the_budgeted_heads_lineage_and_the_model(tmp_path, tiny_vit_study):
@@ -83,14 +85,13 @@ def test_nested_gates_reach_the_budgeted_heads_lineage_and_the_model(tmp_path, t
     tiny, cache, TinyStudy = study.profile, study.cache, type(study)
 
     def starting(how):
-        return replace(tiny, heads=replace(tiny.heads, gate_start=how))
+        return replace(tiny, heads=replace(tiny.heads, gate_start=replace(tiny.heads.gate_start, how=how)))
 
     soft, _, lineage = study.budgeted_heads()
     # the key names the options away from their defaults (the sharpness is at its default, 4.0)
-    assert {k: lineage["train"].get(k) for k in ("gate_start", "gate_start_sharpness", "gate_start_examples")} == {
-        "gate_start": "elimination", "gate_start_sharpness": None, "gate_start_examples": 8}
+    assert lineage["train"]["gate_start"] == {"how": "elimination", "examples": 8}
     flat_soft, metrics, flat_lineage = TinyStudy(starting("flat"), cache=cache, progress=False).budgeted_heads()
-    assert metrics["cached"] is False and "gate_start" not in flat_lineage["train"]  # "flat", the default
+    assert metrics["cached"] is False and flat_lineage["train"]["gate_start"] == {"examples": 8}  # "flat": default
     random_soft, _, _ = TinyStudy(starting("random"), cache=cache, progress=False).budgeted_heads()
     # nested gates spread the heads apart; flat gates start (and, after one epoch, stay) nearly equal
     assert float(soft.gates(0.5).detach().std()) > 10 * float(flat_soft.gates(0.5).detach().std())

@@ -11,7 +11,7 @@ from torch.utils.data import TensorDataset
 
 from bab.core.warm_start import warm_start
 from bab.heads.encoder import EncoderClassifier, EncoderConfig
-from bab.heads.train import TrainConfig, initialise_gates_, parameter_groups, train
+from bab.heads.train import GateStart, HardAdaptation, TrainConfig, initialise_gates_, parameter_groups, train
 
 
 def tiny(gates=None, seed=0):
@@ -99,19 +99,38 @@ def test_gates_get_their_own_learning_rate_without_weight_decay():
         (dict(epochs=0), "epochs"),
         (dict(lr=-1.0), "lr"),
         (dict(budget_min=0.0), r"\(0, 1\]"),
-        (dict(objective="hard_adapt", kd_teacher="bert"), "kd_teacher must be one of"),
-        (dict(objective="budgeted", gate_start="importance"), "gate_start must be one of"),
-        (dict(objective="hard_adapt", gate_start="elimination"), "starts from its parent's gates"),
-        (dict(objective="budgeted", gate_start="ablation", gate_start_examples=0), "gate_start_examples"),
+        (dict(objective="hard_adapt", gate_start=GateStart("elimination")),
+         r"gate_start=GateStart\(how='elimination'\) initialises.*starts from its parent's gates"),
         (dict(objective="hard_adapt", budget_choices=()), "non-empty tuple"),
         (dict(objective="hard_adapt", budget_choices=(0.5, 1.5)), r"\(0, 1\]"),
         (dict(objective="hard_adapt", budget=0.5, budget_choices=(0.5,)), "not both"),
-        (dict(objective="hard_adapt", min_per_layer=-1), "min_per_layer"),
     ],
 )
 def test_malformed_train_configs_raise(kwargs, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "config, kwargs, message",
+    [
+        (HardAdaptation, dict(kd_teacher="bert"), "kd_teacher must be one of"),
+        (HardAdaptation, dict(min_per_layer=-1), "min_per_layer"),
+        (GateStart, dict(how="importance"), "GateStart.how must be one of"),
+        (GateStart, dict(how="ablation", examples=0), "examples >= 1"),
+        (GateStart, dict(how="ablation", sharpness=0.0), "sharpness > 0"),
+    ],
+)
+def test_malformed_nested_configs_raise(config, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        config(**kwargs)
+
+
+def test_a_nested_option_given_flat_raises_with_the_new_spelling():
+    with pytest.raises(TypeError, match=r"gate_start=GateStart\(how='elimination'\)"):
+        TrainConfig(objective="budgeted", gate_start="elimination")
+    with pytest.raises(TypeError, match=r"adaptation=HardAdaptation\(\.\.\.\)"):
+        TrainConfig(objective="hard_adapt", adaptation={"kd_beta": 0.5})
 
 
 def test_objective_and_model_mismatch_raise():
@@ -144,7 +163,8 @@ def test_frozen_controller_keeps_gates_and_adapts_weights():
     teacher = tiny("budget", seed=3)
     student = copy.deepcopy(teacher)
     gates_before = copy.deepcopy(student.gates.state_dict())
-    config = TrainConfig(objective="hard_adapt", epochs=1, batch_size=64, lr=1e-3, freeze_gates=True)
+    config = TrainConfig(objective="hard_adapt", epochs=1, batch_size=64, lr=1e-3,
+                         adaptation=HardAdaptation(freeze_gates=True))
     train(student, toy_data(), config, teacher=teacher, progress=False)
     for name, value in student.gates.state_dict().items():
         assert torch.equal(value, gates_before[name]), name
@@ -182,8 +202,12 @@ def test_run_cache_key_names_each_field_away_from_its_first_default():
 
     assert config_difference(TrainConfig(objective="budgeted", lambda_cost=0.05)) == {"objective": "budgeted",
                                                                                       "lambda_cost": 0.05}
-    nested = config_difference(TrainConfig(objective="budgeted", gate_start="elimination", budget_choices=(0.5,)))
-    assert nested == {"objective": "budgeted", "gate_start": "elimination", "budget_choices": [0.5]}
+    nested = config_difference(TrainConfig(objective="budgeted", gate_start=GateStart("elimination"),
+                                           budget_choices=(0.5,)))
+    assert nested == {"objective": "budgeted", "gate_start": {"how": "elimination"}, "budget_choices": [0.5]}
+    hard = config_difference(TrainConfig(objective="hard_adapt", adaptation=HardAdaptation(kd_beta=0.9)))
+    assert hard == {"objective": "hard_adapt", "adaptation": {"kd_beta": 0.9}}
+    assert config_difference(TrainConfig()) == {}  # nested configs at their defaults leave no trace
 
 
 def test_hard_adaptation_keeps_the_unadapted_checkpoint_when_validation_does_not_improve():
@@ -198,8 +222,8 @@ def test_hard_adaptation_keeps_the_unadapted_checkpoint_when_validation_does_not
         assert torch.equal(value, before[name]), name
     # without keep_unadapted the best adapted epoch is kept
     student = copy.deepcopy(teacher)
-    result = train(student, toy_data(), replace(config, keep_unadapted=False), teacher=teacher, progress=False,
-                   select=lambda model: 50.0)
+    result = train(student, toy_data(), replace(config, adaptation=replace(config.adaptation, keep_unadapted=False)),
+                   teacher=teacher, progress=False, select=lambda model: 50.0)
     assert result.selected_epoch == 1 and not torch.equal(student.head.weight, teacher.head.weight)
 
 
@@ -225,7 +249,8 @@ class RecordingTeacher(torch.nn.Module):
 @pytest.mark.parametrize("kd_teacher, expected_mode", [("soft", "soft"), ("dense", "dense")])
 def test_distillation_teacher_runs_in_the_mode_the_config_names(kd_teacher, expected_mode):
     teacher = RecordingTeacher()
-    config = TrainConfig(objective="hard_adapt", epochs=1, batch_size=64, kd_teacher=kd_teacher)
+    config = TrainConfig(objective="hard_adapt", epochs=1, batch_size=64,
+                         adaptation=HardAdaptation(kd_teacher=kd_teacher))
     train(tiny("budget"), toy_data(), config, teacher=teacher, progress=False)
     assert teacher.calls and all(mode == expected_mode for mode, _ in teacher.calls)
     if kd_teacher == "dense":
@@ -248,8 +273,8 @@ def test_hard_adaptation_with_a_floor_trains_and_evaluates_with_it():
     student = copy.deepcopy(teacher)
     seen = []
     student.register_forward_hook(lambda module, args, out: seen.append(out.head_mask.detach().round()))
-    config = TrainConfig(objective="hard_adapt", epochs=1, batch_size=128, budget=0.25, min_per_layer=1,
-                         freeze_gates=True)
+    config = TrainConfig(objective="hard_adapt", epochs=1, batch_size=128, budget=0.25,
+                         adaptation=HardAdaptation(min_per_layer=1, freeze_gates=True))
     train(student, toy_data(), config, teacher=teacher, progress=False)
     assert student.min_per_layer == 1
     assert seen and all(bool((mask.sum(1) >= 1).all()) for mask in seen)
@@ -258,7 +283,7 @@ def test_hard_adaptation_with_a_floor_trains_and_evaluates_with_it():
 
 
 def test_nested_gate_start_orders_heads_by_the_masked_loss_written_out():
-    # gate_start="ablation": the importance is the loss increase when each head alone is masked, computed
+    # GateStart("ablation"): the importance is the loss increase when each head alone is masked, computed
     # here with a loop over heads and an explicit hard forward; the nested gates open in that order
     model = tiny("budget", seed=1)
     data = toy_data(n=64)
@@ -275,8 +300,8 @@ def test_nested_gate_start_orders_heads_by_the_masked_loss_written_out():
             mask = torch.ones(2, 4)
             mask[layer, head] = 0
             expected[layer, head] = loss(mask) - full
-    importance = initialise_gates_(model, data, TrainConfig(objective="budgeted", gate_start="ablation",
-                                                            gate_start_examples=64))
+    importance = initialise_gates_(model, data, TrainConfig(objective="budgeted",
+                                                            gate_start=GateStart("ablation", examples=64)))
     torch.testing.assert_close(importance, expected, atol=1e-5, rtol=0)
     order = torch.argsort(expected.flatten(), descending=True)
     gates = model.gates(0.5).detach().flatten()
@@ -285,7 +310,7 @@ def test_nested_gate_start_orders_heads_by_the_masked_loss_written_out():
 
 def test_random_nested_start_spreads_the_gates_and_is_seeded():
     a, b = tiny("budget"), tiny("budget")
-    config = TrainConfig(objective="budgeted", gate_start="random", seed=5)
+    config = TrainConfig(objective="budgeted", gate_start=GateStart("random"), seed=5)
     initialise_gates_(a, toy_data(), config)
     initialise_gates_(b, toy_data(), config)
     assert torch.equal(a.gates(0.5), b.gates(0.5))
@@ -300,7 +325,7 @@ def test_head_importance_is_scored_once_for_the_same_weights_and_examples(monkey
     monkeypatch.setattr(train_module, "head_ablation_importance",
                         lambda *args: calls.append(1) or real(*args))
     monkeypatch.setattr(train_module, "_IMPORTANCE_MEMO", {})
-    config = TrainConfig(objective="budgeted", gate_start="ablation", gate_start_examples=32)
+    config = TrainConfig(objective="budgeted", gate_start=GateStart("ablation", examples=32))
     first, second = tiny("budget", seed=1), tiny("budget", seed=1)
     a = initialise_gates_(first, toy_data(), config)
     b = initialise_gates_(second, toy_data(), config)  # same weights, same examples: served from the memo

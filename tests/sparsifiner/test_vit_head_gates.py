@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from bab.heads.hf_encoder import GatedHFClassifier
-from bab.heads.train import TrainConfig, train
+from bab.heads.train import HardAdaptation, TrainConfig, train
 from bab.sparsifiner.attach import configure, sparsifiner_state
 from bab.sparsifiner.predictor import ConnectivityConfig
 from bab.sparsifiner.vit import ViTClassifierConfig, build_vit, vit_forward
@@ -148,7 +148,8 @@ def test_budgeted_training_then_hard_adaptation_moves_the_gates_and_the_weights(
     names = ("gates.theta", "gates.raw_sensitivity")
     backbone = "hf.vit.layers.0.attention.q_proj.weight"
     for config in (TrainConfig(objective="budgeted", epochs=1, batch_size=16, lambda_cost=1.0, gate_lr=1e-1),
-                   TrainConfig(objective="hard_adapt", epochs=1, batch_size=16, kd_teacher="dense", gate_lr=1e-1)):
+                   TrainConfig(objective="hard_adapt", epochs=1, batch_size=16, gate_lr=1e-1,
+                               adaptation=HardAdaptation(kd_teacher="dense"))):
         before = {n: p.detach().clone() for n, p in model.named_parameters()}
         result = train(model, data, config, teacher=teacher if config.objective == "hard_adapt" else None,
                        progress=False)
@@ -162,4 +163,5 @@ def test_budgeted_training_then_hard_adaptation_moves_the_gates_and_the_weights(
         torch.testing.assert_close(teacher(pixels()).logits, vit_loop(tiny_vit(), pixels())["logits"], atol=ATOL,
                                    rtol=0)
     with pytest.raises(ValueError, match="needs teacher"):
-        train(model, data, TrainConfig(objective="hard_adapt", kd_teacher="dense"), progress=False)
+        train(model, data, TrainConfig(objective="hard_adapt", adaptation=HardAdaptation(kd_teacher="dense")),
+              progress=False)

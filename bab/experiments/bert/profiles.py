@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from bab.experiments.text import length_grouped
 from bab.heads.evaluate import SWEEP_BUDGETS
-from bab.heads.train import TrainConfig
+from bab.heads.train import GateStart, HardAdaptation, TrainConfig
 
 
 @dataclass(frozen=True)
@@ -56,19 +56,21 @@ class BertProfile:
 # The controller stays frozen (the paper's choice for pretrained encoders; on the nested start a
 # straight-through controller gave the same top-k sets and the same accuracy).
 _BERT_DENSE = TrainConfig(objective="dense", lr=1e-4, batch_size=16)
-_BERT_NESTED = dict(two_sided=True, gate_start="ablation", gate_start_examples=128)
+_BERT_NESTED = dict(two_sided=True, gate_start=GateStart("ablation", examples=128))
 _BERT_WARM = TrainConfig(objective="budgeted", lr=5e-5, batch_size=16, lambda_cost=0.05, lambda_viol=20.0,
                          **_BERT_NESTED)
 _BERT_STATIC = TrainConfig(objective="static", budget=0.5, lr=5e-5, batch_size=16, lambda_cost=0.05,
                            lambda_viol=20.0, **_BERT_NESTED)
-_BERT_HARD = TrainConfig(objective="hard_adapt", lr=5e-5, batch_size=16, kd_beta=0.5, kd_temperature=2.0,
-                         freeze_gates=True)
-_BERT_RECOVERY = TrainConfig(objective="recovery", lr=5e-5, batch_size=16, kd_beta=0.5, kd_temperature=2.0)
+_BERT_HARD = TrainConfig(objective="hard_adapt", lr=5e-5, batch_size=16,
+                         adaptation=HardAdaptation(kd_beta=0.5, kd_temperature=2.0, freeze_gates=True))
+_BERT_RECOVERY = TrainConfig(objective="recovery", lr=5e-5, batch_size=16,
+                             adaptation=HardAdaptation(kd_beta=0.5, kd_temperature=2.0))
 
 
 def _nested_start(configs: dict, examples: int) -> dict:
     """The gated phases of ``configs`` with their nested gate start ranked on ``examples`` training examples."""
-    return {name: replace(configs[name], gate_start_examples=examples) for name in ("warm", "static")}
+    return {name: replace(configs[name], gate_start=replace(configs[name].gate_start, examples=examples))
+            for name in ("warm", "static")}
 
 
 def _bert_profiles(dataset: str, quick: dict | None = None, **overrides) -> dict:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 
 from bab.data.synthetic import SyntheticConfig
 from bab.heads.evaluate import SWEEP_BUDGETS
-from bab.heads.train import TrainConfig
+from bab.heads.train import GateStart, HardAdaptation, TrainConfig
 
 
 @dataclass(frozen=True)
@@ -52,10 +52,10 @@ _SYNTHETIC_MODEL = dict(d_model=64, num_heads=8, num_layers=2, d_ff=128, positio
 _DENSE = TrainConfig(objective="dense", lr=1e-3)
 _SCRATCH = TrainConfig(objective="budgeted", lr=1e-3, lambda_cost=0.5, lambda_viol=20.0, two_sided=True)
 _WARM = TrainConfig(objective="budgeted", lr=1e-3, lambda_cost=0.5, lambda_viol=20.0, two_sided=True,
-                    gate_start="elimination")
+                    gate_start=GateStart("elimination"))
 _STATIC = TrainConfig(objective="static", budget=0.5, lr=1e-3, lambda_cost=0.5, lambda_viol=20.0, two_sided=True,
-                      gate_start="elimination")
-_HARD = TrainConfig(objective="hard_adapt", lr=5e-4, kd_beta=0.5, kd_temperature=2.0)
+                      gate_start=GateStart("elimination"))
+_HARD = TrainConfig(objective="hard_adapt", lr=5e-4, adaptation=HardAdaptation(kd_beta=0.5, kd_temperature=2.0))
 
 SYNTHETIC = {
     "smoke": SyntheticProfile(

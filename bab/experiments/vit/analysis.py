@@ -176,8 +176,9 @@ def predictor_ablation(profile: ViTProfile, keep_rates=(0.25, 0.1), progress: bo
 def head_gate_variants(profile: ViTProfile) -> dict[str, ViTProfile]:
     """The head-gate recipes of docs/sparsifiner.md ("Head gates that commit"): how the gates start."""
     def init(how, sharpness=4.0):  # the soft and hard phases at 3 epochs each, as before the recipe
-        return replace(profile, heads=replace(profile.heads, epochs=3, gate_start=how,
-                                              gate_start_sharpness=sharpness))
+        return replace(profile, heads=replace(profile.heads, epochs=3,
+                                              gate_start=replace(profile.heads.gate_start, how=how,
+                                                                 sharpness=sharpness)))
 
     return {
         "flat gates (before)": init("flat"),

@@ -101,10 +101,19 @@ _VIT_EVIT = ViTTrainConfig(objective="dense", lr=3e-4, batch_size=128)
 # alike.
 _VIT_HEADS = heads_train.TrainConfig(objective="budgeted", lr=3e-4, batch_size=128, weight_decay=0.05,
                                      warmup_fraction=0.1, lambda_cost=0.05, lambda_viol=20.0,
-                                     gate_start="elimination", gate_start_sharpness=4.0, gate_start_examples=2000)
+                                     gate_start=heads_train.GateStart("elimination", sharpness=4.0, examples=2000))
 # The hard adaptation (Eq. 6) distils from the dense ViT at temperature 1 with kd_beta 1/3: (2/3) CE + (1/3) KL is
 # the ViT recipe's CE + 0.5 KL up to the factor 2/3.
-_VIT_HARD = dict(objective="hard_adapt", kd_teacher="dense", kd_beta=1 / 3, kd_temperature=1.0, gate_start="flat")
+_VIT_HARD_ADAPTATION = dict(kd_teacher="dense", kd_beta=1 / 3, kd_temperature=1.0)
+
+
+def hard_heads(heads: heads_train.TrainConfig) -> heads_train.TrainConfig:
+    """The hard adaptation's recipe from the soft step's ``heads``: its settings with Eq. 6 distilled from the dense
+    ViT (``_VIT_HARD_ADAPTATION``); the gates are the soft checkpoint's, so the gate start goes back to "flat"."""
+    return replace(heads, objective="hard_adapt", adaptation=replace(heads.adaptation, **_VIT_HARD_ADAPTATION),
+                   gate_start=replace(heads.gate_start, how="flat"))
+
+
 # The gates start at sigmoid(2) = 0.88 before any nesting, so a dense warm start keeps its function at first
 GATE_INIT_LOGIT = 2.0
 
@@ -128,12 +137,15 @@ def _variant_197(name, num_train, num_test, dense_epochs, phase1_epochs, phase2_
                       smaller_than_paper=smaller_than_paper)
 
 
+# smoke and quick rank the heads of the nested gate start on 500 training images, not 2,000 (see quick)
+_RANKED_ON_500 = replace(_VIT_HEADS.gate_start, examples=500)
+
 VIT = {
     "smoke": ViTProfile(
         name="smoke", num_train=3000, num_val=200, num_test=500, model=_VIT_MODEL,
         connectivity=RECIPE.connectivity,
         dense=replace(_VIT_DENSE, epochs=8), phase1=replace(_VIT_PHASE1, epochs=1),
-        phase2=replace(_VIT_PHASE2, epochs=1), heads=replace(_VIT_HEADS, epochs=2, gate_start_examples=500),
+        phase2=replace(_VIT_PHASE2, epochs=1), heads=replace(_VIT_HEADS, epochs=2, gate_start=_RANKED_ON_500),
         # the token-pruning fine-tunes for one epoch, as phase 2 (~4 s EViT and ~13 s Sparsif-EViT a keep rate)
         evit_epochs=1,
         bench_tokens=(197, 577), bench_keep_rates=(0.1,), bench_repeats=3,
@@ -148,7 +160,7 @@ VIT = {
         connectivity=RECIPE.connectivity,
         dense=replace(_VIT_DENSE, epochs=10), phase1=replace(_VIT_PHASE1, epochs=2),
         # phase 2 for 8 epochs, not 4: on validation 0.1 / 1.0 points under dense at keep 0.25 / 0.1, not 1.0 / 2.5
-        phase2=replace(_VIT_PHASE2, epochs=8), heads=replace(_VIT_HEADS, epochs=6, gate_start_examples=500),
+        phase2=replace(_VIT_PHASE2, epochs=8), heads=replace(_VIT_HEADS, epochs=6, gate_start=_RANKED_ON_500),
         # the token-pruning fine-tunes for 4 epochs, half of phase 2's 8: ~9 s an epoch for EViT and ~28 s for
         # Sparsif-EViT on one thread, so ~5 minutes for both at both token keep rates (8 would take ~10)
         evit_epochs=4,

@@ -15,7 +15,7 @@ from bab.data.images import image_splits, load_fashion_mnist
 from bab.experiments.methods import methods
 from bab.experiments.study import Study, as_run_cache, tensors_digest, trained
 from bab.experiments.vit.presets import PresetChoice, predictor_preset
-from bab.experiments.vit.profiles import _VIT_EVIT, _VIT_HARD, GATE_INIT_LOGIT, ViTProfile
+from bab.experiments.vit.profiles import _VIT_EVIT, GATE_INIT_LOGIT, ViTProfile, hard_heads
 from bab.heads import train as heads_train
 from bab.heads.evaluate import evaluate as evaluate_heads
 from bab.heads.hf_encoder import GatedHFClassifier
@@ -206,7 +206,7 @@ class ViTStudy(Study):
 
     def hard_heads_config(self) -> heads_train.TrainConfig:
         """The hard adaptation's recipe: the soft step's settings with Eq. 6 distilled from the dense ViT."""
-        return replace(self.profile.heads, seed=self.profile.seed, **_VIT_HARD)
+        return hard_heads(replace(self.profile.heads, seed=self.profile.seed))
 
     def budgeted_heads_hard(self, select: bool = True):
         """The soft budgeted-head checkpoint adapted to hard top-k heads (Eq. 6: straight-through, distilled from
@@ -214,7 +214,7 @@ class ViTStudy(Study):
 
         ``select``: keep the adapted weights of the epoch with the best mean hard top-k accuracy on validation over
         ``head_budgets``, or the soft checkpoint's if none beats it (``bab.heads.train``'s selection, the text
-        studies' ``keep_unadapted``); ``metrics["selected_epoch"]`` is then 0 (what
+        studies' ``adaptation.keep_unadapted``); ``metrics["selected_epoch"]`` is then 0 (what
         ``bab.experiments.hard_recipe.adaptation_kept`` reads), and ``metrics["val_hard_mean"]`` holds the
         unadapted and the last epoch's means. ``select=False``: the adapted model whatever validation says (the
         gate-start ablation); a run of its own in the cache (the lineage says whether it selected).
