@@ -71,7 +71,7 @@ class Study:
             lineage["data"] = self.data_lineage()
 
         def warm_fit(model, checkpoint):
-            refuse_uncommitted_training(self.profile.name)
+            refuse_uncommitted_training(getattr(self.profile, "name", ""))  # a user's own study may have no name
             if init is not None:
                 warm_start(model, init, new_modules)
             return fit(model, checkpoint)
