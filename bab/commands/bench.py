@@ -157,8 +157,7 @@ def _bench_sparse(args) -> int:
     if args.batch_sizes is not None:
         raise ValueError("--batch-sizes is for the whole-model bench (--model trained or deit-s); the attention-core "
                          "bench takes --batch-size")
-    tokens = [n for group in args.tokens for n in group] if args.tokens else list(TOKENS)
-    warmup, repeats = 3 if args.warmup is None else args.warmup, 15 if args.repeats is None else args.repeats
+    tokens, warmup, repeats = _tokens_warmup_repeats(args, TOKENS, warmup=3, repeats=15)
     table = bench_sparse_attention(tokens, args.keep_rates, args.num_heads, args.head_dim, args.batch_size,
                                    args.n_down, warmup=warmup, repeats=repeats, predictor_state=args.predictor_state)
     print(f"MHSA attention core, {args.num_heads} heads x {args.head_dim}, batch {args.batch_size}, n_down "
@@ -186,13 +185,19 @@ def _bench_sparse(args) -> int:
     return 0
 
 
+def _tokens_warmup_repeats(args, tokens, warmup: int, repeats: int) -> tuple[list[int], int, int]:
+    """``bench sparse``'s --tokens (flattened), --warmup and --repeats, each defaulting to the given value."""
+    chosen = [n for group in args.tokens for n in group] if args.tokens else list(tokens)
+    return (chosen, warmup if args.warmup is None else args.warmup,
+            repeats if args.repeats is None else args.repeats)
+
+
 def _bench_sparse_training(args) -> int:
     """``bench sparse --training``: a phase-2 step, torch against fused selection (bab.sparsifiner.training_bench)."""
     from bab.sparsifiner.recipe import RECIPE
     from bab.sparsifiner.training_bench import training_step_bench
 
-    tokens = [n for group in args.tokens for n in group] if args.tokens else [50, 197]
-    warmup, repeats = 1 if args.warmup is None else args.warmup, 5 if args.repeats is None else args.repeats
+    tokens, warmup, repeats = _tokens_warmup_repeats(args, (50, 197), warmup=1, repeats=5)
     batch = RECIPE.phase2.batch_size
     table = training_step_bench(tokens, args.keep_rates, batch, warmup=warmup, repeats=repeats)
     print(f"Sparsifiner phase-2 training step (teacher forward, masked student forward, loss, backward), notebook "
