@@ -37,6 +37,7 @@ profile = "smoke"
 results_path = None  # where the report wants this notebook's result rows (JSON); None: don't write
 interactive = None  # unused here (no widget); the report passes it to every notebook
 base = "scratch"  # "scratch": a small GPT-2 trained here (offline) | "gpt2": pretrained GPT-2 from the hub (online)
+seed = None  # None: the profile's training seed; the report at paper runs seeds 7, 13 and 21, each its own dense model
 
 # %%
 import math
@@ -62,7 +63,7 @@ print(f"torch threads: {threads} (part of every trained run's cache key: bab.cor
 pd.set_option("display.precision", 3)
 
 P = get_profile("gpt2_context_pruning", profile)
-study = ContextPruningStudy(P, progress=False, base=base)
+study = ContextPruningStudy(P, progress=False, base=base, seed=seed)
 data = study.build()
 print(f"profile {P.name}; text from {data.info['source']}")
 print(f"{data.info['train_tokens']:,} training / {data.info['val_tokens']:,} validation tokens "

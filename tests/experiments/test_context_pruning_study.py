@@ -34,7 +34,7 @@ def tiny_study(tmp_path, monkeypatch):
         budgeted=replace(train, objective="budget_context"), gammas=(0.1, 1.0), r=8, budgets=(0.2, 0.6),
         eval_windows=4, bench_batch=2, bench_prompts=(64,), bench_new_tokens=4, bench_repeats=1, bench_warmup=0,
         view_tokens=16)
-    return lambda: ContextPruningStudy(profile, cache=RunCache(tmp_path / "runs"), progress=False)
+    return lambda **options: ContextPruningStudy(profile, cache=RunCache(tmp_path / "runs"), progress=False, **options)
 
 
 def test_every_step_runs_and_the_cache_is_reused(tiny_study):
@@ -56,6 +56,20 @@ def test_every_step_runs_and_the_cache_is_reused(tiny_study):
     # a second study with the same profile trains nothing
     again = tiny_study()
     assert again.dense()[1]["cached"] and again.pruned(1.0)[1]["cached"] and again.budget_conditioned()[1]["cached"]
+
+
+def test_a_seed_is_every_training_s_seed_and_names_its_own_runs(tiny_study):
+    import torch
+
+    unseeded, seeded = tiny_study(), tiny_study(seed=7)
+    assert {getattr(unseeded.profile, phase).seed for phase in ("dense", "finetune", "budgeted")} == {0}
+    assert {getattr(seeded.profile, phase).seed for phase in ("dense", "finetune", "budgeted")} == {7}
+    first, _ = unseeded.dense()
+    other, metrics = seeded.dense()
+    assert not metrics.get("cached")  # seed 7 is another run, not the unseeded one read back
+    assert not torch.equal(first.transformer.wte.weight, other.transformer.wte.weight)
+    again, metrics = tiny_study(seed=7).dense()
+    assert metrics.get("cached") and torch.equal(again.transformer.wte.weight, other.transformer.wte.weight)
 
 
 def test_bad_base_and_prompt_raise(tiny_study):

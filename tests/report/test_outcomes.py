@@ -129,6 +129,32 @@ def test_a_perplexity_claim_bootstraps_over_the_same_windows():
                                                 / (40 * 128)))
 
 
+def test_learned_against_static_masks_is_judged_part_by_part_over_the_same_windows():
+    from bab.experiments.context_pruning import GPT2_METHODS as GPT2
+
+    rng = np.random.default_rng(5)
+    nll = rng.normal(300.0, 20.0, 40)
+    tokens = np.full(40, 128.0)
+    learned = row(GPT2.specialist, None, perplexity=10.0, cost=0.3, settings={"gamma": 1.0})
+    # local: clearly worse than learned on every window; strided: the same on average, noisy window by window
+    local = row(GPT2.static, None, perplexity=12.0, settings={"kind": "local", "gamma": 1.0})
+    strided = row(GPT2.static, None, perplexity=10.0, settings={"kind": "strided", "gamma": 1.0})
+    noise = rng.normal(0.0, 30.0, 40)
+    stored = {outcomes.outcome_key(learned, "window_nll"): nll,
+              outcomes.outcome_key(learned, "window_tokens"): tokens,
+              outcomes.outcome_key(local, "window_nll"): nll + 25.0,
+              outcomes.outcome_key(strided, "window_nll"): nll + noise - noise.mean()}
+    verdict = C.claim_by_id("dcp-beats-static-masks").judge([learned, local, strided], C.Evidence(outcomes=stored))
+    # the closest part (strided, a ratio of exactly 1 window-summed) comes first and decides "inconclusive"
+    assert verdict.status == "inconclusive" and verdict.covers == "40 windows, paired"
+    assert verdict.ours == pytest.approx(1.0) and verdict.low < 1.0 < verdict.high
+    assert "strided at gamma=1: inconclusive" in verdict.why and "local at gamma=1: reproduced" in verdict.why
+    assert "1 of 2 (mask kind, gamma) parts hold" in verdict.why
+    # without the windows a part is a point estimate, judged by its value alone
+    bare = C.claim_by_id("dcp-beats-static-masks").judge([learned, local])
+    assert bare.status == "reproduced" and bare.ours == pytest.approx(10.0 / 12.0) and "no interval" in bare.covers
+
+
 def test_zero_shot_tasks_pair_item_by_item_when_their_outcomes_are_stored():
     from bab.experiments.pretrained_context import PRETRAINED_METHODS as DECODER
 

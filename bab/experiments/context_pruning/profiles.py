@@ -36,6 +36,9 @@ class ContextPruningProfile:
     bench_repeats: int = 3
     bench_warmup: int = 1
     view_tokens: int = 48  # length of the passage in the dropped-token view
+    # the seeds the report runs the notebook at (bab.report.seeds; () : once, at the training configs' own seed):
+    # each seed pretrains its own dense model and fine-tunes its own specialists from it
+    report_seeds: tuple[int, ...] = ()
 
 
 # A GPT-2-shaped model small enough to pretrain on 2 CPU cores: 4 layers x 4 heads, width 128,
@@ -94,5 +97,6 @@ GPT2_CONTEXT_PRUNING = {
         eval_windows=256,
         bench_repeats=5,
         bench_prompts=(128, 512, 896),
+        report_seeds=(7, 13, 21),  # the budgeted-attention paper's seeds, so a verdict can tell method from seed
     ),
 }

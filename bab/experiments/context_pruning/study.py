@@ -24,10 +24,16 @@ METHOD_SETS = (GPT2_METHODS,)
 class ContextPruningStudy(DecoderStudy):
     experiment = EXPERIMENT
 
-    def __init__(self, profile, cache: RunCache | None = None, progress: bool = True, base: str = "scratch"):
+    def __init__(self, profile, cache: RunCache | None = None, progress: bool = True, base: str = "scratch",
+                 seed: int | None = None):
+        """``seed``: every training's seed (the dense pretraining's and the fine-tunes' batch order and draws);
+        None keeps the profile's training configs as they are."""
         if base not in ("scratch", "gpt2"):
             raise ValueError(f"base must be 'scratch' (train a small GPT-2 offline) or 'gpt2' (pretrained, online), "
                              f"got {base!r}")
+        if seed is not None:
+            profile = replace(profile, **{phase: replace(getattr(profile, phase), seed=seed)
+                                          for phase in ("dense", "finetune", "budgeted")})
         super().__init__(profile, cache, progress)
         self.base = base
         self._data = None

@@ -232,26 +232,35 @@ class Monotone(Claim):
 class BeatsStatic(Claim):
     """Learned pruning beats static masks at equal sparsity: for each gamma, the learned specialist's perplexity is
     below that of every static mask kind built to prune as much (``static``'s rows, settings ``kind`` and
-    ``gamma``). A claim with parts, one per (kind, gamma)."""
+    ``gamma``). A claim with parts, one per (kind, gamma), each judged by the perplexity ratio learned / static on
+    the same held-out windows, bootstrapped over the windows where both rows kept them (a point estimate where
+    not). The parts are listed closest first, so the claim's number is the part nearest to failing."""
 
     method: Method = None
     static: Method = None
 
     def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
-        learned = {r["settings"]["gamma"]: float(r["perplexity"]) for r in rows
+        evidence = evidence or Evidence()
+        learned = {r["settings"]["gamma"]: r for r in rows
                    if r.get("experiment") == self.method.experiment and r.get("method") == self.method.name
                    and r.get("perplexity") is not None}
-        pairs = [(r["settings"]["kind"], r["settings"]["gamma"], float(r["perplexity"])) for r in rows
+        pairs = [(r, learned[r["settings"]["gamma"]]) for r in rows
                  if r.get("experiment") == self.static.experiment and r.get("method") == self.static.name
                  and r.get("perplexity") is not None and r["settings"]["gamma"] in learned]
         if not pairs:
             return _not_run(Row(self.static, None, (("kind", "any"), ("gamma", "any"))))
-        held = [learned[gamma] < ppl for _, gamma, ppl in pairs]
-        status = "reproduced" if all(held) else ("partly" if any(held) else "not reproduced")
-        worst = max(pairs, key=lambda p: learned[p[1]] / p[2])
-        return Verdict(status, float(sum(held)), float(len(pairs)),
-                       f"{sum(held)} of {len(pairs)} (mask kind, gamma) parts: the learned model's perplexity is "
-                       f"below the static mask's (closest: {worst[0]} at gamma={worst[1]:g}, "
-                       f"{learned[worst[1]]:.2f} vs {worst[2]:.2f})",
-                       region="every part: learned perplexity below the static mask's",
-                       covers="point estimates; per-window log-likelihoods are not stored")
+        region = Region(high=1.0, strict=True,
+                        reason="'learned pruning beats static masks': the sign, learned perplexity below the mask's")
+        parts = []
+        for static, mine in sorted(pairs, key=lambda p: -float(p[1]["perplexity"]) / float(p[0]["perplexity"])):
+            ratio = float(mine["perplexity"]) / float(static["perplexity"])
+            interval = evidence.perplexity_ratio(mine, static) or _exact(
+                ratio, "point estimate: per-window log-likelihoods are not stored, so no interval")
+            kind, gamma = static["settings"]["kind"], static["settings"]["gamma"]
+            parts.append((f"{kind} at gamma={gamma:g}",
+                          judged(region, interval, None, f"perplexity {float(mine['perplexity']):.2f} vs "
+                                                         f"{float(static['perplexity']):.2f}, ratio {ratio:.3f}",
+                                 ".3f")))
+        held = sum(v.status == "reproduced" for _, v in parts)
+        return _from_parts(parts, region=f"every part: learned / static perplexity {region.text('.3f')}",
+                           prefix=f"{held} of {len(parts)} (mask kind, gamma) parts hold, the closest first: ")
