@@ -39,7 +39,10 @@ def token_kind(text: str) -> str:
 
 @torch.no_grad()
 def token_kind_breakdown(model, ids: torch.Tensor, tokenizer, budget: float | None = None) -> pd.DataFrame:
-    """ids [N, T] -> one row per kind: tokens, share of tokens, pairs, fraction of its pairs pruned."""
+    """ids [N, T] -> one row per kind: tokens, share of tokens, pairs, fraction of its pairs pruned.
+
+    ``attrs["windows"]``: {kind: {"window_pruned": [N], "window_pairs": [N]}}, each window's pruned and all pairs of
+    the kind, so two kinds can be compared window by window (``bab.core.statistics.share_difference``)."""
     out = lm_forward(model, ids, budget=budget, return_log_keep=True)
     T = ids.shape[1]
     below = torch.ones(T, T, dtype=torch.bool).tril(-1)  # pairs (k, j) with k > j
@@ -48,14 +51,18 @@ def token_kind_breakdown(model, ids: torch.Tensor, tokenizer, budget: float | No
         pruned += ((log_keep == float("-inf")) & below).sum(dim=1).double()
     pairs_per_token = below.sum(dim=0).double() * len(out.log_keep)  # [T]: later queries x layers
     kinds = [[token_kind(s) for s in tokenizer.token_strings(row.tolist())] for row in ids]
-    rows = []
+    rows, windows = [], {}
     for kind in KINDS:
         mask = torch.tensor([[k == kind for k in row] for row in kinds])
-        pairs = (pairs_per_token[None].expand_as(pruned) * mask).sum().item()
-        share = (pruned * mask).sum().item() / pairs if pairs else float("nan")
+        window_pairs = (pairs_per_token[None].expand_as(pruned) * mask).sum(dim=1)  # [N]
+        window_pruned = (pruned * mask).sum(dim=1)  # [N]
+        pairs = window_pairs.sum().item()
+        share = window_pruned.sum().item() / pairs if pairs else float("nan")
         rows.append({"kind": kind, "tokens": int(mask.sum()), "token share": mask.float().mean().item(),
                      "pairs": pairs, "fraction pruned": share})
+        windows[kind] = {"window_pruned": window_pruned.tolist(), "window_pairs": window_pairs.tolist()}
     table = pd.DataFrame(rows).set_index("kind")
+    table.attrs["windows"] = windows
     total = pairs_per_token.sum().item() * ids.shape[0]
     table.attrs["overall fraction pruned"] = pruned.sum().item() / total
     return table

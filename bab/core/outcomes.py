@@ -23,9 +23,10 @@ _RECORDED: dict[str, np.ndarray] = {}
 
 # What a row's per-unit measurements can be, besides whether each test example was right ("correct", bool): the
 # summed negative log-likelihood and the token count of each held-out window (a perplexity), the dense and the
-# method's time of each interleaved repeat (a speed-up), floats; and which units they were ("unit_ids", int64
-# fingerprints of each test example's or window's content), so two rows are paired on the same units.
-KINDS = ("correct", "window_nll", "window_tokens", "dense_ms", "ms", "unit_ids")
+# method's time of each interleaved repeat (a speed-up), the pruned and all (query, layer) pairs of a kind of token
+# in each window (a share pruned), floats; and which units they were ("unit_ids", int64 fingerprints of each test
+# example's or window's content), so two rows are paired on the same units.
+KINDS = ("correct", "window_nll", "window_tokens", "dense_ms", "ms", "window_pruned", "window_pairs", "unit_ids")
 
 
 def unit_ids(inputs, labels=None) -> np.ndarray:

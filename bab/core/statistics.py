@@ -186,3 +186,20 @@ def perplexity_ratio(nll, reference_nll, tokens, what: str = "windows") -> Inter
                              n_resamples=RESAMPLES, method="percentile", random_state=np.random.default_rng(SEED))
     low, high = result.confidence_interval
     return Interval(value, min(float(low), value), max(float(high), value), f"{a.size} {what}, paired")
+
+
+def share_difference(pruned, pairs, other_pruned, other_pairs, what: str = "windows") -> Interval:
+    """In percentage points, the share of one kind's pairs that were pruned (sum pruned / sum pairs) minus another
+    kind's, from per-window counts of both kinds on the same windows, bootstrapped over the windows together."""
+    arrays = [np.asarray(x, float) for x in (pruned, pairs, other_pruned, other_pairs)]
+    if len({a.shape for a in arrays}) != 1 or arrays[0].ndim != 1 or arrays[0].size < 2:
+        raise ValueError(f"need four per-window counts of one length >= 2, got {[a.shape for a in arrays]}")
+
+    def difference(a, n, b, m, axis=-1):
+        return 100.0 * (a.sum(axis=axis) / n.sum(axis=axis) - b.sum(axis=axis) / m.sum(axis=axis))
+
+    value = float(difference(*arrays))
+    result = stats.bootstrap(tuple(arrays), difference, paired=True, vectorized=True, confidence_level=CONFIDENCE,
+                             n_resamples=RESAMPLES, method="percentile", random_state=np.random.default_rng(SEED))
+    low, high = result.confidence_interval
+    return Interval(value, min(float(low), value), max(float(high), value), f"{arrays[0].size} {what}, paired")

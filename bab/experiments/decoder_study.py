@@ -32,6 +32,7 @@ from bab.context.static_masks import KINDS as STATIC_KINDS
 from bab.context.static_masks import match_stride, match_window, static_mask
 from bab.context.token_kinds import token_kind_breakdown
 from bab.context.train import LMTrainConfig, train_lm
+from bab.core import outcomes
 from bab.core.timing import repeat_times
 from bab.core.training import seed_everything
 from bab.experiments.methods import methods
@@ -301,7 +302,10 @@ class DecoderStudy(Study):
         context = self.eval_context
         windows = min(self.profile.eval_windows, windows)
         ids = self.eval_ids(text or self.texts[0])[: context * windows].view(-1, context)
-        return token_kind_breakdown(model, ids, self.build().tokenizer, budget=budget)
+        table = token_kind_breakdown(model, ids, self.build().tokenizer, budget=budget)
+        # the windows (a list: pandas compares attrs when it joins tables), so two kinds' rows pair window by window
+        table.attrs["unit_ids"] = outcomes.unit_ids(ids).tolist()
+        return table
 
     # ------------------------------------------------------------------ rows for the report
 
@@ -357,8 +361,9 @@ class DecoderStudy(Study):
         """Result rows of ``tables`` ({text: ``token_kinds`` table}) measured on ``model``: one per (text, kind),
         its value the % of the kind's pairs pruned."""
         method = self.methods.token_kinds
-        return [self.result_row(method, None, {}, settings={"kind": kind, "text": text},
-                                value=100.0 * float(share), models=model)
+        return [self.result_row(method, None, {**table.attrs.get("windows", {}).get(kind, {}),
+                                               "unit_ids": table.attrs.get("unit_ids")},
+                                settings={"kind": kind, "text": text}, value=100.0 * float(share), models=model)
                 for text, table in tables.items() for kind, share in table["fraction pruned"].items()]
 
     def row_columns(self, stats: dict) -> dict:

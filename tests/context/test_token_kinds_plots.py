@@ -46,6 +46,19 @@ def test_breakdown_counts_pairs_and_matches_the_overall_fraction():
     assert abs(table.attrs["overall fraction pruned"] - (1 - keep)) < 1e-5
 
 
+def test_each_window_s_counts_are_those_of_the_window_alone():
+    torch.manual_seed(1)
+    model = tiny_decoders.tiny_gpt2(PruningConfig(r=4, init_std=0.5, init_bias=1.0), vocab_size=10)
+    ids = torch.randint(0, 10, (3, 20))
+    windows = token_kind_breakdown(model, ids, CharTokenizer()).attrs["windows"]
+    for n in range(len(ids)):
+        alone = token_kind_breakdown(model, ids[n: n + 1], CharTokenizer())
+        for kind, row in alone.iterrows():
+            assert windows[kind]["window_pairs"][n] == row["pairs"]
+            if row["pairs"]:
+                assert abs(windows[kind]["window_pruned"][n] / row["pairs"] - row["fraction pruned"]) < 1e-12
+
+
 def test_figures_are_drawn():
     pareto = pd.DataFrame({"gamma": [0.01, 0.1], "fraction_pruned": [0.5, 0.8], "perplexity": [100.0, 110.0]})
     budgeted = pd.DataFrame({"budget": [0.2, 0.5], "fraction_pruned": [0.7, 0.55], "perplexity": [104.0, 101.0]})

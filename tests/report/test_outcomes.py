@@ -155,6 +155,56 @@ def test_learned_against_static_masks_is_judged_part_by_part_over_the_same_windo
     assert bare.status == "reproduced" and bare.ours == pytest.approx(10.0 / 12.0) and "no interval" in bare.covers
 
 
+def test_each_step_of_the_sweep_is_judged_by_its_ratio_over_the_same_windows():
+    from bab.experiments.context_pruning import GPT2_METHODS as GPT2
+
+    rng = np.random.default_rng(8)
+    nll = rng.normal(300.0, 20.0, 40)
+    tokens = np.full(40, 128.0)
+    # three specialists: 10% -> 50% pruned costs 10 nats a window (a clear rise); 50% -> 80% is flat, window-noisy
+    sweep = [(0.001, 0.9, nll), (0.01, 0.5, nll + 10.0), (0.1, 0.2, nll + 10.0 + rng.normal(0.0, 5.0, 40))]
+    rows, stored = [], {}
+    for gamma, kept, window_nll in sweep:
+        r = row(GPT2.specialist, None, cost=kept, settings={"gamma": gamma},
+                perplexity=float(np.exp(window_nll.sum() / tokens.sum())))
+        rows.append(r)
+        stored[outcomes.outcome_key(r, "window_nll")] = window_nll
+        stored[outcomes.outcome_key(r, "window_tokens")] = tokens
+    verdict = C.claim_by_id("dcp-perplexity-sparsity").judge(rows, C.Evidence(outcomes=stored))
+    flat = np.exp((sweep[2][2] - sweep[1][2]).sum() / tokens.sum())  # by hand: the summed nats per token
+    assert verdict.ours == pytest.approx(flat) and verdict.covers == "40 windows, paired"
+    assert "10% to 50% pruned: reproduced" in verdict.why and "50% to 80% pruned: inconclusive" in verdict.why
+    assert verdict.status == "inconclusive" and verdict.low < 1.0 < verdict.high
+    # a step to more pruning that lowers perplexity on every window fails the claim
+    stored[outcomes.outcome_key(rows[2], "window_nll")] = nll + 5.0
+    rows[2] = {**rows[2], "perplexity": float(np.exp((nll + 5.0).sum() / tokens.sum()))}
+    assert C.claim_by_id("dcp-perplexity-sparsity").judge(rows, C.Evidence(outcomes=stored)).status == "partly"
+
+
+def test_token_kinds_compare_shares_pruned_over_the_same_windows():
+    from bab.experiments.context_pruning import GPT2_METHODS as GPT2
+
+    rng = np.random.default_rng(9)
+    pairs = {kind: rng.integers(200, 400, 16).astype(float) for kind in ("punctuation", "stop word", "other")}
+    share = {"punctuation": 0.9, "stop word": 0.8, "other": 0.8}  # stop words: no more pruned than other tokens
+    pruned = {kind: np.round(pairs[kind] * np.clip(share[kind] + rng.normal(0, 0.05, 16), 0, 1)) for kind in pairs}
+    rows, stored = [], {}
+    for kind in pairs:
+        r = row(GPT2.token_kinds, None, value=100 * pruned[kind].sum() / pairs[kind].sum(),
+                settings={"kind": kind, "text": "val"})
+        rows.append(r)
+        stored[outcomes.outcome_key(r, "window_pruned")] = pruned[kind]
+        stored[outcomes.outcome_key(r, "window_pairs")] = pairs[kind]
+    verdict = C.claim_by_id("dcp-token-kinds").judge(rows, C.Evidence(outcomes=stored))
+    def pruned_share(kind):
+        return pruned[kind].sum() / pairs[kind].sum()
+
+    by_hand = 100 * (pruned_share("stop word") - pruned_share("other"))
+    assert verdict.ours == pytest.approx(by_hand) and verdict.low < by_hand < verdict.high
+    assert verdict.covers == "16 windows, paired" and verdict.status == "inconclusive"
+    assert "val: punctuation: reproduced" in verdict.why and "val: stop word: inconclusive" in verdict.why
+
+
 def test_zero_shot_tasks_pair_item_by_item_when_their_outcomes_are_stored():
     from bab.experiments.pretrained_context import PRETRAINED_METHODS as DECODER
 

@@ -40,34 +40,47 @@ class Statistic(Claim):
 @dataclass(frozen=True)
 class KindsFirst(Claim):
     """``first`` kinds of tokens lose a larger share of their pairs than ``other`` on every held-out text of
-    ``method``'s rows (settings ``kind``, ``text``). A claim with parts, one per (text, kind): reproduced when every
-    first kind is pruned more than ``other`` on every text, partly when some are, not reproduced when none is."""
+    ``method``'s rows (settings ``kind``, ``text``). A claim with parts, one per (text, kind), each judged by the
+    difference in share pruned (points) on the same windows, bootstrapped over the windows where the rows kept each
+    window's counts (a point estimate where not); the parts are listed smallest difference first."""
 
     method: Method = None
     first: tuple[str, ...] = ("punctuation", "stop word")
     other: str = "other"
 
+    def _difference(self, row: dict, other: dict, evidence: Evidence):
+        matched = evidence.matched_outcomes([row, other], "window_pruned")
+        pairs = evidence.matched_outcomes([row, other], "window_pairs")
+        if matched is None or pairs is None or matched[0].ndim != 1 or matched[0].size < 2:
+            return _exact(float(row["value"]) - float(other["value"]),
+                          "point estimate: per-window counts are not stored, so no interval")
+        return statistics.share_difference(matched[0], pairs[0], matched[1], pairs[1])
+
     def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
-        share = {(row["settings"]["text"], row["settings"]["kind"]): float(row["value"]) for row in rows
+        evidence = evidence or Evidence()
+        found = {(row["settings"]["text"], row["settings"]["kind"]): row for row in rows
                  if row.get("experiment") == self.method.experiment and row.get("method") == self.method.name
                  and row.get("value") is not None}
-        texts = sorted({text for text, _ in share})
+        texts = sorted({text for text, _ in found})
         if not texts:
             return _not_run(Row(self.method, None, (("kind", "any"), ("text", "any"))))
         tests = [(text, kind) for text in texts for kind in self.first]
-        missing = [(text, kind) for text, kind in tests + [(t, self.other) for t in texts] if (text, kind) not in share]
+        missing = [(text, kind) for text, kind in tests + [(t, self.other) for t in texts] if (text, kind) not in found]
         if missing:
             return _not_run(*[Row(self.method, None, (("kind", kind), ("text", text))) for text, kind in missing])
-        held = [share[text, kind] > share[text, self.other] for text, kind in tests]
-        status = "reproduced" if all(held) else ("partly" if any(held) else "not reproduced")
-        named = "; ".join(f"{text}: {kind} {share[text, kind]:.1f}% vs {self.other} {share[text, self.other]:.1f}% "
-                          f"({'holds' if ok else 'does not hold'})"
-                          for (text, kind), ok in zip(tests, held, strict=True))
-        return Verdict(status, float(sum(held)), float(len(tests)),
-                       f"{sum(held)} of {len(tests)} (text, kind) parts pruned more than {self.other} tokens: {named}",
-                       region=f"every part: kind pruned more than {self.other}",
-                       covers="counted on the held-out texts; no interval")
-
+        region = Region(low=0.0, strict=True, reason=f"'dropped first': a larger share of the kind's pairs pruned than "
+                                                     f"of {self.other} tokens'")
+        parts = []
+        for text, kind in tests:
+            mine, other = found[text, kind], found[text, self.other]
+            parts.append((f"{text}: {kind}", judged(region, self._difference(mine, other, evidence), None,
+                                                    f"{float(mine['value']):.1f}% vs {self.other} "
+                                                    f"{float(other['value']):.1f}% pruned", "+.2f")))
+        parts.sort(key=lambda part: part[1].ours)
+        held = sum(v.status == "reproduced" for _, v in parts)
+        return _from_parts(parts, region=f"every part: kind minus {self.other}, points {region.text()}",
+                           prefix=f"{held} of {len(parts)} (text, kind) parts pruned more than {self.other} tokens, "
+                                  f"the smallest difference first: ")
 
 @dataclass(frozen=True)
 class ZeroShotHeld(Claim):
@@ -208,25 +221,36 @@ class Counted(Claim):
 @dataclass(frozen=True)
 class Monotone(Claim):
     """As the method prunes more, its perplexity never falls: over ``method``'s rows (settings told apart by
-    ``setting``, e.g. the gamma of each specialist), sorted by fraction kept, perplexity rises as the fraction kept
-    falls. Counted on the rows: a claim with parts, one per step between neighbouring rows."""
+    ``setting``, e.g. the gamma of each specialist), sorted by fraction kept, each step to the next row that prunes
+    more is a part, judged by its perplexity ratio (more pruned / less pruned) on the same held-out windows,
+    bootstrapped over the windows where both rows kept them (a point estimate where not). The parts are listed
+    lowest ratio first, so the claim's number is the step nearest to falling."""
 
     method: Method = None
 
     def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
-        mine = sorted(((float(r["cost"]), float(r["perplexity"])) for r in rows
-                       if r.get("experiment") == self.method.experiment and r.get("method") == self.method.name
-                       and r.get("cost") is not None and r.get("perplexity") is not None), reverse=True)
+        evidence = evidence or Evidence()
+        mine = sorted((r for r in rows if r.get("experiment") == self.method.experiment
+                       and r.get("method") == self.method.name and r.get("cost") is not None
+                       and r.get("perplexity") is not None), key=lambda r: -float(r["cost"]))
         if len(mine) < 3:
             return _not_run(Row(self.method, None, (("gamma", "any"),)))
-        steps = [later >= earlier for (_, earlier), (_, later) in zip(mine, mine[1:], strict=False)]
-        status = "reproduced" if all(steps) else ("partly" if any(steps) else "not reproduced")
-        curve = ", ".join(f"{1 - kept:.0%}: {ppl:.2f}" for kept, ppl in mine)
-        return Verdict(status, float(sum(steps)), float(len(steps)),
-                       f"{sum(steps)} of {len(steps)} steps to more pruning raise perplexity (pruned: perplexity "
-                       f"{curve})", region="every step: perplexity does not fall as more is pruned",
-                       covers="counted on the rows; no interval")
-
+        region = Region(low=1.0, reason="'perplexity rises smoothly with sparsity': a step to more pruning does not "
+                                        "lower perplexity")
+        parts = []
+        for before, after in sorted(zip(mine, mine[1:], strict=False),
+                                    key=lambda p: float(p[1]["perplexity"]) / float(p[0]["perplexity"])):
+            ratio = float(after["perplexity"]) / float(before["perplexity"])
+            interval = evidence.perplexity_ratio(after, before) or _exact(
+                ratio, "point estimate: per-window log-likelihoods are not stored, so no interval")
+            parts.append((f"{1 - float(before['cost']):.0%} to {1 - float(after['cost']):.0%} pruned",
+                          judged(region, interval, None, f"perplexity {float(before['perplexity']):.2f} to "
+                                                         f"{float(after['perplexity']):.2f}, ratio {ratio:.3f}",
+                                 ".3f")))
+        held = sum(v.status == "reproduced" for _, v in parts)
+        return _from_parts(parts, region=f"every step: perplexity ratio {region.text('.3f')}",
+                           prefix=f"{held} of {len(parts)} steps to more pruning do not lower perplexity, the "
+                                  f"lowest ratio first: ")
 
 @dataclass(frozen=True)
 class BeatsStatic(Claim):

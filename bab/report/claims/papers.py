@@ -224,7 +224,7 @@ CLAIMS: tuple[Claim, ...] = (
                                         "most 10% higher perplexity")),
     Monotone("dcp-perplexity-sparsity", "dynamic context pruning", "First experiments, item 1",
              "Perplexity rises smoothly with sparsity over the gamma sweep (no perplexity cost without a sparsity "
-             "gain).", "steps of the sweep where perplexity does not fall as more is pruned", setting=_GPT2,
+             "gain).", "perplexity ratio of a step to more pruning, the lowest step", setting=_GPT2,
              method=GPT2.specialist),
     BeatsStatic("dcp-beats-static-masks", "dynamic context pruning", "First experiments, item 2; claims",
                 "Learned pruning beats static sparse masks (local, strided) at equal sparsity.",
@@ -260,11 +260,11 @@ CLAIMS: tuple[Claim, ...] = (
                                    "5.7 points")),
     KindsFirst("dcp-token-kinds", "dynamic context pruning", "First experiments, item 3",
                "Punctuation and stop words are dropped first.",
-               "(text, kind) parts where the kind loses more of its pairs than other tokens",
+               "share of pairs pruned, kind minus other tokens (points), the smallest (text, kind) part",
                "the specialist closest to 80% pruned", setting=_GPT2, method=GPT2.token_kinds),
     KindsFirst("dcp-token-kinds-pretrained", "dynamic context pruning", "First experiments, item 3",
                "The same on a pretrained decoder.",
-               "(text, kind) parts where the kind loses more of its pairs than other tokens",
+               "share of pairs pruned, kind minus other tokens (points), the smallest (text, kind) part",
                "held-out Austen and Wikipedia", setting=_DECODER, method=DECODER.token_kinds,
                protocol_from=DECODER.headline),
     # -- Sparsifiner
