@@ -42,7 +42,7 @@ from bab.core.provenance import git_commit
 from bab.core.threads import THREADS_ENV, available_cores
 from bab.experiments.profiles import PROFILE_NAMES as PROFILES
 from bab.experiments.study import refuse_uncommitted_training
-from bab.report.index import write_index
+from bab.report.index import run_environment, write_index
 from bab.report.progress import CellProgress, estimate_line, last_run, last_run_note, progress_engine
 from bab.report.record import code_digest, write_record
 from bab.report.results import now_iso, read_json, write_json_atomic
@@ -215,6 +215,7 @@ def run_notebook(src, staging, profile, label="", jobs=1, threads=None, seed=Non
         "jobs": jobs,
         "threads": threads,
         "code": code,
+        "environment": run_environment(),
     }
     write_json_atomic(staging / "runs" / f"{stem}.json", record)
     return record

@@ -13,7 +13,6 @@ import re
 from importlib import resources
 from pathlib import Path
 
-from bab.core.provenance import git_commit
 from bab.report.results import RESULTS_CONTRACT, now_iso, read_json, write_json_atomic
 from bab.report.seeds import combine_seed_results, split_seed_stem
 
@@ -155,20 +154,35 @@ def cpu_name():
     return platform.processor() or platform.machine()
 
 
-def environment_info(profile, repo_dir):
-    """Versions and machine facts shown at the bottom of the index page."""
+def run_environment() -> dict:
+    """Versions and machine facts of the process running a notebook, kept in its run record (``runs/<stem>.json``)."""
     return {
-        "profile": profile,
         "python": platform.python_version(),
         "torch": dist_version("torch"),
         "transformers": dist_version("transformers"),
         "bab": dist_version("bab"),
-        "git commit": git_commit(repo_dir),
         "platform": platform.platform(),
         "cpu": f"{cpu_name()} ({os.cpu_count()} logical cores)",
-        "BAB_DATA_DIR": os.environ.get("BAB_DATA_DIR", "(unset)"),
     }
 
+
+def environment_info(profile, runs) -> dict:
+    """The Environment table of the index page, from the run records alone (so rebuilding the pages elsewhere
+    changes nothing): each fact's distinct values over the runs, "not recorded" for a run without it, and the
+    commits the runs ran at."""
+    ran = [run for run in runs if run.get("status") != "not run"]
+    info = {"profile": profile}
+    for key in run_environment():
+        values = {(run.get("environment") or {}).get(key) or "not recorded" for run in ran}
+        info[key] = "; ".join(sorted(values)) or "–"
+    info["git commit"] = ", ".join(sorted({run.get("commit") or "not recorded" for run in ran})) or "–"
+    return info
+
+
+def generated_time(runs) -> str:
+    """When a report's newest notebook run finished (what its pages describe), or now for a report with none."""
+    finished = [run["finished_at"] for run in runs if run.get("finished_at")]
+    return max(finished) if finished else now_iso()
 
 
 MINUS = "\u2212"  # a typographic minus: "−0.55" reads as a number, "-0.55" as a hyphen
@@ -281,9 +295,9 @@ def write_index(staging, profile, notebooks, repo_dir):
     comparison-table error (or None)."""
     from bab.report.pages import write_pages
 
-    generated_at = now_iso()
     write_pages(staging, repo_dir)
     runs = collect_runs(staging, notebooks)
+    generated_at = generated_time(runs)
     files = results_files(staging)
     with_contract, seed_rows = collect_seeded_results(staging, files)
     results = {stem: rows for stem, (_, rows) in with_contract.items()}
@@ -314,7 +328,7 @@ def write_index(staging, profile, notebooks, repo_dir):
         "code": collect_code(files),
     }
     write_json_atomic(staging / "results.json", merged)
-    page = render_index(profile, generated_at, runs, table_html, table_error, environment_info(profile, repo_dir),
+    page = render_index(profile, generated_at, runs, table_html, table_error, environment_info(profile, runs),
                         claims, older, claims_error, figure)
     from bab.report.pages import scrub_paths
 

@@ -137,6 +137,10 @@ def record_markdown(results: dict, runs: list[dict], code_now: dict[str, str] | 
                      f"{_code_state(run, code_now)} | {package} |")
     lines.append("")
     lines += seeds_section(results.get("seed_rows") or {})
+    lines += ["## What the record cost", "",
+              "Each run's wall time beside the training time of the models its rows measured (trained in that run or "
+              "read from the run cache); the total counts each model once.", ""]
+    lines += cost_table(results.get("models") or {}, runs) + [""]
     lines += models_section(results.get("models") or {})
     lines += measurements_section(results.get("measurements") or {})
     return "\n".join(lines)
@@ -163,6 +167,26 @@ def seeds_section(seed_rows: dict) -> list[str]:
             lines.append(f"| {_cell(row['method'])} | {_number(row['budget'])} | {_cell(settings)} | {per_seed} | "
                          f"{_number(row['mean'], 4)} ± {_number(row['std'], 2)} |")
         lines.append("")
+    return lines
+
+
+def cost_table(models: dict, runs: list[dict]) -> list[str]:
+    """A Markdown table, one line per notebook run: its wall time and the models behind its rows (``models``:
+    results.json's {run stem: models used}) with their training time, then the total with each model counted once.
+    ``reports/README.md`` shows the committed record's."""
+    lines = ["| notebook | wall time | models | their training time |", "|---|---|---|---|"]
+    seconds_of = {}
+    for run in sorted(runs, key=lambda r: r.get("notebook", "")):
+        used = models.get(run.get("notebook"), [])
+        trained = {m["run"]: m.get("train_seconds") for m in used}
+        seconds_of.update(trained)
+        known = [s for s in trained.values() if s is not None]
+        lines.append(f"| {run.get('notebook')} | {_duration(run.get('seconds'))} | {len(trained)} | "
+                     f"{_duration(sum(known)) if known else '–'} |")
+    walls = [r["seconds"] for r in runs if r.get("seconds") is not None]
+    known = [s for s in seconds_of.values() if s is not None]
+    lines.append(f"| all | {_duration(sum(walls)) if walls else '–'} | {len(seconds_of)} | "
+                 f"{_duration(sum(known)) if known else '–'} |")
     return lines
 
 

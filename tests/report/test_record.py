@@ -5,7 +5,7 @@ import shutil
 from pathlib import Path
 
 from bab.__main__ import main as bab_main
-from bab.report.record import RECORD_NAME, code_digest, current_code, record_markdown, write_record
+from bab.report.record import RECORD_NAME, code_digest, cost_table, current_code, record_markdown, write_record
 from bab.report.seeds import split_seed_stem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,6 +18,24 @@ def test_the_committed_paper_record_is_what_its_files_give(tmp_path):
     write_record(copy)
     assert (copy / RECORD_NAME).read_text() == (committed / RECORD_NAME).read_text(), (
         "reports/paper/RECORD.md is stale: run `python -m bab report --record-only reports/paper`")
+
+
+def test_reports_readme_shows_what_the_committed_record_cost():
+    committed = ROOT / "reports" / "paper"
+    results = json.loads((committed / "results.json").read_text())
+    runs = [json.loads(p.read_text()) for p in sorted((committed / "runs").glob("*.json"))]
+    table = "\n".join(cost_table(results.get("models") or {}, runs))
+    assert table in (ROOT / "reports" / "README.md").read_text(), (
+        f"reports/README.md's cost table is not the committed record's; replace it with:\n{table}")
+
+
+def test_the_cost_table_counts_a_shared_model_once_in_the_total():
+    models = {"03": [{"run": "dense", "train_seconds": 3600.0}, {"run": "heads", "train_seconds": 1800.0}],
+              "04": [{"run": "dense", "train_seconds": 3600.0}, {"run": "other", "train_seconds": None}]}
+    runs = [{"notebook": "03", "seconds": 600.0}, {"notebook": "04", "seconds": 120.0}]
+    assert cost_table(models, runs)[2:] == ["| 03 | 10 min 00 s | 2 | 1 h 30 min |",
+                                            "| 04 | 2 min 00 s | 2 | 1 h 00 min |",
+                                            "| all | 12 min 00 s | 3 | 1 h 30 min |"]
 
 
 # a record a reader can browse and a clone can carry: pages, notebooks and figures of every run together
@@ -74,6 +92,11 @@ def test_a_record_says_which_measurements_came_from_the_run_cache_and_which_comm
     assert "Measurements from the run cache" not in record_markdown({"profile": "paper"}, [])
 
 
+def notebooks_section(text: str) -> str:
+    """The "## Notebooks" section of a record's text, up to the next section."""
+    return text.split("## Notebooks", 1)[1].split("\n## ", 1)[0]
+
+
 def notebook(path, code, prose="A note."):
     cells = [{"cell_type": "markdown", "metadata": {}, "source": [prose]},
              {"cell_type": "code", "metadata": {}, "source": code, "outputs": [], "execution_count": None}]
@@ -92,7 +115,8 @@ def test_a_run_is_marked_stale_once_its_notebooks_code_changes(tmp_path):
     runs = [{"notebook": "02_x", "status": "ok", "seconds": 5.0, "code": ran},
             {"notebook": "02_y", "status": "ok", "seconds": 5.0, "code": ran},
             {"notebook": "03_z", "status": "ok", "seconds": 5.0, "code": ran}]
-    rows = [line for line in record_markdown({}, runs, current_code(tmp_path)).splitlines() if line.startswith("| 0")]
+    rows = [line for line in notebooks_section(record_markdown({}, runs, current_code(tmp_path))).splitlines()
+            if line.startswith("| 0")]
     assert [row.split("|")[-3].strip() for row in rows] == ["unchanged", "**changed since: stale**", "–"]
 
 
@@ -107,7 +131,7 @@ def test_a_run_is_marked_stale_once_the_bab_code_its_kernel_loaded_changes(tmp_p
 
     def bab_code_column():
         text = record_markdown(results, runs, package_root=tmp_path)
-        return [line.split("|")[-2].strip() for line in text.splitlines() if line.startswith("| 0")]
+        return [line.split("|")[-2].strip() for line in notebooks_section(text).splitlines() if line.startswith("| 0")]
 
     assert bab_code_column() == ["unchanged (1 modules)", "not recorded"]
     (tmp_path / "bab" / "a.py").write_text("x = 2\n")
@@ -127,4 +151,10 @@ def test_pages_only_rebuilds_a_committed_records_pages_from_its_files(tmp_path, 
     notebooks = {split_seed_stem(stem)[0] for stem in results["notebooks"]}  # a seed's run counts for its notebook
     assert results["profile"] == "paper" and notebooks >= {"01_synthetic", "02_ag_news_custom", "05_vit_sparsifiner"}
     assert (copy / RECORD_NAME).read_text().startswith("# Reproduction record: profile `paper`")
+    # byte for byte what is committed: the pages depend on the record's files only, not on this machine or the hour
+    committed = ROOT / "reports" / "paper"
+    differing = [str(p.relative_to(copy)) for p in sorted(copy.rglob("*")) if p.is_file()
+                 and p.read_bytes() != (committed / p.relative_to(copy)).read_bytes()]
+    assert not differing, (f"{differing} differ from the committed record's: rebuild its pages with `python -m bab "
+                           f"report --pages-only reports/paper`, then commit them")
     assert bab_main(["report", "--pages-only", str(tmp_path / "missing")]) == 2
