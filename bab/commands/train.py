@@ -3,6 +3,7 @@ stopped, under the keys the notebook's own calls use (``bab.experiments.steps``)
 
     BAB_THREADS=1 python -m bab train 05 --profile paper heads linformer   notebook 05's head gates and Linformer
     BAB_THREADS=1 python -m bab train 07 --profile paper gamma-3 gamma-3-frozen   notebook 07's gamma = 3 fine-tunes
+    BAB_THREADS=1 python -m bab train 03 --seed 7 dense budgeted            notebook 03's run at seed 7
     python -m bab train 05 --help                                           the steps it declares
 """
 
@@ -16,7 +17,10 @@ def register(sub) -> None:
     train = sub.add_parser("train", help=f"a notebook's trainings into the run cache: {', '.join(NOTEBOOKS)}")
     notebooks = train.add_subparsers(dest="target", required=True, metavar="NOTEBOOK")
     for notebook in NOTEBOOKS:
-        add_steps_parser(notebooks, notebook, "training", f"notebook {notebook}'s trainings, by step", _train)
+        p = add_steps_parser(notebooks, notebook, "training", f"notebook {notebook}'s trainings, by step", _train)
+        p.add_argument("--seed", type=int, default=None,
+                       help="the seed of the notebook's run to train for (the report runs a seeded notebook at its "
+                            "profile's report_seeds); default: the profile's own")
 
 
 def _train(args) -> int:
@@ -26,10 +30,15 @@ def _train(args) -> int:
 
     entry = NOTEBOOKS[args.notebook]
     profile = profiles.get_profile(entry.experiment, args.profile)
-    study = entry.study(profile, progress=True)
+    if args.seed is not None and not entry.takes_seed:
+        raise ValueError(f"notebook {args.notebook} runs at one seed, its profile's: leave out --seed")
+    if args.seed is not None and args.seed < 0:
+        raise ValueError(f"--seed must be a whole number >= 0, got {args.seed}")
+    study = entry.study(profile, progress=True, **({} if args.seed is None else {"seed": args.seed}))
     steps = chosen_steps(entry.training(study), args.steps, profile.name)  # all checked before anything trains
     threads = set_threads()  # part of every run's cache key: train with the thread count the notebook will use
-    print(f"notebook {args.notebook}'s trainings, profile {profile.name}, {threads} thread(s)")
+    seed = "" if args.seed is None else f", seed {args.seed}"
+    print(f"notebook {args.notebook}'s trainings, profile {profile.name}{seed}, {threads} thread(s)")
     for step in steps:
         for what, train in step.runs:
             metrics = train()[1]

@@ -12,6 +12,7 @@ variant).
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -39,7 +40,16 @@ class NotebookSteps:
     evaluation_steps: str = ""
 
     def study(self, profile, **options):
-        return _lookup(self.study_class)(profile, **options)
+        """The study of ``profile``; a study class that serves several experiments (``BertStudy``) is told which."""
+        study_class = _lookup(self.study_class)
+        if "experiment" in inspect.signature(study_class).parameters:
+            options.setdefault("experiment", self.experiment)
+        return study_class(profile, **options)
+
+    @property
+    def takes_seed(self) -> bool:
+        """Whether the study trains at a seed given to it (the notebooks the report runs once per seed)."""
+        return "seed" in inspect.signature(_lookup(self.study_class)).parameters
 
     @property
     def training(self) -> Callable[[object], dict[str, Step]]:
@@ -53,6 +63,34 @@ class NotebookSteps:
 def _lookup(where: str):
     module, name = where.split(":")
     return getattr(importlib.import_module(module), name)
+
+
+# -- notebooks 03 and 04 ------------------------------------------------------------------------------------------
+
+
+def bert_training_steps(study) -> dict[str, Step]:
+    """Notebook 03's and 04's trainings on a pretrained encoder, in the order the notebooks ask for them."""
+    p = study.profile
+    steps = {"dense": Step("the dense fine-tune (the warm start of every gated model)", (("dense", study.dense),)),
+             "budgeted": Step("the warm-start budgeted gates and their hard adaptation",
+                              (("warm-start budgeted", study.warm_start_budgeted),
+                               ("hard-adapted", study.hard_adapted)))}
+    if p.static_budgets:
+        steps["static"] = Step("a static specialist per budget and its hard adaptation",
+                               tuple(run for b in p.static_budgets
+                                     for run in ((f"static @{b:g}", lambda b=b: study.warm_start_static(b)),
+                                                 (f"static @{b:g}, hard-adapted",
+                                                  lambda b=b: study.static_hard_adapted(b)))))
+    if p.posthoc_budgets:
+        def recovered(budget):
+            def run():  # the dense heads' importance (validation loss per masked head) decides what is cut
+                dense = study.dense()[0]
+                return study.recovered(dense, study.head_importance(dense), budget)
+            return run
+
+        steps["posthoc"] = Step("the dense model pruned post hoc and recovered for an epoch, per budget",
+                                tuple((f"post-hoc recovery @{b:g}", recovered(b)) for b in p.posthoc_budgets))
+    return steps
 
 
 # -- notebook 05 -------------------------------------------------------------------------------------------------
@@ -91,6 +129,39 @@ def vit_training_steps(study) -> dict[str, Step]:
         steps["197"] = Step("the 197-token variant (dense, phase 1, phase 2)",
                             (("197 tokens, dense", variant.dense), ("197 tokens, phase 1", variant.predictor),
                              ("197 tokens, phase 2", variant.sparsifiner)))
+    return steps
+
+
+# -- notebook 06 -------------------------------------------------------------------------------------------------
+
+
+def gpt2_training_steps(study) -> dict[str, Step]:
+    """Notebook 06's trainings: the dense GPT-2, a specialist per gamma, the budget-conditioned checkpoint and the
+    ablations at the gamma closest to the target fraction pruned (found by evaluating the specialists, which trains
+    any that are missing)."""
+    from bab.experiments.context_pruning import closest_to
+
+    p = study.profile
+
+    def gamma_near_target() -> float:
+        import pandas as pd
+
+        rows = [{"gamma": g, **study.evaluate(study.pruned(g)[0])} for g in p.gammas]
+        return float(closest_to(pd.DataFrame(rows), "fraction_pruned", p.target_pruned).gamma)
+
+    def ablation(r=None, irreversible=True):
+        return lambda: study.pruned(gamma_near_target(), r=r, irreversible=irreversible)
+
+    steps = {"dense": Step("the dense GPT-2, trained from scratch", (("dense", study.dense),))}
+    for gamma in p.gammas:
+        steps[f"gamma-{gamma:g}"] = Step(f"the gamma = {gamma:g} specialist",
+                                         ((f"gamma={gamma:g}", lambda g=gamma: study.pruned(g)),))
+    steps["budgeted"] = Step("the budget-conditioned checkpoint", (("budget-conditioned", study.budget_conditioned),))
+    runs = [(f"r={r} at the gamma closest to {p.target_pruned:.0%} pruned", ablation(r=r)) for r in p.r_ablation]
+    if p.irreversibility_ablation:
+        runs.append((f"reversible at the gamma closest to {p.target_pruned:.0%} pruned", ablation(irreversible=False)))
+    if runs:
+        steps["ablations"] = Step("the interaction-width and irreversibility ablations", tuple(runs))
     return steps
 
 

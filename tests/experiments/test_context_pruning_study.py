@@ -72,6 +72,25 @@ def test_a_seed_is_every_training_s_seed_and_names_its_own_runs(tiny_study):
     assert metrics.get("cached") and torch.equal(again.transformer.wte.weight, other.transformer.wte.weight)
 
 
+def test_train_06_stores_a_seed_s_runs_under_the_keys_its_notebook_asks_for(tiny_study, tmp_path, monkeypatch,
+                                                                            capsys):
+    from bab.__main__ import main
+    from bab.experiments import profiles
+
+    profile = replace(tiny_study().profile, r_ablation=(4,), target_pruned=0.5)
+    monkeypatch.setattr(profiles, "get_profile", lambda experiment, name: profile)
+    monkeypatch.setenv("BAB_CACHE_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("BAB_THREADS", "1")
+    assert main(["train", "06", "--profile", "smoke", "--seed", "7", "gamma-1", "ablations"]) == 0
+    out = capsys.readouterr().out
+    assert "seed 7" in out and "gamma=1: trained" in out and "r=4 at the gamma closest to 50% pruned: trained" in out
+    notebook = ContextPruningStudy(profile, cache=RunCache(tmp_path / "runs"), progress=False, seed=7)
+    assert notebook.dense()[1]["cached"] and notebook.pruned(1.0)[1]["cached"]
+    assert notebook.pruned(0.1)[1]["cached"]  # the ablation's gamma is found by evaluating every specialist
+    unseeded = ContextPruningStudy(profile, cache=RunCache(tmp_path / "runs"), progress=False)
+    assert not unseeded.dense()[1].get("cached")  # another seed's runs are not these
+
+
 def test_bad_base_and_prompt_raise(tiny_study):
     study = tiny_study()
     with pytest.raises(ValueError, match="base must be"):

@@ -49,7 +49,10 @@ def test_the_derived_lists_follow_the_registry():
         "other experiments"]
     assert {number: (entry.experiment, entry.study_class, entry.evaluation is not None)
             for number, entry in STEPS.items()} == {
+        "03": ("bert_ag_news", "bab.experiments.bert:BertStudy", False),
+        "04": ("bert_dbpedia14", "bab.experiments.bert:BertStudy", False),
         "05": ("vit_sparsifiner", "bab.experiments.vit:ViTStudy", False),
+        "06": ("gpt2_context_pruning", "bab.experiments.context_pruning:ContextPruningStudy", False),
         "07": ("pretrained_context_pruning", "bab.experiments.pretrained_context:PretrainedContextStudy", True)}
     assert all(callable(entry.training) for entry in STEPS.values())
 

@@ -28,3 +28,18 @@ def test_unknown_steps_are_refused_naming_the_profile_s_steps():
         steps["gamma-3"].description, steps["dense"].description]
     with pytest.raises(ValueError, match="profile 'paper' has no step 'gamma-2'; choose among dense, budgeted"):
         chosen_steps(steps, ["dense", "gamma-2"], "paper")
+
+
+def test_the_encoder_notebooks_declare_the_trainings_of_their_profile():
+    for notebook, experiment, steps in (("03", "bert_ag_news", ["dense", "budgeted", "static", "posthoc"]),
+                                        ("04", "bert_dbpedia14", ["dense", "budgeted"])):  # no specialists on 04
+        entry = NOTEBOOKS[notebook]
+        study = entry.study(get_profile(entry.experiment, "paper"), cache=False, progress=False, seed=7)
+        assert study.experiment == experiment and study.default_seed == 7 and entry.takes_seed
+        assert list(entry.training(study)) == steps
+    assert not NOTEBOOKS["07"].takes_seed and not NOTEBOOKS["05"].takes_seed
+
+
+def test_a_seed_is_refused_where_the_notebook_runs_once(capsys):
+    assert main(["train", "07", "--seed", "7", "dense"]) == 2
+    assert "runs at one seed" in capsys.readouterr().err

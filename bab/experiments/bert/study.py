@@ -175,12 +175,14 @@ class BertStudy(TextStudy):
         mask = posthoc_mask(importance, budget, min_per_layer=1)
         zero_shot = copy.deepcopy(dense.hf)
         prune_heads(zero_shot, mask)
-        recovered = self._recovered(dense, mask, budget)
+        recovered, _ = self.recovered(dense, importance, budget)
         tag_as(recovered.hf, recovered)  # the plain HF model is the trained run's: result rows name it
         return zero_shot.eval(), recovered.hf.eval(), mask
 
-    def _recovered(self, dense: GatedHFClassifier, mask: torch.Tensor, budget: float) -> GatedHFClassifier:
-        """One recovery epoch of the pruned model with dense-teacher distillation, through the run cache."""
+    def recovered(self, dense: GatedHFClassifier, importance: torch.Tensor, budget: float):
+        """The dense model pruned post hoc at ``budget`` (the heads ``importance`` ranks first, at least one per
+        layer) after one recovery epoch with dense-teacher distillation, through the run cache: (model, metrics)."""
+        mask = posthoc_mask(importance, budget, min_per_layer=1)
         _, _, dense_lineage = self.dense()
         config = replace(self.profile.recovery, seed=self.default_seed)
         lineage = {"train": config, "parent": dense_lineage, "budget": budget,
@@ -191,9 +193,9 @@ class BertStudy(TextStudy):
             prune_heads(pruned, mask)
             return GatedHFClassifier(pruned, replace(dense.config, gates=None))
 
-        student, _, _ = self.train_cached("recovered", pruned_student, self.fitter(config, teacher=dense), lineage,
-                                          seed=config.seed)
-        return student
+        fit = self.fitter(config, teacher=dense)
+        student, metrics, _ = self.train_cached("recovered", pruned_student, fit, lineage, seed=config.seed)
+        return student, metrics
 
 
     # -- result rows: what notebooks 03 and 04 measured, as the report's rows ---------------------
