@@ -7,6 +7,7 @@ report folder's pages up to date.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -17,7 +18,7 @@ MATHJAX_DIR = "mathjax"
 MATHJAX_URL = f"{MATHJAX_DIR}/tex-chtml.js"  # relative: the pages sit beside the folder
 # Marks a page written by ``notebook_page``; bump the number when the page changes, and ``write_pages`` rewrites
 # the pages of an existing report folder.
-PAGE_VERSION = "bab notebook page 2"
+PAGE_VERSION = "bab notebook page 3"
 PAGE_MARKER = f'<meta name="generator" content="{PAGE_VERSION}">'
 
 # MathJax 3 reads its configuration from window.MathJax before it loads (nbconvert's own block configures
@@ -39,7 +40,15 @@ window.MathJax = {
 </script>
 <script src="{{ resources.mathjax_url }}" defer></script>
 {%- endblock html_head_js_mathjax -%}
+{%- block notebook_css -%}
+<!-- bab:notebook-css -->{{ super() }}<!-- /bab:notebook-css -->
+{%- endblock notebook_css -%}
 """
+# The notebook stylesheet (JupyterLab's, about 260 kB) is the same on every page: written once beside the pages as
+# notebook-<digest>.css and linked, not inlined in each (``shared_stylesheet``)
+_NOTEBOOK_CSS = re.compile(r"<!-- bab:notebook-css -->(.*?)<!-- /bab:notebook-css -->", re.S)
+_STYLE = re.compile(r"<style[^>]*>(.*?)</style>", re.S)
+_CSS_FILE = re.compile(r'href="(notebook-[0-9a-f]+\.css)"')
 
 # a table cell that pandas filled with its text for a missing value
 _EMPTY_CELL = re.compile(r"(<t[dh]\b[^>]*>)\s*(?:NaN|nan|None|NaT|&lt;NA&gt;|<NA>)\s*(</t[dh]>)")
@@ -109,8 +118,23 @@ def notebook_page(ipynb, out, checkout=None) -> Path:
 
     exporter = HTMLExporter(raw_template=PAGE_TEMPLATE, mathjax_url=MATHJAX_URL)
     body, _ = exporter.from_notebook_node(_page_notebook(ipynb))
+    body = shared_stylesheet(body, Path(out).parent)
     Path(out).write_text(scrub_paths(empty_cells_as_dashes(body), checkout), encoding="utf-8")
     return Path(out)
+
+
+def shared_stylesheet(html: str, folder) -> str:
+    """``html`` with its notebook stylesheet (the template's marked ``<style>`` elements) moved to
+    ``folder``/notebook-<digest>.css, written there unless it exists, and linked in their place."""
+    found = _NOTEBOOK_CSS.search(html)
+    if found is None:
+        return html
+    css = "\n".join(style.strip() for style in _STYLE.findall(found.group(1))) + "\n"
+    name = f"notebook-{hashlib.sha256(css.encode()).hexdigest()[:12]}.css"
+    target = Path(folder) / name
+    if not target.is_file():
+        target.write_text(css, encoding="utf-8")
+    return html[:found.start()] + f'<link rel="stylesheet" type="text/css" href="{name}">' + html[found.end():]
 
 
 def page_is_current(page) -> bool:
@@ -137,4 +161,8 @@ def write_pages(folder, checkout=None) -> dict[str, str]:
             notebook_page(ipynb, page, checkout)
         except Exception as exc:  # a notebook that cannot be read keeps its old page; the others go on
             errors[ipynb.stem] = f"{type(exc).__name__}: {exc}"
+    linked = {name for page in folder.glob("*.html") for name in _CSS_FILE.findall(page.read_text(encoding="utf-8"))}
+    for stylesheet in folder.glob("notebook-*.css"):
+        if stylesheet.name not in linked:  # an older converter's, no page links it any more
+            stylesheet.unlink()
     return errors

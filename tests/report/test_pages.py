@@ -85,6 +85,23 @@ def test_a_notebook_page_loads_mathjax_from_the_report_folder(page):
     assert total < 2 * 2**20
 
 
+def test_the_notebook_stylesheet_is_one_file_beside_the_pages(tmp_path):
+    folder = tmp_path / "report"
+    folder.mkdir()
+    for stem in ("01_a", "02_b"):
+        notebook_page(executed_notebook(folder / f"{stem}.ipynb", tmp_path), folder / f"{stem}.html", tmp_path)
+    stylesheets = list(folder.glob("notebook-*.css"))
+    assert len(stylesheets) == 1 and ".jp-InputArea" in stylesheets[0].read_text()  # JupyterLab's, once
+    for stem in ("01_a", "02_b"):
+        html = (folder / f"{stem}.html").read_text()
+        assert f'<link rel="stylesheet" type="text/css" href="{stylesheets[0].name}">' in html
+        assert ".jp-InputArea {" not in html and len(html) < 60_000  # not inlined: the page is small
+    (folder / "notebook-000000000000.css").write_text("/* an older converter's */")
+    (folder / "02_b.html").write_text("<html>an older page</html>")
+    write_pages(folder, tmp_path)
+    assert [p.name for p in folder.glob("notebook-*.css")] == [stylesheets[0].name]  # no page links the old one
+
+
 def test_a_notebook_page_holds_no_path_of_the_machine(page, tmp_path):
     _, html = page
     assert str(tmp_path) not in html
