@@ -240,17 +240,23 @@ class Monotone(Claim):
         parts = []
         for before, after in sorted(zip(mine, mine[1:], strict=False),
                                     key=lambda p: float(p[1]["perplexity"]) / float(p[0]["perplexity"])):
-            ratio = float(after["perplexity"]) / float(before["perplexity"])
-            interval = evidence.perplexity_ratio(after, before) or _exact(
-                ratio, "point estimate: per-window log-likelihoods are not stored, so no interval")
+            line = f"perplexity {float(before['perplexity']):.2f} to {float(after['perplexity']):.2f}"
             parts.append((f"{1 - float(before['cost']):.0%} to {1 - float(after['cost']):.0%} pruned",
-                          judged(region, interval, None, f"perplexity {float(before['perplexity']):.2f} to "
-                                                         f"{float(after['perplexity']):.2f}, ratio {ratio:.3f}",
-                                 ".3f")))
+                          _perplexity_part(region, after, before, evidence, line)))
         held = sum(v.status == "reproduced" for _, v in parts)
         return _from_parts(parts, region=f"every step: perplexity ratio {region.text('.3f')}",
                            prefix=f"{held} of {len(parts)} steps to more pruning do not lower perplexity, the "
                                   f"lowest ratio first: ")
+
+
+def _perplexity_part(region: Region, row: dict, reference: dict, evidence: Evidence, line: str) -> Verdict:
+    """``row``'s perplexity over ``reference``'s against ``region``: bootstrapped over the held-out windows both rows
+    kept, a point estimate where they did not."""
+    ratio = float(row["perplexity"]) / float(reference["perplexity"])
+    interval = evidence.perplexity_ratio(row, reference) or _exact(
+        ratio, "point estimate: per-window log-likelihoods are not stored, so no interval")
+    return judged(region, interval, None, f"{line}, ratio {ratio:.3f}", ".3f")
+
 
 @dataclass(frozen=True)
 class BeatsStatic(Claim):
@@ -277,14 +283,9 @@ class BeatsStatic(Claim):
                         reason="'learned pruning beats static masks': the sign, learned perplexity below the mask's")
         parts = []
         for static, mine in sorted(pairs, key=lambda p: -float(p[1]["perplexity"]) / float(p[0]["perplexity"])):
-            ratio = float(mine["perplexity"]) / float(static["perplexity"])
-            interval = evidence.perplexity_ratio(mine, static) or _exact(
-                ratio, "point estimate: per-window log-likelihoods are not stored, so no interval")
             kind, gamma = static["settings"]["kind"], static["settings"]["gamma"]
-            parts.append((f"{kind} at gamma={gamma:g}",
-                          judged(region, interval, None, f"perplexity {float(mine['perplexity']):.2f} vs "
-                                                         f"{float(static['perplexity']):.2f}, ratio {ratio:.3f}",
-                                 ".3f")))
+            line = f"perplexity {float(mine['perplexity']):.2f} vs {float(static['perplexity']):.2f}"
+            parts.append((f"{kind} at gamma={gamma:g}", _perplexity_part(region, mine, static, evidence, line)))
         held = sum(v.status == "reproduced" for _, v in parts)
         return _from_parts(parts, region=f"every part: learned / static perplexity {region.text('.3f')}",
                            prefix=f"{held} of {len(parts)} (mask kind, gamma) parts hold, the closest first: ")
