@@ -155,8 +155,9 @@ def write_pages(folder, checkout=None) -> dict[str, str]:
     errors = {}
     for ipynb in sorted(folder.glob("*.ipynb")):
         page = ipynb.with_suffix(".html")
-        if page_is_current(page) and page.stat().st_mtime >= ipynb.stat().st_mtime:
-            continue
+        if (page_is_current(page) and page.stat().st_mtime >= ipynb.stat().st_mtime
+                and all((folder / name).is_file() for name in _CSS_FILE.findall(page.read_text(encoding="utf-8")))):
+            continue  # a page copied in without its stylesheet is written again, with it
         try:
             notebook_page(ipynb, page, checkout)
         except Exception as exc:  # a notebook that cannot be read keeps its old page; the others go on

@@ -100,6 +100,9 @@ def test_the_notebook_stylesheet_is_one_file_beside_the_pages(tmp_path):
     (folder / "02_b.html").write_text("<html>an older page</html>")
     write_pages(folder, tmp_path)
     assert [p.name for p in folder.glob("notebook-*.css")] == [stylesheets[0].name]  # no page links the old one
+    stylesheets[0].unlink()  # pages copied from another report folder without the stylesheet they link
+    write_pages(folder, tmp_path)
+    assert stylesheets[0].is_file()
 
 
 def test_a_notebook_page_holds_no_path_of_the_machine(page, tmp_path):
