@@ -90,6 +90,17 @@ def bert_training_steps(study) -> dict[str, Step]:
 
         steps["posthoc"] = Step("the dense model pruned post hoc and recovered for an epoch, per budget",
                                 tuple((f"post-hoc recovery @{b:g}", recovered(b)) for b in p.posthoc_budgets))
+    if study.experiment == "bert_dbpedia14":  # notebook 04 sets its gate ranking beside AG News's (notebook 03's)
+        def ag_news_budgeted():
+            from bab.experiments.bert import BertStudy
+            from bab.experiments.profiles import get_profile
+
+            ag_news = BertStudy(get_profile("bert_ag_news", p.name), experiment="bert_ag_news", cache=study.cache,
+                                progress=study.progress, seed=p.seed)
+            return ag_news.warm_start_budgeted()
+
+        steps["ag-news"] = Step("notebook 03's warm-start budgeted AG News checkpoint at the same seed (its dense "
+                                "fine-tune first)", (("AG News warm-start budgeted", ag_news_budgeted),))
     return steps
 
 
