@@ -82,10 +82,14 @@ def bert_training_steps(study) -> dict[str, Step]:
                                                  (f"static @{b:g}, hard-adapted",
                                                   lambda b=b: study.static_hard_adapted(b)))))
     if p.posthoc_budgets:
+        importance = {}  # the dense heads' importance (validation loss per masked head): scored once, cuts each
+
         def recovered(budget):
-            def run():  # the dense heads' importance (validation loss per masked head) decides what is cut
+            def run():
                 dense = study.dense()[0]
-                return study.recovered(dense, study.head_importance(dense), budget)
+                if "dense" not in importance:
+                    importance["dense"] = study.head_importance(dense)
+                return study.recovered(dense, importance["dense"], budget)
             return run
 
         steps["posthoc"] = Step("the dense model pruned post hoc and recovered for an epoch, per budget",
