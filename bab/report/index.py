@@ -154,6 +154,10 @@ def cpu_name():
     return platform.processor() or platform.machine()
 
 
+# what a run record's "environment" holds, in the order the index page shows it
+ENVIRONMENT_KEYS = ("python", "torch", "transformers", "bab", "platform", "cpu")
+
+
 def run_environment() -> dict:
     """Versions and machine facts of the process running a notebook, kept in its run record (``runs/<stem>.json``)."""
     return {
@@ -172,7 +176,7 @@ def environment_info(profile, runs) -> dict:
     commits the runs ran at."""
     ran = [run for run in runs if run.get("status") != "not run"]
     info = {"profile": profile}
-    for key in run_environment():
+    for key in ENVIRONMENT_KEYS:
         values = {(run.get("environment") or {}).get(key) or "not recorded" for run in ran}
         info[key] = "; ".join(sorted(values)) or "–"
     info["git commit"] = ", ".join(sorted({run.get("commit") or "not recorded" for run in ran})) or "–"
