@@ -41,6 +41,7 @@ from bab.core.runs import RunCache, state_digest
 from bab.core.statistics import CONFIDENCE, RESAMPLES
 from bab.core.step_clock import StepClock, fit_plan, steps_per_epoch
 from bab.core.threads import apply_threads
+from bab.core.timing import Repeats
 from bab.core.training import distributed_state, live_output
 from bab.data.text import PretrainedTokenizer
 from bab.experiments.own_data import OwnDataProfile, OwnDataStudy
@@ -346,7 +347,7 @@ class BudgetedClassifier:
         return gate_heatmaps(gates_by_budget(self.model, budgets))
 
     def latency(self, budget: float, data=None, examples: int = 64, batch_size: int = 16, seq_len: int | None = None,
-                warmup: int = 1, repeats: int = 5, progress: bool = False, **columns) -> pd.DataFrame:
+                warmup: int = 1, repeats: int | Repeats = 5, progress: bool = False, **columns) -> pd.DataFrame:
         """Dense vs ``prune(budget)``, single-threaded, both saved and reloaded first (``bab.heads.bench``).
 
         Rows dense and pruned: ms, speedup, gflops, analytic_limit (FLOP ratio), realised. Inputs: the
@@ -366,13 +367,15 @@ class BudgetedClassifier:
             texts = read_labeled(data, split="test", **columns).texts[:examples]
             ids = self.tokenizer.encode(texts, seq_len)
         dense, _ = pruned_copy(self.model, 1.0)  # every head kept: the plain dense model
-        clock = StepClock("timing", warmup + repeats, progress=progress, live=live_output(), unit="round")
+        clock = StepClock("timing", warmup + Repeats.of(repeats).minimum, progress=progress, live=live_output(),
+                          unit="round")
         table = reloaded_latency({"dense": dense, f"pruned @{budget:.2f}": self.prune(budget)},
                                  list(ids.split(batch_size)), self.tokenizer.pad_id, warmup=warmup, repeats=repeats,
                                  on_round=clock.tick)
         table.attrs["shape"] = (f"{len(ids)} examples in batches of {batch_size}, length {seq_len}, "
                                 f"{int(self.head_mask(budget).sum())}/{self.head_mask(budget).numel()} heads kept; "
-                                f"1 thread, median of {repeats} after {warmup} warm-up")
+                                f"1 thread, median of {Repeats.of(repeats).describe(table.attrs['repeats'])} "
+                                f"after {warmup} warm-up")
         return table
 
     def _require_fitted(self, what: str) -> None:

@@ -15,7 +15,15 @@ import argparse
 
 import pandas as pd
 
-from bab.commands.common import WIDE, DefaultsFormatter, add_grid_arguments, add_repeat_arguments, flat
+from bab.commands.common import (
+    WIDE,
+    DefaultsFormatter,
+    add_grid_arguments,
+    add_repeat_arguments,
+    add_target_arguments,
+    flat,
+    repeats_of,
+)
 
 
 def register(sub) -> None:
@@ -58,7 +66,7 @@ def _bench_heads(args) -> int:
         ids = torch.cat(batches)
         shape = {k: model[k] for k in ("d_model", "num_heads", "num_layers", "d_ff", "positions")}
     grid = bench_custom(budgets, batch_sizes, seq_len=args.seq_len, examples=args.examples, warmup=args.warmup,
-                        repeats=args.repeats, ids=ids, **shape)
+                        repeats=repeats_of(args, args.repeats), ids=ids, **shape)
     print(format_grid(grid))
     return 0
 
@@ -80,7 +88,7 @@ def _bench_bert(args) -> int:
     from bab.heads.bench import bench_structural, format_grid, parse_batch_sizes
 
     grid = bench_structural(parse_budgets(args.budgets), args.model, parse_batch_sizes(args.batch_sizes),
-                            args.seq_len, args.examples, args.warmup, args.repeats)
+                            args.seq_len, args.examples, args.warmup, repeats_of(args, args.repeats))
     print(format_grid(grid))
     return 0
 
@@ -137,6 +145,7 @@ def _add_bench_sparse(sub) -> None:
                    help="untimed runs of each configuration first (default: 3; with --model 1)")
     p.add_argument("--repeats", type=int, default=None,
                    help="interleaved timed repeats; the median is reported (default: 15; with --model 3)")
+    add_target_arguments(p)
     p.add_argument("--breakdown", action="store_true",
                    help="also time the predictor's parts (A_down, up-projection, top-k) and the fused kernel's "
                         "selection and whole path at the smallest keep rate (attention core)")
@@ -161,7 +170,7 @@ def _bench_sparse(args) -> int:
     table = bench_sparse_attention(tokens, args.keep_rates, args.num_heads, args.head_dim, args.batch_size,
                                    args.n_down, warmup=warmup, repeats=repeats, predictor_state=args.predictor_state)
     print(f"MHSA attention core, {args.num_heads} heads x {args.head_dim}, batch {args.batch_size}, n_down "
-          f"{args.n_down}; 1 thread, median of {repeats} interleaved repeats after {warmup} warm-up; "
+          f"{args.n_down}; 1 thread, interleaved, median of {table.attrs['repeats']} after {warmup} warm-up; "
           f"predictor state {args.predictor_state!r}")
     with pd.option_context(*flat(WIDE), "display.precision", 2):
         print(table.to_string(index=False))
@@ -185,11 +194,11 @@ def _bench_sparse(args) -> int:
     return 0
 
 
-def _tokens_warmup_repeats(args, tokens, warmup: int, repeats: int) -> tuple[list[int], int, int]:
-    """``bench sparse``'s --tokens (flattened), --warmup and --repeats, each defaulting to the given value."""
+def _tokens_warmup_repeats(args, tokens, warmup: int, repeats: int) -> tuple[list[int], int, object]:
+    """``bench sparse``'s --tokens (flattened), --warmup and --repeats (with --target: ``bab.core.timing.Repeats``),
+    each defaulting to the given value."""
     chosen = [n for group in args.tokens for n in group] if args.tokens else list(tokens)
-    return (chosen, warmup if args.warmup is None else args.warmup,
-            repeats if args.repeats is None else args.repeats)
+    return chosen, warmup if args.warmup is None else args.warmup, repeats_of(args, repeats)
 
 
 def _bench_sparse_training(args) -> int:
@@ -201,8 +210,8 @@ def _bench_sparse_training(args) -> int:
     batch = RECIPE.phase2.batch_size
     table = training_step_bench(tokens, args.keep_rates, batch, warmup=warmup, repeats=repeats)
     print(f"Sparsifiner phase-2 training step (teacher forward, masked student forward, loss, backward), notebook "
-          f"05's ViT, batch {batch}, random weights; 1 thread, median of {repeats} interleaved repeats after {warmup} "
-          f"warm-up")
+          f"05's ViT, batch {batch}, random weights; 1 thread, interleaved, median of "
+          f"{repeats.describe(list(table.repeats))} after {warmup} warm-up")
     with pd.option_context(*flat(WIDE), "display.precision", 3):
         print(table.to_string(index=False))
     print("speed-up = torch selection time / fused selection time, 95% interval over the paired repeats (both "
@@ -211,7 +220,7 @@ def _bench_sparse_training(args) -> int:
 
 
 MODEL_COLUMNS = ["tokens", "batch", "keep_rate", "k", "dense images/s", "fused images/s", "speed-up", "analytic limit",
-                 "attention share", "dense ms", "fused ms"]
+                 "attention share", "dense ms", "fused ms", "repeats"]
 LOGIT_CHECK_IMAGES = 2  # the masked reference forms [B, H, n, n] scores: a few images suffice for the check
 
 
@@ -227,7 +236,7 @@ def _bench_sparse_model(args) -> int:
     if args.breakdown:
         raise ValueError("--breakdown times the attention core's parts: leave it out with --model")
     batch_sizes = parse_batch_sizes(args.batch_sizes or "1,64")
-    warmup, repeats = 1 if args.warmup is None else args.warmup, 3 if args.repeats is None else args.repeats
+    warmup, repeats = 1 if args.warmup is None else args.warmup, repeats_of(args, 3)
     if args.model == "trained":
         if args.tokens:
             raise ValueError("--tokens sets the DeiT-S-shaped model's patch grid; the trained model has its own n: "
@@ -240,7 +249,8 @@ def _bench_sparse_model(args) -> int:
                    deit_s_shaped(n, args.predictor_state, n_down=args.n_down), None)
                   for n in tokens)
     print(f"whole ViT forward, the dense core (SDPA) against the fused Sparsifiner kernel; 1 thread, median of "
-          f"{repeats} interleaved repeats after {warmup} warm-up; batch sizes {batch_sizes}")
+          f"interleaved repeats ({repeats.rule()}; each row's in its repeats column) after {warmup} warm-up; "
+          f"batch sizes {batch_sizes}")
     for label, model, pixels in models:
         c = model.config
         print(f"\n{label}: {describe(model)}")
@@ -321,6 +331,7 @@ def _add_bench_generation(sub) -> None:
     p.add_argument("--batch", type=int, default=None, help="prompts decoded together (default: the profile's)")
     p.add_argument("--repeats", type=int, default=None,
                    help="interleaved timed repeats, the median reported (default: the profile's)")
+    add_target_arguments(p)
     p.add_argument("--warmup", type=int, default=None, help="untimed runs first (default: the profile's)")
     p.set_defaults(run=_bench_generation, errors=(ValueError, FileNotFoundError, OSError))
 
@@ -336,10 +347,12 @@ def _bench_generation(args) -> int:
         from bab.experiments.context_pruning import ContextPruningStudy as Study
     study = Study(profile, progress=True)
     models = None if args.gamma is None else {f"gamma={g:g}": study.pruned(g)[0] for g in args.gamma}
+    repeats = (None if args.repeats is None and args.interval_target is None
+               else repeats_of(args, profile.bench_repeats))
     print(f"{what}, profile {profile.name}")
     for prompt in args.prompt or profile.bench_prompts:
         table = study.throughput(models, prompt_len=prompt, new_tokens=args.new_tokens, batch=args.batch,
-                                 repeats=args.repeats, warmup=args.warmup)
+                                 repeats=repeats, warmup=args.warmup)
         a = table.attrs
         print(f"\nbatch {a['batch']}, prompt {a['prompt']} tokens, {a['new_tokens']} new tokens; 1 thread, "
               f"median of {a['repeats']} interleaved repeats after {a['warmup']} warm-up")

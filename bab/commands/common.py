@@ -42,9 +42,34 @@ def add_grid_arguments(p, batch_sizes: str) -> None:
 
 
 def add_repeat_arguments(p, warmup: int, repeats: int) -> None:
-    """The timing protocol's two counts, as every bench command takes them."""
+    """The timing protocol's counts, as every bench command takes them."""
     p.add_argument("--warmup", type=int, default=warmup, help="untimed runs of each configuration first")
     p.add_argument("--repeats", type=int, default=repeats, help="interleaved timed repeats; the median is reported")
+    add_target_arguments(p)
+
+
+def add_target_arguments(p) -> None:
+    """--interval-target and --max-repeats: time until the speed-ups are known to a stated fraction
+    (``bab.core.timing.Repeats``)."""
+    p.add_argument("--interval-target", type=float, default=None, metavar="FRACTION",
+                   help="go on past --repeats until each speed-up's 95%% interval (over the paired repeats) lies "
+                        "within FRACTION of it on both sides, e.g. 0.02 for +-2%%")
+    p.add_argument("--max-repeats", type=int, default=None,
+                   help="with --interval-target: the most repeats to time (default: 10 x --repeats)")
+
+
+def repeats_of(args, repeats: int):
+    """``bab.core.timing.Repeats`` from --repeats (``repeats`` where not given), --interval-target and
+    --max-repeats."""
+    from bab.core.timing import Repeats
+
+    minimum = repeats if args.repeats is None else args.repeats
+    if args.interval_target is None:
+        if args.max_repeats is not None:
+            raise ValueError("--max-repeats bounds an --interval-target: give --interval-target FRACTION too, or "
+                             "time a fixed number with --repeats alone")
+        return Repeats(minimum)
+    return Repeats(minimum, args.interval_target, 10 * minimum if args.max_repeats is None else args.max_repeats)
 
 
 class StepsHelp(argparse.Action):

@@ -27,7 +27,7 @@ from bab.context.evicting_cache import EvictingCache, evicting
 from bab.context.eviction import EvictionPolicy
 from bab.context.lm import check_length, kv_shape, lm_forward, prunes, settings
 from bab.context.pruned_cache import PrunedCache
-from bab.core.timing import TIMES, single_thread
+from bab.core.timing import TIMES, Repeats, enough_repeats, single_thread
 from bab.core.timing import repeat_times as repeat_times  # a row's paired repeats of a generation_table
 
 
@@ -158,8 +158,8 @@ def _live_sets(cache) -> list[list[set]]:
             for layer in cache.layers]
 
 
-def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmup: int = 1, repeats: int = 3,
-                     baseline: str = "dense") -> pd.DataFrame:
+def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmup: int = 1,
+                     repeats: int | Repeats = 3, baseline: str = "dense") -> pd.DataFrame:
     """Throughput and cache memory of each named (model, {"prune": bool, "budget": ...} or {"policy": an eviction
     policy}).
 
@@ -177,8 +177,10 @@ def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmu
 
     ``table.attrs["times_ms"]``: each config's decode ms of every repeat (the baseline's and each config's repeat i
     run in the same round), so median(baseline) / median(config) is its throughput_ratio; ``repeat_times(table,
-    name)`` gives a result row's ``dense_ms`` and ``ms``.
+    name)`` gives a result row's ``dense_ms`` and ``ms``. ``repeats``: a count, or ``Repeats`` with a target for the
+    throughput ratios' intervals (``bab.core.timing``); ``attrs["repeats"]`` is the number of rounds timed.
     """
+    repeats = Repeats.of(repeats)
     if baseline not in configs:
         raise ValueError(f"generation_table needs the baseline {baseline!r} among the configs {list(configs)}")
     B, T = prompt.shape
@@ -188,7 +190,8 @@ def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmu
         for _ in range(warmup):
             for model, kwargs in configs.values():
                 generate_once(model, prompt, new_tokens, **kwargs)
-        for _ in range(repeats):
+        while not enough_repeats({name: [r[1] for r in results] for name, results in runs.items()}, baseline,
+                                 repeats):
             for name, (model, kwargs) in configs.items():
                 runs[name].append(generate_once(model, prompt, new_tokens, **kwargs))
     rows, live_by_layer = [], {}
@@ -212,7 +215,7 @@ def generation_table(configs: dict, prompt: torch.Tensor, new_tokens: int, warmu
     table.insert(2, "end_to_end_ratio", total_ms.loc[baseline] / total_ms)
     table["memory_ratio"] = table.loc[baseline, "cache_mb_end"] / table.cache_mb_end
     table.insert(2, "decode_limit", table.loc[baseline, "read_mb_per_step"] / table.read_mb_per_step)
-    table.attrs.update(batch=B, prompt=T, new_tokens=new_tokens, repeats=repeats, warmup=warmup,
+    table.attrs.update(batch=B, prompt=T, new_tokens=new_tokens, repeats=len(runs[baseline]), warmup=warmup,
                        live_by_layer=live_by_layer)
     table.attrs[TIMES] = {name: [1e3 * r[1] for r in results] for name, results in runs.items()}
     return table

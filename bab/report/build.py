@@ -383,6 +383,10 @@ def add_arguments(parser):
     parser.add_argument("--pages-only", default=None, metavar="FOLDER",
                         help="run nothing: rebuild FOLDER's index.html, results.json and RECORD.md from its "
                              "results/ and runs/ with this checkout's report code (claims, front page)")
+    parser.add_argument("--verdicts-against", default=None, metavar="RESULTS_JSON",
+                        help="run nothing: print each claim of reports/<profile>/results.json beside its verdict "
+                             "in RESULTS_JSON, an earlier report's (e.g. git show <commit>:reports/paper/"
+                             "results.json > before.json), as a Markdown table")
 
 
 def print_timings(folder: Path) -> None:
@@ -399,6 +403,18 @@ def print_timings(folder: Path) -> None:
         print(slowest.round(1).to_string(index=False))
 
 
+def compare_verdicts(before: Path, folder: Path) -> str:
+    """``bab.report.verdict_changes`` of ``folder``'s results.json against the results.json ``before``."""
+    from bab.report.verdict_changes import changes_markdown, verdict_changes
+
+    found = {path: read_json(path) for path in (before, folder / "results.json")}
+    for path, results in found.items():
+        if results is None:
+            raise FileNotFoundError(f"no readable results.json at {path}: build the report first, or give the file "
+                                    f"an earlier report wrote")
+    return changes_markdown(verdict_changes(found[before], found[folder / "results.json"]))
+
+
 def run(args):
     """Build the report for parsed ``args``; return the exit code."""
     try:
@@ -410,6 +426,9 @@ def run(args):
             return 0
         if args.timings:
             print_timings(Path(args.reports_dir) / args.profile)
+            return 0
+        if args.verdicts_against is not None:
+            print(compare_verdicts(Path(args.verdicts_against), Path(args.reports_dir) / args.profile))
             return 0
         return build_report(args.profile, args.notebooks_dir, args.reports_dir, only=args.only, jobs=args.jobs,
                             threads=args.threads)

@@ -49,7 +49,7 @@ import math
 import pandas as pd
 import torch
 
-from bab.core.timing import TIMES, count_flops, single_thread, time_side_by_side
+from bab.core.timing import TIMES, Repeats, count_flops, single_thread, time_side_by_side
 from bab.sparsifiner.fused import fused_available, fused_selection, fused_sparsifiner_attention
 from bab.sparsifiner.kernels import (
     csr_sparse_attention,
@@ -134,14 +134,17 @@ def _explicit_dense(q, k, v):
 
 def bench_sparse_attention(tokens=TOKENS, keep_rates=KEEP_RATES, num_heads: int = 6, head_dim: int = 64,
                            batch_size: int = 1, n_down: int = 32, tau: float = 0.05, warmup: int = 3,
-                           repeats: int = 15, seed: int = 0, predictor_state: str = "realistic") -> pd.DataFrame:
-    """One row per (n, keep rate): median times and ratios; see the module doc.
+                           repeats: int | Repeats = 15, seed: int = 0, predictor_state: str = "realistic"
+                           ) -> pd.DataFrame:
+    """One row per (n, keep rate): median times and ratios; see the module doc. ``repeats``: a count, or
+    ``bab.core.timing.Repeats`` with a target for the speed-ups' intervals (``attrs["repeats"]``: what each length
+    took, in words).
 
     ``table.attrs["times_ms"]``: every repeat's ms of each timed path, named "<n> dense", "<n> sparse <rate>",
     "<n> fused <rate>" and "<n> attention only <rate>", repeat i of all of one length timed in the same
     interleaved round (``bab.core.timing.repeat_times`` pairs them for a speed-up's interval)."""
     keep_rates = [validate_keep_rate(r) for r in keep_rates]
-    rows, times = [], {}
+    rows, times, done = [], {}, []
     with torch.no_grad(), single_thread():
         for n in tokens:
             torch.manual_seed(seed)
@@ -151,12 +154,14 @@ def bench_sparse_attention(tokens=TOKENS, keep_rates=KEEP_RATES, num_heads: int 
             rows += [{**row, "basis sparsity": sparsity["basis"], "coefficient sparsity": sparsity["coefficients"]}
                      for row in length_rows]
             times.update({f"{n} {name}": list(timing.times_ms) for name, timing in timings.items()})
+            done.append(len(timings["dense"].times_ms))
     table = pd.DataFrame(rows)
     table.attrs[TIMES] = times
+    table.attrs["repeats"] = Repeats.of(repeats).describe(done)
     return table
 
 
-def _bench_length(q, k, v, predictor, keep_rates, warmup: int, repeats: int) -> tuple[list[dict], dict]:
+def _bench_length(q, k, v, predictor, keep_rates, warmup: int, repeats: int | Repeats) -> tuple[list[dict], dict]:
     n, hidden = q.shape[-2], q.shape[-3] * q.shape[-1]
     fns = {"dense": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v)}
     indices = {rate: predictor(q, k, rate)["index"] for rate in keep_rates}
@@ -202,7 +207,7 @@ def ranking_flops(predictor: ConnectivityPredictor, q: torch.Tensor) -> float:
 
 
 def predictor_breakdown(tokens=TOKENS, keep_rate: float = 0.1, num_heads: int = 6, head_dim: int = 64,
-                        n_down: int = 32, warmup: int = 3, repeats: int = 15, seed: int = 0,
+                        n_down: int = 32, warmup: int = 3, repeats: int | Repeats = 15, seed: int = 0,
                         predictor_state: str = "realistic", tau: float = 0.05) -> pd.DataFrame:
     """Where the predictor's time goes, per n: low-rank attention A_down (down-projection, QK_down^T,
     softmax), the ranking scores (threshold and the n x n_down x n up-projection, ``ranking_scores``), the top-k

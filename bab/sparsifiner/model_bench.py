@@ -38,7 +38,7 @@ import torch
 from torch import nn
 from transformers import ViTConfig, ViTForImageClassification
 
-from bab.core.timing import count_flops, single_thread, time_side_by_side
+from bab.core.timing import Repeats, count_flops, single_thread, time_side_by_side
 from bab.sparsifiner.attach import attach
 from bab.sparsifiner.bench import KEEP_RATES, PREDICTOR_STATES, set_realistic_state
 from bab.sparsifiner.fused import fused_available
@@ -191,15 +191,17 @@ def _check_inputs(model, pixels, keep_rates, batch_sizes) -> tuple[ModelView, li
 
 
 def bench_model(model: nn.Module, keep_rates=KEEP_RATES, batch_sizes=BATCH_SIZES,
-                pixels: torch.Tensor | None = None, warmup: int = 1, repeats: int = 3, seed: int = 0) -> pd.DataFrame:
+                pixels: torch.Tensor | None = None, warmup: int = 1, repeats: int | Repeats = 3,
+                seed: int = 0) -> pd.DataFrame:
     """Images per second of the whole forward of ``model`` (transformers' ViT or DeiT with Sparsifiner attached),
     dense against fused at each keep rate, per batch size: one row per (batch size, keep rate)
     with the dense and fused medians side by side, the measured speed-up (dense time / fused time), the analytic
     limit (whole-model FLOPs dense / fused) and the attention cores' share of the dense FLOPs. ``pixels``: the
     images to time, [N, C, S, S] (a batch of B takes the first B, cycling when N < B; real images matter for a
     trained predictor, whose connections depend on them); default standard-normal images. The fused columns are
-    NaN where the kernel cannot be built. Dense is timed once per batch size and repeated on its rows. An attached
-    model's own core and keep rate are unchanged afterwards."""
+    NaN where the kernel cannot be built. Dense is timed once per batch size and repeated on its rows, with the
+    number of repeats timed (``repeats``: a count, or ``bab.core.timing.Repeats`` with a target for the speed-ups'
+    intervals). An attached model's own core and keep rate are unchanged afterwards."""
     view, keep_rates, batch_sizes = _check_inputs(model, pixels, keep_rates, batch_sizes)
     model.eval()
     pool = pixels if pixels is not None else random_pixels(model.config, max(batch_sizes), seed)
@@ -225,5 +227,6 @@ def bench_model(model: nn.Module, keep_rates=KEEP_RATES, batch_sizes=BATCH_SIZES
                     "speed-up": dense_ms / fused_ms, "analytic limit": flops["dense"] / flops[rate],
                     "attention share": flops["attention"] / flops["dense"],
                     "dense GFLOPs/image": flops["dense"] / 1e9, "fused GFLOPs/image": flops[rate] / 1e9,
+                    "repeats": len(timings["dense"].times_ms),
                 })
     return pd.DataFrame(rows)

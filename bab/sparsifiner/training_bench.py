@@ -16,7 +16,7 @@ import pandas as pd
 import torch
 
 from bab.core.statistics import ratio_of_medians
-from bab.core.timing import single_thread, time_side_by_side
+from bab.core.timing import Repeats, single_thread, time_side_by_side
 from bab.sparsifiner import fused
 from bab.sparsifiner.recipe import RECIPE
 from bab.sparsifiner.train import ViTTrainConfig, _step
@@ -57,9 +57,11 @@ def same_step(a: dict, b: dict) -> bool:
 
 
 def training_step_bench(tokens=(50, 197), keep_rates=(0.1, 0.25, 0.5), batch_size: int = 128, warmup: int = 1,
-                        repeats: int = 5, seed: int = 0) -> pd.DataFrame:
+                        repeats: int | Repeats = 5, seed: int = 0) -> pd.DataFrame:
     """One row per (tokens, keep rate): the median step time with each selection (ms), the speed-up with its
-    interval over the paired repeats, and whether loss and gradients were equal bit for bit."""
+    interval over the paired repeats, how many repeats were timed (``repeats``: a count, or
+    ``bab.core.timing.Repeats`` with a target for that interval), and whether loss and gradients were equal bit
+    for bit."""
     if fused.load_extension() is None:
         raise RuntimeError(f"the fused kernel could not be built here ({fused._state['error']!r}), so there is "
                            "nothing to compare: install a C++ compiler and ninja")
@@ -80,5 +82,5 @@ def training_step_bench(tokens=(50, 197), keep_rates=(0.1, 0.25, 0.5), batch_siz
                 rows.append({"tokens": n, "keep_rate": keep, "torch selection ms": timing["torch"].median_ms,
                              "fused selection ms": timing["auto"].median_ms, "speed-up": speed_up.value,
                              "speed-up low": speed_up.low, "speed-up high": speed_up.high,
-                             "same loss and gradients": equal})
+                             "repeats": len(timing["torch"].times_ms), "same loss and gradients": equal})
     return pd.DataFrame(rows)

@@ -105,6 +105,16 @@ def test_generation_table_keeps_the_paired_decode_repeats_behind_each_throughput
         table.loc["pruned", "throughput_ratio"], rel=1e-12)
 
 
+def test_generation_table_times_until_the_throughput_ratios_reach_their_target_or_the_ceiling():
+    from bab.core.timing import Repeats
+
+    model = model_with(1.0)
+    prompt = torch.randint(0, 64, (2, 24))
+    configs = {"dense": (model, {"prune": False}), "pruned": (model, {"prune": True})}
+    table = generation_table(configs, prompt, new_tokens=3, warmup=0, repeats=Repeats(2, target=1e-9, maximum=4))
+    assert table.attrs["repeats"] == 4 and [len(t) for t in table.attrs["times_ms"].values()] == [4, 4]
+
+
 def test_generation_longer_than_the_context_raises():
     with pytest.raises(ValueError, match="longer than the model's maximum context"):
         generate_once(model_with(1.0), torch.zeros(1, 90, dtype=torch.long), new_tokens=10)

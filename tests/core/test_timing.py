@@ -1,5 +1,7 @@
 """The paired repeats behind a timing table's speed-up (repeat_times), and time_side_by_side's series."""
 
+import time
+
 import pandas as pd
 import pytest
 
@@ -30,3 +32,64 @@ def test_side_by_side_timing_calls_back_after_every_round():
                                 repeats=3, on_round=rounds.append)
     assert rounds == [1, 2, 3, 4, 5]  # warm-up rounds counted too
     assert calls == ["a", "b"] * 5 and len(timings["a"].times_ms) == 3
+
+
+# ------------------------------------------------------------------------- repeats until an interval target
+
+
+def test_repeats_refuse_what_cannot_be_timed():
+    from bab.core.timing import Repeats
+
+    for bad, message in [(dict(minimum=0), "repeats must be >= 1"),
+                         (dict(minimum=5, maximum=20), "needs a target"),
+                         (dict(minimum=5, target=2.0, maximum=20), r"in \(0, 1\)"),
+                         (dict(minimum=1, target=0.05, maximum=20), "at least 2 repeats"),
+                         (dict(minimum=5, target=0.05), "most repeats"),
+                         (dict(minimum=5, target=0.05, maximum=4), "most repeats")]:
+        with pytest.raises(ValueError, match=message):
+            Repeats(**bad)
+    assert Repeats.of(7) == Repeats(7) and Repeats.of(Repeats(3, 0.1, 9)) == Repeats(3, 0.1, 9)
+
+
+def test_enough_repeats_stops_at_the_floor_when_the_ratio_is_exact():
+    from bab.core.timing import Repeats, enough_repeats
+
+    rule = Repeats(3, target=0.01, maximum=10)
+    exact = {"dense": [10.0, 10.0], "fast": [5.0, 5.0]}
+    assert not enough_repeats(exact, "dense", rule)  # below the floor, whatever the interval
+    exact = {"dense": [10.0, 10.0, 10.0], "fast": [5.0, 5.0, 5.0]}  # every resample gives 2.0 exactly
+    assert enough_repeats(exact, "dense", rule)
+    assert enough_repeats(exact, "dense", Repeats(3)) and not enough_repeats(exact, "dense", Repeats(4))
+
+
+def test_enough_repeats_goes_on_while_the_interval_is_wider_than_the_target():
+    from bab.core.timing import Repeats, enough_repeats, relative_half_width
+
+    # ratios 1.0 and 2.0 on alternate rounds: the bootstrap's medians of resampled pairs range over most of that
+    noisy = {"dense": [10.0, 20.0, 10.0, 20.0], "fast": [10.0, 10.0, 10.0, 10.0]}
+    width = relative_half_width(noisy["dense"], noisy["fast"])
+    assert width > 0.1  # by hand: the median ratio is 1.5, resamples of all-10 dense give 1.0, of all-20 give 2.0
+    assert not enough_repeats(noisy, "dense", Repeats(4, target=0.1, maximum=6))
+    assert enough_repeats(noisy, "dense", Repeats(4, target=0.9, maximum=6))
+    assert enough_repeats(noisy, "dense", Repeats(2, target=0.1, maximum=4))  # the ceiling ends it
+    assert relative_half_width([10.0, 10.0, 10.0], [5.0, 5.0, 5.0]) == 0.0
+
+
+def test_time_side_by_side_times_until_the_target_or_the_ceiling():
+    from bab.core.timing import Repeats
+
+    steady = {"dense": lambda: time.sleep(0.004), "half": lambda: time.sleep(0.002)}
+    loose = time_side_by_side(steady, warmup=0, repeats=Repeats(3, target=0.9, maximum=12))
+    assert len(loose["dense"].times_ms) == 3  # a ratio near 2 is known to +-90% at once
+    unreachable = time_side_by_side(steady, warmup=0, repeats=Repeats(3, target=1e-9, maximum=6))
+    assert [len(t.times_ms) for t in unreachable.values()] == [6, 6]
+    with pytest.raises(ValueError, match="baseline 'slow' is not among"):
+        time_side_by_side(steady, repeats=3, baseline="slow")
+
+
+def test_repeats_describe_what_was_timed():
+    from bab.core.timing import Repeats
+
+    assert Repeats(20).describe(20) == "20 repeats"
+    assert Repeats(5, 0.02, 60).describe([12, 7]) == "12 / 7 repeats (5 to 60, until each speed-up was within +-2%)"
+    assert Repeats(5, 0.02, 60).rule() == "5 to 60 repeats, until each speed-up was within +-2%"

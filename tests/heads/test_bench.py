@@ -217,3 +217,34 @@ def test_flop_configs_replace_what_is_counted_not_what_is_timed():
     table = latency_table({"dense": (small, {}), "other": (small, {})}, batches, warmup=0, repeats=1,
                           flop_configs={"dense": (big, {}), "other": (small, {})})
     assert table.loc["other", "analytic_limit"] == pytest.approx(8.0)
+
+
+def test_latency_table_times_to_its_ceiling_when_the_target_is_out_of_reach():
+    import torch
+
+    from bab.core.timing import Repeats
+    from bab.heads.bench import latency_table
+
+    small, big = torch.nn.Linear(8, 8), torch.nn.Linear(8, 256)
+    table = latency_table({"dense": (big, {}), "small": (small, {})}, [torch.ones(16, 8)], warmup=0,
+                          repeats=Repeats(2, target=1e-9, maximum=4))
+    assert table.attrs["repeats"] == 4 and len(table.attrs["times_ms"]["small"]) == 4
+
+
+def test_cli_times_until_a_target_and_says_how_many_repeats_it_took(capsys):
+    assert TINY_FLAGS[-2:] == ["--repeats", "1"]
+    assert main(["bench", "heads", "--budget", "0.5", "--batch-size", "1", "--examples", "1", *TINY_FLAGS[:-2],
+                 "--repeats", "2", "--interval-target", "0.000001", "--max-repeats", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "interleaved, median of 3 repeats (2 to 3, until each speed-up was within +-0.0001%) after" in out
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--max-repeats", "9"], "--max-repeats bounds an --interval-target"),
+    (["--interval-target", "2"], "in (0, 1), e.g. 0.02"),
+    (["--repeats", "1", "--interval-target", "0.05"], "at least 2 repeats"),
+    (["--repeats", "5", "--interval-target", "0.05", "--max-repeats", "3"], "maximum >= minimum = 5"),
+])
+def test_cli_rejects_a_target_it_cannot_time_with_advice(capsys, flags, message):
+    assert main(["bench", "heads", *flags]) == 2
+    assert message in capsys.readouterr().err

@@ -33,7 +33,7 @@ TINY = ViTConfig(image_size=8, patch_size=2, num_channels=1, hidden_size=16, num
                  num_attention_heads=2, intermediate_size=32, num_labels=10)  # never attached to: see plain()
 TINY_PREDICTOR = dict(n_down=4, tau=0.2, up_prune=0.04)
 COLUMNS = ["tokens", "batch", "keep_rate", "k", "dense ms", "fused ms", "dense images/s", "fused images/s", "speed-up",
-           "analytic limit", "attention share", "dense GFLOPs/image", "fused GFLOPs/image"]
+           "analytic limit", "attention share", "dense GFLOPs/image", "fused GFLOPs/image", "repeats"]
 # the core whose multiply-adds the analytic limit uses: fused where built, else the sparse core (the same count)
 FUSED_OR_SPARSE = "fused" if fused_available() else "sparse"
 
@@ -159,6 +159,7 @@ def test_bench_model_gives_one_row_per_batch_and_keep_rate_with_dense_and_fused_
     table = bench_model(model, keep_rates=(0.5, 0.25), batch_sizes=(1, 3), warmup=0, repeats=1)
     assert list(table.columns) == COLUMNS
     assert list(zip(table.batch, table.keep_rate, strict=True)) == [(1, 0.5), (1, 0.25), (3, 0.5), (3, 0.25)]
+    assert (table.repeats == 1).all()
     assert (table.tokens == 17).all() and table.k.tolist() == [num_connections(r, 17) for r in (0.5, 0.25)] * 2
     dense_columns = ["dense ms", "dense images/s", "analytic limit", "attention share", "dense GFLOPs/image",
                      "fused GFLOPs/image"]

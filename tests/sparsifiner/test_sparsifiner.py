@@ -190,6 +190,10 @@ def test_bench_reports_ratios_for_every_length_and_keep_rate(capsys):
     assert "measured speed-up" in capsys.readouterr().out
     assert bab_main(["bench", "sparse", "--tokens", "16", "--keep-rates", "1.5", "--repeats", "1"]) == 2
     assert "keep" in capsys.readouterr().err
+    assert bab_main(["bench", "sparse", "--tokens", "16", "--keep-rates", "0.5", "--num-heads", "1", "--head-dim", "8",
+                     "--n-down", "4", "--warmup", "0", "--repeats", "2", "--interval-target", "1e-9",
+                     "--max-repeats", "3"]) == 0
+    assert "median of 3 repeats (2 to 3, until each speed-up was within +-1e-07%)" in capsys.readouterr().out
 
 
 def test_a_query_with_all_coefficients_below_tau_ranks_by_the_unthresholded_scores():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from bab.context.train import LMTrainConfig
+from bab.core.timing import Repeats
 from bab.data.lm import LMDataConfig
 
 # the keep budgets the budget-conditioned checkpoint is asked for; each should be delivered within +/- 0.05
@@ -33,7 +34,7 @@ class ContextPruningProfile:
     bench_batch: int = 16
     bench_prompts: tuple[int, ...] = (128, 896)  # a short prompt and a long one (>= 512)
     bench_new_tokens: int = 64
-    bench_repeats: int = 3
+    bench_repeats: int | Repeats = 3  # a count, or Repeats: until the throughput ratios' intervals are tight
     bench_warmup: int = 1
     view_tokens: int = 48  # length of the passage in the dropped-token view
     # the seeds the report runs the notebook at (bab.report.seeds; () : once, at the training configs' own seed):
@@ -83,6 +84,7 @@ GPT2_CONTEXT_PRUNING = {
         finetune=replace(_LM_PRUNE, steps=100),
         budgeted=replace(_LM_BUDGET, steps=100),
         gammas=(0.003, 0.03, 0.1, 0.3),
+        bench_repeats=Repeats(2, target=0.05, maximum=6),
     ),
     "paper": ContextPruningProfile(
         name="paper",
@@ -95,7 +97,7 @@ GPT2_CONTEXT_PRUNING = {
         r_ablation=(32, 64, 128),
         irreversibility_ablation=True,
         eval_windows=256,
-        bench_repeats=5,
+        bench_repeats=Repeats(3, target=0.03, maximum=15),
         bench_prompts=(128, 512, 896),
         report_seeds=(7, 13, 21),  # the budgeted-attention paper's seeds, so a verdict can tell method from seed
     ),
