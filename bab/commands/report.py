@@ -1,24 +1,129 @@
-"""``report``: run the notebooks at a profile into reports/<profile>/ (``bab.report.build``).
+"""``report``: run the notebooks at a profile into reports/<profile>/ (``bab.report.build``), or, running nothing,
+rebuild a report folder's pages, merge another build's finished notebooks into it, show where its seconds went or
+how its verdicts moved since an earlier report.
 
     python -m bab report --profile smoke|quick|paper [--only 01,03]
+    python -m bab report --pages-only reports/paper
+    python -m bab report --profile paper --merge /tmp/rec04/paper --only 04
+    python -m bab report --profile quick --timings
+    python -m bab report --profile paper --verdicts-against before.json
 """
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+from bab.experiments.profiles import PROFILE_NAMES as PROFILES
+from bab.report.schedule import default_jobs
+
 
 def register(sub) -> None:
-    _add_report(sub)
-
-
-def _add_report(sub) -> None:
-    from bab.report.build import add_arguments
-
     p = sub.add_parser("report", help="run the notebooks at a profile and build reports/<profile>/index.html")
     add_arguments(p)
-    p.set_defaults(run=_report, errors=())
+    p.set_defaults(run=run, errors=())
 
 
-def _report(args) -> int:
-    from bab.report.build import run
+def add_arguments(parser):
+    """The options of `python -m bab report`."""
+    parser.add_argument("--profile", default="quick", help=f"one of {', '.join(PROFILES)} (default: quick)")
+    parser.add_argument("--only", default=None, help="comma-separated two-digit notebook prefixes, e.g. 01,03")
+    parser.add_argument("--jobs", type=int, default=default_jobs(),
+                        help="notebooks run at once, the cores divided among them (default: %(default)s on this "
+                             "machine)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads per notebook (default: the cores divided among the jobs); the run cache "
+                             "keys models by thread count, so --only with --threads 1 reuses models trained by "
+                             "BAB_THREADS=1 python -m bab train")
+    parser.add_argument("--reports-dir", default="reports")
+    parser.add_argument("--notebooks-dir", default="notebooks")
+    parser.add_argument("--record-only", default=None, metavar="FOLDER",
+                        help="run nothing: rewrite FOLDER/RECORD.md from its results.json and runs/ (e.g. "
+                             "reports/paper)")
+    parser.add_argument("--timings", action="store_true",
+                        help="run nothing: print where reports/<profile>/'s seconds went, per notebook and kind of "
+                             "cell (training, benchmark, evaluation, figures, imports, kernel start) and its slowest "
+                             "cells")
+    parser.add_argument("--pages-only", default=None, metavar="FOLDER",
+                        help="run nothing: rebuild FOLDER's index.html, results.json and RECORD.md from its "
+                             "results/ and runs/ with this checkout's report code (claims, front page)")
+    parser.add_argument("--merge", default=None, metavar="FOLDER",
+                        help="run nothing: copy the runs that ended ok in FOLDER, another build's report folder "
+                             "(e.g. /tmp/rec04/paper; --only to choose notebooks), into reports/<profile>/ and "
+                             "rebuild its pages")
+    parser.add_argument("--verdicts-against", default=None, metavar="RESULTS_JSON",
+                        help="run nothing: print each claim of reports/<profile>/results.json beside its verdict "
+                             "in RESULTS_JSON, an earlier report's (e.g. git show <commit>:reports/paper/"
+                             "results.json > before.json), as a Markdown table")
 
-    return run(args)
+
+def print_timings(folder: Path) -> None:
+    """The tables of ``bab.report.timings.report_timings`` for ``folder``, in seconds."""
+    import pandas as pd
+
+    from bab.report.timings import report_timings
+
+    table, slowest = report_timings(folder)
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 70):
+        print(f"seconds per notebook and kind of cell, {folder}:")
+        print(table.round(0).to_string())
+        print("\nthe slowest cells:")
+        print(slowest.round(1).to_string(index=False))
+
+
+def compare_verdicts(before: Path, folder: Path) -> str:
+    """``bab.report.verdict_changes`` of ``folder``'s results.json against the results.json ``before``."""
+    from bab.report.results import read_json
+    from bab.report.verdict_changes import changes_markdown, verdict_changes
+
+    found = {path: read_json(path) for path in (before, folder / "results.json")}
+    for path, results in found.items():
+        if results is None:
+            raise FileNotFoundError(f"no readable results.json at {path}: build the report first, or give the file "
+                                    f"an earlier report wrote")
+    return changes_markdown(verdict_changes(found[before], found[folder / "results.json"]))
+
+
+def only_prefixes(only: str | None) -> list[str] | None:
+    """--only as a list of two-digit notebook prefixes ("01,03" -> ["01", "03"]), None when not given."""
+    if only is None:
+        return None
+    prefixes = [part.strip() for part in only.split(",") if part.strip()]
+    if not prefixes or not all(len(p) == 2 and p.isdigit() for p in prefixes):
+        raise ValueError(f"--only takes comma-separated two-digit notebook prefixes, e.g. 01,03; got {only!r}")
+    return prefixes
+
+
+def run(args):
+    """Build the report for parsed ``args``; return the exit code."""
+    from bab.report.build import build_report, rebuild_pages
+    from bab.report.merge import merge_report
+    from bab.report.record import write_record
+
+    try:
+        if args.record_only is not None:
+            print(f"wrote {write_record(args.record_only)}")
+            return 0
+        if args.pages_only is not None:
+            print(f"wrote {rebuild_pages(args.pages_only, args.notebooks_dir)}")
+            return 0
+        if args.timings:
+            print_timings(Path(args.reports_dir) / args.profile)
+            return 0
+        if args.merge is not None:
+            target = Path(args.reports_dir) / args.profile
+            merged = merge_report(args.merge, target, only_prefixes(args.only), args.notebooks_dir)
+            print(f"merged {', '.join(merged)} into {target}; wrote {target / 'index.html'}")
+            return 0
+        if args.verdicts_against is not None:
+            print(compare_verdicts(Path(args.verdicts_against), Path(args.reports_dir) / args.profile))
+            return 0
+        return build_report(args.profile, args.notebooks_dir, args.reports_dir, only=args.only, jobs=args.jobs,
+                            threads=args.threads)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted: the previous report was kept", file=sys.stderr)
+        return 130
+

@@ -28,7 +28,6 @@ import contextlib
 import os
 import re
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -46,7 +45,7 @@ from bab.report.index import run_environment, write_index
 from bab.report.progress import CellProgress, estimate_line, last_run, last_run_note, progress_engine
 from bab.report.record import code_digest, write_record
 from bab.report.results import now_iso, read_json, write_json_atomic
-from bab.report.schedule import check_jobs, check_threads, default_jobs, start_order, threads_per_job
+from bab.report.schedule import check_jobs, check_threads, start_order, threads_per_job
 from bab.report.seeds import SEED_SUFFIX, notebook_seeds, seed_stem
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
@@ -237,7 +236,7 @@ def clear_outputs(staging, stem):
     """Remove a notebook's earlier outputs from staging, those of its seed runs (``<stem>-seed<N>``) included, so a
     failed re-run leaves no stale results and a run at other seeds leaves none of the old seeds behind."""
     for name in (stem, f"{stem}{SEED_SUFFIX}*"):
-        for pattern in (f"{name}.ipynb", f"{name}.html", f"runs/{name}.json", f"results/{name}.json"):
+        for pattern in (f"{name}.ipynb", f"{name}.html", f"runs/{name}.json", f"results/{name}.*"):
             for path in staging.glob(pattern):
                 path.unlink()
 
@@ -354,88 +353,3 @@ def run_all_notebooks(selected, previous, staging, profile, jobs, threads) -> in
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="notebook") as pool:
         futures = [pool.submit(one, run) for run in order]  # the pool starts them in this order
         return sum(future.result() for future in as_completed(futures))
-
-
-# -----------------------------------------------------------------------------
-# command line
-
-
-def add_arguments(parser):
-    """The options of `python -m bab report`."""
-    parser.add_argument("--profile", default="quick", help=f"one of {', '.join(PROFILES)} (default: quick)")
-    parser.add_argument("--only", default=None, help="comma-separated two-digit notebook prefixes, e.g. 01,03")
-    parser.add_argument("--jobs", type=int, default=default_jobs(),
-                        help="notebooks run at once, the cores divided among them (default: %(default)s on this "
-                             "machine)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads per notebook (default: the cores divided among the jobs); the run cache "
-                             "keys models by thread count, so --only with --threads 1 reuses models trained by "
-                             "BAB_THREADS=1 python -m bab train")
-    parser.add_argument("--reports-dir", default="reports")
-    parser.add_argument("--notebooks-dir", default="notebooks")
-    parser.add_argument("--record-only", default=None, metavar="FOLDER",
-                        help="run nothing: rewrite FOLDER/RECORD.md from its results.json and runs/ (e.g. "
-                             "reports/paper)")
-    parser.add_argument("--timings", action="store_true",
-                        help="run nothing: print where reports/<profile>/'s seconds went, per notebook and kind of "
-                             "cell (training, benchmark, evaluation, figures, imports, kernel start) and its slowest "
-                             "cells")
-    parser.add_argument("--pages-only", default=None, metavar="FOLDER",
-                        help="run nothing: rebuild FOLDER's index.html, results.json and RECORD.md from its "
-                             "results/ and runs/ with this checkout's report code (claims, front page)")
-    parser.add_argument("--verdicts-against", default=None, metavar="RESULTS_JSON",
-                        help="run nothing: print each claim of reports/<profile>/results.json beside its verdict "
-                             "in RESULTS_JSON, an earlier report's (e.g. git show <commit>:reports/paper/"
-                             "results.json > before.json), as a Markdown table")
-
-
-def print_timings(folder: Path) -> None:
-    """The tables of ``bab.report.timings.report_timings`` for ``folder``, in seconds."""
-    import pandas as pd
-
-    from bab.report.timings import report_timings
-
-    table, slowest = report_timings(folder)
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 70):
-        print(f"seconds per notebook and kind of cell, {folder}:")
-        print(table.round(0).to_string())
-        print("\nthe slowest cells:")
-        print(slowest.round(1).to_string(index=False))
-
-
-def compare_verdicts(before: Path, folder: Path) -> str:
-    """``bab.report.verdict_changes`` of ``folder``'s results.json against the results.json ``before``."""
-    from bab.report.verdict_changes import changes_markdown, verdict_changes
-
-    found = {path: read_json(path) for path in (before, folder / "results.json")}
-    for path, results in found.items():
-        if results is None:
-            raise FileNotFoundError(f"no readable results.json at {path}: build the report first, or give the file "
-                                    f"an earlier report wrote")
-    return changes_markdown(verdict_changes(found[before], found[folder / "results.json"]))
-
-
-def run(args):
-    """Build the report for parsed ``args``; return the exit code."""
-    try:
-        if args.record_only is not None:
-            print(f"wrote {write_record(args.record_only)}")
-            return 0
-        if args.pages_only is not None:
-            print(f"wrote {rebuild_pages(args.pages_only, args.notebooks_dir)}")
-            return 0
-        if args.timings:
-            print_timings(Path(args.reports_dir) / args.profile)
-            return 0
-        if args.verdicts_against is not None:
-            print(compare_verdicts(Path(args.verdicts_against), Path(args.reports_dir) / args.profile))
-            return 0
-        return build_report(args.profile, args.notebooks_dir, args.reports_dir, only=args.only, jobs=args.jobs,
-                            threads=args.threads)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("\ninterrupted: the previous report was kept", file=sys.stderr)
-        return 130
-

@@ -146,6 +146,11 @@ def page_is_current(page) -> bool:
         return f'content="{PAGE_VERSION}"' in f.read(4096)  # the marker sits right after the title
 
 
+def linked_stylesheets(page) -> list[str]:
+    """The names of the shared stylesheets (notebook-<digest>.css, beside it) a notebook page links."""
+    return _CSS_FILE.findall(Path(page).read_text(encoding="utf-8"))
+
+
 def write_pages(folder, checkout=None) -> dict[str, str]:
     """Give every executed notebook (``<stem>.ipynb``) in a report folder its page (``<stem>.html``) where the page
     is missing or older than this version of ``notebook_page``, and put MathJax beside them. Returns {stem: error}
@@ -156,13 +161,13 @@ def write_pages(folder, checkout=None) -> dict[str, str]:
     for ipynb in sorted(folder.glob("*.ipynb")):
         page = ipynb.with_suffix(".html")
         if (page_is_current(page) and page.stat().st_mtime >= ipynb.stat().st_mtime
-                and all((folder / name).is_file() for name in _CSS_FILE.findall(page.read_text(encoding="utf-8")))):
+                and all((folder / name).is_file() for name in linked_stylesheets(page))):
             continue  # a page copied in without its stylesheet is written again, with it
         try:
             notebook_page(ipynb, page, checkout)
         except Exception as exc:  # a notebook that cannot be read keeps its old page; the others go on
             errors[ipynb.stem] = f"{type(exc).__name__}: {exc}"
-    linked = {name for page in folder.glob("*.html") for name in _CSS_FILE.findall(page.read_text(encoding="utf-8"))}
+    linked = {name for page in folder.glob("*.html") for name in linked_stylesheets(page)}
     for stylesheet in folder.glob("notebook-*.css"):
         if stylesheet.name not in linked:  # an older converter's, no page links it any more
             stylesheet.unlink()

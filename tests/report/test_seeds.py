@@ -202,13 +202,16 @@ def test_a_report_runs_a_seeded_notebook_once_per_seed_and_reads_the_mean(tmp_pa
 
 def test_clear_outputs_removes_a_notebooks_seed_runs_and_nothing_else(tmp_path):
     for name in ("01_a", "01_a-seed7", "01_a-seed13", "01_ab", "02_b-seed7"):
-        for path in (f"{name}.ipynb", f"{name}.html", f"runs/{name}.json", f"results/{name}.json"):
+        for path in (f"{name}.ipynb", f"{name}.html", f"runs/{name}.json", f"results/{name}.json",
+                     f"results/{name}.outcomes.npz"):
             (tmp_path / path).parent.mkdir(exist_ok=True)
             (tmp_path / path).write_text("{}")
     report.clear_outputs(tmp_path, "01_a")
     assert sorted(p.name for p in tmp_path.rglob("*.json") if p.parent.name == "runs") == ["01_ab.json",
                                                                                         "02_b-seed7.json"]
     assert sorted(p.name for p in tmp_path.glob("*.html")) == ["01_ab.html", "02_b-seed7.html"]
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == [
+        "01_ab.json", "01_ab.outcomes.npz", "02_b-seed7.json", "02_b-seed7.outcomes.npz"]  # no stale outcomes
 
 
 def test_the_committed_notebooks_declare_the_seed_the_report_sets():

@@ -1,0 +1,98 @@
+"""Merge the notebooks another build finished into a report folder, and rebuild its pages.
+
+The paper record is built in pieces: each build (``report --only NN --reports-dir /tmp/recNN``) writes a whole
+report folder of its own, so two builds can run at once and each lands as soon as it ends. Merging copies a
+finished run's files (its notebook and page, its run record, its rows and per-example outcomes, the stylesheet its
+page links) into the record and rebuilds the record's index, results.json and RECORD.md from what it then holds:
+
+    python -m bab report --profile paper --merge /tmp/rec04/paper --only 04
+
+Only runs whose record says "ok" are merged. A run replaces the record's run of the same name, and a seeded run
+(``<stem>-seed<N>``) also the notebook's one unseeded run from before it ran at seeds (and the other way round), so no
+notebook is listed twice. The record is changed in a copy that replaces it only when the pages were rebuilt.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from bab.core.folders import swap_into_place
+from bab.report.pages import linked_stylesheets
+from bab.report.results import read_json
+from bab.report.seeds import split_seed_stem
+
+
+def finished_runs(source: Path, only=None) -> tuple[list[str], list[str]]:
+    """The run names (``runs/<name>.json``) in ``source`` whose notebook number is in ``only`` (two-digit prefixes;
+    None: every one): (those that ended "ok", those that did not)."""
+    ok, not_ok = [], []
+    for path in sorted((source / "runs").glob("*.json")):
+        if only is not None and path.stem[:2] not in only:
+            continue
+        record = read_json(path)
+        (ok if isinstance(record, dict) and record.get("status") == "ok" else not_ok).append(path.stem)
+    return ok, not_ok
+
+
+def _files_of(folder: Path, name: str) -> list[Path]:
+    """A run's files in a report folder: notebook, page, run record, rows and outcomes."""
+    return [p for pattern in (f"{name}.ipynb", f"{name}.html", f"runs/{name}.json", f"results/{name}.*")
+            for p in folder.glob(pattern)]
+
+
+def _replaced_by(target: Path, name: str) -> list[str]:
+    """The runs in ``target`` that run ``name`` replaces: its own name, and the same notebook's run(s) of the other
+    kind (unseeded for a seeded one, every seeded one for an unseeded one)."""
+    notebook, seed = split_seed_stem(name)
+    replaced = [name]
+    for path in (target / "runs").glob("*.json"):
+        other_notebook, other_seed = split_seed_stem(path.stem)
+        if other_notebook == notebook and (other_seed is None) != (seed is None):
+            replaced.append(path.stem)
+    return replaced
+
+
+def merge_report(source, target, only=None, notebooks_dir="notebooks") -> list[str]:
+    """Copy the runs ``source`` finished (``only``: a list of two-digit notebook prefixes) into ``target`` and rebuild
+    ``target``'s pages (``bab.report.build.rebuild_pages``). Returns the merged run names; a ValueError when the two
+    folders hold reports of different profiles or nothing finished to merge."""
+    from bab.report.build import rebuild_pages
+
+    source, target = Path(source).resolve(), Path(target).resolve()
+    for folder in (source, target):
+        if read_json(folder / "results.json") is None or not (folder / "runs").is_dir():
+            raise FileNotFoundError(f"{folder} holds no results.json and runs/: give report folders, e.g. "
+                                    f"--merge /tmp/rec04/paper into reports/paper")
+    profiles = {folder: read_json(folder / "results.json").get("profile") for folder in (source, target)}
+    if profiles[source] != profiles[target]:
+        raise ValueError(f"{source} is a report at profile {profiles[source]!r} and {target} one at "
+                         f"{profiles[target]!r}: merge only reports of the same profile")
+    names, unfinished = finished_runs(source, only)
+    if not names:
+        chosen = "" if only is None else f" among notebooks {', '.join(only)}"
+        raise ValueError(f"no run in {source} ended ok{chosen}" + (
+            f" ({', '.join(unfinished)} did not)" if unfinished else "") + ": nothing to merge")
+    staging = target.with_name(f".merging-{target.name}")
+    if staging.exists():
+        shutil.rmtree(staging)
+    shutil.copytree(target, staging)
+    try:
+        for name in names:
+            for replaced in _replaced_by(staging, name):
+                for path in _files_of(staging, replaced):
+                    path.unlink()
+            for path in _files_of(source, name):
+                destination = staging / path.relative_to(source)
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, destination)
+            page = source / f"{name}.html"
+            for stylesheet in linked_stylesheets(page) if page.is_file() else ():
+                if (source / stylesheet).is_file():
+                    shutil.copy2(source / stylesheet, staging / stylesheet)
+        rebuild_pages(staging, notebooks_dir)
+        swap_into_place(staging, target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return names
