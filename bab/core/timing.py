@@ -61,10 +61,6 @@ class Repeats:
         """``repeats`` as given, or a fixed count as ``Repeats(count)``."""
         return repeats if isinstance(repeats, Repeats) else cls(int(repeats))
 
-    @property
-    def most(self) -> int:
-        return self.minimum if self.target is None else self.maximum
-
     def rule(self) -> str:
         """The stopping rule in words: "20 repeats", or "5 to 60 repeats, until each speed-up was within +-2%"."""
         if self.target is None:
