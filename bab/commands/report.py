@@ -2,7 +2,7 @@
 rebuild a report folder's pages, merge another build's finished notebooks into it, show where its seconds went or
 how its verdicts moved since an earlier report.
 
-    python -m bab report --profile smoke|quick|paper [--only 01,03]
+    python -m bab report --profile smoke|quick|paper [--only 01,03] [--seeds 7,13]
     python -m bab report --pages-only reports/paper
     python -m bab report --profile paper --merge /tmp/rec04/paper --only 04
     python -m bab report --profile quick --timings
@@ -35,6 +35,10 @@ def add_arguments(parser):
                         help="torch threads per notebook (default: the cores divided among the jobs); the run cache "
                              "keys models by thread count, so --only with --threads 1 reuses models trained by "
                              "BAB_THREADS=1 python -m bab train")
+    parser.add_argument("--seeds", default=None,
+                        help="comma-separated seeds, e.g. 7,13: run the seeded notebooks (03-06 at paper) at only "
+                             "these of their seeds, keeping the other seeds' runs, so a record can be built one seed "
+                             "at a time")
     parser.add_argument("--reports-dir", default="reports")
     parser.add_argument("--notebooks-dir", default="notebooks")
     parser.add_argument("--record-only", default=None, metavar="FOLDER",
@@ -94,6 +98,16 @@ def only_prefixes(only: str | None) -> list[str] | None:
     return prefixes
 
 
+def seed_list(seeds: str | None) -> list[int] | None:
+    """--seeds as a list of ints ("7,13" -> [7, 13]), None when not given."""
+    if seeds is None:
+        return None
+    parts = [part.strip() for part in seeds.split(",") if part.strip()]
+    if not parts or not all(part.isdigit() for part in parts):
+        raise ValueError(f"--seeds takes comma-separated whole numbers, e.g. 7,13; got {seeds!r}")
+    return [int(part) for part in parts]
+
+
 def run(args):
     """Build the report for parsed ``args``; return the exit code."""
     from bab.report.build import build_report, rebuild_pages
@@ -119,7 +133,7 @@ def run(args):
             print(compare_verdicts(Path(args.verdicts_against), Path(args.reports_dir) / args.profile))
             return 0
         return build_report(args.profile, args.notebooks_dir, args.reports_dir, only=args.only, jobs=args.jobs,
-                            threads=args.threads)
+                            threads=args.threads, seeds=seed_list(args.seeds))
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

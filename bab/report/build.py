@@ -99,9 +99,20 @@ class NotebookRun:
         return f"{self.stem}.ipynb"
 
 
-def notebook_runs(notebooks, profile) -> list[NotebookRun]:
-    """The runs a report makes of ``notebooks``: one each, or one per seed where the profile averages seeds."""
-    return [NotebookRun(nb, seed) for nb in notebooks for seed in notebook_seeds(nb.stem, profile) or (None,)]
+def notebook_runs(notebooks, profile, seeds=None) -> list[NotebookRun]:
+    """The runs a report makes of ``notebooks``: one each, or one per seed where the profile averages seeds;
+    ``seeds`` (a collection of ints) keeps only those seeds' runs, for a record built one seed at a time. Raises
+    ValueError for a seed no selected notebook runs at, naming those it does."""
+    runs = [NotebookRun(nb, seed) for nb in notebooks for seed in notebook_seeds(nb.stem, profile) or (None,)]
+    if seeds is None:
+        return runs
+    offered = sorted({run.seed for run in runs if run.seed is not None})
+    unknown = sorted(set(seeds) - set(offered))
+    if unknown or not seeds:
+        raise ValueError(f"--seeds {','.join(map(str, seeds))}: the selected notebooks run at profile {profile} at "
+                         f"seeds {', '.join(map(str, offered)) or '(none: they run once, at their own seed)'}; "
+                         f"give some of those")
+    return [run for run in runs if run.seed is None or run.seed in set(seeds)]
 
 
 def check_profile(profile):
@@ -232,22 +243,25 @@ def make_staging(reports_dir, profile):
     return staging
 
 
-def clear_outputs(staging, stem):
+def clear_outputs(staging, stem, seeds=None):
     """Remove a notebook's earlier outputs from staging, those of its seed runs (``<stem>-seed<N>``) included, so a
-    failed re-run leaves no stale results and a run at other seeds leaves none of the old seeds behind."""
-    for name in (stem, f"{stem}{SEED_SUFFIX}*"):
+    failed re-run leaves no stale results and a run at other seeds leaves none of the old seeds behind; with
+    ``seeds``, only the outputs of those seeds' runs (the others are kept, as ``--seeds`` asks)."""
+    names = (stem, f"{stem}{SEED_SUFFIX}*") if seeds is None else [seed_stem(stem, seed) for seed in seeds]
+    for name in names:
         for pattern in (f"{name}.ipynb", f"{name}.html", f"runs/{name}.json", f"results/{name}.*"):
             for path in staging.glob(pattern):
                 path.unlink()
 
 
-def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only=None, jobs=1, threads=None):
+def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only=None, jobs=1, threads=None,
+                 seeds=None):
     """Run the (selected) notebooks and swap a complete new reports/<profile>/ into place.
 
     ``jobs`` notebooks run at once, each kernel with ``threads`` torch threads (``$BAB_THREADS``; default: the
     cores divided among the jobs). The run cache keys a model by its thread count, so a notebook run alone
     reuses models trained one thread at a time (``BAB_THREADS=1 python -m bab train ...``) only with
-    ``threads=1``.
+    ``threads=1``. ``seeds`` runs the seeded notebooks at only those of their seeds, keeping the other seeds' runs.
     Returns 0 when every selected notebook succeeded (and the comparison table rendered), else 1.
     Raises ValueError for an unknown profile, --only prefix or --jobs. On an exception or Ctrl-C the
     staging folder is removed and the previous report is left as it was.
@@ -258,7 +272,7 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
     threads = check_threads(threads)
     notebooks_dir, reports_dir = Path(notebooks_dir).resolve(), Path(reports_dir).resolve()
     notebooks = discover_notebooks(notebooks_dir)
-    selected = notebook_runs(select_notebooks(notebooks, only), profile)
+    selected = notebook_runs(select_notebooks(notebooks, only), profile, seeds)
     jobs = min(jobs, len(selected))
     threads = threads or threads_per_job(jobs)
     final = reports_dir / profile
@@ -267,7 +281,8 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
         if only is not None and final.is_dir():  # keep the other notebooks' pages and results
             shutil.copytree(final, staging, dirs_exist_ok=True)
         for stem in dict.fromkeys(run.notebook.stem for run in selected):  # a seeded notebook once, not per seed
-            clear_outputs(staging, stem)
+            ran = [run.seed for run in selected if run.notebook.stem == stem]
+            clear_outputs(staging, stem, None if seeds is None or ran == [None] else ran)
         previous = [last_run(reports_dir, profile, run.stem) for run in selected]
         print(estimate_line(previous, profile), flush=True)
         print(f"{jobs} notebook{'s' if jobs > 1 else ''} at once, {threads} torch thread{'s' if threads > 1 else ''} "

@@ -214,6 +214,35 @@ def test_clear_outputs_removes_a_notebooks_seed_runs_and_nothing_else(tmp_path):
         "01_ab.json", "01_ab.outcomes.npz", "02_b-seed7.json", "02_b-seed7.outcomes.npz"]  # no stale outcomes
 
 
+def test_clear_outputs_of_chosen_seeds_keeps_the_other_seeds(tmp_path):
+    for name in ("01_a", "01_a-seed7", "01_a-seed13", "01_a-seed21"):
+        for path in (f"{name}.html", f"runs/{name}.json", f"results/{name}.outcomes.npz"):
+            (tmp_path / path).parent.mkdir(exist_ok=True)
+            (tmp_path / path).write_text("{}")
+    report.clear_outputs(tmp_path, "01_a", seeds=[7, 21])
+    assert sorted(p.name for p in tmp_path.glob("*.html")) == ["01_a-seed13.html", "01_a.html"]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["01_a-seed13.json", "01_a.json"]
+
+
+def test_seeds_choose_the_seed_runs_and_leave_the_unseeded_notebooks():
+    paths = [ROOT / "notebooks" / f"{stem}.ipynb" for stem in ("04_dbpedia_bert", "05_vit_sparsifiner")]
+    runs = report.notebook_runs(paths, "paper", seeds=[21, 7])
+    assert [r.stem for r in runs] == ["04_dbpedia_bert-seed7", "04_dbpedia_bert-seed21", "05_vit_sparsifiner"]
+    with pytest.raises(ValueError, match="at seeds 7, 13, 21; give some of those"):
+        report.notebook_runs(paths, "paper", seeds=[8])
+    with pytest.raises(ValueError, match=r"\(none: they run once"):
+        report.notebook_runs(paths[1:], "paper", seeds=[7])
+
+
+def test_the_seeds_option_reads_whole_numbers_and_refuses_the_rest():
+    from bab.commands.report import seed_list
+
+    assert seed_list(None) is None and seed_list("7, 13") == [7, 13]
+    for bad in ("", "7,x", "-1"):
+        with pytest.raises(ValueError, match="--seeds takes comma-separated whole numbers"):
+            seed_list(bad)
+
+
 def test_the_committed_notebooks_declare_the_seed_the_report_sets():
     for stem in seeds.SEEDED_NOTEBOOKS:
         nb = nbformat.read(str(ROOT / "notebooks" / f"{stem}.ipynb"), as_version=4)
