@@ -137,6 +137,12 @@ if [[ "$mode" == "test" ]]; then
     # The notebooks and the unit tests side by side, one pytest-xdist worker a core (at most 4), each worker one
     # torch thread (nbval's kernels are pinned to one anyway); the notebooks first, so the longest start early.
     # The checks of what the notebooks wrote run afterwards, in a second pytest run (BAB_DEFER_AFTER_NOTEBOOKS).
+    # The notebooks' run cache (.bab_cache/) grows by about 3 GB: notebook 07 stores four fine-tunes of a 135M
+    # decoder at about 0.5 GB each. A disk that fills mid-run fails in whichever notebook saves next; say so first.
+    free_mb="$(df -Pm . 2>/dev/null | awk 'NR == 2 {print $4}')"
+    if [[ "$free_mb" =~ ^[0-9]+$ ]] && (( free_mb < 4000 )); then
+        printf 'warning: %s MB free on this disk; the notebooks'"'"' run cache needs about 3,000 MB more, so a test may fail for want of space\n' "$free_mb" >&2
+    fi
     cores="$(nproc 2>/dev/null || echo 1)"
     workers=$(( cores < 4 ? cores : 4 ))
     paths=0  # paths given (./run_all.sh test tests/heads): run those alone, not everything besides
