@@ -126,8 +126,10 @@ def run(args):
             return 0
         if args.merge is not None:
             target = Path(args.reports_dir) / args.profile
-            merged = merge_report(args.merge, target, only_prefixes(args.only), args.notebooks_dir)
+            merged, older = merge_report(args.merge, target, only_prefixes(args.only), args.notebooks_dir)
             print(f"merged {', '.join(merged)} into {target}; wrote {target / 'index.html'}")
+            if older:
+                print(f"kept the record's runs as new as or newer than {', '.join(older)}")
             return 0
         if args.verdicts_against is not None:
             print(compare_verdicts(Path(args.verdicts_against), Path(args.reports_dir) / args.profile))

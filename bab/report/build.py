@@ -323,11 +323,12 @@ def rebuild_pages(folder, notebooks_dir="notebooks") -> Path:
     return folder / "index.html"
 
 
-def scrub_machine_paths(folder, checkout) -> None:
+def scrub_machine_paths(folder, checkout, report=None) -> None:
     """Replace this machine's absolute paths in a report's pages and notebooks (papermill records the injected
     ``results_path`` and the input path; the index shows ``$BAB_DATA_DIR``) by names a reader can place:
+    ``<report>`` (the report folder the notebooks wrote into: ``report``, by default ``folder`` itself),
     ``$BAB_DATA_DIR`` and ``<checkout>``. A committed record then says nothing about the machine's folders."""
-    replacements = []
+    replacements = [(str(Path(report if report is not None else folder).resolve()), "<report>")]
     data_dir = os.environ.get("BAB_DATA_DIR")
     if data_dir:
         replacements.append((str(Path(data_dir).resolve()), "$BAB_DATA_DIR"))

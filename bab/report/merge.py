@@ -9,7 +9,10 @@ page links) into the record and rebuilds the record's index, results.json and RE
 
 Only runs whose record says "ok" are merged. A run replaces the record's run of the same name, and a seeded run
 (``<stem>-seed<N>``) also the notebook's one unseeded run from before it ran at seeds (and the other way round), so no
-notebook is listed twice. The record is changed in a copy that replaces it only when the pages were rebuilt.
+notebook is listed twice; but never a run that finished at the same time or later (a build's folder starts as a
+copy of the record, so it holds the record's older runs too). The merged files name the build's folder
+``<report>``, as the record's own do. The record is changed in a copy that replaces it only when the pages were
+rebuilt.
 """
 
 from __future__ import annotations
@@ -53,11 +56,32 @@ def _replaced_by(target: Path, name: str) -> list[str]:
     return replaced
 
 
-def merge_report(source, target, only=None, notebooks_dir="notebooks") -> list[str]:
+def _finished_at(folder: Path, name: str) -> str:
+    """When run ``name`` in ``folder`` finished (an ISO time, so the strings sort in time order; "" if unknown)."""
+    record = read_json(folder / "runs" / f"{name}.json")
+    return str(record.get("finished_at") or "") if isinstance(record, dict) else ""
+
+
+def newer_runs(source: Path, target: Path, names: list[str]) -> tuple[list[str], list[str]]:
+    """``names`` (runs in ``source``) split into (those newer than every run they replace in ``target``, the others).
+    A run whose time is unknown, or that replaces nothing, counts as newer."""
+    newer, older = [], []
+    for name in names:
+        finished = _finished_at(source, name)
+        replaced = [other for other in _replaced_by(target, name) if (target / "runs" / f"{other}.json").is_file()]
+        if finished and any(_finished_at(target, other) >= finished for other in replaced):
+            older.append(name)
+        else:
+            newer.append(name)
+    return newer, older
+
+
+def merge_report(source, target, only=None, notebooks_dir="notebooks") -> tuple[list[str], list[str]]:
     """Copy the runs ``source`` finished (``only``: a list of two-digit notebook prefixes) into ``target`` and rebuild
-    ``target``'s pages (``bab.report.build.rebuild_pages``). Returns the merged run names; a ValueError when the two
-    folders hold reports of different profiles or nothing finished to merge."""
-    from bab.report.build import rebuild_pages
+    ``target``'s pages (``bab.report.build.rebuild_pages``). Returns (the merged run names, those left out because
+    ``target`` holds a run of theirs as new or newer); a ValueError when the two folders hold reports of different
+    profiles or nothing new finished to merge."""
+    from bab.report.build import rebuild_pages, scrub_machine_paths
 
     source, target = Path(source).resolve(), Path(target).resolve()
     for folder in (source, target):
@@ -73,6 +97,9 @@ def merge_report(source, target, only=None, notebooks_dir="notebooks") -> list[s
         chosen = "" if only is None else f" among notebooks {', '.join(only)}"
         raise ValueError(f"no run in {source} ended ok{chosen}" + (
             f" ({', '.join(unfinished)} did not)" if unfinished else "") + ": nothing to merge")
+    names, older = newer_runs(source, target, names)
+    if not names:
+        raise ValueError(f"{target} already holds runs as new as {', '.join(older)} (or newer): nothing to merge")
     staging = target.with_name(f".merging-{target.name}")
     if staging.exists():
         shutil.rmtree(staging)
@@ -90,9 +117,10 @@ def merge_report(source, target, only=None, notebooks_dir="notebooks") -> list[s
             for stylesheet in linked_stylesheets(page) if page.is_file() else ():
                 if (source / stylesheet).is_file():
                     shutil.copy2(source / stylesheet, staging / stylesheet)
+        scrub_machine_paths(staging, Path(notebooks_dir).resolve().parent, report=source)
         rebuild_pages(staging, notebooks_dir)
         swap_into_place(staging, target)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-    return names
+    return names, older

@@ -18,7 +18,7 @@ MATHJAX_DIR = "mathjax"
 MATHJAX_URL = f"{MATHJAX_DIR}/tex-chtml.js"  # relative: the pages sit beside the folder
 # Marks a page written by ``notebook_page``; bump the number when the page changes, and ``write_pages`` rewrites
 # the pages of an existing report folder.
-PAGE_VERSION = "bab notebook page 3"
+PAGE_VERSION = "bab notebook page 4"
 PAGE_MARKER = f'<meta name="generator" content="{PAGE_VERSION}">'
 
 # MathJax 3 reads its configuration from window.MathJax before it loads (nbconvert's own block configures
@@ -73,11 +73,14 @@ def empty_cells_as_dashes(html: str) -> str:
     return _EMPTY_CELL.sub(lambda m: f"{m.group(1)}–{m.group(2)}", html)
 
 
-def scrub_paths(text: str, checkout=None) -> str:
+def scrub_paths(text: str, checkout=None, report=None) -> str:
     """``text`` without this machine's paths: a report folder's files (the staging folder's results path papermill
     injects) as ``results/<notebook>.json``, installed packages as ``site-packages/<package>/...``, the checkout's
     other files relative to it, temporary folders and home folders by neutral names. ``checkout``: the checkout's
-    absolute path; its ``<checkout>`` stand-in (``bab.report.build.scrub_machine_paths``) is handled either way."""
+    absolute path, ``report``: the report folder's, wherever it is; their ``<checkout>`` and ``<report>`` stand-ins
+    (``bab.report.build.scrub_machine_paths``) are handled either way."""
+    for form in ([str(Path(report).resolve())] if report is not None else []) + ["<report>", "&lt;report&gt;"]:
+        text = text.replace(form + "/", "")  # the report folder's own files: relative to it
     forms = ["<checkout>", "&lt;checkout&gt;"]
     if checkout is not None:
         forms.insert(0, str(Path(checkout).resolve()))
@@ -119,7 +122,7 @@ def notebook_page(ipynb, out, checkout=None) -> Path:
     exporter = HTMLExporter(raw_template=PAGE_TEMPLATE, mathjax_url=MATHJAX_URL)
     body, _ = exporter.from_notebook_node(_page_notebook(ipynb))
     body = shared_stylesheet(body, Path(out).parent)
-    Path(out).write_text(scrub_paths(empty_cells_as_dashes(body), checkout), encoding="utf-8")
+    Path(out).write_text(scrub_paths(empty_cells_as_dashes(body), checkout, Path(out).parent), encoding="utf-8")
     return Path(out)
 
 

@@ -10,13 +10,15 @@ from bab.__main__ import main
 from bab.report.merge import merge_report
 
 
-def report(folder, profile, runs: dict):
-    """A report folder holding ``runs``: name -> status, each with its notebook, page, rows and outcomes."""
+def report(folder, profile, runs: dict, finished_at=None):
+    """A report folder holding ``runs``: name -> status, each with its notebook, page, rows and outcomes
+    (``finished_at``: name -> the time its run record gives)."""
     (folder / "runs").mkdir(parents=True)
     (folder / "results").mkdir()
     (folder / "results.json").write_text(json.dumps({"profile": profile, "claims": []}))
     for name, status in runs.items():
-        (folder / "runs" / f"{name}.json").write_text(json.dumps({"notebook": name, "status": status}))
+        (folder / "runs" / f"{name}.json").write_text(json.dumps(
+            {"notebook": name, "status": status, "finished_at": (finished_at or {}).get(name)}))
         (folder / f"{name}.ipynb").write_text(f"{folder.parent.name} {name}")
         (folder / f"{name}.html").write_text(f'<link rel="stylesheet" href="notebook-{len(name):012x}.css"> {name}')
         (folder / f"notebook-{len(name):012x}.css").write_text("css")
@@ -42,7 +44,7 @@ def test_a_seeded_run_replaces_the_unseeded_one_and_brings_its_files(tmp_path, r
     target = report(tmp_path / "record" / "paper", "paper", {"03_bert_ag_news": "ok", "05_vit_sparsifiner": "ok"})
     source = report(tmp_path / "build" / "paper", "paper", {"03_bert_ag_news-seed7": "ok", "05_vit_sparsifiner": "ok",
                                                             "04_dbpedia_bert": "failed"})
-    assert merge_report(source, target, only=["03", "04"]) == ["03_bert_ag_news-seed7"]
+    assert merge_report(source, target, only=["03", "04"]) == (["03_bert_ag_news-seed7"], [])
     files = set(rebuilt[0])
     assert {"03_bert_ag_news-seed7.ipynb", "03_bert_ag_news-seed7.html", "runs/03_bert_ag_news-seed7.json",
             "results/03_bert_ag_news-seed7.json", "results/03_bert_ag_news-seed7.outcomes.npz",
@@ -61,6 +63,23 @@ def test_an_unseeded_run_replaces_every_seeded_run_of_its_notebook(tmp_path, reb
     source = report(tmp_path / "build" / "paper", "paper", {"06_gpt2_context_pruning": "ok"})
     merge_report(source, target)
     assert [f for f in rebuilt[0] if f.startswith("runs/")] == ["runs/06_gpt2_context_pruning.json"]
+
+
+def test_the_records_newer_runs_are_kept_and_the_builds_folder_is_named_report(tmp_path, rebuilt):
+    """A build's folder starts as a copy of the record: its copies of runs the record has since replaced must not
+    come back, and the notebooks it ran name their results by <report>, not by this machine's folder."""
+    old, new, newest = "2026-11-20T08:00:00+00:00", "2026-11-29T09:32:11+00:00", "2026-11-29T11:00:00+00:00"
+    target = report(tmp_path / "record" / "paper", "paper", {"04_dbpedia_bert-seed7": "ok", "03_bert_ag_news": "ok"},
+                    {"04_dbpedia_bert-seed7": new, "03_bert_ag_news": old})
+    source = report(tmp_path / "build" / "paper", "paper", {"04_dbpedia_bert": "ok", "03_bert_ag_news": "ok"},
+                    {"04_dbpedia_bert": old, "03_bert_ag_news": newest})
+    (source / "03_bert_ag_news.ipynb").write_text(f'"results_path": "{source}/results/03_bert_ag_news.json"')
+    assert merge_report(source, target) == (["03_bert_ag_news"], ["04_dbpedia_bert"])
+    assert [f for f in rebuilt[0] if f.startswith("runs/")] == ["runs/03_bert_ag_news.json",
+                                                               "runs/04_dbpedia_bert-seed7.json"]
+    assert (target / "03_bert_ag_news.ipynb").read_text() == '"results_path": "<report>/results/03_bert_ag_news.json"'
+    with pytest.raises(ValueError, match="already holds runs as new as 04_dbpedia_bert"):
+        merge_report(source, target, only=["04"])
 
 
 def test_a_failed_rebuild_leaves_the_record_as_it_was(tmp_path, monkeypatch):

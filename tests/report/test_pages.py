@@ -126,6 +126,13 @@ def test_scrub_paths_names_each_kind_of_machine_path():
         "(temporary folder)/b.json | ~/data | https://x.org/tmp/a")
 
 
+def test_scrub_paths_makes_a_report_folders_own_files_relative_to_it_wherever_it_is():
+    staging = "/scratch/rec04/.staging-paper-x1"
+    text = f'"{staging}/results/04.json" | "&lt;report&gt;/results/02.json" | <report>/runs/a.json'
+    assert scrub_paths(text, "/srv/bab", report=staging) == (
+        '"results/04.json" | "results/02.json" | runs/a.json')
+
+
 def test_write_pages_rewrites_only_pages_of_an_older_converter(tmp_path):
     folder = tmp_path / "report"
     folder.mkdir()

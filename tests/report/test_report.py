@@ -619,6 +619,9 @@ def test_a_report_keeps_no_absolute_path_of_the_machine(tmp_path, monkeypatch):
     report.scrub_machine_paths(pages, checkout)
     assert json.loads((pages / "02.ipynb").read_text()) == {
         "results_path": "<checkout>/reports/.staging-x/results/02.json", "data": "$BAB_DATA_DIR/ag_news"}
+    (pages / "03.ipynb").write_text(json.dumps({"results_path": f"{pages}/results/03.json"}))  # a folder anywhere
+    report.scrub_machine_paths(pages, checkout)
+    assert json.loads((pages / "03.ipynb").read_text()) == {"results_path": "<report>/results/03.json"}
     assert (pages / "index.html").read_text() == "<td>$BAB_DATA_DIR</td><td><checkout>/notebooks/02.ipynb</td>"
     assert str(tmp_path) not in (pages / "02.ipynb").read_text() + (pages / "index.html").read_text()
 
