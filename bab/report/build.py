@@ -246,8 +246,9 @@ def make_staging(reports_dir, profile):
 def clear_outputs(staging, stem, seeds=None):
     """Remove a notebook's earlier outputs from staging, those of its seed runs (``<stem>-seed<N>``) included, so a
     failed re-run leaves no stale results and a run at other seeds leaves none of the old seeds behind; with
-    ``seeds``, only the outputs of those seeds' runs (the others are kept, as ``--seeds`` asks)."""
-    names = (stem, f"{stem}{SEED_SUFFIX}*") if seeds is None else [seed_stem(stem, seed) for seed in seeds]
+    ``seeds``, only the outputs of those seeds' runs and of the notebook's unseeded run from before it ran at seeds
+    (the other seeds' runs are kept, as ``--seeds`` asks; a notebook is never listed both ways)."""
+    names = (stem, f"{stem}{SEED_SUFFIX}*") if seeds is None else [stem] + [seed_stem(stem, s) for s in seeds]
     for name in names:
         for pattern in (f"{name}.ipynb", f"{name}.html", f"runs/{name}.json", f"results/{name}.*"):
             for path in staging.glob(pattern):

@@ -214,14 +214,15 @@ def test_clear_outputs_removes_a_notebooks_seed_runs_and_nothing_else(tmp_path):
         "01_ab.json", "01_ab.outcomes.npz", "02_b-seed7.json", "02_b-seed7.outcomes.npz"]  # no stale outcomes
 
 
-def test_clear_outputs_of_chosen_seeds_keeps_the_other_seeds(tmp_path):
+def test_clear_outputs_of_chosen_seeds_keeps_the_other_seeds_and_drops_the_unseeded_run(tmp_path):
     for name in ("01_a", "01_a-seed7", "01_a-seed13", "01_a-seed21"):
         for path in (f"{name}.html", f"runs/{name}.json", f"results/{name}.outcomes.npz"):
             (tmp_path / path).parent.mkdir(exist_ok=True)
             (tmp_path / path).write_text("{}")
     report.clear_outputs(tmp_path, "01_a", seeds=[7, 21])
-    assert sorted(p.name for p in tmp_path.glob("*.html")) == ["01_a-seed13.html", "01_a.html"]
-    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["01_a-seed13.json", "01_a.json"]
+    assert sorted(p.name for p in tmp_path.glob("*.html")) == ["01_a-seed13.html"]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["01_a-seed13.json"]
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["01_a-seed13.outcomes.npz"]
 
 
 def test_seeds_choose_the_seed_runs_and_leave_the_unseeded_notebooks():
