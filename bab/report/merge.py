@@ -68,8 +68,8 @@ def newer_runs(source: Path, target: Path, names: list[str]) -> tuple[list[str],
     newer, older = [], []
     for name in names:
         finished = _finished_at(source, name)
-        replaced = [other for other in _replaced_by(target, name) if (target / "runs" / f"{other}.json").is_file()]
-        if finished and any(_finished_at(target, other) >= finished for other in replaced):
+        # a run the target lacks has no time (""), which is never as new as a known one
+        if finished and any(_finished_at(target, other) >= finished for other in _replaced_by(target, name)):
             older.append(name)
         else:
             newer.append(name)
