@@ -46,11 +46,17 @@ def _add_bench_heads(sub) -> None:
     p.add_argument("--num-heads", type=int, default=8, help="attention heads per layer (--data random)")
     p.add_argument("--num-layers", type=int, default=4, help="layers (--data random)")
     p.add_argument("--d-ff", type=int, default=512, help="feed-forward width (--data random)")
+    p.add_argument("--training", action="store_true",
+                   help="time one training step of notebook 01's and 02's encoders at quick, through torch's SDPA "
+                        "and through math_backend_attention (bab.heads.training_bench); the grid options do not "
+                        "apply")
     add_repeat_arguments(p, warmup=5, repeats=20)
     p.set_defaults(run=_bench_heads, errors=(ValueError, TypeError, FileNotFoundError))
 
 
 def _bench_heads(args) -> int:
+    if args.training:
+        return _bench_heads_training(args)
     from bab.core.budget import parse_budgets
     from bab.heads.bench import bench_custom, format_grid, parse_batch_sizes
 
@@ -69,6 +75,22 @@ def _bench_heads(args) -> int:
                         repeats=repeats_of(args, args.repeats), ids=ids, **shape)
     print(format_grid(grid))
     return 0
+
+
+def _bench_heads_training(args) -> int:
+    """``bench heads --training``: a training step, SDPA against math_backend_attention (bab.heads.training_bench)."""
+    from bab.heads.training_bench import training_step_bench
+
+    warmup, repeats = args.warmup, repeats_of(args, args.repeats)
+    table = training_step_bench(warmup=warmup, repeats=repeats)
+    print(f"custom-encoder training step (soft gates at b = 0.5: forward, CE + cost, backward), notebooks 01 and 02 "
+          f"at quick; 1 thread, interleaved, median of {repeats.describe(list(table.repeats))} after {warmup} "
+          "warm-up")
+    with pd.option_context(*flat(WIDE), "display.precision", 3):
+        print(table.to_string(index=False))
+    print("speed-up = SDPA time / math_backend_attention time, 95% interval over the paired repeats (the same "
+          "operations less SDPA's guard for fully masked rows, so no FLOP limit applies)")
+    return 0 if table["same loss and gradients"].all() else 1
 
 
 def _add_bench_bert(sub) -> None:

@@ -94,6 +94,29 @@ def sinusoidal_positions(max_len: int, d_model: int) -> torch.Tensor:
     return table
 
 
+def math_backend_attention(q, k, v, mask=None, dropout_p=0.0):
+    """q, k, v [B, n, T, Dh]; mask [.., T, T] additive or boolean (True: attend). What SDPA computes on CPU when a
+    step needs its math backend (dropout, or a mask with a gradient: the learned relative bias), op for op, so the
+    outputs and gradients are bit-identical (tests/heads/test_encoder.py), less the backend's guard for rows that
+    mask every key (isneginf, all, where: about a fifth of a training step of the synthetic model). No row here
+    masks every key: the [CLS] key is never padding."""
+    scale = math.sqrt(1.0 / math.sqrt(q.shape[-1]))  # SDPA scales q and k by the root of 1 / sqrt(Dh) each
+    scores = (q * scale) @ (k * scale).transpose(-2, -1)
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            mask = torch.zeros(mask.shape, dtype=scores.dtype, device=mask.device).masked_fill(~mask, float("-inf"))
+        scores = scores + mask
+    probs = scores.softmax(-1)
+    if dropout_p > 0:
+        probs = F.dropout(probs, dropout_p)
+    return probs @ v
+
+
+def sdpa(q, k, v, mask=None, dropout_p=0.0):
+    """torch's own ``scaled_dot_product_attention``, with ``math_backend_attention``'s arguments."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+
+
 class KeptHeadWeights(NamedTuple):
     """The weights of one layer's kept heads, contiguous: what ``mode="skip"`` multiplies by."""
 
@@ -104,6 +127,10 @@ class KeptHeadWeights(NamedTuple):
 
 
 class MultiHeadSelfAttention(nn.Module):
+    # what a step that needs SDPA's math backend runs: ``math_backend_attention``, or ``sdpa`` (a benchmark's
+    # reference; the two train the same weights bit for bit)
+    math_attention = staticmethod(math_backend_attention)
+
     def __init__(self, config: EncoderConfig):
         super().__init__()
         self.num_heads = config.num_heads
@@ -193,7 +220,9 @@ class MultiHeadSelfAttention(nn.Module):
             bias = REL_BIAS_SCALE * rel_bias[:, offsets][None]  # [1, n, T, T]
             mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
         p = self.dropout if self.training else 0.0
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        if torch.is_grad_enabled() and (p > 0 or (mask is not None and mask.requires_grad)):
+            return self.math_attention(q, k, v, mask, p)
+        return sdpa(q, k, v, mask, p)
 
 
 class EncoderLayer(nn.Module):

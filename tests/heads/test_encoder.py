@@ -227,3 +227,61 @@ def test_trimming_drops_only_columns_that_are_padding_in_every_row():
         model(ids, trim_padding=False)
         model(torch.zeros(2, 24, dtype=torch.long))  # nothing but padding: one column is kept
     assert seen == [16, 24, 1]
+
+
+
+def _train_steps(model, pad_tail, steps=3):
+    """A few AdamW steps in soft mode at varying budgets, the same dropout draws each call; the trained weights."""
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for step in range(steps):
+        torch.manual_seed(100 + step)
+        out = model(batch(seed=step, pad_tail=pad_tail), budget=0.3 + 0.2 * step, mode="soft")
+        loss = torch.nn.functional.cross_entropy(out.logits, torch.arange(5) % 3) + out.cost
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("positions, dropout, pad_tail", [
+    ("relative", 0.0, False), ("relative", 0.0, True), ("relative", 0.1, True),
+    ("sinusoidal", 0.1, True), ("sinusoidal", 0.1, False),
+])
+def test_training_steps_train_the_weights_sdpa_trains_bit_for_bit(monkeypatch, positions, dropout, pad_tail):
+    """Training takes ``math_backend_attention`` where SDPA would take its math backend (dropout, the learned
+    relative bias); the weights it trains equal, bit for bit, those of the same steps through torch's own SDPA."""
+    from bab.heads.encoder import MultiHeadSelfAttention, math_backend_attention, sdpa
+
+    calls = []
+
+    def counted(*args):
+        calls.append(1)
+        return math_backend_attention(*args)
+
+    monkeypatch.setattr(MultiHeadSelfAttention, "math_attention", staticmethod(counted))
+    trained = _train_steps(make_model(positions=positions, dropout=dropout), pad_tail)
+    assert calls, "no training step took math_backend_attention"
+    monkeypatch.setattr(MultiHeadSelfAttention, "math_attention", staticmethod(sdpa))
+    reference = _train_steps(make_model(positions=positions, dropout=dropout), pad_tail)
+    for name, weight in trained.items():
+        assert torch.equal(weight, reference[name]), name
+
+
+def test_math_backend_attention_is_sdpa_to_the_bit_with_dropout_or_a_learned_mask():
+    from bab.heads.encoder import math_backend_attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(4, 3, 9, 8, requires_grad=True) for _ in range(3))
+    keep = torch.ones(4, 1, 1, 9, dtype=torch.bool)
+    keep[1, ..., 6:] = False  # one row's last keys are padding
+    bias = torch.randn(1, 3, 9, 9, requires_grad=True)
+    for mask, dropout in ((keep, 0.2), (None, 0.2), (bias.masked_fill(~keep, float("-inf")), 0.0)):
+        inputs = (q, k, v, bias) if mask is not None and mask.requires_grad else (q, k, v)
+        results = []
+        for attend in (math_backend_attention,
+                       lambda q, k, v, mask, p: torch.nn.functional.scaled_dot_product_attention(q, k, v, mask, p)):
+            torch.manual_seed(1)
+            out = attend(q, k, v, mask, dropout)
+            results.append((out, *torch.autograd.grad(out.square().sum(), inputs, retain_graph=True)))
+        assert all(torch.equal(a, b) for a, b in zip(*results, strict=True)), (mask is None, dropout)
