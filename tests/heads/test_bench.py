@@ -251,23 +251,24 @@ def test_cli_rejects_a_target_it_cannot_time_with_advice(capsys, flags, message)
 
 
 
+
 def test_training_bench_compares_the_steps_bit_for_bit_and_the_cli_fails_when_they_differ(capsys, monkeypatch):
-    """On the synthetic study, whose data is generated (the AG News row needs BAB_DATA_DIR)."""
+    """On notebook 01's synthetic case, whose data is generated (02's AG News case needs BAB_DATA_DIR)."""
+    from bab.commands import bench as bench_command
     from bab.heads import encoder, training_bench
 
-    table = training_bench.training_step_bench(("synthetic",), warmup=0, repeats=2)
+    case = bench_command.quick_training_case("synthetic")
+    table = training_bench.training_step_bench({"synthetic": case}, warmup=0, repeats=2)
     assert table["same loss and gradients"].all() and table["batch"].tolist() == [(64, 64)]
     assert (table["SDPA ms"] > 0).all() and (table["math_backend_attention ms"] > 0).all()
     with pytest.raises(ValueError, match="synthetic"):
-        training_bench.quick_training_batch("gpt2")
+        bench_command.quick_training_case("gpt2")
 
     def rounding_differently(q, k, v, mask=None, dropout_p=0.0):
         return encoder.math_backend_attention(q * (1 + 1e-3), k, v, mask, dropout_p)
 
     monkeypatch.setitem(training_bench.ATTENTIONS, "math_backend_attention", rounding_differently)
-    only_synthetic = training_bench.training_step_bench
-    monkeypatch.setattr(training_bench, "training_step_bench",
-                        lambda warmup, repeats: only_synthetic(("synthetic",), warmup=warmup, repeats=repeats))
+    monkeypatch.setattr(bench_command, "TRAINING_CASES", ("synthetic",))
     assert main(["bench", "heads", "--training", "--warmup", "0", "--repeats", "2"]) == 1
     out = capsys.readouterr().out
     assert "same loss and gradients" in out and "False" in out
