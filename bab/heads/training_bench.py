@@ -26,7 +26,9 @@ ATTENTIONS = {"SDPA": sdpa, "math_backend_attention": math_backend_attention}
 def training_step(model: EncoderClassifier, ids, labels, attention) -> dict:
     """One soft step at b = 0.5 with ``attention`` where SDPA would take its math backend: {"loss": the loss, name:
     gradient} (gradients cleared first, no optimiser step, the same dropout draws each call)."""
-    MultiHeadSelfAttention.math_attention = staticmethod(attention)
+    layers = [m for m in model.modules() if isinstance(m, MultiHeadSelfAttention)]
+    for layer in layers:
+        layer.math_attention = attention  # an instance attribute: this model's layers only, and no self
     try:
         model.train().zero_grad(set_to_none=True)
         torch.manual_seed(0)
@@ -35,7 +37,8 @@ def training_step(model: EncoderClassifier, ids, labels, attention) -> dict:
             loss = F.cross_entropy(out.logits, labels) + out.cost
             loss.backward()
     finally:
-        MultiHeadSelfAttention.math_attention = staticmethod(math_backend_attention)
+        for layer in layers:
+            del layer.math_attention  # back to the class's math_backend_attention
     return {"loss": loss.detach(), **{n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}}
 
 
