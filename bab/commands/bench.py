@@ -7,6 +7,7 @@ median of interleaved repeats, the analytic limit printed beside the measured ra
     python -m bab bench sparse --model trained|deit-s     whole ViT: dense vs the fused kernel, images/s
     python -m bab bench sparse --training                 a phase-2 training step: torch vs fused top-k selection
     python -m bab bench generation [--model smollm2]      context-pruned decoding vs dense
+    python -m bab bench precision [--only 01,07]          a training step: float32 vs bfloat16 autocast
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 
 import pandas as pd
 
+from bab.commands.bench_precision import add_bench_precision
 from bab.commands.common import (
     WIDE,
     DefaultsFormatter,
@@ -27,9 +29,10 @@ from bab.commands.common import (
 
 
 def register(sub) -> None:
-    bench = sub.add_parser("bench", help="measured speed against dense: heads, bert, sparse, generation")
+    bench = sub.add_parser("bench", help="measured speed: heads, bert, sparse, generation against dense; "
+                                           "precision: float32 against bfloat16 training")
     bench_sub = bench.add_subparsers(dest="target", required=True, metavar="TARGET")
-    for add in (_add_bench_heads, _add_bench_bert, _add_bench_sparse, _add_bench_generation):
+    for add in (_add_bench_heads, _add_bench_bert, _add_bench_sparse, _add_bench_generation, add_bench_precision):
         add(bench_sub)
 
 

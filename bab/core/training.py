@@ -33,6 +33,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from bab.core.checkpoints import Checkpointer, StopSignals, random_states, restore_random_states
+from bab.core.precision import autocast, check_precision, warn_if_emulated
 from bab.core.step_clock import StepClock
 
 
@@ -151,9 +152,10 @@ class OptimizerConfig:
     """The optimiser settings every method's training config shares, checked once: AdamW at ``lr`` with
     ``weight_decay``, the learning rate warmed up linearly over ``warmup_fraction`` of the steps and then decayed,
     gradients clipped to norm ``grad_clip`` (0: not clipped), ``batch_size`` examples a step, ``seed`` for the
-    batch order and every draw. The methods' configs extend it with their objectives' options
-    (``bab.heads.train.TrainConfig``, ``bab.sparsifiner.train.ViTTrainConfig``, ``bab.context.train.LMTrainConfig``),
-    overriding a default where their recipe differs."""
+    batch order and every draw, each step's forward pass and loss in ``precision`` (``bab.core.precision``:
+    float32, or bfloat16 autocast where the hardware has it). The methods' configs extend it with their objectives'
+    options (``bab.heads.train.TrainConfig``, ``bab.sparsifiner.train.ViTTrainConfig``,
+    ``bab.context.train.LMTrainConfig``), overriding a default where their recipe differs."""
 
     batch_size: int = 64
     lr: float = 1e-3
@@ -161,9 +163,11 @@ class OptimizerConfig:
     warmup_fraction: float = 0.05
     grad_clip: float = 1.0
     seed: int = 0
+    precision: str = "float32"
 
     def __post_init__(self):
         name = type(self).__name__
+        check_precision(self.precision, f"{name}.precision")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ValueError(f"{name}.batch_size must be an integer >= 1, got {self.batch_size!r}")
         if not self.lr > 0:
@@ -242,6 +246,7 @@ def run_training(model: torch.nn.Module, objective: Objective, *, teacher: torch
     objective.prepare(model)
     seed_everything(config.seed)
     accelerator = make_accelerator()
+    warn_if_emulated(config.precision, accelerator.device.type)
     generator = torch.Generator().manual_seed(config.seed)
     loader = None
     if isinstance(plan, EpochBatches):
@@ -309,7 +314,8 @@ def run_training(model: torch.nn.Module, objective: Objective, *, teacher: torch
             for batch in bar:
                 if loader is None:  # a sampled global batch: this process's shard, on its device
                     batch = _shard(batch, accelerator)
-                loss, metrics = objective.step(model, teacher, batch, rng, at.step)
+                with autocast(config.precision, accelerator.device.type):
+                    loss, metrics = objective.step(model, teacher, batch, rng, at.step)
                 optimizer.zero_grad(set_to_none=True)
                 accelerator.backward(loss)
                 if config.grad_clip:

@@ -2,7 +2,6 @@
 
 import copy
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -21,7 +20,7 @@ from transformers import (
 )
 
 from bab.core.budget import hard_topk_mask
-from bab.core.training import Objective, SampledBatches, run_training
+from bab.core.training import Objective, OptimizerConfig, SampledBatches, run_training
 from bab.heads.attach import (
     CONFIG_KEY,
     attach,
@@ -351,7 +350,7 @@ def test_the_training_loop_trains_the_attached_gates():
     def batch(generator):
         return tuple(inputs("bert").values())
 
-    config = SimpleNamespace(seed=0, lr=0.1, weight_decay=0.0, warmup_fraction=0.1, grad_clip=1.0)
+    config = OptimizerConfig(seed=0, lr=0.1, weight_decay=0.0, warmup_fraction=0.1, grad_clip=1.0)
     result = run_training(attached, _GateCostObjective(config, SampledBatches(batch, steps=8, log_every=8)),
                           progress=False)
     assert result.history[-1]["cost"] < before
