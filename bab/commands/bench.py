@@ -26,6 +26,7 @@ from bab.commands.common import (
     flat,
     repeats_of,
 )
+from bab.commands.quick_cases import quick_training_case
 
 
 def register(sub) -> None:
@@ -78,34 +79,6 @@ def _bench_heads(args) -> int:
                         repeats=repeats_of(args, args.repeats), ids=ids, **shape)
     print(format_grid(grid))
     return 0
-
-
-def quick_training_case(study_name: str, seed: int = 0):
-    """(model, input ids [B, T], labels [B]): a fresh gated encoder of ``study_name`` ("synthetic": notebook 01,
-    "ag_news_custom": 02) at its quick profile and one training batch of its data (AG News: texts of similar
-    length, as the quick profile's length-grouped batches)."""
-    import torch
-
-    from bab.experiments.profiles import get_profile
-    from bab.heads.encoder import EncoderClassifier
-
-    profile = get_profile(study_name, "quick")
-    if study_name == "synthetic":
-        from bab.experiments.synthetic import SyntheticExperiment
-
-        study, batch_size = SyntheticExperiment(profile, progress=False), profile.scratch.batch_size
-    elif study_name == "ag_news_custom":
-        from bab.experiments.text import TextStudy
-
-        study, batch_size = TextStudy(profile, experiment=study_name, progress=False), profile.warm.batch_size
-    else:
-        raise ValueError(f"study_name must be 'synthetic' or 'ag_news_custom', got {study_name!r}")
-    ids, labels = study.splits()["train"].tensors
-    generator = torch.Generator().manual_seed(seed)
-    start = int(torch.randint(0, len(ids) - batch_size, (1,), generator=generator))
-    order = ids.ne(study.model_config().pad_id).sum(1).argsort(stable=True)[start:start + batch_size]
-    torch.manual_seed(seed)
-    return EncoderClassifier(study.model_config("budget")), ids[order], labels[order]
 
 
 TRAINING_CASES = ("synthetic", "ag_news_custom")  # notebooks 01 and 02
