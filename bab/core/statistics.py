@@ -158,29 +158,43 @@ def paired_difference(outcomes, reference, what: str = "test examples") -> Inter
 
 def ratio_of_medians(numerator, denominator, what: str = "interleaved repeats") -> Interval:
     """``median(numerator) / median(denominator)`` (e.g. dense time over pruned time: a speed-up), bootstrapped
-    over the paired repeats (repeat i of both was timed back to back, so they are resampled together)."""
-    a, b = np.asarray(numerator, float), np.asarray(denominator, float)
-    if a.shape != b.shape or a.ndim != 1 or a.size < 2:
-        raise ValueError(f"need two equally long series of at least 2 paired repeats, got {a.shape} and {b.shape}")
-    value = float(np.median(a) / np.median(b))
-    result = stats.bootstrap((a, b), lambda x, y, axis=-1: np.median(x, axis=axis) / np.median(y, axis=axis),
-                             paired=True, vectorized=True, confidence_level=CONFIDENCE, n_resamples=RESAMPLES,
-                             method="percentile", random_state=np.random.default_rng(SEED))
+    over the paired repeats (repeat i of both was timed back to back, so they are resampled together). Given
+    [seeds, repeats] (one model per seed, each timed on its own), the mean over seeds of each seed's ratio, as a
+    row averaging its seeds' speed-ups reads: seeds resampled, then repeats within each drawn seed."""
+    a, b = _as_units(numerator, "repeats"), _as_units(denominator, "repeats")
+    if a.shape != b.shape or a.shape[-1] < 2:
+        raise ValueError(f"need two equally shaped series of at least 2 paired repeats, got {a.shape} and {b.shape}")
+
+    def ratio(x, y, axis=-1):
+        return np.median(x, axis=axis) / np.median(y, axis=axis)
+
+    if a.ndim == 2:
+        return _over_seeds(lambda x, y: ratio(x, y).mean(axis=-1), (a, b), what, crossed=False)
+    value = float(ratio(a, b))
+    result = stats.bootstrap((a, b), ratio, paired=True, vectorized=True, confidence_level=CONFIDENCE,
+                             n_resamples=RESAMPLES, method="percentile", random_state=np.random.default_rng(SEED))
     low, high = result.confidence_interval
     return Interval(value, min(float(low), value), max(float(high), value), f"{a.size} {what}, paired")
 
 
 def perplexity_ratio(nll, reference_nll, tokens, what: str = "windows") -> Interval:
     """Perplexity of one model over another's on the same windows: exp(sum nll / sum tokens) of each, from
-    per-window summed negative log-likelihoods and token counts, bootstrapped over the windows together."""
-    a, b, t = (np.asarray(x, float) for x in (nll, reference_nll, tokens))
-    if not (a.shape == b.shape == t.shape) or a.ndim != 1 or a.size < 2:
-        raise ValueError(f"need per-window nll, reference nll and token counts of one length >= 2, got "
-                         f"{a.shape}, {b.shape}, {t.shape}")
+    per-window summed negative log-likelihoods and token counts, bootstrapped over the windows together. Given
+    [seeds, windows] (a reference or token counts of one model may stay [windows]), the ratio of the seed-mean
+    perplexities, as rows averaging their seeds' perplexities read: seeds and windows resampled, crossed (every
+    seed was scored on the same windows, so one draw of windows serves every seed)."""
+    a, b, t = _broadcast_seeds(*(_as_units(x, "windows") for x in (nll, reference_nll, tokens)))
+    if a.shape[-1] < 2:
+        raise ValueError(f"need per-window nll, reference nll and token counts of one length >= 2, got {a.shape}")
 
     def ratio(x, y, n, axis=-1):
         return np.exp((x.sum(axis=axis) - y.sum(axis=axis)) / n.sum(axis=axis))
 
+    if a.ndim == 2:
+        def seed_mean_ratio(x, y, n):
+            return np.exp(x.sum(-1) / n.sum(-1)).mean(-1) / np.exp(y.sum(-1) / n.sum(-1)).mean(-1)
+
+        return _over_seeds(seed_mean_ratio, (a, b, t), what, crossed=True)
     value = float(ratio(a, b, t))
     result = stats.bootstrap((a, b, t), ratio, paired=True, vectorized=True, confidence_level=CONFIDENCE,
                              n_resamples=RESAMPLES, method="percentile", random_state=np.random.default_rng(SEED))
@@ -190,16 +204,63 @@ def perplexity_ratio(nll, reference_nll, tokens, what: str = "windows") -> Inter
 
 def share_difference(pruned, pairs, other_pruned, other_pairs, what: str = "windows") -> Interval:
     """In percentage points, the share of one kind's pairs that were pruned (sum pruned / sum pairs) minus another
-    kind's, from per-window counts of both kinds on the same windows, bootstrapped over the windows together."""
-    arrays = [np.asarray(x, float) for x in (pruned, pairs, other_pruned, other_pairs)]
-    if len({a.shape for a in arrays}) != 1 or arrays[0].ndim != 1 or arrays[0].size < 2:
+    kind's, from per-window counts of both kinds on the same windows, bootstrapped over the windows together. Given
+    [seeds, windows], the mean over seeds of each seed's difference: seeds and windows resampled, crossed."""
+    arrays = _broadcast_seeds(*(_as_units(x, "windows") for x in (pruned, pairs, other_pruned, other_pairs)))
+    if arrays[0].shape[-1] < 2:
         raise ValueError(f"need four per-window counts of one length >= 2, got {[a.shape for a in arrays]}")
 
     def difference(a, n, b, m, axis=-1):
         return 100.0 * (a.sum(axis=axis) / n.sum(axis=axis) - b.sum(axis=axis) / m.sum(axis=axis))
 
+    if arrays[0].ndim == 2:
+        return _over_seeds(lambda *x: difference(*x).mean(axis=-1), arrays, what, crossed=True)
     value = float(difference(*arrays))
     result = stats.bootstrap(tuple(arrays), difference, paired=True, vectorized=True, confidence_level=CONFIDENCE,
                              n_resamples=RESAMPLES, method="percentile", random_state=np.random.default_rng(SEED))
     low, high = result.confidence_interval
     return Interval(value, min(float(low), value), max(float(high), value), f"{arrays[0].size} {what}, paired")
+
+
+def _as_units(values, what: str) -> np.ndarray:
+    """[units], or [seeds, units] with more than one seed ([1, units] is read as [units])."""
+    array = np.asarray(values, dtype=float)
+    if array.ndim == 2 and array.shape[0] == 1:
+        array = array[0]
+    if array.ndim not in (1, 2):
+        raise ValueError(f"need [{what}] or [seeds, {what}], got shape {array.shape}")
+    return array
+
+
+def _broadcast_seeds(*arrays: np.ndarray) -> list[np.ndarray]:
+    """``arrays`` on one shape: a [units] array beside [seeds, units] ones is one model's (or one count's), the same
+    at every seed."""
+    seeds = {a.shape[0] for a in arrays if a.ndim == 2}
+    units = {a.shape[-1] for a in arrays}
+    if len(seeds) > 1 or len(units) > 1:
+        raise ValueError(f"need arrays on the same units (and seeds), got shapes {[a.shape for a in arrays]}")
+    if not seeds:
+        return list(arrays)
+    shape = (seeds.pop(), units.pop())
+    return [np.broadcast_to(a, shape) for a in arrays]
+
+
+def _over_seeds(statistic, arrays, what: str, crossed: bool) -> Interval:
+    """``statistic`` (of [..., seeds, units] arrays, a value per leading index) with its percentile interval from a
+    two-level bootstrap: seeds drawn with replacement, then units, the arrays always together. ``crossed``: every
+    seed was measured on the same units (the same test windows), so one draw of units serves every drawn seed and
+    the test set's sampling is counted once, not averaged away over seeds; otherwise (each seed's own repeats) units
+    are drawn within each drawn seed."""
+    seeds, n = arrays[0].shape
+    value = float(statistic(*arrays))
+    rng = np.random.default_rng(SEED)
+    batch = _batch(seeds * n)
+    draws = []
+    for start in range(0, RESAMPLES, batch):
+        size = min(batch, RESAMPLES - start)
+        chosen = rng.integers(seeds, size=(size, seeds, 1))
+        units = rng.integers(n, size=(size, 1, n) if crossed else (size, seeds, n))
+        draws.append(statistic(*(a[chosen, units] for a in arrays)))
+    low, high = np.quantile(np.concatenate(draws), [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
+    return Interval(value, min(float(low), value), max(float(high), value),
+                    f"{seeds} seeds x {examples_text(n, what)}, paired" + ("" if crossed else " within each seed"))

@@ -98,6 +98,60 @@ def test_a_perplexity_ratio_is_exp_of_the_mean_log_likelihood_difference():
     assert interval.value == pytest.approx(math.exp(0.1)) and interval.low == pytest.approx(math.exp(0.1))
 
 
+def test_over_seeds_a_perplexity_ratio_is_the_ratio_of_seed_mean_perplexities():
+    # by hand: one token a window; seed 0 perplexity exp(ln 4 / 2) = 2, seed 1 exp(ln 9 / 2) = 3, the reference 1
+    nll = np.array([[0.0, math.log(4.0)], [math.log(9.0), 0.0]])
+    reference = np.zeros(2)  # one model's windows, paired with every seed
+    interval = statistics.perplexity_ratio(nll, reference, np.ones(2))
+    assert interval.value == pytest.approx(2.5) and interval.covers == "2 seeds x 2 windows, paired"
+    # windows drawn {0, 0} (chance 1/4) give the seeds perplexities 1 and 9, {1, 1} 4 and 1; with seed draws
+    # {0, 0}, {1, 1} (1/4 each): 1 has chance 1/8 (above 2.5%) and 9 has 1/16, the extremes of the interval
+    assert interval.low == pytest.approx(1.0) and interval.high == pytest.approx(9.0)
+
+
+def test_over_seeds_a_perplexity_ratio_matches_a_crossed_bootstrap_loop_written_out():
+    rng = np.random.default_rng(11)
+    reference = rng.normal(300.0, 20.0, (3, 60))
+    # a cost that varies by window alike at every seed: drawing windows per seed would average it away
+    nll = reference + rng.normal(2.0, 8.0, 60) + rng.normal(0.0, 1.0, (3, 60))
+    tokens = rng.integers(100, 140, 60).astype(float)
+
+    def seed_mean_ratio(x, y, t):
+        return np.exp(x.sum(1) / t.sum()).mean() / np.exp(y.sum(1) / t.sum()).mean()
+
+    draws = []
+    for _ in range(4000):
+        seeds, windows = rng.integers(3, size=3), rng.integers(60, size=60)  # the same windows for every seed
+        draws.append(seed_mean_ratio(nll[seeds][:, windows], reference[seeds][:, windows], tokens[windows]))
+    interval = statistics.perplexity_ratio(nll, reference, tokens)
+    assert interval.value == pytest.approx(seed_mean_ratio(nll, reference, tokens))
+    assert (interval.low, interval.high) == pytest.approx(tuple(np.quantile(draws, [0.025, 0.975])), abs=1e-3)
+    assert interval.covers == "3 seeds x 60 windows, paired"
+
+
+def test_over_seeds_a_speed_up_is_the_mean_of_each_seeds_ratio_of_medians():
+    rng = np.random.default_rng(2)
+    pruned = rng.normal(10.0, 0.2, (2, 9))
+    interval = statistics.ratio_of_medians(pruned * [[2.0], [3.0]], pruned)  # seed 0 exactly 2x, seed 1 3x
+    # seeds drawn {0, 0}, {0, 1}, {1, 1}: 2, 2.5, 3 with chances 1/4, 1/2, 1/4
+    assert (interval.value, interval.low, interval.high) == pytest.approx((2.5, 2.0, 3.0))
+    assert interval.covers == "2 seeds x 9 interleaved repeats, paired within each seed"
+
+
+def test_over_seeds_a_share_difference_averages_each_seeds_difference():
+    pairs = np.full((2, 4), 10.0)
+    pruned = np.array([[9.0, 9.0, 9.0, 9.0], [7.0, 7.0, 7.0, 7.0]])  # 90% and 70% of one kind's pairs
+    other = np.array([[5.0, 5.0, 5.0, 5.0], [5.0, 5.0, 5.0, 5.0]])  # 50% of the other's
+    interval = statistics.share_difference(pruned, pairs, other, pairs)
+    assert (interval.value, interval.low, interval.high) == pytest.approx((30.0, 20.0, 40.0))
+    assert interval.covers == "2 seeds x 4 windows, paired"
+
+
+def test_seeds_that_do_not_line_up_are_refused():
+    with pytest.raises(ValueError, match="same units"):
+        statistics.perplexity_ratio(np.ones((2, 5)), np.ones((3, 5)), np.ones(5))
+
+
 def test_an_interval_must_contain_its_estimate():
     with pytest.raises(ValueError, match="does not contain"):
         Interval(2.0, 0.0, 1.0, "")

@@ -299,3 +299,80 @@ def test_a_claim_pairs_rows_whose_examples_come_in_another_order():
     stored[outcomes.outcome_key(rows[1], "unit_ids")] = ids[order] + 1  # scored on other examples: no pairing
     unpaired = C.claim_by_id("baa-agnews-budgeted").judge(rows, C.Evidence(outcomes=stored))
     assert "unpaired" in unpaired.covers
+
+
+def _two_seed_perplexity_runs(rng, ids_order=None):
+    """Dense and pruned rows of two seed runs on the same 40 windows (different models at each seed), their stored
+    per-window outcomes, and the merged rows the report judges."""
+    from bab.experiments.context_pruning import GPT2_METHODS as GPT2
+    from bab.report.seeds import average_seed_rows
+
+    tokens = rng.integers(100, 160, 40).astype(float)
+    ids = rng.permutation(40).astype(np.int64) * 7919  # unsorted ids: pairing must follow them, not positions
+    per_seed, stored = {}, {}
+    for seed, cost in ((7, 2.0), (13, 6.0)):
+        dense_nll = rng.normal(300.0, 20.0, 40)
+        pruned_nll = dense_nll + rng.normal(cost, 1.0, 40)
+        seed_ids = ids if ids_order is None or seed == 7 else ids[ids_order]
+        rows = []
+        for method, budget, nll in ((GPT2.dense, 1.0, dense_nll), (GPT2.headline, 0.2, pruned_nll)):
+            r = row(method, budget, cost=budget, seeds=[seed], runs=[f"{method.name}-{seed}"], speedup=2.0,
+                    analytic_limit=3.0, perplexity=float(np.exp(nll.sum() / tokens.sum())))
+            stored.update({outcomes.outcome_key(r, "window_nll"): nll, outcomes.outcome_key(r, "window_tokens"): tokens,
+                           outcomes.outcome_key(r, "unit_ids"): seed_ids,
+                           outcomes.outcome_key(r, "dense_ms"): 4.0 + rng.normal(0, 0.1, 15),
+                           outcomes.outcome_key(r, "ms"): 2.0 + rng.normal(0, 0.1, 15)})
+            rows.append(r)
+        per_seed[seed] = rows
+    return per_seed, stored, average_seed_rows(per_seed)
+
+
+def test_rows_averaging_two_seed_runs_take_their_perplexity_interval_over_seeds_and_windows():
+    per_seed, stored, merged = _two_seed_perplexity_runs(np.random.default_rng(12))
+    verdict = C.claim_by_id("dcp-perplexity-gpt2").judge(merged, C.Evidence({"06": per_seed}, outcomes=stored))
+    # by hand: the merged rows' perplexities are each seed's mean, and the ratio is theirs
+    by_hand = (np.mean([s[1]["perplexity"] for s in per_seed.values()])
+               / np.mean([s[0]["perplexity"] for s in per_seed.values()]))
+    assert verdict.ours == pytest.approx(by_hand) and verdict.covers == "2 seeds x 40 windows, paired"
+    assert verdict.low < by_hand < verdict.high
+    speed = C.claim_by_id("dcp-throughput").judge(merged, C.Evidence({"06": per_seed}, outcomes=stored))
+    assert speed.covers == "2 seeds x 15 interleaved repeats, paired within each seed"
+
+
+def test_a_seed_run_without_its_windows_gives_a_point_estimate_that_says_so():
+    per_seed, stored, merged = _two_seed_perplexity_runs(np.random.default_rng(12))
+    del stored[outcomes.outcome_key(per_seed[13][1], "window_nll")]
+    verdict = C.claim_by_id("dcp-perplexity-gpt2").judge(merged, C.Evidence({"06": per_seed}, outcomes=stored))
+    assert verdict.low == verdict.high == verdict.ours
+    assert verdict.covers == "point estimate: per-window log-likelihoods are not stored for every row and seed, so " \
+                             "no interval"
+
+
+def test_seed_runs_scored_on_windows_in_another_order_are_not_paired_by_position():
+    order = np.roll(np.arange(40), 1)
+    per_seed, stored, merged = _two_seed_perplexity_runs(np.random.default_rng(12), ids_order=order)
+    verdict = C.claim_by_id("dcp-perplexity-gpt2").judge(merged, C.Evidence({"06": per_seed}, outcomes=stored))
+    assert verdict.low == verdict.high
+    assert verdict.covers == "point estimate: per-window log-likelihoods are kept but not on the same units and " \
+                             "seeds, so no interval"
+    # timing repeats are each seed's own whatever units it was scored on: they still give an interval
+    speed = C.claim_by_id("dcp-throughput").judge(merged, C.Evidence({"06": per_seed}, outcomes=stored))
+    assert speed.covers == "2 seeds x 15 interleaved repeats, paired within each seed" and speed.low < speed.high
+
+
+def test_token_counts_follow_the_windows_when_pairing_reorders_them():
+    from bab.core.statistics import perplexity_ratio
+    from bab.experiments.context_pruning import GPT2_METHODS as GPT2
+
+    rng = np.random.default_rng(13)
+    tokens = rng.integers(20, 400, 30).astype(float)  # windows of very different lengths
+    nll = tokens * rng.normal(3.0, 0.3, 30)
+    ids = rng.permutation(30).astype(np.int64)
+    dense, pruned = row(GPT2.dense, 1.0, perplexity=1.0), row(GPT2.headline, 0.2, perplexity=1.1, cost=0.2)
+    stored = {outcomes.outcome_key(dense, "window_nll"): nll, outcomes.outcome_key(dense, "unit_ids"): ids,
+              outcomes.outcome_key(pruned, "window_nll"): nll * 1.1, outcomes.outcome_key(pruned, "unit_ids"): ids,
+              outcomes.outcome_key(pruned, "window_tokens"): tokens}
+    verdict = C.claim_by_id("dcp-perplexity-gpt2").judge([dense, pruned], C.Evidence(outcomes=stored))
+    order = np.argsort(ids)  # by hand: every array in the order of its windows' ids
+    expected = perplexity_ratio(nll[order] * 1.1, nll[order], tokens[order])
+    assert (verdict.ours, verdict.low, verdict.high) == pytest.approx((expected.value, expected.low, expected.high))

@@ -12,8 +12,12 @@ from bab.core.outcomes import align, outcome_key
 from bab.core.statistics import Interval
 from bab.experiments.profiles import held_out_size
 from bab.report.claims.verdicts import _value
+from bab.report.seeds import row_key
 
 # ----------------------------------------------------------------------------- evidence: what intervals come from
+
+# kinds measured per repeat, not per test unit: each seed's repeats are its own, whatever units it was scored on
+TIMINGS = ("dense_ms", "ms")
 
 
 @dataclass(frozen=True)
@@ -27,24 +31,71 @@ class Evidence:
     outcomes: dict = field(default_factory=dict)  # {outcome_key(row): per-example outcomes} (bab.core.outcomes)
 
     def series(self, row: dict | None, kind: str):
-        """``row``'s per-unit measurements of ``kind`` (``bab.core.outcomes.KINDS``), or None."""
-        return None if row is None else self.outcomes.get(outcome_key(row, kind))
+        """``row``'s per-unit measurements of ``kind`` (``bab.core.outcomes.KINDS``), or None. A row averaging its
+        seed runs' rows (``bab.report.seeds``) has those rows' measurements, [seeds, units], where every seed's run
+        kept them on the same units."""
+        if row is None:
+            return None
+        own = self.outcomes.get(outcome_key(row, kind))
+        return own if own is not None else self._over_seed_runs(row, kind)
+
+    def seed_run_rows(self, row: dict) -> list[dict] | None:
+        """The rows of each seed run that ``row`` averages (``bab.report.seeds.average_seed_rows``), in its seeds'
+        order, or None for a row of one seed or of runs not at hand."""
+        seeds = sorted(row.get("seeds") or [])
+        if len(seeds) < 2:
+            return None
+        for runs in self.seed_rows.values():
+            per_seed = {int(seed): rows for seed, rows in runs.items()}
+            found = [next((r for r in per_seed.get(seed, ()) if row_key(r) == row_key(row)), None) for seed in seeds]
+            if all(r is not None for r in found):
+                return found
+        return None
+
+    def _over_seed_runs(self, row: dict, kind: str) -> np.ndarray | None:
+        found = self.seed_run_rows(row)
+        if found is None:
+            return None
+        arrays = [self.outcomes.get(outcome_key(r, kind)) for r in found]
+        ids = [self.outcomes.get(outcome_key(r, "unit_ids")) for r in found]
+        if any(a is None or a.ndim != 1 or a.shape != arrays[0].shape for a in arrays):
+            return None
+        if kind not in TIMINGS and (any(i is None for i in ids) != all(i is None for i in ids) or (
+                ids[0] is not None and not all(np.array_equal(i, ids[0]) for i in ids))):
+            return None  # the seeds' runs were not measured on the same units in the same order
+        return arrays[0] if kind == "unit_ids" else np.stack(arrays)
+
+    def stored(self, row: dict, kind: str) -> bool:
+        """Whether ``row`` (or every seed run's row it averages) kept its per-unit measurements of ``kind``."""
+        if outcome_key(row, kind) in self.outcomes:
+            return True
+        found = self.seed_run_rows(row)
+        return found is not None and all(outcome_key(r, kind) in self.outcomes for r in found)
 
     def speedup(self, row: dict) -> Interval | None:
-        """A speed-up's interval over its interleaved repeats (dense and method timed back to back), or None."""
+        """A speed-up's interval over its interleaved repeats (dense and method timed back to back; over seeds too
+        for a row averaging several seeds' models), or None."""
         dense, ours = self.series(row, "dense_ms"), self.series(row, "ms")
-        if dense is None or ours is None or dense.shape != ours.shape or dense.ndim != 1 or dense.size < 2:
+        if dense is None or ours is None or dense.shape != ours.shape or dense.shape[-1] < 2:
             return None
         return statistics.ratio_of_medians(dense, ours)
 
     def perplexity_ratio(self, row: dict, reference: dict) -> Interval | None:
-        """Perplexity of ``row`` over ``reference``'s on the same held-out windows, bootstrapped over the windows,
-        or None unless both rows kept each window's log-likelihood."""
+        """Perplexity of ``row`` over ``reference``'s on the same held-out windows, bootstrapped over the windows
+        (and the seeds of rows averaging several), or None unless both rows kept each window's log-likelihood."""
         nll, reference_nll = self.matched_outcomes([row, reference], "window_nll") or (None, None)
-        tokens = self.series(row, "window_tokens")
-        if nll is None or tokens is None or not (nll.shape == reference_nll.shape == tokens.shape) or nll.ndim != 1:
+        tokens = self.matched_outcomes([row], "window_tokens")
+        if nll is None or tokens is None or not self.same_seeds([row, reference], [nll, reference_nll]) or not (
+                nll.shape[-1] == reference_nll.shape[-1] == tokens[0].shape[-1]):
             return None
-        return statistics.perplexity_ratio(nll, reference_nll, tokens)
+        return statistics.perplexity_ratio(nll, reference_nll, tokens[0])
+
+    @staticmethod
+    def same_seeds(rows, arrays) -> bool:
+        """Whether the [seeds, units] ones of ``arrays`` (``rows``' outcomes) can be paired seed by seed: their rows
+        averaged the same seeds. A [units] array is one model's, paired with every seed."""
+        stacked = [sorted(row.get("seeds") or []) for row, a in zip(rows, arrays, strict=True) if a.ndim == 2]
+        return all(seeds == stacked[0] for seeds in stacked)
 
     def matched_outcomes(self, rows, kind: str = "correct") -> list[np.ndarray] | None:
         """The ``kind`` outcomes of ``rows`` in one order of units (matched by their unit ids where the rows kept
@@ -78,6 +129,15 @@ class Evidence:
         combined = np.stack([sum(c * 100.0 * a for (_, c), a in zip(terms, arrays, strict=True))
                              for arrays in per_seed])
         return statistics.paired_difference(combined, np.zeros_like(combined))
+
+    def no_interval(self, rows, kind: str, what: str, estimate: str = "point estimate") -> str:
+        """Why ``rows`` give only ``estimate`` without an interval, for its line: their per-unit ``what`` (of
+        ``kind``) are missing for a row or one of its seeds, or are kept but cannot be paired (other units, other
+        seeds)."""
+        if not all(self.stored(row, kind) for row in rows):
+            seeds = " and seed" if any(len(row.get("seeds") or []) > 1 for row in rows) else ""
+            return f"{estimate}: {what} are not stored for every row{seeds}, so no interval"
+        return f"{estimate}: {what} are kept but not on the same units and seeds, so no interval"
 
     def examples(self, row: dict) -> int | None:
         """How many test examples ``row``'s accuracy was measured on, or None when unknown."""

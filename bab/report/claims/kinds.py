@@ -229,9 +229,9 @@ class Speed(Claim):
                 f", less its rounding {self.delta:g}")
         else:
             region = at_most(1.0 + self.delta, f"no speed-up: at most 1x plus the paper's rounding {self.delta:g}")
-        interval = (evidence or Evidence()).speedup(found) or _exact(
-            ours, "point estimate: the median of interleaved repeats; the per-repeat times are not stored, so no "
-                  "interval")
+        evidence = evidence or Evidence()
+        interval = evidence.speedup(found) or _exact(ours, evidence.no_interval(
+            [found], "ms", "the per-repeat times", "point estimate, the median of interleaved repeats"))
         return judged(region, interval, theirs, f"{ours:.2f}x measured vs the paper's {theirs:.2f}x"
                       + ("" if limit is None else f", analytic limit {limit:.2f}x"), ".2f")
 
@@ -278,8 +278,9 @@ class PerplexityHeld(Claim):
         ratio = _value(found, "perplexity") / _value(dense, "perplexity")
         kept = _value(found, "cost")
         at = "" if kept is None else f" with {1 - kept:.0%} of the context pruned"
-        interval = (evidence or Evidence()).perplexity_ratio(found, dense) or _exact(
-            ratio, "point estimate: per-window log-likelihoods are not stored, so no interval")
+        evidence = evidence or Evidence()
+        interval = evidence.perplexity_ratio(found, dense) or _exact(ratio, evidence.no_interval(
+            [found, dense], "window_nll", "per-window log-likelihoods"))
         return judged(self.region, interval, None, f"perplexity {ratio:.3f}x {reference.label()}{at}", ".3f")
 
 

@@ -51,9 +51,10 @@ class KindsFirst(Claim):
     def _difference(self, row: dict, other: dict, evidence: Evidence):
         matched = evidence.matched_outcomes([row, other], "window_pruned")
         pairs = evidence.matched_outcomes([row, other], "window_pairs")
-        if matched is None or pairs is None or matched[0].ndim != 1 or matched[0].size < 2:
+        if matched is None or pairs is None or matched[0].shape[-1] < 2 or not evidence.same_seeds(
+                [row, other], matched):
             return _exact(float(row["value"]) - float(other["value"]),
-                          "point estimate: per-window counts are not stored, so no interval")
+                          evidence.no_interval([row, other], "window_pruned", "per-window counts"))
         return statistics.share_difference(matched[0], pairs[0], matched[1], pairs[1])
 
     def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
@@ -254,7 +255,7 @@ def _perplexity_part(region: Region, row: dict, reference: dict, evidence: Evide
     kept, a point estimate where they did not."""
     ratio = float(row["perplexity"]) / float(reference["perplexity"])
     interval = evidence.perplexity_ratio(row, reference) or _exact(
-        ratio, "point estimate: per-window log-likelihoods are not stored, so no interval")
+        ratio, evidence.no_interval([row, reference], "window_nll", "per-window log-likelihoods"))
     return judged(region, interval, None, f"{line}, ratio {ratio:.3f}", ".3f")
 
 
