@@ -117,10 +117,10 @@ def run(args):
     try:
         if args.record_only is not None:
             print(f"wrote {write_record(args.record_only)}")
-            return 0
+            return _cost_table_beside(args.record_only)
         if args.pages_only is not None:
             print(f"wrote {rebuild_pages(args.pages_only, args.notebooks_dir)}")
-            return 0
+            return _cost_table_beside(args.pages_only)
         if args.timings:
             print_timings(Path(args.reports_dir) / args.profile)
             return 0
@@ -130,12 +130,13 @@ def run(args):
             print(f"merged {', '.join(merged)} into {target}; wrote {target / 'index.html'}")
             if older:
                 print(f"kept the record's runs as new as or newer than {', '.join(older)}")
-            return 0
+            return _cost_table_beside(target)
         if args.verdicts_against is not None:
             print(compare_verdicts(Path(args.verdicts_against), Path(args.reports_dir) / args.profile))
             return 0
-        return build_report(args.profile, args.notebooks_dir, args.reports_dir, only=args.only, jobs=args.jobs,
+        code = build_report(args.profile, args.notebooks_dir, args.reports_dir, only=args.only, jobs=args.jobs,
                             threads=args.threads, seeds=seed_list(args.seeds))
+        return code if code != 0 else _cost_table_beside(Path(args.reports_dir) / args.profile)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -143,3 +144,11 @@ def run(args):
         print("\ninterrupted: the previous report was kept", file=sys.stderr)
         return 130
 
+
+def _cost_table_beside(folder) -> int:
+    """The README beside a finished paper record shows its cost table (``bab.report.record.write_cost_table``)."""
+    from bab.report.record import write_cost_table
+
+    if (readme := write_cost_table(folder)) is not None:
+        print(f"wrote the record's cost table into {readme}")
+    return 0

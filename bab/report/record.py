@@ -173,7 +173,7 @@ def seeds_section(seed_rows: dict) -> list[str]:
 def cost_table(models: dict, runs: list[dict]) -> list[str]:
     """A Markdown table, one line per notebook run: its wall time and the models behind its rows (``models``:
     results.json's {run stem: models used}) with their training time, then the total with each model counted once.
-    ``reports/README.md`` shows the committed record's."""
+    ``reports/README.md`` shows the committed record's (``write_cost_table``)."""
     lines = ["| notebook | wall time | models | their training time |", "|---|---|---|---|"]
     seconds_of = {}
     for run in sorted(runs, key=lambda r: r.get("notebook", "")):
@@ -240,3 +240,24 @@ def write_record(folder, notebooks_dir=None) -> Path:
     code_now = current_code(PACKAGE_ROOT / "notebooks" if notebooks_dir is None else notebooks_dir)
     path.write_text(record_markdown(results, runs, code_now), encoding="utf-8")
     return path
+
+
+def write_cost_table(folder) -> Path | None:
+    """Put the cost table of the record in ``folder`` (a finished report at profile paper) in place of the one in
+    the README beside it (``reports/README.md``: from its header row to its "| all |" row), so the two never
+    disagree; the README's path, or None (nothing written) where the report is of another profile or there is no
+    such README or table."""
+    folder = Path(folder)
+    results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
+    readme = folder.parent / "README.md"
+    if results.get("profile") != "paper" or not readme.is_file():
+        return None
+    runs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted((folder / "runs").glob("*.json"))]
+    table = cost_table(results.get("models") or {}, runs)
+    lines = readme.read_text(encoding="utf-8").split("\n")
+    start = next((i for i, line in enumerate(lines) if line.startswith(table[0])), None)
+    end = None if start is None else next((i for i in range(start, len(lines)) if lines[i].startswith("| all |")), None)
+    if end is None:
+        return None
+    readme.write_text("\n".join(lines[:start] + table + lines[end + 1:]), encoding="utf-8")
+    return readme

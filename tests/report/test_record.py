@@ -29,6 +29,26 @@ def test_reports_readme_shows_what_the_committed_record_cost():
         f"reports/README.md's cost table is not the committed record's; replace it with:\n{table}")
 
 
+def test_rewriting_a_records_files_rewrites_the_cost_table_in_the_readme_beside_it(tmp_path):
+    copy = tmp_path / "paper"
+    shutil.copytree(ROOT / "reports" / "paper", copy)
+    readme = tmp_path / "README.md"
+    readme.write_text("# Before\n\n| notebook | wall time | models | their training time |\n|---|---|---|---|\n"
+                      "| 01_old | 1 s | 1 | 1 s |\n| all | 1 s | 1 | 1 s |\n\n# After\n")
+    assert bab_main(["report", "--record-only", str(copy)]) == 0
+    results = json.loads((copy / "results.json").read_text())
+    runs = [json.loads(p.read_text()) for p in sorted((copy / "runs").glob("*.json"))]
+    table = "\n".join(cost_table(results.get("models") or {}, runs))
+    assert readme.read_text() == f"# Before\n\n{table}\n\n# After\n"
+    # a report of another profile leaves the committed record's table alone
+    quick = tmp_path / "quick"
+    shutil.copytree(copy, quick)
+    (quick / "results.json").write_text(json.dumps({**results, "profile": "quick"}))
+    readme.write_text("| notebook | wall time | models | their training time |\n| all | 1 s | 1 | 1 s |\n")
+    assert bab_main(["report", "--record-only", str(quick)]) == 0
+    assert readme.read_text() == "| notebook | wall time | models | their training time |\n| all | 1 s | 1 | 1 s |\n"
+
+
 def test_the_cost_table_counts_a_shared_model_once_in_the_total():
     models = {"03": [{"run": "dense", "train_seconds": 3600.0}, {"run": "heads", "train_seconds": 1800.0}],
               "04": [{"run": "dense", "train_seconds": 3600.0}, {"run": "other", "train_seconds": None}]}
