@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+# The unit tests and the stored notebook outputs are float32's: a caller's $BAB_PRECISION (the default precision of
+# every training config, bab.core.precision) would change what the tests train.
+os.environ.pop("BAB_PRECISION", None)
+
 
 def _csv_dataset(name: str) -> str | None:
     """A classification CSV data set (bab.data.text.resolve_dataset_dir, without the online hub)."""

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up .venv when missing, then regenerate the report or run the tests.
 #
-#   ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N] [--threads N]   build reports/<profile>/
+#   ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N] [--threads N] [--precision P]
+#                                                               build reports/<profile>/
 #   ./run_all.sh test [extra pytest args]                       unit tests + nbval over notebooks/
 #   ./run_all.sh setup                                          .venv only
 set -euo pipefail
@@ -9,7 +10,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 
 usage() {
     cat <<'USAGE'
-usage: ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N] [--threads N]
+usage: ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N] [--threads N] [--precision P]
        ./run_all.sh test [extra pytest args]
        ./run_all.sh setup
 
@@ -22,6 +23,8 @@ usage: ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N] [--t
                 thread each; never more jobs than cores)
   --threads N   torch threads per notebook (default: the cores divided among the jobs); models are cached
                 per thread count, so --only 07 --threads 1 reuses models trained with BAB_THREADS=1
+  --precision P float32 (default) or bfloat16: the notebooks train under bfloat16 autocast, faster where the
+                CPU multiplies bfloat16 natively (python -m bab bench precision); models are cached apart
 USAGE
 }
 
@@ -34,6 +37,7 @@ profile=quick
 only=""
 jobs=""
 threads=""
+precision=""
 if [[ "${1:-}" == "test" ]]; then
     mode=test
     shift
@@ -52,6 +56,8 @@ else
             --jobs=*) jobs="${1#*=}"; shift ;;
             --threads) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; threads="$2"; shift 2 ;;
             --threads=*) threads="${1#*=}"; shift ;;
+            --precision) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; precision="$2"; shift 2 ;;
+            --precision=*) precision="${1#*=}"; shift ;;
             -h|--help) usage; exit 0 ;;
             *) printf 'unknown option: %s\n' "$1" >&2; usage >&2; exit 2 ;;
         esac
@@ -66,6 +72,10 @@ else
     fi
     if [[ -n "$threads" && ! "$threads" =~ ^[1-9][0-9]*$ ]]; then
         printf -- '--threads must be a positive whole number of torch threads per notebook, got %s\n' "$threads" >&2
+        usage >&2; exit 2
+    fi
+    if [[ -n "$precision" && "$precision" != float32 && "$precision" != bfloat16 ]]; then
+        printf -- '--precision must be float32 or bfloat16, got %s\n' "$precision" >&2
         usage >&2; exit 2
     fi
 fi
@@ -182,5 +192,6 @@ args=(--profile "$profile")
 [[ -n "$only" ]] && args+=(--only "$only")
 [[ -n "$jobs" ]] && args+=(--jobs "$jobs")
 [[ -n "$threads" ]] && args+=(--threads "$threads")
+[[ -n "$precision" ]] && args+=(--precision "$precision")
 say "building the report: $PY -m bab report ${args[*]}"
 exec "$PY" -m bab report "${args[@]}"

@@ -33,6 +33,7 @@ def test_notebook_kernels_get_the_smoke_threads_and_instruction_sets_and_unit_te
     from bab.report.regression import SMOKE_NUMERICS_ENV, SMOKE_THREADS
 
     monkeypatch.setenv("BAB_THREADS", "2")  # what a caller asked for
+    monkeypatch.delenv("BAB_PRECISION", raising=False)  # restored (unset) after the test
     for name in SMOKE_NUMERICS_ENV:
         monkeypatch.delenv(name, raising=False)  # restored after the test, whatever was set before
     conftest.pytest_runtest_setup(SimpleNamespace(fspath="tests/core/test_threads.py"))
@@ -42,6 +43,7 @@ def test_notebook_kernels_get_the_smoke_threads_and_instruction_sets_and_unit_te
     assert conftest.os.environ["BAB_THREADS"] == "1" == str(SMOKE_THREADS)
     assert conftest.os.environ["ATEN_CPU_CAPABILITY"] == "avx2"
     assert conftest.os.environ["MKL_CBWR"] == "AVX2"
+    assert conftest.os.environ["BAB_PRECISION"] == "float32"
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the pinned instruction sets are x86's")

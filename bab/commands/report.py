@@ -35,6 +35,10 @@ def add_arguments(parser):
                         help="torch threads per notebook (default: the cores divided among the jobs); the run cache "
                              "keys models by thread count, so --only with --threads 1 reuses models trained by "
                              "BAB_THREADS=1 python -m bab train")
+    parser.add_argument("--precision", default=None, choices=("float32", "bfloat16"),
+                        help="the notebooks' training precision (default: $BAB_PRECISION, else float32): bfloat16 "
+                             "autocast pays where the CPU multiplies bfloat16 natively (AVX-512 BF16, AMX; see "
+                             "python -m bab bench precision) and trains slightly different models, cached apart")
     parser.add_argument("--seeds", default=None,
                         help="comma-separated seeds, e.g. 7,13: run the seeded notebooks (03-06 at paper) at only "
                              "these of their seeds, keeping the other seeds' runs, so a record can be built one seed "
@@ -135,7 +139,8 @@ def run(args):
             print(compare_verdicts(Path(args.verdicts_against), Path(args.reports_dir) / args.profile))
             return 0
         code = build_report(args.profile, args.notebooks_dir, args.reports_dir, only=args.only, jobs=args.jobs,
-                            threads=args.threads, seeds=seed_list(args.seeds))
+                            threads=args.threads, seeds=seed_list(args.seeds),
+                            precision=args.precision)
         return code if code != 0 else _cost_table_beside(Path(args.reports_dir) / args.profile)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)

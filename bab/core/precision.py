@@ -7,13 +7,16 @@ hardware multiplies bfloat16 natively (AVX-512 BF16 or AMX on CPU, any recent GP
 training step of the quick profile's models ran 1.35-1.75x faster (``python -m bab bench precision``). Without that
 support torch emulates it and training gets slower, so ``run_training`` warns.
 
-float32 is the default and what every profile trains with: bfloat16 trains slightly different weights, so its runs
-are cached under their own keys.
+float32 is the default and what every profile trains with. ``$BAB_PRECISION`` changes the default of every training
+config built after it is read (``python -m bab report --precision bfloat16`` sets it for the notebooks' kernels);
+a config that names its precision keeps it. bfloat16 trains slightly different weights, so its runs are cached
+under their own keys (the precision is a config field, keyed as any other).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 from collections.abc import Callable
 from functools import partial
@@ -22,11 +25,22 @@ import pandas as pd
 import torch
 
 PRECISIONS = ("float32", "bfloat16")
+PRECISION_ENV = "BAB_PRECISION"
 
 
 def check_precision(precision: str, owner: str = "precision") -> None:
     if precision not in PRECISIONS:
         raise ValueError(f"{owner} must be one of {PRECISIONS}, got {precision!r}")
+
+
+def default_precision() -> str:
+    """``$BAB_PRECISION`` when set, else float32: the precision of a training config that names none. Read when the
+    config is built, so a notebook's profile follows the variable its kernel started with."""
+    env = os.environ.get(PRECISION_ENV, "").strip()
+    if not env:
+        return "float32"
+    check_precision(env, f"${PRECISION_ENV}")
+    return env
 
 
 def native_bfloat16(device_type: str = "cpu") -> bool:

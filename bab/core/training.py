@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from bab.core.checkpoints import Checkpointer, StopSignals, random_states, restore_random_states
-from bab.core.precision import autocast, check_precision, warn_if_emulated
+from bab.core.precision import autocast, check_precision, default_precision, warn_if_emulated
 from bab.core.step_clock import StepClock
 
 
@@ -153,9 +153,10 @@ class OptimizerConfig:
     ``weight_decay``, the learning rate warmed up linearly over ``warmup_fraction`` of the steps and then decayed,
     gradients clipped to norm ``grad_clip`` (0: not clipped), ``batch_size`` examples a step, ``seed`` for the
     batch order and every draw, each step's forward pass and loss in ``precision`` (``bab.core.precision``:
-    float32, or bfloat16 autocast where the hardware has it). The methods' configs extend it with their objectives'
-    options (``bab.heads.train.TrainConfig``, ``bab.sparsifiner.train.ViTTrainConfig``,
-    ``bab.context.train.LMTrainConfig``), overriding a default where their recipe differs."""
+    float32, or bfloat16 autocast where the hardware has it; the default is ``$BAB_PRECISION``'s, else float32).
+    The methods' configs extend it with their objectives' options (``bab.heads.train.TrainConfig``,
+    ``bab.sparsifiner.train.ViTTrainConfig``, ``bab.context.train.LMTrainConfig``), overriding a default where their
+    recipe differs."""
 
     batch_size: int = 64
     lr: float = 1e-3
@@ -163,7 +164,7 @@ class OptimizerConfig:
     warmup_fraction: float = 0.05
     grad_clip: float = 1.0
     seed: int = 0
-    precision: str = "float32"
+    precision: str = field(default_factory=default_precision)
 
     def __post_init__(self):
         name = type(self).__name__

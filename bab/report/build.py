@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bab.core.folders import current_umask, swap_into_place
+from bab.core.precision import PRECISION_ENV, check_precision, default_precision
 from bab.core.provenance import git_commit
 from bab.core.threads import THREADS_ENV, available_cores
 from bab.experiments.profiles import PROFILE_NAMES as PROFILES
@@ -224,6 +225,7 @@ def run_notebook(src, staging, profile, label="", jobs=1, threads=None, seed=Non
         "commit": commit,
         "jobs": jobs,
         "threads": threads,
+        "precision": default_precision(),  # the kernel's, set by build_report
         "code": code,
         "environment": run_environment(),
     }
@@ -256,13 +258,15 @@ def clear_outputs(staging, stem, seeds=None):
 
 
 def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only=None, jobs=1, threads=None,
-                 seeds=None):
+                 seeds=None, precision=None):
     """Run the (selected) notebooks and swap a complete new reports/<profile>/ into place.
 
     ``jobs`` notebooks run at once, each kernel with ``threads`` torch threads (``$BAB_THREADS``; default: the
     cores divided among the jobs). The run cache keys a model by its thread count, so a notebook run alone
     reuses models trained one thread at a time (``BAB_THREADS=1 python -m bab train ...``) only with
     ``threads=1``. ``seeds`` runs the seeded notebooks at only those of their seeds, keeping the other seeds' runs.
+    ``precision`` (float32 or bfloat16; default ``$BAB_PRECISION``, else float32) is every training config's
+    default precision in the kernels (``bab.core.precision``), recorded in each run's record.
     Returns 0 when every selected notebook succeeded (and the comparison table rendered), else 1.
     Raises ValueError for an unknown profile, --only prefix or --jobs. On an exception or Ctrl-C the
     staging folder is removed and the previous report is left as it was.
@@ -271,6 +275,8 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
     refuse_uncommitted_training(profile, git_commit(Path(notebooks_dir).resolve().parent), doing="run the report")
     jobs = check_jobs(jobs)
     threads = check_threads(threads)
+    precision = default_precision() if precision is None else precision
+    check_precision(precision, "precision")
     notebooks_dir, reports_dir = Path(notebooks_dir).resolve(), Path(reports_dir).resolve()
     notebooks = discover_notebooks(notebooks_dir)
     selected = notebook_runs(select_notebooks(notebooks, only), profile, seeds)
@@ -287,9 +293,9 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
         previous = [last_run(reports_dir, profile, run.stem) for run in selected]
         print(estimate_line(previous, profile), flush=True)
         print(f"{jobs} notebook{'s' if jobs > 1 else ''} at once, {threads} torch thread{'s' if threads > 1 else ''} "
-              f"each ({available_cores()} cores)", flush=True)
+              f"each ({available_cores()} cores), training in {precision}", flush=True)
         t0 = time.perf_counter()
-        with kernel_env(**{THREADS_ENV: str(threads)}):
+        with kernel_env(**{THREADS_ENV: str(threads), PRECISION_ENV: precision}):
             failures = run_all_notebooks(selected, previous, staging, profile, jobs, threads)
         print(f"notebooks done in {time.perf_counter() - t0:.0f} s", flush=True)
         table_error = write_index(staging, profile, notebooks, notebooks_dir.parent)

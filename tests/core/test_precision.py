@@ -89,6 +89,26 @@ def test_an_unknown_precision_names_the_choices(config_class):
         config_class(precision="float16")
 
 
+@pytest.mark.parametrize("config_class", [TrainConfig, LMTrainConfig, ViTTrainConfig])
+def test_the_environment_sets_the_default_precision_a_named_one_wins(config_class, monkeypatch):
+    monkeypatch.setenv("BAB_PRECISION", "bfloat16")
+    assert config_class().precision == "bfloat16"
+    assert config_class(precision="float32").precision == "float32"
+    # keyed as a config that names bfloat16: a run trained under the variable is found without it, and the other way
+    assert config_key(config_class()) == config_key(dataclasses.replace(config_class(), precision="bfloat16"))
+    monkeypatch.setenv("BAB_PRECISION", " ")
+    assert config_class().precision == "float32"
+    monkeypatch.delenv("BAB_PRECISION")
+    assert config_class().precision == "float32"
+    assert config_key(config_class()) != config_key(config_class(precision="bfloat16"))
+
+
+def test_a_bad_precision_in_the_environment_names_the_variable_and_the_choices(monkeypatch):
+    monkeypatch.setenv("BAB_PRECISION", "fp16")
+    with pytest.raises(ValueError, match=r"\$BAB_PRECISION must be one of .*float32.*bfloat16.*'fp16'"):
+        TrainConfig()
+
+
 def test_emulated_bfloat16_warns_native_does_not(monkeypatch):
     monkeypatch.setattr(precision, "native_bfloat16", lambda device_type="cpu": False)
     with pytest.warns(UserWarning, match="emulates"):

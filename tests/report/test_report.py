@@ -433,6 +433,43 @@ def test_threads_override_the_cores_divided_among_the_jobs(tmp_path, monkeypatch
     assert executed.cells[-1].outputs[0]["text"].strip() == "threads 1 1"  # the kernel ran on one thread
 
 
+PRECISION_CODE = """\
+import os
+from bab.heads.train import TrainConfig
+print("precision", os.environ.get("BAB_PRECISION"), TrainConfig().precision)
+"""
+
+
+@pytest.mark.parametrize("asked, env, runs", [("bfloat16", None, "bfloat16"), (None, "bfloat16", "bfloat16"),
+                                              (None, None, "float32"), ("float32", "bfloat16", "float32")])
+def test_the_report_precision_reaches_the_kernels_training_configs_and_the_run_record(tmp_path, monkeypatch, asked,
+                                                                                     env, runs):
+    nb_dir = tmp_path / "notebooks"
+    nb_dir.mkdir()
+    write_notebook(nb_dir / "01_a.ipynb", PRECISION_CODE)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    if env is None:
+        monkeypatch.delenv("BAB_PRECISION", raising=False)
+    else:
+        monkeypatch.setenv("BAB_PRECISION", env)
+    monkeypatch.setitem(sys.modules, "bab.report.paper", fake_paper())
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = report.build_report("smoke", nb_dir, tmp_path / "reports", threads=1, precision=asked)
+    assert code == 0 and f"training in {runs}" in out.getvalue()
+    record = json.loads((tmp_path / "reports" / "smoke" / "runs" / "01_a.json").read_text())
+    assert record["precision"] == runs
+    executed = nbformat.read(str(tmp_path / "reports" / "smoke" / "01_a.ipynb"), as_version=4)
+    assert executed.cells[-1].outputs[0]["text"].strip() == f"precision {runs} {runs}"
+    assert os.environ.get("BAB_PRECISION") == env  # the caller's environment is restored
+
+
+def test_an_unknown_report_precision_is_refused_before_anything_runs(tmp_path):
+    with pytest.raises(ValueError, match="precision must be one of"):
+        report.build_report("smoke", tmp_path / "notebooks", tmp_path / "reports", precision="float16")
+    assert not (tmp_path / "reports").exists()
+
+
 def test_select_notebooks_by_prefix(notebooks):
     found = report.discover_notebooks(notebooks)
     assert [p.name for p in found] == ["01_ok.ipynb", "02_fail.ipynb"]
