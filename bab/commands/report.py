@@ -7,6 +7,7 @@ how its verdicts moved since an earlier report.
     python -m bab report --profile paper --merge /tmp/rec04/paper --only 04
     python -m bab report --profile quick --timings
     python -m bab report --profile paper --verdicts-against before.json
+    python -m bab report --profile quick --rows-against /tmp/float32/reports/quick
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ def add_arguments(parser):
                         help="run nothing: print each claim of reports/<profile>/results.json beside its verdict "
                              "in RESULTS_JSON, an earlier report's (e.g. git show <commit>:reports/paper/"
                              "results.json > before.json), as a Markdown table")
+    parser.add_argument("--rows-against", default=None, metavar="FOLDER",
+                        help="run nothing: pair every accuracy and perplexity of reports/<profile>/ with the same "
+                             "row of FOLDER, another build's report folder (e.g. one trained in float32), and print "
+                             "each change with its interval over the same test examples or windows")
 
 
 def print_timings(folder: Path) -> None:
@@ -90,6 +95,15 @@ def compare_verdicts(before: Path, folder: Path) -> str:
             raise FileNotFoundError(f"no readable results.json at {path}: build the report first, or give the file "
                                     f"an earlier report wrote")
     return changes_markdown(verdict_changes(found[before], found[folder / "results.json"]))
+
+
+def compare_rows(before: Path, folder: Path) -> str:
+    """``bab.report.row_changes`` of ``folder``'s rows against those of the report folder ``before``."""
+    from bab.report.row_changes import changes_summary, row_changes
+    from bab.report.verdict_changes import markdown_table
+
+    table = row_changes(before, folder)
+    return f"{markdown_table(table)}\n\n{changes_summary(table)}"
 
 
 def only_prefixes(only: str | None) -> list[str] | None:
@@ -135,6 +149,9 @@ def run(args):
             if older:
                 print(f"kept the record's runs as new as or newer than {', '.join(older)}")
             return _cost_table_beside(target)
+        if args.rows_against is not None:
+            print(compare_rows(Path(args.rows_against), Path(args.reports_dir) / args.profile))
+            return 0
         if args.verdicts_against is not None:
             print(compare_verdicts(Path(args.verdicts_against), Path(args.reports_dir) / args.profile))
             return 0

@@ -57,13 +57,18 @@ def verdict_changes(before: dict, now: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def changes_markdown(table: pd.DataFrame) -> str:
-    """``verdict_changes`` as a Markdown table, and a line counting the moved verdicts."""
+def markdown_table(table: pd.DataFrame) -> str:
+    """``table`` as a Markdown table (pandas' own needs the tabulate package, which bab does not install)."""
     def cell(value) -> str:
         return str(value).replace("|", "\\|").replace("\n", " ")
 
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(cell(row[c]) for c in COLUMNS) + " |" for _, row in table.iterrows()]
+    lines = ["| " + " | ".join(map(str, table.columns)) + " |", "|" + "---|" * len(table.columns)]
+    lines += ["| " + " | ".join(cell(value) for value in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def changes_markdown(table: pd.DataFrame) -> str:
+    """``verdict_changes`` as a Markdown table, and a line counting the moved verdicts."""
     counts = table["change"].value_counts()
     summary = ", ".join(f"{counts.get(kind, 0)} {kind}" for kind in ("same", "changed", "new", "gone"))
-    return "\n".join([*lines, "", f"{len(table)} claims: {summary}."])
+    return "\n".join([markdown_table(table[COLUMNS]), "", f"{len(table)} claims: {summary}."])

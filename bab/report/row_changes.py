@@ -1,0 +1,100 @@
+"""Two builds of a report row by row: what a change that should not move a result (training in bfloat16, a faster
+kernel) did to every accuracy and perplexity both builds measured, each change with its paired interval.
+
+    python -m bab report --profile quick --rows-against /tmp/float32/reports/quick
+
+Rows are matched by experiment, method, budget, settings and seeds (``bab.core.outcomes.outcome_key``) across the
+notebooks' results (``results/<notebook>.json``) and paired on the per-unit outcomes kept beside them: an accuracy
+as the difference in points over the same test examples, a perplexity as the ratio over the same windows. A
+change "holds" where its interval covers no change (0 points, a ratio of 1). Nothing is retrained or re-evaluated.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bab.core import outcomes
+from bab.core.statistics import Interval, paired_difference, perplexity_ratio
+from bab.report.results import outcomes_path, read_json
+
+COLUMNS = ["notebook", "experiment", "method", "budget", "metric", "before", "now", "change", "holds"]
+
+
+def report_rows(folder) -> tuple[list[dict], dict[str, np.ndarray]]:
+    """Every result row of a built report folder's notebooks (each with its notebook's name) and their outcomes."""
+    folder = Path(folder)
+    paths = sorted((folder / "results").glob("*.json"))
+    if not paths:
+        raise FileNotFoundError(f"{folder} holds no results/*.json: give a built report folder "
+                                f"(reports/<profile>, after ./run_all.sh or python -m bab report)")
+    rows, kept = [], {}
+    for path in paths:
+        rows += [{**row, "notebook": path.stem} for row in read_json(path)["rows"]]
+        kept.update(outcomes.read(outcomes_path(path)))
+    return rows, kept
+
+
+def _paired(kept_before, kept_now, row, kinds) -> list[np.ndarray] | None:
+    """Both builds' arrays of ``kinds`` for ``row``, put in one order of units by their ids; None where either lacks
+    one or they were not measured on the same units."""
+    arrays = [kept.get(outcomes.outcome_key(row, kind)) for kept in (kept_before, kept_now) for kind in kinds]
+    if any(a is None for a in arrays):
+        return None
+    ids = [kept.get(outcomes.outcome_key(row, "unit_ids")) for kept in (kept_before, kept_now)]
+    width = len(kinds)
+    aligned = [outcomes.align([arrays[i], arrays[width + i]], ids) for i in range(width)]
+    if any(a is None for a in aligned):
+        return None
+    return [a[0] for a in aligned] + [a[1] for a in aligned]
+
+
+def _accuracy(kept_before, kept_now, row) -> Interval | None:
+    pair = _paired(kept_before, kept_now, row, ["correct"])
+    return None if pair is None else paired_difference(pair[1], pair[0]).scaled(100)
+
+
+def _perplexity(kept_before, kept_now, row) -> Interval | None:
+    pair = _paired(kept_before, kept_now, row, ["window_nll", "window_tokens"])
+    return None if pair is None else perplexity_ratio(pair[2], pair[0], pair[1])
+
+
+# metric -> (how the change is paired, its format and unit, the value that means "no change")
+METRICS = {"accuracy": (_accuracy, "+.2f", " points", 0.0), "perplexity": (_perplexity, ".4f", "x", 1.0)}
+
+
+def row_changes(before, now) -> pd.DataFrame:
+    """One row per accuracy or perplexity that both report folders measured (``before``, ``now``: e.g.
+    reports/quick of two builds), in ``now``'s order: both values, the change with its 95% interval over the units
+    both were measured on, and whether the interval covers no change ("no outcomes" where a side kept none)."""
+    rows_before, kept_before = report_rows(before)
+    rows_now, kept_now = report_rows(now)
+    earlier = {outcomes.outcome_key(row): row for row in rows_before}
+    table = []
+    for row in rows_now:
+        old = earlier.get(outcomes.outcome_key(row))
+        if old is None:
+            continue
+        for metric, (pair, spec, unit, unchanged) in METRICS.items():
+            if row.get(metric) is None or old.get(metric) is None:
+                continue
+            change = pair(kept_before, kept_now, row)
+            holds = "no outcomes" if change is None else (
+                "yes" if change.low <= unchanged <= change.high else "no")
+            shown = "-" if change is None else change.text(spec) + unit
+            table.append({"notebook": row["notebook"], "experiment": row["experiment"], "method": row["method"],
+                          "budget": row.get("budget"), "metric": metric, "before": old[metric], "now": row[metric],
+                          "change": shown, "holds": holds})
+    if not table:
+        raise ValueError(f"{before} and {now} share no row with an accuracy or a perplexity: give two builds of the "
+                         f"same notebooks at the same profile and seeds")
+    return pd.DataFrame(table, columns=COLUMNS)
+
+
+def changes_summary(table: pd.DataFrame) -> str:
+    """'41 of 43 changes hold (interval covers no change), 2 do not, 0 without outcomes'."""
+    counts = table["holds"].value_counts()
+    return (f"{counts.get('yes', 0)} of {len(table)} changes hold (interval covers no change), "
+            f"{counts.get('no', 0)} do not, {counts.get('no outcomes', 0)} without outcomes")
