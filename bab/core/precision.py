@@ -73,8 +73,7 @@ def precision_step_bench(cases: dict[str, tuple[torch.nn.Module, Callable[[torch
     forward and loss, backward; no optimiser step) in float32 and under bfloat16 autocast, interleaved on one thread
     (``bab.core.timing``). One row per case: both medians (ms), the speed-up with its 95% interval over the paired
     repeats, how many repeats, and how far the bfloat16 loss is from the float32 one."""
-    from bab.core.statistics import ratio_of_medians
-    from bab.core.timing import single_thread, time_side_by_side
+    from bab.core.timing import single_thread, speedup_columns, time_side_by_side
 
     def step(model, loss_of, precision):
         model.train().zero_grad(set_to_none=True)
@@ -91,10 +90,6 @@ def precision_step_bench(cases: dict[str, tuple[torch.nn.Module, Callable[[torch
             losses = {p: step(model, loss_of, p) for p in PRECISIONS}
             fns = {p: partial(step, model, loss_of, p) for p in PRECISIONS}
             timing = time_side_by_side(fns, warmup=warmup, repeats=repeats)
-            full, half = (timing[p] for p in PRECISIONS)
-            speed_up = ratio_of_medians(full.times_ms, half.times_ms)
-            rows.append({"case": name, "float32 ms": full.median_ms, "bfloat16 ms": half.median_ms,
-                         "speed-up": speed_up.value, "speed-up low": speed_up.low, "speed-up high": speed_up.high,
-                         "repeats": len(full.times_ms), "float32 loss": losses["float32"],
+            rows.append({"case": name, **speedup_columns(timing, *PRECISIONS), "float32 loss": losses["float32"],
                          "bfloat16 loss": losses["bfloat16"]})
     return pd.DataFrame(rows)

@@ -98,6 +98,17 @@ def enough_repeats(times: dict[str, list[float]], baseline: str, repeats: Repeat
     return within_target(times, baseline, repeats.target)
 
 
+def speedup_columns(timing: dict[str, Timing], before: str, after: str, labels: tuple[str, str] | None = None) -> dict:
+    """A bench row's columns for two variants timed side by side (``time_side_by_side``): each median ("<label> ms";
+    ``labels`` default to the timed names), the speed-up of ``after`` over ``before`` with its 95% interval over the
+    paired repeats, and how many repeats were timed."""
+    labels = (before, after) if labels is None else labels
+    speed_up = ratio_of_medians(timing[before].times_ms, timing[after].times_ms)
+    return {f"{labels[0]} ms": timing[before].median_ms, f"{labels[1]} ms": timing[after].median_ms,
+            "speed-up": speed_up.value, "speed-up low": speed_up.low, "speed-up high": speed_up.high,
+            "repeats": len(timing[before].times_ms)}
+
+
 def _cpu_sdpa_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
     """FLOPs of the CPU flash-attention kernel: Q K^T and P V, as torch counts its CUDA kernels."""
     return sdpa_flop_count(query_shape, key_shape, value_shape)

@@ -10,3 +10,6 @@ See docs/budgeted-heads.md.
 # named ``gate_start`` (it was ``gate_init``); the study lineages name their selection and warm starts alike.
 # 3: the custom encoder trims the trailing padding a batch shares, so dropout draws (and float rounding) differ.
 TRAINING_VERSION = 3
+# Part of the key of every measurement of this method's models kept in the run cache (``Study.measured``: the
+# BERT studies' head importance). Bump it whenever what a kept measurement computes changes.
+EVALUATION_VERSION = 1

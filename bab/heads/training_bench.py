@@ -16,8 +16,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from bab.core.statistics import ratio_of_medians
-from bab.core.timing import Repeats, single_thread, time_side_by_side
+from bab.core.timing import Repeats, single_thread, speedup_columns, time_side_by_side
 from bab.heads.encoder import EncoderClassifier, MultiHeadSelfAttention, math_backend_attention, sdpa
 
 ATTENTIONS = {"SDPA": sdpa, "math_backend_attention": math_backend_attention}
@@ -53,10 +52,7 @@ def training_step_bench(cases: dict, warmup: int = 2, repeats: int | Repeats = 1
             equal = all(torch.equal(a, b) for a, b in zip(*(s.values() for s in steps.values()), strict=True))
             fns = {label: partial(training_step, model, ids, labels, fn) for label, fn in ATTENTIONS.items()}
             timing = time_side_by_side(fns, warmup=warmup, repeats=repeats)
-            before, after = (timing[label] for label in ATTENTIONS)
-            speed_up = ratio_of_medians(before.times_ms, after.times_ms)
-            rows.append({"case": name, "batch": tuple(ids.shape), "SDPA ms": before.median_ms,
-                         "math_backend_attention ms": after.median_ms, "speed-up": speed_up.value,
-                         "speed-up low": speed_up.low, "speed-up high": speed_up.high,
-                         "repeats": len(before.times_ms), "same loss and gradients": equal})
+            rows.append({"case": name, "batch": tuple(ids.shape),
+                         **speedup_columns(timing, *ATTENTIONS),
+                         "same loss and gradients": equal})
     return pd.DataFrame(rows)

@@ -15,8 +15,7 @@ from functools import partial
 import pandas as pd
 import torch
 
-from bab.core.statistics import ratio_of_medians
-from bab.core.timing import Repeats, single_thread, time_side_by_side
+from bab.core.timing import Repeats, single_thread, speedup_columns, time_side_by_side
 from bab.sparsifiner import fused
 from bab.sparsifiner.recipe import RECIPE
 from bab.sparsifiner.train import ViTTrainConfig, _step
@@ -78,9 +77,7 @@ def training_step_bench(tokens=(50, 197), keep_rates=(0.1, 0.25, 0.5), batch_siz
                 step = partial(phase2_step, student, teacher, pixels, labels, keep)
                 fns = {selection: partial(step, selection) for selection in ("torch", "auto")}
                 timing = time_side_by_side(fns, warmup=warmup, repeats=repeats)
-                speed_up = ratio_of_medians(timing["torch"].times_ms, timing["auto"].times_ms)
-                rows.append({"tokens": n, "keep_rate": keep, "torch selection ms": timing["torch"].median_ms,
-                             "fused selection ms": timing["auto"].median_ms, "speed-up": speed_up.value,
-                             "speed-up low": speed_up.low, "speed-up high": speed_up.high,
-                             "repeats": len(timing["torch"].times_ms), "same loss and gradients": equal})
+                rows.append({"tokens": n, "keep_rate": keep,
+                             **speedup_columns(timing, "torch", "auto", labels=("torch selection", "fused selection")),
+                             "same loss and gradients": equal})
     return pd.DataFrame(rows)

@@ -5,7 +5,7 @@ import time
 import pandas as pd
 import pytest
 
-from bab.core.timing import TIMES, repeat_times, time_side_by_side
+from bab.core.timing import TIMES, Timing, repeat_times, speedup_columns, time_side_by_side
 
 
 def test_time_side_by_side_keeps_every_repeat():
@@ -93,3 +93,12 @@ def test_repeats_describe_what_was_timed():
     assert Repeats(20).describe(20) == "20 repeats"
     assert Repeats(5, 0.02, 60).describe([12, 7]) == "12 / 7 repeats (5 to 60, until each speed-up was within +-2%)"
     assert Repeats(5, 0.02, 60).rule() == "5 to 60 repeats, until each speed-up was within +-2%"
+
+
+def test_speedup_columns_name_both_medians_and_the_paired_interval():
+    # every repeat of the second variant took half the first's time: the speed-up is 2 in every resample
+    timing = {"slow": Timing(12.0, [10.0, 12.0, 14.0]), "fast": Timing(6.0, [5.0, 6.0, 7.0])}
+    assert speedup_columns(timing, "slow", "fast") == {
+        "slow ms": 12.0, "fast ms": 6.0, "speed-up": 2.0, "speed-up low": 2.0, "speed-up high": 2.0, "repeats": 3}
+    assert list(speedup_columns(timing, "slow", "fast", labels=("float32", "bfloat16")))[:2] == [
+        "float32 ms", "bfloat16 ms"]

@@ -165,10 +165,20 @@ class BertStudy(TextStudy):
                                 repeats=p.timing_repeats, baseline=baseline)
 
     def head_importance(self, dense: GatedHFClassifier) -> torch.Tensor:
-        """[L, H] validation-loss increase when each head alone is masked, on the first validation examples."""
+        """[L, H] validation-loss increase when each head alone is masked, on the first validation examples.
+
+        Kept in the run cache as a measurement of the dense run (``Study.measured``): it takes one validation pass
+        per head (72 for MiniLM), and every process that looks up a post-hoc model needs it first, since the
+        recovered models' keys hold the heads it keeps."""
         val = self.splits()["val"]
-        subset = torch.utils.data.Subset(val, range(min(self.profile.importance_examples, len(val))))
-        return head_importance(dense, subset, batch_size=64)
+        examples = min(self.profile.importance_examples, len(val))
+
+        def measure():
+            subset = torch.utils.data.Subset(val, range(examples))
+            return {"scores": head_importance(dense, subset, batch_size=64).tolist()}
+
+        scores = self.measured("head-importance", dense, {"examples": examples, "batch_size": 64}, measure)["scores"]
+        return torch.tensor(scores, dtype=torch.float32)
 
     def posthoc_structural(self, dense: GatedHFClassifier, importance: torch.Tensor, budget: float):
         """Dense post-hoc structural pruning at ``budget``: (zero-shot pruned, recovered pruned, mask)."""
