@@ -6,7 +6,8 @@ kernel) did to every accuracy and perplexity both builds measured, each change w
 Rows are matched by experiment, method, budget, settings and seeds (``bab.core.outcomes.outcome_key``) across the
 notebooks' results (``results/<notebook>.json``) and paired on the per-unit outcomes kept beside them: an accuracy
 as the difference in points over the same test examples, a perplexity as the ratio over the same windows. A
-change "holds" where its interval covers no change (0 points, a ratio of 1). Nothing is retrained or re-evaluated.
+change "holds" where its interval covers no change (0 points, a ratio of 1); beside it, whether the new value lies
+inside the earlier value's own interval. Nothing is retrained or re-evaluated.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import numpy as np
 import pandas as pd
 
 from bab.core import outcomes
-from bab.core.statistics import Interval, paired_difference, perplexity_ratio
+from bab.core.statistics import Interval, accuracy_interval, paired_difference, perplexity_ratio
 from bab.report.results import outcomes_path, read_json
 
-COLUMNS = ["notebook", "experiment", "method", "budget", "metric", "before", "now", "change", "holds"]
+COLUMNS = ["notebook", "experiment", "method", "budget", "metric", "before", "now", "change", "holds",
+           "inside before's interval"]
 
 
 def report_rows(folder) -> tuple[list[dict], dict[str, np.ndarray]]:
@@ -51,14 +53,23 @@ def _paired(kept_before, kept_now, row, kinds) -> list[np.ndarray] | None:
     return [a[0] for a in aligned] + [a[1] for a in aligned]
 
 
-def _accuracy(kept_before, kept_now, row) -> Interval | None:
+def _accuracy(kept_before, kept_now, row) -> tuple[Interval, Interval] | None:
+    """(now - before in points, paired; before's own accuracy interval over its test examples)."""
     pair = _paired(kept_before, kept_now, row, ["correct"])
-    return None if pair is None else paired_difference(pair[1], pair[0]).scaled(100)
+    if pair is None:
+        return None
+    before, now = pair
+    return paired_difference(now, before).scaled(100), accuracy_interval(100 * float(before.mean()), before.size)
 
 
-def _perplexity(kept_before, kept_now, row) -> Interval | None:
+def _perplexity(kept_before, kept_now, row) -> tuple[Interval, Interval] | None:
+    """(now / before, paired over windows; before's own perplexity interval over its windows)."""
     pair = _paired(kept_before, kept_now, row, ["window_nll", "window_tokens"])
-    return None if pair is None else perplexity_ratio(pair[2], pair[0], pair[1])
+    if pair is None:
+        return None
+    nll, tokens, now_nll = pair[0], pair[1], pair[2]
+    # the perplexity itself is its ratio to a model that gives every window a log-likelihood of 0
+    return perplexity_ratio(now_nll, nll, tokens), perplexity_ratio(nll, np.zeros_like(nll), tokens)
 
 
 # metric -> (how the change is paired, its format and unit, the value that means "no change")
@@ -68,7 +79,9 @@ METRICS = {"accuracy": (_accuracy, "+.2f", " points", 0.0), "perplexity": (_perp
 def row_changes(before, now) -> pd.DataFrame:
     """One row per accuracy or perplexity that both report folders measured (``before``, ``now``: e.g.
     reports/quick of two builds), in ``now``'s order: both values, the change with its 95% interval over the units
-    both were measured on, and whether the interval covers no change ("no outcomes" where a side kept none)."""
+    both were measured on, whether that interval covers no change, and whether the new value lies inside the
+    earlier value's own 95% interval (its test examples' or windows' sampling); "no outcomes" where a side kept
+    none."""
     rows_before, kept_before = report_rows(before)
     rows_now, kept_now = report_rows(now)
     earlier = {outcomes.outcome_key(row): row for row in rows_before}
@@ -80,13 +93,17 @@ def row_changes(before, now) -> pd.DataFrame:
         for metric, (pair, spec, unit, unchanged) in METRICS.items():
             if row.get(metric) is None or old.get(metric) is None:
                 continue
-            change = pair(kept_before, kept_now, row)
-            holds = "no outcomes" if change is None else (
-                "yes" if change.low <= unchanged <= change.high else "no")
-            shown = "-" if change is None else change.text(spec) + unit
+            paired = pair(kept_before, kept_now, row)
+            if paired is None:
+                shown, holds, inside = "-", "no outcomes", "no outcomes"
+            else:
+                change, own = paired
+                shown = change.text(spec) + unit
+                holds = "yes" if change.low <= unchanged <= change.high else "no"
+                inside = "yes" if own.low <= float(row[metric]) <= own.high else "no"
             table.append({"notebook": row["notebook"], "experiment": row["experiment"], "method": row["method"],
                           "budget": row.get("budget"), "metric": metric, "before": old[metric], "now": row[metric],
-                          "change": shown, "holds": holds})
+                          "change": shown, "holds": holds, "inside before's interval": inside})
     if not table:
         raise ValueError(f"{before} and {now} share no row with an accuracy or a perplexity: give two builds of the "
                          f"same notebooks at the same profile and seeds")
@@ -94,7 +111,9 @@ def row_changes(before, now) -> pd.DataFrame:
 
 
 def changes_summary(table: pd.DataFrame) -> str:
-    """'41 of 43 changes hold (interval covers no change), 2 do not, 0 without outcomes'."""
-    counts = table["holds"].value_counts()
+    """'41 of 43 changes hold (interval covers no change), 2 do not, 0 without outcomes; 43 of 43 new values lie
+    inside the earlier value's interval'."""
+    counts, inside = table["holds"].value_counts(), table["inside before's interval"].value_counts()
     return (f"{counts.get('yes', 0)} of {len(table)} changes hold (interval covers no change), "
-            f"{counts.get('no', 0)} do not, {counts.get('no outcomes', 0)} without outcomes")
+            f"{counts.get('no', 0)} do not, {counts.get('no outcomes', 0)} without outcomes; "
+            f"{inside.get('yes', 0)} of {len(table)} new values lie inside the earlier value's interval")

@@ -58,8 +58,12 @@ def test_each_shared_metric_is_paired_on_the_same_units_with_its_interval(builds
     assert perplexity["metric"] == "perplexity"
     assert perplexity["change"] == f"{math.exp(1 / 3):.4f} [1.0000, {math.e:.4f}]x" and perplexity["holds"] == "yes"
     assert table.loc["static", "change"] == "-" and table.loc["static", "holds"] == "no outcomes"
-    assert changes_summary(table) == ("2 of 4 changes hold (interval covers no change), 1 do not, "
-                                      "1 without outcomes")
+    # each new value against the earlier one's own interval: 2 of 4 right is Wilson [15, 85]% (75 inside), 0 of 5
+    # is [0, 43.4]% (100 outside); window nll [1, 2, 3] gives perplexity e^2 in [e^1, e^3] (all three draws the
+    # lowest window with p 1/27 > 2.5%), and 10.3 lies inside
+    assert table["inside before's interval"].tolist() == ["yes", "no", "yes", "no outcomes"]
+    assert changes_summary(table) == ("2 of 4 changes hold (interval covers no change), 1 do not, 1 without "
+                                      "outcomes; 2 of 4 new values lie inside the earlier value's interval")
 
 
 def test_units_not_the_same_in_both_builds_are_not_paired(builds, tmp_path):
@@ -79,8 +83,9 @@ def test_the_command_prints_the_table_and_a_folder_without_results_says_what_to_
     assert bab_main(["report", "--profile", "quick", "--reports-dir", str(reports), "--rows-against",
                      str(before)]) == 0
     out = capsys.readouterr().out
-    assert "| 01_x | synthetic | dense | 1.0 | accuracy | 50.0 | 75.0 | +25.00 [+0.00, +75.00] points | yes |" in out
-    assert out.strip().endswith("1 without outcomes")
+    assert ("| 01_x | synthetic | dense | 1.0 | accuracy | 50.0 | 75.0 | +25.00 [+0.00, +75.00] points | yes | yes |"
+            in out)
+    assert out.strip().endswith("2 of 4 new values lie inside the earlier value's interval")
     assert bab_main(["report", "--profile", "quick", "--reports-dir", str(reports), "--rows-against",
                      str(tmp_path / "nothing")]) == 2
     assert "holds no results/*.json: give a built report folder" in capsys.readouterr().err
