@@ -19,9 +19,10 @@ import pandas as pd
 
 from bab.core import outcomes
 from bab.core.statistics import Interval, accuracy_interval, paired_difference, perplexity_ratio
+from bab.experiments.methods import settings_text
 from bab.report.results import outcomes_path, read_json
 
-COLUMNS = ["notebook", "experiment", "method", "budget", "metric", "before", "now", "change", "holds",
+COLUMNS = ["notebook", "experiment", "method", "budget", "settings", "metric", "before", "now", "change", "holds",
            "inside before's interval"]
 
 
@@ -102,7 +103,8 @@ def row_changes(before, now) -> pd.DataFrame:
                 holds = "yes" if change.low <= unchanged <= change.high else "no"
                 inside = "yes" if own.low <= float(row[metric]) <= own.high else "no"
             table.append({"notebook": row["notebook"], "experiment": row["experiment"], "method": row["method"],
-                          "budget": row.get("budget"), "metric": metric, "before": old[metric], "now": row[metric],
+                          "budget": row.get("budget"), "settings": settings_text(row.get("settings")),
+                          "metric": metric, "before": old[metric], "now": row[metric],
                           "change": shown, "holds": holds, "inside before's interval": inside})
     if not table:
         raise ValueError(f"{before} and {now} share no row with an accuracy or a perplexity: give two builds of the "

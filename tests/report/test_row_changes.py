@@ -83,7 +83,7 @@ def test_the_command_prints_the_table_and_a_folder_without_results_says_what_to_
     assert bab_main(["report", "--profile", "quick", "--reports-dir", str(reports), "--rows-against",
                      str(before)]) == 0
     out = capsys.readouterr().out
-    assert ("| 01_x | synthetic | dense | 1.0 | accuracy | 50.0 | 75.0 | +25.00 [+0.00, +75.00] points | yes | yes |"
+    assert ("| 01_x | synthetic | dense | 1.0 |  | accuracy | 50.0 | 75.0 | +25.00 [+0.00, +75.00] points | yes | yes |"
             in out)
     assert out.strip().endswith("2 of 4 new values lie inside the earlier value's interval")
     assert bab_main(["report", "--profile", "quick", "--reports-dir", str(reports), "--rows-against",
