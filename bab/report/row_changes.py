@@ -20,7 +20,8 @@ import pandas as pd
 from bab.core import outcomes
 from bab.core.statistics import Interval, accuracy_interval, paired_difference, perplexity_ratio
 from bab.experiments.methods import settings_text
-from bab.report.results import outcomes_path, read_json
+from bab.report.index import collect_outcomes
+from bab.report.results import read_json
 
 COLUMNS = ["notebook", "experiment", "method", "budget", "settings", "metric", "before", "now", "change", "holds",
            "inside before's interval"]
@@ -33,25 +34,23 @@ def report_rows(folder) -> tuple[list[dict], dict[str, np.ndarray]]:
     if not paths:
         raise FileNotFoundError(f"{folder} holds no results/*.json: give a built report folder "
                                 f"(reports/<profile>, after ./run_all.sh or python -m bab report)")
-    rows, kept = [], {}
-    for path in paths:
-        rows += [{**row, "notebook": path.stem} for row in read_json(path)["rows"]]
-        kept.update(outcomes.read(outcomes_path(path)))
-    return rows, kept
+    rows = [{**row, "notebook": path.stem} for path in paths for row in read_json(path)["rows"]]
+    return rows, collect_outcomes(folder)
 
 
-def _paired(kept_before, kept_now, row, kinds) -> list[np.ndarray] | None:
-    """Both builds' arrays of ``kinds`` for ``row``, put in one order of units by their ids; None where either lacks
-    one or they were not measured on the same units."""
-    arrays = [kept.get(outcomes.outcome_key(row, kind)) for kept in (kept_before, kept_now) for kind in kinds]
-    if any(a is None for a in arrays):
-        return None
+def _paired(kept_before, kept_now, row, kinds) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+    """(before's arrays of ``kinds`` for ``row``, now's), each put in one order of units by their ids; None where
+    either build lacks one or they were not measured on the same units."""
     ids = [kept.get(outcomes.outcome_key(row, "unit_ids")) for kept in (kept_before, kept_now)]
-    width = len(kinds)
-    aligned = [outcomes.align([arrays[i], arrays[width + i]], ids) for i in range(width)]
-    if any(a is None for a in aligned):
-        return None
-    return [a[0] for a in aligned] + [a[1] for a in aligned]
+    before, now = [], []
+    for kind in kinds:
+        pair = [kept.get(outcomes.outcome_key(row, kind)) for kept in (kept_before, kept_now)]
+        aligned = None if any(a is None for a in pair) else outcomes.align(pair, ids)
+        if aligned is None:
+            return None
+        before.append(aligned[0])
+        now.append(aligned[1])
+    return before, now
 
 
 def _accuracy(kept_before, kept_now, row) -> tuple[Interval, Interval] | None:
@@ -59,7 +58,7 @@ def _accuracy(kept_before, kept_now, row) -> tuple[Interval, Interval] | None:
     pair = _paired(kept_before, kept_now, row, ["correct"])
     if pair is None:
         return None
-    before, now = pair
+    (before,), (now,) = pair
     return paired_difference(now, before).scaled(100), accuracy_interval(100 * float(before.mean()), before.size)
 
 
@@ -68,7 +67,7 @@ def _perplexity(kept_before, kept_now, row) -> tuple[Interval, Interval] | None:
     pair = _paired(kept_before, kept_now, row, ["window_nll", "window_tokens"])
     if pair is None:
         return None
-    nll, tokens, now_nll = pair[0], pair[1], pair[2]
+    (nll, tokens), (now_nll, _) = pair
     # the perplexity itself is its ratio to a model that gives every window a log-likelihood of 0
     return perplexity_ratio(now_nll, nll, tokens), perplexity_ratio(nll, np.zeros_like(nll), tokens)
 
