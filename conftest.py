@@ -12,6 +12,9 @@ import pytest
 # The unit tests and the stored notebook outputs are float32's: a caller's $BAB_PRECISION (the default precision of
 # every training config, bab.core.precision) would change what the tests train.
 os.environ.pop("BAB_PRECISION", None)
+# and they train on the CPU, where their expected values were made, even on a machine with a GPU ($BAB_DEVICE,
+# bab.core.device)
+os.environ["BAB_DEVICE"] = "cpu"
 
 
 def _csv_dataset(name: str) -> str | None:

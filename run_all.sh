@@ -2,7 +2,7 @@
 # Set up .venv when missing, then regenerate the report or run the tests.
 #
 #   ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N] [--threads N] [--precision P]
-#                                                               build reports/<profile>/
+#                [--device D]                                   build reports/<profile>/
 #   ./run_all.sh test [extra pytest args]                       unit tests + nbval over notebooks/
 #   ./run_all.sh setup                                          .venv only
 set -euo pipefail
@@ -11,6 +11,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 usage() {
     cat <<'USAGE'
 usage: ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N] [--threads N] [--precision P]
+                    [--device D]
        ./run_all.sh test [extra pytest args]
        ./run_all.sh setup
 
@@ -25,6 +26,8 @@ usage: ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N] [--t
                 per thread count, so --only 07 --threads 1 reuses models trained with BAB_THREADS=1
   --precision P float32 (default) or bfloat16: the notebooks train under bfloat16 autocast, faster where the
                 CPU multiplies bfloat16 natively (python -m bab bench precision); models are cached apart
+  --device D    auto (default: a GPU when torch sees one), cpu or cuda: where the notebooks train; evaluations
+                and speed benchmarks run on the CPU either way; models trained on a GPU are cached apart
 USAGE
 }
 
@@ -38,6 +41,7 @@ only=""
 jobs=""
 threads=""
 precision=""
+device=""
 if [[ "${1:-}" == "test" ]]; then
     mode=test
     shift
@@ -58,6 +62,8 @@ else
             --threads=*) threads="${1#*=}"; shift ;;
             --precision) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; precision="$2"; shift 2 ;;
             --precision=*) precision="${1#*=}"; shift ;;
+            --device) [[ $# -ge 2 ]] || { usage >&2; exit 2; }; device="$2"; shift 2 ;;
+            --device=*) device="${1#*=}"; shift ;;
             -h|--help) usage; exit 0 ;;
             *) printf 'unknown option: %s\n' "$1" >&2; usage >&2; exit 2 ;;
         esac
@@ -76,6 +82,10 @@ else
     fi
     if [[ -n "$precision" && "$precision" != float32 && "$precision" != bfloat16 ]]; then
         printf -- '--precision must be float32 or bfloat16, got %s\n' "$precision" >&2
+        usage >&2; exit 2
+    fi
+    if [[ -n "$device" && "$device" != auto && "$device" != cpu && "$device" != cuda ]]; then
+        printf -- '--device must be auto, cpu or cuda, got %s\n' "$device" >&2
         usage >&2; exit 2
     fi
 fi
@@ -193,5 +203,6 @@ args=(--profile "$profile")
 [[ -n "$jobs" ]] && args+=(--jobs "$jobs")
 [[ -n "$threads" ]] && args+=(--threads "$threads")
 [[ -n "$precision" ]] && args+=(--precision "$precision")
+[[ -n "$device" ]] && args+=(--device "$device")
 say "building the report: $PY -m bab report ${args[*]}"
 exec "$PY" -m bab report "${args[@]}"

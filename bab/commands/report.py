@@ -40,6 +40,10 @@ def add_arguments(parser):
                         help="the notebooks' training precision (default: $BAB_PRECISION, else float32): bfloat16 "
                              "autocast pays where the CPU multiplies bfloat16 natively (AVX-512 BF16, AMX; see "
                              "python -m bab bench precision) and trains slightly different models, cached apart")
+    parser.add_argument("--device", default=None, choices=("auto", "cpu", "cuda"),
+                        help="where the notebooks train (default: $BAB_DEVICE, else auto: a GPU when torch sees "
+                             "one); evaluations and speed benchmarks run on the CPU either way; cuda without a GPU is "
+                             "refused")
     parser.add_argument("--seeds", default=None,
                         help="comma-separated seeds, e.g. 7,13: run the seeded notebooks (03-06 at paper) at only "
                              "these of their seeds, keeping the other seeds' runs, so a record can be built one seed "
@@ -157,7 +161,7 @@ def run(args):
             return 0
         code = build_report(args.profile, args.notebooks_dir, args.reports_dir, only=args.only, jobs=args.jobs,
                             threads=args.threads, seeds=seed_list(args.seeds),
-                            precision=args.precision)
+                            precision=args.precision, device=args.device)
         return code if code != 0 else _cost_table_beside(Path(args.reports_dir) / args.profile)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -4,11 +4,10 @@ A run lives in ``<root>/<name>-<key>/`` with ``model.safetensors``, ``metrics.js
 is a SHA-256 of the canonical JSON of the config, each config dataclass in it written as its difference from its
 first defaults (``config_difference``: an option added later keeps old keys). On load the stored config must equal
 the requested one exactly, so a key collision or a hand-edited folder can never hand back a checkpoint trained for
-something else. Runs are written into a temporary
-folder and renamed into place, so a crash never leaves half a run behind.
+something else. Runs are written into a temporary folder and renamed into place, so a crash never leaves half a run
+behind.
 
-The root is ``$BAB_CACHE_DIR``, else ``.bab_cache/runs`` in a source checkout, else the user's cache folder
-(``default_cache_root``).
+The root is ``$BAB_CACHE_DIR``, else ``.bab_cache/runs`` in a source checkout, else the user's cache folder.
 
 ``train_cached`` is how the studies train: it adds the method's code version to the key (each method
 package's ``TRAINING_VERSION``), seeds, builds the model and trains it on a miss.
@@ -45,6 +44,7 @@ except ImportError:  # Windows: runs are not locked there
 
 from bab.core import strict_json
 from bab.core.checkpoints import Checkpointer
+from bab.core.device import device_key
 from bab.core.folders import share
 from bab.core.provenance import git_commit, now_iso
 from bab.core.training import distributed_state, seed_everything
@@ -428,9 +428,9 @@ def train_cached(cache: RunCache, name: str, lineage: dict, build, fit, *, seed:
     ``lineage``: everything that determines the run (data, model, training, the run it started from).
     ``{"code": {"method": method, "version": version, "threads": n}}`` is added to it, so bumping a method's
     ``TRAINING_VERSION`` retrains instead of serving a checkpoint of the old training code, and a run trained on
-    a different number of torch threads (which sums in a different order: ``bab.core.threads``) is its own run;
-    the returned lineage has it too, for the runs that start from this one, as the plain data the key hashes (each
-    config as its difference from its first defaults).
+    a different number of torch threads (which sums in a different order: ``bab.core.threads``) or on a GPU is its
+    own run; the returned lineage has it too, for the runs that start from this one, as the plain data the key
+    hashes (each config as its difference from its first defaults). The model comes back on the CPU.
     ``build() -> model`` is called after seeding with ``seed``, so the initialisation is reproducible
     (an already built model is used as it is). ``fit(model, checkpoint) -> metrics`` trains in place, passing
     ``checkpoint`` (a ``Checkpointer``, or None) to its training loop so an interrupted run resumes; it runs
@@ -438,10 +438,12 @@ def train_cached(cache: RunCache, name: str, lineage: dict, build, fit, *, seed:
     """
     if not isinstance(version, int) or isinstance(version, bool):
         raise TypeError(f"version must be the method's TRAINING_VERSION integer, got {version!r}")
-    lineage = {**lineage, "code": {"method": method, "version": version, "threads": torch.get_num_threads()}}
+    lineage = {**lineage, "code": {"method": method, "version": version, "threads": torch.get_num_threads(),
+                                   **device_key()}}
     seed_everything(seed)
     model = build if isinstance(build, torch.nn.Module) else build()
     metrics = cache.get_or_train(name, lineage, model, fit)
+    model.cpu()  # where a cached model loads, and where every evaluation and benchmark runs
     run = cache.path(name, lineage).name
     _MODELS_USED[run]["seed"] = seed
     setattr(model, RUN_TAG, {"run": run, "seed": seed})

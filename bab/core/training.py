@@ -33,6 +33,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 from bab.core.checkpoints import Checkpointer, StopSignals, random_states, restore_random_states
+from bab.core.device import training_device
 from bab.core.precision import autocast, check_precision, default_precision, warn_if_emulated
 from bab.core.step_clock import StepClock
 
@@ -55,16 +56,16 @@ def seed_everything(seed: int) -> None:
 
 
 def make_accelerator() -> Accelerator:
-    """The GPU when there is one; on CPU the Accelerator is a thin wrapper (the same code runs under
-    ``accelerate launch``)."""
-    return Accelerator(cpu=not torch.cuda.is_available())
+    """On ``bab.core.device.training_device()``: the GPU when there is one, unless ``$BAB_DEVICE`` says ``cpu``; on
+    CPU the Accelerator is a thin wrapper (the same code runs under ``accelerate launch``)."""
+    return Accelerator(cpu=training_device() == "cpu")
 
 
 def distributed_state() -> PartialState:
     """The process group this process belongs to (one process unless started by ``accelerate launch`` or
     torchrun). Built with the same ``cpu`` flag as ``make_accelerator``: accelerate keeps one shared state per
     process, and a state made first without it would miss the gloo group of CPU processes."""
-    return PartialState(cpu=not torch.cuda.is_available())
+    return PartialState(cpu=training_device() == "cpu")
 
 
 def warmup_steps(fraction: float, total: int) -> int:

@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from bab.core.device import DEVICE_ENV, default_device, training_device
 from bab.core.folders import current_umask, swap_into_place
 from bab.core.precision import PRECISION_ENV, check_precision, default_precision
 from bab.core.provenance import git_commit
@@ -226,6 +227,7 @@ def run_notebook(src, staging, profile, label="", jobs=1, threads=None, seed=Non
         "jobs": jobs,
         "threads": threads,
         "precision": default_precision(),  # the kernel's, set by build_report
+        "device": training_device(),  # where the kernel trained: cpu or cuda
         "code": code,
         "environment": run_environment(),
     }
@@ -258,7 +260,7 @@ def clear_outputs(staging, stem, seeds=None):
 
 
 def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only=None, jobs=1, threads=None,
-                 seeds=None, precision=None):
+                 seeds=None, precision=None, device=None):
     """Run the (selected) notebooks and swap a complete new reports/<profile>/ into place.
 
     ``jobs`` notebooks run at once, each kernel with ``threads`` torch threads (``$BAB_THREADS``; default: the
@@ -266,7 +268,9 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
     reuses models trained one thread at a time (``BAB_THREADS=1 python -m bab train ...``) only with
     ``threads=1``. ``seeds`` runs the seeded notebooks at only those of their seeds, keeping the other seeds' runs.
     ``precision`` (float32 or bfloat16; default ``$BAB_PRECISION``, else float32) is every training config's
-    default precision in the kernels (``bab.core.precision``), recorded in each run's record.
+    default precision in the kernels (``bab.core.precision``), recorded in each run's record; ``device`` (auto, cpu or
+    cuda; default ``$BAB_DEVICE``, else auto) where they train (``bab.core.device``; every evaluation and benchmark
+    runs on the CPU), the device they trained on recorded too.
     Returns 0 when every selected notebook succeeded (and the comparison table rendered), else 1.
     Raises ValueError for an unknown profile, --only prefix or --jobs. On an exception or Ctrl-C the
     staging folder is removed and the previous report is left as it was.
@@ -277,6 +281,8 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
     threads = check_threads(threads)
     precision = default_precision() if precision is None else precision
     check_precision(precision, "precision")
+    device = default_device() if device is None else device
+    trains_on = training_device(device)  # cuda without a GPU is refused here, before anything runs
     notebooks_dir, reports_dir = Path(notebooks_dir).resolve(), Path(reports_dir).resolve()
     notebooks = discover_notebooks(notebooks_dir)
     selected = notebook_runs(select_notebooks(notebooks, only), profile, seeds)
@@ -293,9 +299,9 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
         previous = [last_run(reports_dir, profile, run.stem) for run in selected]
         print(estimate_line(previous, profile), flush=True)
         print(f"{jobs} notebook{'s' if jobs > 1 else ''} at once, {threads} torch thread{'s' if threads > 1 else ''} "
-              f"each ({available_cores()} cores), training in {precision}", flush=True)
+              f"each ({available_cores()} cores), training in {precision} on {trains_on}", flush=True)
         t0 = time.perf_counter()
-        with kernel_env(**{THREADS_ENV: str(threads), PRECISION_ENV: precision}):
+        with kernel_env(**{THREADS_ENV: str(threads), PRECISION_ENV: precision, DEVICE_ENV: device}):
             failures = run_all_notebooks(selected, previous, staging, profile, jobs, threads)
         print(f"notebooks done in {time.perf_counter() - t0:.0f} s", flush=True)
         table_error = write_index(staging, profile, notebooks, notebooks_dir.parent)

@@ -51,10 +51,11 @@ TOLERANCES = {"accuracy": ("abs", 2.0), "accuracy_std": ("abs", 2.0), "cost": ("
 def smoke_kernel_env() -> dict[str, str]:
     """The environment every smoke kernel starts with, whoever starts it (``notebooks refresh``, nbval): the
     thread count, training precision and instruction sets its stored outputs and reference rows were made with."""
+    from bab.core.device import DEVICE_ENV
     from bab.core.precision import PRECISION_ENV
     from bab.core.threads import THREADS_ENV
 
-    return {THREADS_ENV: str(SMOKE_THREADS), PRECISION_ENV: "float32", **SMOKE_NUMERICS_ENV}
+    return {THREADS_ENV: str(SMOKE_THREADS), PRECISION_ENV: "float32", DEVICE_ENV: "cpu", **SMOKE_NUMERICS_ENV}
 
 
 # A few of every kind of kernel a smoke notebook runs: MKL's matrix products (forward and backward), ATen's

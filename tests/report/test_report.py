@@ -14,6 +14,7 @@ from pathlib import Path
 import nbformat
 import pandas as pd
 import pytest
+import torch
 
 import bab.report.build as report
 import bab.report.schedule as schedule
@@ -115,7 +116,8 @@ def test_failed_notebook_gives_exit_code_1_and_a_complete_report(first_run):
 def test_progress_names_each_notebook_and_each_code_cell_as_plain_lines(first_run):
     lines = first_run.stdout.splitlines()
     assert lines[0] == "running 2 notebooks at profile smoke; no earlier successful runs to estimate from"
-    assert re.fullmatch(r"1 notebook at once, \d+ torch threads? each \(\d+ cores?\), training in float32", lines[1])
+    assert re.fullmatch(r"1 notebook at once, \d+ torch threads? each \(\d+ cores?\), training in float32 on cpu",
+                        lines[1])
     assert lines[2] == "[1/2] 01_ok ... (no previous run)"
     # the parameters cell, papermill's injected parameters, the code cell: numbered like In [n]
     cells = [line for line in lines if line.startswith("      cell ")]
@@ -462,6 +464,38 @@ def test_the_report_precision_reaches_the_kernels_training_configs_and_the_run_r
     executed = nbformat.read(str(tmp_path / "reports" / "smoke" / "01_a.ipynb"), as_version=4)
     assert executed.cells[-1].outputs[0]["text"].strip() == f"precision {runs} {runs}"
     assert os.environ.get("BAB_PRECISION") == env  # the caller's environment is restored
+
+
+DEVICE_CODE = """\
+import os
+from bab.core.device import training_device
+print("device", os.environ.get("BAB_DEVICE"), training_device())
+"""
+
+
+def test_the_report_device_reaches_the_kernels_and_the_run_record(tmp_path, monkeypatch):
+    nb_dir = tmp_path / "notebooks"
+    nb_dir.mkdir()
+    write_notebook(nb_dir / "01_a.ipynb", DEVICE_CODE)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("BAB_DEVICE", "auto")
+    monkeypatch.setitem(sys.modules, "bab.report.paper", fake_paper())
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = report.build_report("smoke", nb_dir, tmp_path / "reports", threads=1, device="cpu")
+    assert code == 0 and "training in float32 on cpu" in out.getvalue()
+    record = json.loads((tmp_path / "reports" / "smoke" / "runs" / "01_a.json").read_text())
+    assert record["device"] == "cpu"
+    executed = nbformat.read(str(tmp_path / "reports" / "smoke" / "01_a.ipynb"), as_version=4)
+    assert executed.cells[-1].outputs[0]["text"].strip() == "device cpu cpu"
+    assert os.environ.get("BAB_DEVICE") == "auto"  # the caller's environment is restored
+
+
+def test_a_report_on_cuda_without_a_gpu_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="sees no GPU"):
+        report.build_report("smoke", tmp_path / "notebooks", tmp_path / "reports", device="cuda")
+    assert not (tmp_path / "reports").exists()
 
 
 def test_an_unknown_report_precision_is_refused_before_anything_runs(tmp_path):
