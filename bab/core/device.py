@@ -40,8 +40,8 @@ def training_device(device: str | None = None) -> str:
     check_device(device)
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device 'cuda' was asked for, but torch {torch.__version__} sees no GPU "
-                           f"(torch.cuda.is_available() is False): train with device 'cpu' or 'auto' "
-                           f"(--device cpu, or unset ${DEVICE_ENV}), or install a CUDA build of torch on a GPU machine")
+                         f"(torch.cuda.is_available() is False): train with device 'cpu' or 'auto' "
+                         f"(--device cpu, or unset ${DEVICE_ENV}), or install a CUDA build of torch on a GPU machine")
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
