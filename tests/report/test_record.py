@@ -4,6 +4,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from bab.__main__ import main as bab_main
 from bab.report.record import RECORD_NAME, code_digest, cost_table, current_code, record_markdown, write_record
 from bab.report.seeds import split_seed_stem
@@ -158,6 +160,8 @@ def test_a_run_is_marked_stale_once_the_bab_code_its_kernel_loaded_changes(tmp_p
     assert bab_code_column() == ["**changed since: stale** (`bab/a.py`)", "not recorded"]
 
 
+# slow (about 50 s): nbconvert renders the committed record's 15 notebook pages, each compared byte for byte
+@pytest.mark.slow
 def test_pages_only_rebuilds_a_committed_records_pages_from_its_files(tmp_path, monkeypatch):
     copy = tmp_path / "paper"
     shutil.copytree(ROOT / "reports" / "paper", copy)

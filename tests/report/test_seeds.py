@@ -157,6 +157,8 @@ def write_seeded_notebook(path):
     nbformat.write(nb, str(path))
 
 
+# slow (about 25 s): papermill starts a kernel for each of four runs (three seeds, then one) and pages are written
+@pytest.mark.slow
 def test_a_report_runs_a_seeded_notebook_once_per_seed_and_reads_the_mean(tmp_path, monkeypatch):
     nb_dir = tmp_path / "notebooks"
     nb_dir.mkdir()

@@ -269,7 +269,8 @@ def test_many_ties_at_random_follow_the_rule_written_out(n):
 
 # ----------------------------------------------------------------------------- the fused kernel, bit for bit
 
-@pytest.fixture(scope="module", params=["native", "portable"])
+# the portable build is marked slow: the first test to ask for it compiles it (about 30 s), as test_fused.py's does
+@pytest.fixture(scope="module", params=["native", pytest.param("portable", marks=pytest.mark.slow)])
 def kernel(request):
     """Each build of the fused kernel: native (-march=native, AVX-512 paths where the CPU has them) and portable
     (the plain loops). Skips where there is no C++ compiler; where there is one, a failed build fails."""

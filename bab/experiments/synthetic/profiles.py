@@ -62,11 +62,12 @@ SYNTHETIC = {
         name="smoke",
         data=SyntheticConfig(num_train=4096, num_val=512),
         model=_SYNTHETIC_MODEL,
-        # dense leaves its 50% plateau around epoch 7 here; 14 epochs leave margin for other CPUs
+        # dense leaves its 50% plateau around epoch 7 here; 14 epochs leave margin for other CPUs. The rest is
+        # structural: 5 from-scratch epochs, and the gate start ranked on 128 examples (135 elimination passes)
         dense=replace(_DENSE, epochs=14),
-        scratch=replace(_SCRATCH, epochs=10),
-        warm=replace(_WARM, epochs=2),
-        static=replace(_STATIC, epochs=2),
+        scratch=replace(_SCRATCH, epochs=5),
+        warm=replace(_WARM, epochs=2).ranked_on(128),
+        static=replace(_STATIC, epochs=2).ranked_on(128),
         hard_adapt=replace(_HARD, epochs=1),
     ),
     "quick": SyntheticProfile(

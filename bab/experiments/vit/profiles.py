@@ -96,7 +96,7 @@ _VIT_EVIT = ViTTrainConfig(objective="dense", lr=3e-4, batch_size=128)
 # Budgeted heads on the same ViT, by the heads method's recipe (bab.heads.train): the AG News setting of Eq. 5
 # (lambda_cost 0.05, lambda_viol 20) with the ViT's optimiser settings (phase 2's lr 3e-4, DeiT's weight decay 0.05,
 # 10% warm-up). The gates start nested by greedy backward elimination (slope 4 in logit(b)), scored on 500 training
-# images at smoke and quick, and soft and hard phases run 6 epochs at quick: chosen on validation at quick
+# images at quick (128 at smoke), and soft and hard phases run 6 epochs at quick: chosen on validation at quick
 # (docs/sparsifiner.md, "Head gates that commit"; head_gate_ablation below): mean hard accuracy over
 # b = 0.25 / 0.5 / 0.75 / 1.0 of 82.1% against 68.2% with flat gates (3 epochs), whose soft model shrank every head
 # alike.
@@ -138,7 +138,8 @@ def _variant_197(name, num_train, num_test, dense_epochs, phase1_epochs, phase2_
                       smaller_than_paper=smaller_than_paper)
 
 
-# smoke and quick rank the heads of the nested gate start on 500 training images, not 2,000 (see quick)
+# quick ranks the heads of the nested gate start on 500 training images, not 2,000 (see quick); smoke, whose
+# verdicts are structural, on 128
 _RANKED_ON_500 = replace(_VIT_HEADS.gate_start, examples=500)
 
 VIT = {
@@ -146,7 +147,7 @@ VIT = {
         name="smoke", num_train=3000, num_val=200, num_test=500, model=_VIT_MODEL,
         connectivity=RECIPE.connectivity,
         dense=replace(_VIT_DENSE, epochs=8), phase1=replace(_VIT_PHASE1, epochs=1),
-        phase2=replace(_VIT_PHASE2, epochs=1), heads=replace(_VIT_HEADS, epochs=2, gate_start=_RANKED_ON_500),
+        phase2=replace(_VIT_PHASE2, epochs=1), heads=replace(_VIT_HEADS, epochs=2).ranked_on(128),
         # the token-pruning fine-tunes for one epoch, as phase 2 (~4 s EViT and ~13 s Sparsif-EViT a keep rate)
         evit_epochs=1,
         bench_tokens=(197, 577), bench_keep_rates=(0.1,), bench_repeats=3,
