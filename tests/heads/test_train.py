@@ -282,13 +282,8 @@ def test_hard_adaptation_with_a_floor_trains_and_evaluates_with_it():
     assert teacher.head_mask_for(0.25).sum(1).tolist() == [2.0, 0.0]
 
 
-def test_nested_gate_start_orders_heads_by_the_masked_loss_written_out():
-    # GateStart("ablation"): the importance is the loss increase when each head alone is masked, computed
-    # here with a loop over heads and an explicit hard forward; the nested gates open in that order
-    model = tiny("budget", seed=1)
-    data = toy_data(n=64)
-    ids, labels = data.tensors
-
+def ablation_importance_written_out(model, ids, labels) -> torch.Tensor:
+    """[2, 4]: the loss increase when each head alone is masked, a loop over heads with an explicit hard forward."""
     def loss(mask):
         with torch.no_grad():
             return torch.nn.functional.cross_entropy(model(ids, mode="hard", head_mask=mask).logits, labels).item()
@@ -300,6 +295,15 @@ def test_nested_gate_start_orders_heads_by_the_masked_loss_written_out():
             mask = torch.ones(2, 4)
             mask[layer, head] = 0
             expected[layer, head] = loss(mask) - full
+    return expected
+
+
+def test_nested_gate_start_orders_heads_by_the_masked_loss_written_out():
+    # GateStart("ablation"): the importance is the loss increase when each head alone is masked; the nested gates
+    # open in that order
+    model = tiny("budget", seed=1)
+    data = toy_data(n=64)
+    expected = ablation_importance_written_out(model, *data.tensors)
     importance = initialise_gates_(model, data, TrainConfig(objective="budgeted",
                                                             gate_start=GateStart("ablation", examples=64)))
     torch.testing.assert_close(importance, expected, atol=1e-5, rtol=0)
@@ -316,19 +320,7 @@ def test_ranked_on_changes_only_how_many_examples_the_gate_start_scores_heads_on
     assert {**vars(fewer), "gate_start": None} == {**vars(config), "gate_start": None}
     model = tiny("budget", seed=1)
     ids, labels = toy_data(n=64).tensors
-
-    def loss_on_first_16(mask):  # the importance written out on the first 16 examples only
-        with torch.no_grad():
-            logits = model(ids[:16], mode="hard", head_mask=mask).logits
-            return torch.nn.functional.cross_entropy(logits, labels[:16]).item()
-
-    full = loss_on_first_16(torch.ones(2, 4))
-    expected = torch.zeros(2, 4)
-    for layer in range(2):
-        for head in range(4):
-            mask = torch.ones(2, 4)
-            mask[layer, head] = 0
-            expected[layer, head] = loss_on_first_16(mask) - full
+    expected = ablation_importance_written_out(model, ids[:16], labels[:16])  # the first 16 examples only
     torch.testing.assert_close(initialise_gates_(model, toy_data(n=64), fewer), expected, atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="examples >= 1"):
         config.ranked_on(0)
