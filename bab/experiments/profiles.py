@@ -1,8 +1,9 @@
 """The smoke / quick / paper profiles of every notebook, found by experiment name.
 
-- ``smoke``: what CI and nbval run; 52-193 s a notebook on 2 CPU cores (823 s for all seven, one at a time).
-- ``quick``: the default of ``run_all.sh``; one seed, sizes where the papers' claims show; 7.5-15 min a notebook
-  on one thread, 38 min for the report with two at once, 49 min one at a time (README, "Run time at quick").
+- ``smoke``: what CI and nbval run; 2.5-7.5 min a notebook on one thread with the instruction sets pinned
+  (docs/testing.md, "Measured").
+- ``quick``: the default of ``run_all.sh``; one seed, sizes where the papers' claims show; 9.5-40 min a notebook
+  on one thread, 66 min for the report with two at once (README, "Run time at quick").
 - ``paper``: the papers' protocols (sizes, epochs, seeds). Hours on CPU.
 
 Each profile lives in its notebook's folder (``bab.experiments.synthetic.SYNTHETIC``, ...), with the reason
