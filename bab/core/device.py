@@ -11,26 +11,21 @@ thread. A model trained on a GPU sums in another order than one trained on a CPU
 
 from __future__ import annotations
 
-import os
-
 import torch
+
+from bab.core.choices import check_choice, choice_from_env
 
 DEVICES = ("auto", "cpu", "cuda")
 DEVICE_ENV = "BAB_DEVICE"
 
 
 def check_device(device: str, owner: str = "device") -> None:
-    if device not in DEVICES:
-        raise ValueError(f"{owner} must be one of {DEVICES}, got {device!r}")
+    check_choice(device, DEVICES, owner)
 
 
 def default_device() -> str:
     """``$BAB_DEVICE`` when set, else ``auto``."""
-    env = os.environ.get(DEVICE_ENV, "").strip()
-    if not env:
-        return "auto"
-    check_device(env, f"${DEVICE_ENV}")
-    return env
+    return choice_from_env(DEVICE_ENV, DEVICES, "auto")
 
 
 def training_device(device: str | None = None) -> str:

@@ -16,7 +16,6 @@ under their own keys (the precision is a config field, keyed as any other).
 from __future__ import annotations
 
 import contextlib
-import os
 import warnings
 from collections.abc import Callable
 from functools import partial
@@ -24,23 +23,20 @@ from functools import partial
 import pandas as pd
 import torch
 
+from bab.core.choices import check_choice, choice_from_env
+
 PRECISIONS = ("float32", "bfloat16")
 PRECISION_ENV = "BAB_PRECISION"
 
 
 def check_precision(precision: str, owner: str = "precision") -> None:
-    if precision not in PRECISIONS:
-        raise ValueError(f"{owner} must be one of {PRECISIONS}, got {precision!r}")
+    check_choice(precision, PRECISIONS, owner)
 
 
 def default_precision() -> str:
     """``$BAB_PRECISION`` when set, else float32: the precision of a training config that names none. Read when the
     config is built, so a notebook's profile follows the variable its kernel started with."""
-    env = os.environ.get(PRECISION_ENV, "").strip()
-    if not env:
-        return "float32"
-    check_precision(env, f"${PRECISION_ENV}")
-    return env
+    return choice_from_env(PRECISION_ENV, PRECISIONS, "float32")
 
 
 def native_bfloat16(device_type: str = "cpu") -> bool:
