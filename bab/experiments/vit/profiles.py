@@ -138,10 +138,6 @@ def _variant_197(name, num_train, num_test, dense_epochs, phase1_epochs, phase2_
                       smaller_than_paper=smaller_than_paper)
 
 
-# quick ranks the heads of the nested gate start on 500 training images, not 2,000 (see quick); smoke, whose
-# verdicts are structural, on 128
-_RANKED_ON_500 = replace(_VIT_HEADS.gate_start, examples=500)
-
 VIT = {
     "smoke": ViTProfile(
         name="smoke", num_train=3000, num_val=200, num_test=500, model=_VIT_MODEL,
@@ -162,7 +158,7 @@ VIT = {
         connectivity=RECIPE.connectivity,
         dense=replace(_VIT_DENSE, epochs=10), phase1=replace(_VIT_PHASE1, epochs=2),
         # phase 2 for 8 epochs, not 4: on validation 0.1 / 1.0 points under dense at keep 0.25 / 0.1, not 1.0 / 2.5
-        phase2=replace(_VIT_PHASE2, epochs=8), heads=replace(_VIT_HEADS, epochs=6, gate_start=_RANKED_ON_500),
+        phase2=replace(_VIT_PHASE2, epochs=8), heads=replace(_VIT_HEADS, epochs=6).ranked_on(500),
         # the token-pruning fine-tunes for 4 epochs, half of phase 2's 8: ~9 s an epoch for EViT and ~28 s for
         # Sparsif-EViT on one thread, so ~5 minutes for both at both token keep rates (8 would take ~10)
         evit_epochs=4,
