@@ -36,8 +36,9 @@ from safetensors.torch import load_file, save_file
 from bab.api.data import LabeledTexts, LabelMap, encode, holdout, read_labeled, warn_if_few
 from bab.core import strict_json
 from bab.core.budget import validate_budget
+from bab.core.digest import state_digest
 from bab.core.folders import share
-from bab.core.runs import RunCache, state_digest
+from bab.core.runs import RunCache
 from bab.core.statistics import CONFIDENCE, RESAMPLES
 from bab.core.step_clock import StepClock, fit_plan, steps_per_epoch
 from bab.core.threads import apply_threads

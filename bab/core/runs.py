@@ -116,16 +116,6 @@ def tag_as(part: torch.nn.Module, model: torch.nn.Module) -> torch.nn.Module:
     return part
 
 
-def state_digest(model: torch.nn.Module) -> str:
-    """SHA-256 of a model's state dict (names, shapes, dtypes, values): which weights exactly. About half a second
-    for SmolLM2's 135 M parameters."""
-    digest = hashlib.sha256()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(f"{name} {tuple(tensor.shape)} {tensor.dtype}".encode())
-        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())  # no copy
-    return digest.hexdigest()
-
-
 def default_cache_root(package_dir: Path | None = None) -> Path:
     """``$BAB_CACHE_DIR``; else ``.bab_cache/runs`` at the root of a source checkout of bab (the folder with
     ``pyproject.toml`` beside the package); else the user's cache folder, ``$XDG_CACHE_HOME`` or ``~/.cache``,

@@ -12,7 +12,8 @@ import torch
 from torch.utils.data import TensorDataset
 
 from bab.context.train import LMTrainConfig, train_lm
-from bab.core.runs import RunCache, state_digest
+from bab.core.digest import state_digest
+from bab.core.runs import RunCache
 from bab.core.step_clock import fit_plan
 from bab.experiments.study import Study, tensors_digest
 

@@ -25,8 +25,9 @@ import bab.context
 import bab.heads
 import bab.sparsifiner
 from bab.core import outcomes
+from bab.core.digest import state_digest
 from bab.core.provenance import git_commit
-from bab.core.runs import RUN_TAG, RunCache, run_of, state_digest, train_cached
+from bab.core.runs import RUN_TAG, RunCache, run_of, train_cached
 from bab.core.timing import repeat_times
 from bab.core.training import TrainResult
 from bab.core.warm_start import warm_start

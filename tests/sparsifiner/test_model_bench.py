@@ -34,10 +34,18 @@ TINY = ViTConfig(image_size=8, patch_size=2, num_channels=1, hidden_size=16, num
 TINY_PREDICTOR = dict(n_down=4, tau=0.2, up_prune=0.04)
 COLUMNS = ["tokens", "batch", "keep_rate", "k", "dense ms", "fused ms", "dense images/s", "fused images/s", "speed-up",
            "analytic limit", "attention share", "dense GFLOPs/image", "fused GFLOPs/image", "repeats"]
-# the core whose multiply-adds the analytic limit uses: fused where built, else the sparse core (the same count)
-FUSED_OR_SPARSE = "fused" if fused_available() else "sparse"
 
-needs_fused = pytest.mark.skipif(not fused_available(), reason="the fused C++ kernel cannot be built here")
+
+def fused_or_sparse() -> str:
+    """The core whose multiply-adds the analytic limit uses: fused where built, else the sparse core (the same
+    count). Asked inside the tests, not at import: collecting them never waits for a compilation."""
+    return "fused" if fused_available() else "sparse"
+
+
+@pytest.fixture
+def needs_fused():
+    if not fused_available():
+        pytest.skip("the fused C++ kernel cannot be built here")
 
 
 def tiny(predictor_state="realistic", **extra):
@@ -149,7 +157,7 @@ def test_whole_model_flops_by_hand():
     assert flops["dense"] == dense
     assert flops["attention"] == 2 * reported_macs(model, x, "dense") == 2 * 2 * (2 * 17 * 17 * 16)
     for rate in (0.5, 0.25):
-        macs = reported_macs(model, x, FUSED_OR_SPARSE, rate)
+        macs = reported_macs(model, x, fused_or_sparse(), rate)
         assert flops[rate] == pytest.approx(dense - flops["attention"] + 2 * macs)
     assert flops[0.25] < flops[0.5] < dense
 
@@ -177,7 +185,7 @@ def test_bench_model_gives_one_row_per_batch_and_keep_rate_with_dense_and_fused_
     x = random_pixels(TINY, 3)[:1]
     dense, attention = dense_flops_by_hand(TINY), 2 * reported_macs(model, x, "dense")
     for rate, group in table.groupby("keep_rate"):
-        fused = dense - attention + 2 * reported_macs(model, x, FUSED_OR_SPARSE, rate)
+        fused = dense - attention + 2 * reported_macs(model, x, fused_or_sparse(), rate)
         assert group["analytic limit"].tolist() == pytest.approx([dense / fused] * 2)
         assert group["fused GFLOPs/image"].tolist() == pytest.approx([fused / 1e9] * 2)
     assert table["attention share"].tolist() == pytest.approx([attention / dense] * 4)
@@ -189,7 +197,7 @@ def test_bench_model_gives_one_row_per_batch_and_keep_rate_with_dense_and_fused_
     assert (state.core, state.keep_rate) == ("masked", 0.75)
 
 
-@needs_fused
+@pytest.mark.usefixtures("needs_fused")
 def test_the_fused_model_gives_the_masked_models_logits():
     """transformers' ViT, every layer through the fused kernel, against the reference (dense scores masked to the
     predictor's connections), both by fused_logit_check and by hand. Not vacuous: dense differs by far more."""
@@ -226,7 +234,7 @@ def test_bench_model_times_notebook_05_s_model_built_by_build_vit():
     x = random_pixels(model.config, 2)[:1]
     with torch.no_grad():
         macs = {core: vit_forward(model, x, attention=core, keep_rate=0.5).mhsa_macs
-                for core in ("dense", FUSED_OR_SPARSE)}
+                for core in ("dense", fused_or_sparse())}
         vit_forward(model, x, attention="masked", keep_rate=0.25, token_keep=0.5, prune_layers=(0,))
     table = bench_model(model, keep_rates=(0.5,), batch_sizes=(2,), warmup=0, repeats=1)
     assert list(table.columns) == COLUMNS and table.tokens.tolist() == [17] and table.k.tolist() == [9]
@@ -234,7 +242,7 @@ def test_bench_model_times_notebook_05_s_model_built_by_build_vit():
     assert whole_model_flops(model, x, [0.5])["dense"] == pytest.approx(dense)
     assert macs["dense"] == 2 * 2 * 17 * 17 * 16
     assert table["analytic limit"].iloc[0] == pytest.approx(dense / (dense - 2 * macs["dense"] + 2 * macs[
-        FUSED_OR_SPARSE]))
+        fused_or_sparse()]))
     assert table["analytic limit"].iloc[0] > 1.0
     if fused_available():
         assert max(fused_logit_check(model, x, (0.5,)).values()) < 1e-5

@@ -8,8 +8,9 @@ from functools import cache
 
 import pandas as pd
 
+from bab.core.digest import state_digest
 from bab.core.outcomes import keep_units, row_units
-from bab.core.runs import LoadOnlyRunCache, RunCache, config_difference, state_digest
+from bab.core.runs import LoadOnlyRunCache, RunCache, config_difference
 from bab.core.timing import repeat_times
 from bab.data.images import image_splits, load_fashion_mnist
 from bab.experiments.methods import methods
