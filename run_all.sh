@@ -178,11 +178,22 @@ if [[ "$mode" == "test" ]]; then
     fi
     parallel=(--durations=25)  # the slowest tests and notebook cells, listed at the end
     (( workers > 1 )) && parallel+=(-n "$workers" --dist loadfile)
+    prebuild=""
+    if (( paths == 0 )); then
+        # The fused Sparsifiner kernel's two builds (native and the portable one the tests check, ~30 s of g++
+        # each) compile in the background while pytest starts its workers and collects them; a test or notebook
+        # that asks for a build first waits on torch's build lock, as on another worker's build. Its failures are
+        # the tests' to report (bab.sparsifiner.fused keeps the error), so its exit status is not read.
+        "$PY" -c 'from bab.sparsifiner import fused; fused.load_extension(); fused._build(portable=True)' \
+            >/dev/null 2>&1 &
+        prebuild=$!
+    fi
     say "running: $PY -m pytest ${targets[*]} --nbval-lax ${parallel[*]} $*  ($workers worker(s), 1 thread each)"
     set +e
     BAB_DEFER_AFTER_NOTEBOOKS=1 BAB_THREADS=1 OMP_NUM_THREADS=1 \
         "$PY" -m pytest "${targets[@]}" --nbval-lax "${parallel[@]}" "$@"
     rc=$?
+    [[ -n "$prebuild" ]] && wait "$prebuild"
     set -e
     if [[ $rc -eq 5 ]]; then
         printf 'error: pytest collected no tests\n' >&2

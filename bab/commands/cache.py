@@ -17,15 +17,16 @@ def register(sub) -> None:
 
 
 def _add_cache(sub) -> None:
-    p = sub.add_parser("cache", help="list the run cache (runs, measurements, unfinished checkpoints) and remove "
-                                     "some of it", formatter_class=DefaultsFormatter,
+    p = sub.add_parser("cache", help="list the run cache (runs, measurements, converted models, unfinished "
+                                     "checkpoints) and remove some of it", formatter_class=DefaultsFormatter,
                        description="Lists what the run cache holds with sizes and ages. With --older-than, --prefix "
                                    "and / or --partial it lists what they select; --remove deletes it. A lock or "
                                    "checkpoint a running training holds is never selected.")
     p.add_argument("--root", default=None, help="the cache folder (default: $BAB_CACHE_DIR, else bab's default)")
     p.add_argument("--older-than", type=float, default=None, metavar="DAYS",
-                   help="runs and measurements not changed for more than DAYS days")
-    p.add_argument("--prefix", default=None, help="runs and measurements whose name starts with this (e.g. dense-)")
+                   help="runs, measurements and converted models not changed for more than DAYS days")
+    p.add_argument("--prefix", default=None,
+                   help="runs, measurements and converted models whose name starts with this (e.g. dense-)")
     p.add_argument("--partial", action="store_true", help="unfinished runs' checkpoints and free lock files")
     p.add_argument("--remove", action="store_true", help="delete what the options above select")
     p.set_defaults(run=_cache, errors=(ValueError,))

@@ -10,18 +10,21 @@ Sources, through the one resolver of ``bab.core.sources`` (docs/data-and-models.
 3. hub ids for online users: ``HuggingFaceTB/SmolLM2-135M``, then ``gpt2`` (aliases ``smollm2-135m``,
    ``smollm2-135m-instruct``, ``gpt2``; any other id is passed through).
 
-transformers reads a GGUF file with the ``gguf`` package and dequantises it to float32 (about 20 s for
-SmolLM2 on 2 CPU cores). The model is transformers' own (``LlamaForCausalLM`` for SmolLM2); context pruning is
-attached to it (bab.context.attach), which works on any decoder family whose attention modules go through
-transformers' attention interface (GPT-2, Llama, Qwen2, Mistral, ...).
+transformers reads a GGUF file with the ``gguf`` package and dequantises it to float32 (20 to 30 s for SmolLM2 on
+one core); the result is kept in the run cache, so later loads take about a second (bab.context.gguf_copy). The
+model is transformers' own (``LlamaForCausalLM`` for SmolLM2); context pruning is attached to it
+(bab.context.attach), which works on any decoder family whose attention modules go through transformers' attention
+interface (GPT-2, Llama, Qwen2, Mistral, ...).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from bab.context import gguf_copy
 from bab.context.attach import attach
 from bab.context.interaction import PruningConfig
 from bab.core.sources import Place, SourceNotFoundError, find_source, hub_place, hub_reachable, package_place
@@ -134,7 +137,24 @@ def resolve_decoder_source(source: str | os.PathLike | None = None, allow_hub: b
 
 
 def _load_hf(source: DecoderSource):
-    """(transformers model, tokenizer) from one source; OSError when it cannot be read."""
+    """(transformers model, tokenizer) from one source; OSError when it cannot be read. A GGUF file is read once:
+    later loads read its float32 copy in the run cache (bab.context.gguf_copy)."""
+    if not source.gguf_file:
+        return _read_hf(source)
+    gguf = Path(source.location) / source.gguf_file
+    loaded = gguf_copy.load_copy(gguf)
+    if loaded is None:
+        loaded = _read_hf(source)
+        try:
+            gguf_copy.save_copy(*loaded, gguf)
+        except OSError as exc:  # a full or read-only cache folder costs the next load time, not this load
+            warnings.warn(f"could not keep a converted copy of {gguf} in the run cache ({exc}); the next load reads "
+                          f"the GGUF file again", stacklevel=2)
+    return loaded
+
+
+def _read_hf(source: DecoderSource):
+    """(transformers model, tokenizer) as transformers reads them from ``source``; OSError when it cannot."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 

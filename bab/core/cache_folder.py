@@ -2,7 +2,8 @@
 
 The cache root (``bab.core.runs.default_cache_root``) holds one folder per finished run (``<name>-<key>/``: the
 model, its metrics and config), the stored measurements (``measurements/*.json``) and the unfinished runs'
-resumable checkpoints (``partial/<run>/checkpoint.pt``) with their lock files (``partial/<run>.lock``). A lock file
+resumable checkpoints (``partial/<run>/checkpoint.pt``) with their lock files (``partial/<run>.lock``), and
+downloaded models converted once for faster loading (``converted/<name>/``, bab.context.gguf_copy). A lock file
 is free once the process that held it has ended (the system releases an ``flock`` however the process ends).
 """
 
@@ -14,14 +15,14 @@ import shutil
 import time
 from pathlib import Path
 
-from bab.core.runs import MEASUREMENTS, PARTIAL
+from bab.core.runs import CONVERTED, MEASUREMENTS, PARTIAL
 
 try:
     import fcntl
 except ImportError:  # Windows: no advisory locks; every lock file counts as free
     fcntl = None
 
-KINDS = ("run", "measurement", "partial", "lock")
+KINDS = ("run", "measurement", "converted", "partial", "lock")
 
 
 def entries(root: Path) -> list[dict]:
@@ -32,10 +33,13 @@ def entries(root: Path) -> list[dict]:
     if not root.is_dir():
         return found
     for path in sorted(root.iterdir()):
-        if path.is_dir() and path.name not in (MEASUREMENTS, PARTIAL) and not path.name.startswith("."):
+        if path.is_dir() and path.name not in (MEASUREMENTS, PARTIAL, CONVERTED) and not path.name.startswith("."):
             found.append(_entry(path, "run"))
     for path in sorted((root / MEASUREMENTS).glob("*.json")):
         found.append(_entry(path, "measurement"))
+    for path in sorted((root / CONVERTED).glob("[!.]*")):
+        if path.is_dir():
+            found.append(_entry(path, "converted"))
     for path in sorted((root / PARTIAL).iterdir()) if (root / PARTIAL).is_dir() else []:
         if path.is_dir():
             found.append(_entry(path, "partial"))
@@ -66,9 +70,9 @@ def lock_held(path: Path) -> bool:
 
 def select(found: list[dict], older_than_days: float | None = None, prefix: str | None = None,
            partial: bool = False) -> list[dict]:
-    """The entries to remove: runs and measurements older than ``older_than_days`` and / or whose name starts with
-    ``prefix`` (both when both are given), and with ``partial`` every unfinished run's checkpoint and free lock.
-    A lock a live process holds, and the checkpoint of its run, are never chosen."""
+    """The entries to remove: runs, measurements and converted models older than ``older_than_days`` and / or
+    whose name starts with ``prefix`` (both when both are given), and with ``partial`` every unfinished run's
+    checkpoint and free lock. A lock a live process holds, and the checkpoint of its run, are never chosen."""
     if older_than_days is None and prefix is None and not partial:
         raise ValueError("say what to remove: --older-than DAYS, --prefix NAME and / or --partial")
     if older_than_days is not None and older_than_days < 0:
@@ -76,7 +80,7 @@ def select(found: list[dict], older_than_days: float | None = None, prefix: str 
     held = {e["name"].removesuffix(".lock") for e in found if e["kind"] == "lock" and e["held"]}
     chosen = []
     for e in found:
-        if e["kind"] in ("run", "measurement"):
+        if e["kind"] in ("run", "measurement", "converted"):
             if (older_than_days is not None or prefix is not None) and \
                     (older_than_days is None or e["age_days"] > older_than_days) and \
                     (prefix is None or e["name"].startswith(prefix)):

@@ -53,6 +53,7 @@ from bab.core.training import distributed_state, seed_everything
 CACHE_SCHEMA = 1
 PARTIAL = "partial"  # the folder of unfinished runs' resumable checkpoints, under the cache root
 MEASUREMENTS = "measurements"  # the folder of cached measurements (RunCache.measured), under the cache root
+CONVERTED = "converted"  # the folder of downloaded models converted for faster loading (bab.context.gguf_copy)
 
 # The defaults run keys are differences from (``config_difference``): a field's entry is written once, when the
 # field is added, and never edited afterwards.

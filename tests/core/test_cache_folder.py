@@ -14,7 +14,8 @@ from bab.core.runs import RunCache
 
 
 def fake_cache(root):
-    """Two finished runs (one 40 days old), a measurement, an unfinished run's checkpoint and its free lock."""
+    """Two finished runs (one 40 days old), a measurement, a converted model, an unfinished run's checkpoint and its
+    free lock."""
     cache = RunCache(root)
     cache.save("dense", {"lr": 1}, torch.nn.Linear(4, 4), {"accuracy": 1.0})
     old = cache.save("warm", {"lr": 2}, torch.nn.Linear(8, 8), {"accuracy": 2.0})
@@ -23,6 +24,10 @@ def fake_cache(root):
     partial.mkdir(parents=True)
     (partial / "checkpoint.pt").write_bytes(b"x" * 1000)
     (root / "partial" / "hard-abc.lock").touch()
+    converted = root / "converted" / "smollm2-0123456789abcdef"
+    converted.mkdir(parents=True)
+    (converted / "model.safetensors").write_bytes(b"x" * 300)
+    (root / "converted" / ".smollm2-staging").mkdir()  # a copy being written: not listed
     forty_days = time.time() - 40 * 86400
     for path in [old, *old.iterdir()]:
         os.utime(path, (forty_days, forty_days))
@@ -33,7 +38,8 @@ def test_entries_list_every_kind_with_its_size(tmp_path):
     fake_cache(tmp_path)
     found = {(e["name"].split("-")[0], e["kind"]): e for e in cache_folder.entries(tmp_path)}
     assert sorted(found) == [("dense", "run"), ("hard", "lock"), ("hard", "partial"), ("ppl", "measurement"),
-                             ("warm", "run")]
+                             ("smollm2", "converted"), ("warm", "run")]
+    assert found["smollm2", "converted"]["bytes"] == 300
     warm = found["warm", "run"]
     assert warm["bytes"] == sum(p.stat().st_size for p in warm["path"].iterdir()) and warm["age_days"] > 39
     assert found["hard", "partial"]["bytes"] == 1000 and found["dense", "run"]["age_days"] < 1
@@ -49,6 +55,7 @@ def test_select_by_age_by_prefix_and_the_leftovers(tmp_path):
 
     assert names(older_than_days=30) == ["warm:run"]
     assert names(prefix="dense") == ["dense:run"]
+    assert names(prefix="smollm2") == ["smollm2:converted"]
     assert names(older_than_days=30, prefix="dense") == []  # both must hold
     assert names(partial=True) == ["hard:lock", "hard:partial"]
     with pytest.raises(ValueError, match="say what to remove"):
@@ -71,7 +78,7 @@ def test_the_command_lists_then_removes(tmp_path, capsys):
     fake_cache(tmp_path)
     assert main(["cache", "--root", str(tmp_path)]) == 0
     listed = capsys.readouterr().out
-    assert "dense-" in listed and "warm-" in listed and f"{tmp_path}: 5 entries in all" in listed
+    assert all(name in listed for name in ("dense-", "warm-", "smollm2-", f"{tmp_path}: 6 entries in all"))
     assert main(["cache", "--root", str(tmp_path), "--older-than", "30"]) == 0
     assert "1 entries selected" in capsys.readouterr().out and any(tmp_path.glob("warm-*"))  # listed, not removed
     assert main(["cache", "--root", str(tmp_path), "--older-than", "30", "--partial", "--remove"]) == 0
