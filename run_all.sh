@@ -157,9 +157,7 @@ if [[ "$mode" == "test" ]]; then
     BAB_RESULTS_DIR="${BAB_RESULTS_DIR:-$(mktemp -d -t bab-smoke-rows-XXXXXX)}"
     export BAB_RESULTS_DIR
     # The notebooks and the unit tests side by side, one pytest-xdist worker a core (at most 4), each worker one
-    # torch thread (nbval's kernels are pinned to one anyway); the notebooks first, so the longest start early and
-    # the short test files fill the end (--no-loadscope-reorder: xdist would otherwise hand out the files with the
-    # most tests first, which puts the notebooks, few cells each, in the middle and last).
+    # torch thread (nbval's kernels are pinned to one anyway); the notebooks first, so the longest start early.
     # The checks of what the notebooks wrote run afterwards, in a second pytest run (BAB_DEFER_AFTER_NOTEBOOKS).
     # The notebooks' run cache (.bab_cache/) grows by about 3 GB: notebook 07 stores four fine-tunes of a 135M
     # decoder at about 0.5 GB each. A disk that fills mid-run fails in whichever notebook saves next; say so first.
@@ -179,7 +177,7 @@ if [[ "$mode" == "test" ]]; then
         targets+=(tests)
     fi
     parallel=(--durations=25)  # the slowest tests and notebook cells, listed at the end
-    (( workers > 1 )) && parallel+=(-n "$workers" --dist loadfile --no-loadscope-reorder)
+    (( workers > 1 )) && parallel+=(-n "$workers" --dist loadfile)
     prebuild=""
     if (( paths == 0 )); then
         # The fused Sparsifiner kernel's two builds (native and the portable one the tests check, ~30 s of g++
