@@ -157,7 +157,9 @@ if [[ "$mode" == "test" ]]; then
     BAB_RESULTS_DIR="${BAB_RESULTS_DIR:-$(mktemp -d -t bab-smoke-rows-XXXXXX)}"
     export BAB_RESULTS_DIR
     # The notebooks and the unit tests side by side, one pytest-xdist worker a core (at most 4), each worker one
-    # torch thread (nbval's kernels are pinned to one anyway); the notebooks first, so the longest start early.
+    # torch thread (nbval's kernels are pinned to one anyway). xdist hands out the files with the most tests first;
+    # the notebooks first instead (--no-loadscope-reorder) measured slower here, 1,452 s against 1,292 s for the
+    # command: the multi-process tests then ran beside notebook 07 on two cores.
     # The checks of what the notebooks wrote run afterwards, in a second pytest run (BAB_DEFER_AFTER_NOTEBOOKS).
     # The notebooks' run cache (.bab_cache/) grows by about 3 GB: notebook 07 stores four fine-tunes of a 135M
     # decoder at about 0.5 GB each. A disk that fills mid-run fails in whichever notebook saves next; say so first.
