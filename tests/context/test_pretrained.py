@@ -175,6 +175,7 @@ def test_the_gguf_copy_is_what_transformers_reads_from_the_file(smollm2, smollm2
         assert torch.equal(copied(torch.tensor([ids])).logits, read(torch.tensor([ids])).logits)
 
 
+@pytest.mark.slow  # transformers reads the GGUF file for the module (20 to 30 s)
 @pytest.mark.data
 @NEEDS_PACKAGED
 def test_the_gguf_file_is_read_once_and_its_copy_loaded_after(smollm2_from_gguf, tmp_path, monkeypatch):
@@ -190,6 +191,7 @@ def test_the_gguf_file_is_read_once_and_its_copy_loaded_after(smollm2_from_gguf,
     assert torch.equal(second.model.norm.weight, first.model.norm.weight)
 
 
+@pytest.mark.slow
 @pytest.mark.data
 @NEEDS_PACKAGED
 def test_a_copy_that_cannot_be_written_warns_and_the_load_goes_on(smollm2_from_gguf, tmp_path, monkeypatch):
