@@ -38,12 +38,11 @@ def copy_folder(gguf: str | Path, root: str | Path | None = None) -> Path:
     return Path(root or default_cache_root()) / CONVERTED / f"{gguf.stem}-{digest.hexdigest()[:16]}"
 
 
-def load_copy(gguf: str | Path, root: str | Path | None = None):
-    """(model in eval mode, tokenizer) from the copy of ``gguf``, or None when there is none yet. The model and
-    tokenizer name the GGUF file's folder as where they came from, as when read from the file itself."""
+def load_copy(folder: Path, gguf: str | Path):
+    """(model in eval mode, tokenizer) from ``folder`` (``copy_folder(gguf)``), or None when no copy is there yet.
+    The model and tokenizer name the GGUF file's folder as where they came from, as when read from the file."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = copy_folder(gguf, root)
     if not (folder / "model.safetensors").is_file():
         return None
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
@@ -52,10 +51,9 @@ def load_copy(gguf: str | Path, root: str | Path | None = None):
     return model.eval(), tokenizer
 
 
-def save_copy(model, tokenizer, gguf: str | Path, root: str | Path | None = None) -> Path:
-    """Write the copy of ``gguf`` (``model`` and ``tokenizer`` as transformers read them from it); its folder.
-    A copy already there is kept."""
-    folder = copy_folder(gguf, root)
+def save_copy(model, tokenizer, folder: Path) -> Path:
+    """Write ``model`` and ``tokenizer``, as transformers read them from a GGUF file, to ``folder``
+    (``copy_folder(gguf)``); a copy already there is kept."""
     if (folder / "model.safetensors").is_file():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)

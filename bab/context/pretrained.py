@@ -142,11 +142,12 @@ def _load_hf(source: DecoderSource):
     if not source.gguf_file:
         return _read_hf(source)
     gguf = Path(source.location) / source.gguf_file
-    loaded = gguf_copy.load_copy(gguf)
+    folder = gguf_copy.copy_folder(gguf)  # hashes the file: once per load
+    loaded = gguf_copy.load_copy(folder, gguf)
     if loaded is None:
         loaded = _read_hf(source)
         try:
-            gguf_copy.save_copy(*loaded, gguf)
+            gguf_copy.save_copy(*loaded, folder)
         except OSError as exc:  # a full or read-only cache folder costs the next load time, not this load
             warnings.warn(f"could not keep a converted copy of {gguf} in the run cache ({exc}); the next load reads "
                           f"the GGUF file again", stacklevel=2)

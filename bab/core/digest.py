@@ -58,11 +58,8 @@ def _seal(state: list[tuple[str, torch.Tensor]]) -> list[tuple] | None:
 
 
 def _same(before: list[tuple], now: list[tuple]) -> bool:
-    if len(before) != len(now):
-        return False
-    for (name, tensor, storage, *layout), (name_now, tensor_now, storage_now, *layout_now) in zip(before, now,
-                                                                                                  strict=True):
-        if (name != name_now or tensor is not tensor_now or storage.data_ptr() != storage_now.data_ptr()
-                or layout != layout_now):
-            return False
-    return True
+    return len(before) == len(now) and all(
+        name == name_now and tensor is tensor_now and storage.data_ptr() == storage_now.data_ptr()
+        and layout == layout_now
+        for (name, tensor, storage, *layout), (name_now, tensor_now, storage_now, *layout_now)
+        in zip(before, now, strict=False))  # unequal lengths are answered by the length test first

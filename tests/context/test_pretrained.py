@@ -95,7 +95,7 @@ def smollm2(smollm2_from_gguf, tmp_path_factory):
     from transformers' own read of it (checked against that read below)."""
     root = tmp_path_factory.mktemp("runs")
     source = resolve_decoder_source(allow_hub=False)
-    gguf_copy.save_copy(*smollm2_from_gguf, Path(source.location) / source.gguf_file, root)
+    gguf_copy.save_copy(*smollm2_from_gguf, gguf_copy.copy_folder(Path(source.location) / source.gguf_file, root))
     with pytest.MonkeyPatch.context() as env:
         env.setenv("BAB_CACHE_DIR", str(root))
         return load_decoder()
@@ -218,4 +218,4 @@ def test_the_copys_folder_changes_with_the_files_bytes_and_the_transformers_vers
     assert changed != first
     monkeypatch.setattr(gguf_copy.transformers, "__version__", "99.0.0")
     assert gguf_copy.copy_folder(gguf, tmp_path) not in (first, changed)
-    assert gguf_copy.load_copy(gguf, tmp_path) is None  # nothing converted yet
+    assert gguf_copy.load_copy(gguf_copy.copy_folder(gguf, tmp_path), gguf) is None  # nothing converted yet
