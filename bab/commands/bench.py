@@ -5,7 +5,8 @@ median of interleaved repeats, the analytic limit printed beside the measured ra
     python -m bab bench bert --budgets 0.25,0.5,0.75      pretrained encoder: dense vs structurally pruned
     python -m bab bench sparse [--breakdown]              Sparsifiner attention core vs dense SDPA
     python -m bab bench sparse --model trained|deit-s     whole ViT: dense vs the fused kernel, images/s
-    python -m bab bench sparse --training                 a phase-2 training step: torch vs fused top-k selection
+    python -m bab bench sparse --training                 a phase-2 training step: torch vs fused top-k selection,
+                                                          explicit vs fused masked softmax
     python -m bab bench generation [--model smollm2]      context-pruned decoding vs dense
     python -m bab bench precision [--only 01,07]          a training step: float32 vs bfloat16 autocast
 """
@@ -156,7 +157,8 @@ def _add_bench_sparse(sub) -> None:
     p.add_argument("--training", action="store_true",
                    help="time one Sparsifiner phase-2 training step on notebook 05's ViT (batch 128, --tokens 50 "
                         "and/or 197, each --keep-rates), the masked core's top-k selected by the predictor's torch "
-                        "ranking against the fused kernel's (the same keys: loss and gradients checked bit for bit)")
+                        "ranking against the fused kernel's (the same keys: loss and gradients checked bit for bit), "
+                        "then its masked softmax over explicit probabilities against SDPA with the mask")
     p.add_argument("--profile", default="quick", help="with --model trained: which profile's model to load")
     p.add_argument("--tokens", type=_token_counts, nargs="+", default=None,
                    help=f"sequence lengths n to time, e.g. 197,577 or 197 577 (default: {','.join(map(str, TOKENS))}); "
@@ -231,9 +233,10 @@ def _tokens_warmup_repeats(args, tokens, warmup: int, repeats: int) -> tuple[lis
 
 
 def _bench_sparse_training(args) -> int:
-    """``bench sparse --training``: a phase-2 step, torch against fused selection (bab.sparsifiner.training_bench)."""
+    """``bench sparse --training``: a phase-2 step, torch against fused selection, then the masked softmax over
+    explicit probabilities against the fused one (bab.sparsifiner.training_bench)."""
     from bab.sparsifiner.recipe import RECIPE
-    from bab.sparsifiner.training_bench import training_step_bench
+    from bab.sparsifiner.training_bench import masked_attention_bench, training_step_bench
 
     tokens, warmup, repeats = _tokens_warmup_repeats(args, (50, 197), warmup=1, repeats=5)
     batch = RECIPE.phase2.batch_size
@@ -244,8 +247,20 @@ def _bench_sparse_training(args) -> int:
     with pd.option_context(*flat(WIDE), "display.precision", 3):
         print(table.to_string(index=False))
     print("speed-up = torch selection time / fused selection time, 95% interval over the paired repeats (both "
-          "select the same keys; what differs is the selection's own time, so no FLOP limit applies)")
-    return 0 if table["same loss and gradients"].all() else 1
+          "select the same keys; what differs is the selection's own time, so no FLOP limit applies)\n")
+    attention = masked_attention_bench(tokens, args.keep_rates, batch, warmup=warmup, repeats=repeats)
+    print(f"the same step's masked attention: explicit [B, H, n, n] probabilities against F.scaled_dot_product_"
+          f"attention with the mask (torch selection in both); median of {repeats.describe(list(attention.repeats))}")
+    with pd.option_context(*flat(WIDE), "display.precision", 3):
+        print(attention.to_string(index=False))
+    print(f"speed-up = explicit time / fused time (the same multiply-adds in another order, so no FLOP limit); "
+          f"largest relative difference of loss and gradients: at most {ATTENTION_TOLERANCE:g} is float32 rounding")
+    same_keys = table["same loss and gradients"].all()
+    return 0 if same_keys and (attention["largest relative difference"] <= ATTENTION_TOLERANCE).all() else 1
+
+
+# float32 rounding of the same masked softmax summed in another order, relative to each tensor's largest entry
+ATTENTION_TOLERANCE = 1e-4
 
 
 MODEL_COLUMNS = ["tokens", "batch", "keep_rate", "k", "dense images/s", "fused images/s", "speed-up", "analytic limit",

@@ -179,12 +179,14 @@ def validate_inputs(predictor, q, k, v, positions=None) -> None:
 
 
 def fused_inference(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,
-                    positions: torch.Tensor | None = None, with_attention: bool = True, module=None) -> dict:
+                    positions: torch.Tensor | None = None, with_attention: bool = True, module=None,
+                    a_down: torch.Tensor | None = None, coefficients: torch.Tensor | None = None) -> dict:
     """The fused kernel (raises if it is not built) on q, k, v [B, H, n, d], with what the predictor's forward
     returns beside its output: {"out": [B, H, n, d] (None with ``with_attention=False``, which runs the predictor
     and the selection only), "index": [B, H, n_q, k], "coefficients": A~_down [B, H, n_q, n_down],
     "first_query": int}. ``module``: another build of the kernel (the tests pass ``_build(portable=True)``);
-    default ``require_extension()``."""
+    default ``require_extension()``. ``a_down`` and ``coefficients``: A_down and A~_down where the caller has
+    computed them already (the predictor's forward), which are otherwise computed here the same way."""
     validate_inputs(predictor, q, k, v, positions)
     module = module or require_extension()
     B, H, n, d = q.shape
@@ -193,8 +195,12 @@ def fused_inference(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,
         # A_down and A~_down exactly as the reference computes them (torch's matmuls and, for top-m, torch.topk's
         # choice): the kernel then selects from the same coefficients. Computing them inside the kernel was no
         # faster (measured) and let float rounding at tau flip a coefficient now and then.
-        a_down = predictor.low_rank_attention(q, k, positions)  # [B, H, n_q, n_down]
-        coeff = predictor.sparsify_coefficients(a_down)
+        if (a_down is None) != (coefficients is None):
+            raise ValueError("pass both a_down and coefficients (the predictor's A_down and A~_down), or neither")
+        if a_down is None:
+            a_down = predictor.low_rank_attention(q, k, positions)  # [B, H, n_q, n_down]
+            coefficients = predictor.sparsify_coefficients(a_down)
+        coeff = coefficients
         n_down = a_down.shape[-1]
         # the raw W_up columns of the current tokens, [H, n_down, n] or [B, H, n_down, n]: the kernel prunes them.
         # A basis shared by the heads ([1, n_down, n] or [B, 1, n_down, n]) is repeated per head, as the kernel
@@ -220,11 +226,14 @@ def fused_sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_
     return result["out"], result["index"]
 
 
-def fused_selection(predictor: ConnectivityPredictor, q, k, keep_rate: float,
-                    positions: torch.Tensor | None = None) -> torch.Tensor:
+def fused_selection(predictor: ConnectivityPredictor, q, k, keep_rate: float, positions: torch.Tensor | None = None,
+                    a_down: torch.Tensor | None = None, coefficients: torch.Tensor | None = None) -> torch.Tensor:
     """The predictor's top-k index [B, H, n_q, k] by the fused kernel (A_down, ranking scores, selection; no
-    attention): the same sets as ``predictor(q, k, keep_rate, positions)["index"]``."""
-    return fused_sparsifiner_attention(predictor, q, k, k, keep_rate, positions, with_attention=False)[1]
+    attention): the same sets as ``predictor(q, k, keep_rate, positions)["index"]``. ``a_down``, ``coefficients``:
+    A_down and A~_down already computed (``fused_inference``)."""
+    with torch.no_grad():  # the kernel has no autograd; the index it returns needs none
+        return fused_inference(predictor, q, k, k, keep_rate, positions, with_attention=False, a_down=a_down,
+                               coefficients=coefficients)["index"]
 
 
 def torch_sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,

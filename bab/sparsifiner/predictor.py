@@ -355,15 +355,17 @@ class ConnectivityPredictor(nn.Module):
         (+ with ``with_scores``: "scores": S [B, H, n_q, n], differentiable, in q's dtype, and "phase1_scores":
         what phase 1 distils, S itself or, with ``phase1_scores="raw"``, A_down W_up [B, H, n_q, n]), where row i
         is query ``first_query + i`` and k = ceil(keep_rate * n). The index follows the ranking rule of the module
-        docstring (``connections``). ``select(predictor, q, k, keep_rate, positions) -> index``: another
-        implementation of that rule giving the same sets (the fused kernel's ``fused_selection``), in any order.
+        docstring (``connections``). ``select(predictor, q, k, keep_rate, positions, a_down=, coefficients=) ->
+        index``: another implementation of that rule giving the same sets (the fused kernel's ``fused_selection``),
+        in any order; it is handed this forward's A_down and A~_down (detached) rather than computing them again.
         """
         a_down = self.low_rank_attention(q, k, positions)  # [B, H, n_q, n_down]
         coeff = self.sparsify_coefficients(a_down)
         basis = self.sparse_basis(k.shape[-2], positions)  # [(B,) G, n_down, n]
         with torch.no_grad():
             index = (self.connections(a_down, coeff, basis, num_connections(keep_rate, k.shape[-2]))
-                     if select is None else select(self, q, k, keep_rate, positions))
+                     if select is None else select(self, q, k, keep_rate, positions, a_down=a_down.detach(),
+                                                   coefficients=coeff.detach()))
         out = {"index": index, "coefficients": coeff, "first_query": self.first_query}
         if with_scores:
             out["scores"] = coeff @ basis

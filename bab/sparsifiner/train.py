@@ -200,9 +200,12 @@ def train_vit(model, train_data: Dataset, config: ViTTrainConfig, teacher=None, 
                         checkpoint=checkpoint, progress=progress)
 
 
-def _step(model, teacher, pixels, labels, config: ViTTrainConfig, rng: random.Random, selection: str = "auto"):
+def _step(model, teacher, pixels, labels, config: ViTTrainConfig, rng: random.Random, selection: str = "auto",
+          record_probs: bool = False):
     """(the student's ViTOutput, the loss) of one batch; ``selection``: the masked core's top-k selection (the same
-    keys either way; ``bab.sparsifiner.training_bench`` times the two)."""
+    keys either way), ``record_probs``: the student's phase-2 forward forms its attention probabilities, so the
+    masked core runs explicit matmuls instead of the fused softmax (``bab.sparsifiner.training_bench`` times
+    both)."""
     if config.objective == "dense":
         out = vit_forward(model, pixels, **config.token_pruning())
         return out, F.cross_entropy(out.logits, labels)
@@ -227,7 +230,8 @@ def _step(model, teacher, pixels, labels, config: ViTTrainConfig, rng: random.Ra
         # the masked path is numerically equal to the gathered one and faster for short training sequences;
         # with token pruning, the internals say which positions each layer (and the output) kept
         out = vit_forward(model, pixels, attention="masked", keep_rate=rng.choice(config.keep_rates),
-                          with_predictor=joint_predictor, selection=selection, **config.token_pruning())
+                          with_predictor=joint_predictor, selection=selection, return_internals=record_probs,
+                          **config.token_pruning())
         if out.positions is not None:  # the original positions of the tokens the student kept
             teacher_tokens = _gather_tokens(target.tokens, out.positions)
     else:
