@@ -154,12 +154,61 @@ def trainable_parameters(model, config: ViTTrainConfig) -> list[dict]:
     return [{"params": [p for n, p in named if not any(_in_module(n, module) for module in added)]}]
 
 
+class Indexed(Dataset):
+    """``dataset``'s items with their index appended: (pixels, label, index). Its length, and so the shuffled
+    order a seeded loader draws, are ``dataset``'s."""
+
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i):
+        return (*self.dataset[i], i)
+
+
+class TeacherMemo:
+    """The frozen teacher's logits and final tokens per training example, kept from the first batch that held
+    it: phase 2 and Linformer distil from the same teacher on the same images every epoch, and the teacher
+    (eval mode, no dropout) gives an image the same outputs, bit for bit, in any batch of the training size
+    (the matmuls treat the rows of a batch alike; tests/sparsifiner check it), so later epochs read them instead
+    of running the teacher again."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.logits = self.tokens = None
+        self.known = torch.zeros(size, dtype=torch.bool)
+
+    def __call__(self, teacher, pixels: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits [B, C], tokens [B, n, D]) of the teacher on ``pixels``, the examples ``index`` [B]."""
+        index = index.cpu()
+        if self.logits is not None and bool(self.known[index].all()):
+            return self.logits[index].to(pixels.device), self.tokens[index].to(pixels.device)
+        with torch.no_grad():
+            target = vit_forward(teacher, pixels)
+        if self.logits is None:
+            self.logits = torch.empty(self.size, *target.logits.shape[1:], dtype=target.logits.dtype)
+            self.tokens = torch.empty(self.size, *target.tokens.shape[1:], dtype=target.tokens.dtype)
+        self.logits[index], self.tokens[index] = target.logits.cpu(), target.tokens.cpu()
+        self.known[index] = True
+        return target.logits, target.tokens
+
+
+def memoises_teacher(config: ViTTrainConfig) -> bool:
+    """Whether the teacher's outputs are kept across epochs (``TeacherMemo``): the distilling objectives for more
+    than one epoch, except phase 2 with ``joint_predictor``, which distils the teacher's attention too."""
+    return config.objective in ("joint", "linformer") and not config.joint_predictor and config.epochs > 1
+
+
 class ViTObjective(Objective):
     """One ViT objective (the module docstring): which weights learn, the loss of one batch (``_step``) and the
     epoch's row (mean loss and training accuracy per example)."""
 
     def __init__(self, config: ViTTrainConfig, train_data: Dataset):
-        super().__init__(config, EpochBatches(train_data, config.batch_size, config.epochs))
+        self.memo = TeacherMemo(len(train_data)) if memoises_teacher(config) else None
+        data = Indexed(train_data) if self.memo is not None else train_data
+        super().__init__(config, EpochBatches(data, config.batch_size, config.epochs))
         self.name = config.objective
         # phase 1 freezes the backbone, so it runs without dropout (the predictor has none either)
         self.train_mode = config.objective != "predictor"
@@ -168,8 +217,9 @@ class ViTObjective(Objective):
         return trainable_parameters(model, self.config)
 
     def step(self, model, teacher, batch, rng, step):
-        pixels, labels = batch
-        out, loss = _step(model, teacher, pixels, labels, self.config, rng)
+        pixels, labels, *index = batch
+        target = self.memo(teacher, pixels, index[0]) if self.memo is not None else None
+        out, loss = _step(model, teacher, pixels, labels, self.config, rng, target=target)
         n = labels.numel()
         return loss, {"loss": loss.item() * n, "correct": (out.logits.argmax(-1) == labels).sum().item(), "seen": n}
 
@@ -201,11 +251,12 @@ def train_vit(model, train_data: Dataset, config: ViTTrainConfig, teacher=None, 
 
 
 def _step(model, teacher, pixels, labels, config: ViTTrainConfig, rng: random.Random, selection: str = "auto",
-          record_probs: bool = False):
+          record_probs: bool = False, target: tuple[torch.Tensor, torch.Tensor] | None = None):
     """(the student's ViTOutput, the loss) of one batch; ``selection``: the masked core's top-k selection (the same
     keys either way), ``record_probs``: the student's phase-2 forward forms its attention probabilities, so the
     masked core runs explicit matmuls instead of the fused softmax (``bab.sparsifiner.training_bench`` times
-    both)."""
+    both); ``target``: the teacher's (logits, tokens) on ``pixels`` where known (``TeacherMemo``), else the
+    teacher runs here."""
     if config.objective == "dense":
         out = vit_forward(model, pixels, **config.token_pruning())
         return out, F.cross_entropy(out.logits, labels)
@@ -221,11 +272,16 @@ def _step(model, teacher, pixels, labels, config: ViTTrainConfig, rng: random.Ra
             loss = loss + config.lambda_spa * torch.stack([p.w_up.pow(2).mean() for p in predictors(inner)]).mean()
         return out, loss
     joint_predictor = config.objective == "joint" and config.joint_predictor
-    with torch.no_grad():
-        # the teacher's attention probabilities too when phase 2 distils the predictor's scores to them (Eq. 10)
-        target = vit_forward(teacher, pixels, return_internals=joint_predictor)
+    if target is not None and joint_predictor:
+        raise ValueError("joint_predictor distils the teacher's attention, which a target of (logits, tokens) "
+                         "does not hold: leave target at None so the teacher runs")
+    if target is None:
+        with torch.no_grad():
+            # the teacher's attention probabilities too when phase 2 distils the predictor's scores to them (Eq. 10)
+            target = vit_forward(teacher, pixels, return_internals=joint_predictor)
+        teacher_layers, target = target.layers, (target.logits, target.tokens)
+    teacher_logits, teacher_tokens = target
     # joint / linformer: CE + token MSE + KL to the dense teacher
-    teacher_tokens = target.tokens
     if config.objective == "joint":
         # the masked path is numerically equal to the gathered one and faster for short training sequences;
         # with token pruning, the internals say which positions each layer (and the output) kept
@@ -233,16 +289,16 @@ def _step(model, teacher, pixels, labels, config: ViTTrainConfig, rng: random.Ra
                           with_predictor=joint_predictor, selection=selection, return_internals=record_probs,
                           **config.token_pruning())
         if out.positions is not None:  # the original positions of the tokens the student kept
-            teacher_tokens = _gather_tokens(target.tokens, out.positions)
+            teacher_tokens = _gather_tokens(teacher_tokens, out.positions)
     else:
         out = vit_forward(model, pixels, attention="linformer")
     loss = (F.cross_entropy(out.logits, labels)
             + config.lambda_token * token_distillation_loss(out.tokens, teacher_tokens)
-            + config.lambda_kl * kl_distillation_loss(out.logits, target.logits))
+            + config.lambda_kl * kl_distillation_loss(out.logits, teacher_logits))
     if joint_predictor:
         # Eq. 10 on S = A~_down W~_up, weighted even at the paper's 0.0: the predictors then get a zero gradient
         # rather than none, so AdamW's weight decay still applies to them, as in training them jointly
-        teacher_rows = [_teacher_rows(t["probs"], s) for s, t in zip(out.layers, target.layers, strict=True)]
+        teacher_rows = [_teacher_rows(t["probs"], s) for s, t in zip(out.layers, teacher_layers, strict=True)]
         loss = loss + config.lambda_attn_joint * attention_distillation_loss(
             [layer["scores"] for layer in out.layers], teacher_rows)
     return out, loss
