@@ -6,7 +6,7 @@ median of interleaved repeats, the analytic limit printed beside the measured ra
     python -m bab bench sparse [--breakdown]              Sparsifiner attention core vs dense SDPA
     python -m bab bench sparse --model trained|deit-s     whole ViT: dense vs the fused kernel, images/s
     python -m bab bench sparse --training                 a phase-2 training step: torch vs fused top-k selection,
-                                                          explicit vs fused masked softmax
+                                                          explicit vs fused masked softmax, teacher vs memo
     python -m bab bench generation [--model smollm2]      context-pruned decoding vs dense
     python -m bab bench precision [--only 01,07]          a training step: float32 vs bfloat16 autocast
 """
@@ -158,7 +158,8 @@ def _add_bench_sparse(sub) -> None:
                    help="time one Sparsifiner phase-2 training step on notebook 05's ViT (batch 128, --tokens 50 "
                         "and/or 197, each --keep-rates), the masked core's top-k selected by the predictor's torch "
                         "ranking against the fused kernel's (the same keys: loss and gradients checked bit for bit), "
-                        "then its masked softmax over explicit probabilities against SDPA with the mask")
+                        "then its masked softmax over explicit probabilities against SDPA with the mask, and the "
+                        "teacher run against its outputs read from the memo")
     p.add_argument("--profile", default="quick", help="with --model trained: which profile's model to load")
     p.add_argument("--tokens", type=_token_counts, nargs="+", default=None,
                    help=f"sequence lengths n to time, e.g. 197,577 or 197 577 (default: {','.join(map(str, TOKENS))}); "
@@ -233,10 +234,10 @@ def _tokens_warmup_repeats(args, tokens, warmup: int, repeats: int) -> tuple[lis
 
 
 def _bench_sparse_training(args) -> int:
-    """``bench sparse --training``: a phase-2 step, torch against fused selection, then the masked softmax over
-    explicit probabilities against the fused one (bab.sparsifiner.training_bench)."""
+    """``bench sparse --training``: a phase-2 step, torch against fused selection, the masked softmax over explicit
+    probabilities against the fused one, and the teacher run against its memo (bab.sparsifiner.training_bench)."""
     from bab.sparsifiner.recipe import RECIPE
-    from bab.sparsifiner.training_bench import masked_attention_bench, training_step_bench
+    from bab.sparsifiner.training_bench import masked_attention_bench, teacher_memo_bench, training_step_bench
 
     tokens, warmup, repeats = _tokens_warmup_repeats(args, (50, 197), warmup=1, repeats=5)
     batch = RECIPE.phase2.batch_size
@@ -255,8 +256,15 @@ def _bench_sparse_training(args) -> int:
         print(attention.to_string(index=False))
     print(f"speed-up = explicit time / fused time (the same multiply-adds in another order, so no FLOP limit); "
           f"largest relative difference of loss and gradients: at most {ATTENTION_TOLERANCE:g} is float32 rounding")
-    same_keys = table["same loss and gradients"].all()
-    return 0 if same_keys and (attention["largest relative difference"] <= ATTENTION_TOLERANCE).all() else 1
+    memo = teacher_memo_bench(tokens, args.keep_rates, batch, warmup=warmup, repeats=repeats)
+    print(f"\nthe same step with the teacher run on the batch against its outputs read from the memo (phase 2's "
+          f"epochs after the first); median of {repeats.describe(list(memo.repeats))}")
+    with pd.option_context(*flat(WIDE), "display.precision", 3):
+        print(memo.to_string(index=False))
+    print("speed-up = teacher run time / teacher memo time (the teacher's forward not run; loss and gradients "
+          "checked bit for bit)")
+    exact = table["same loss and gradients"].all() and memo["same loss and gradients"].all()
+    return 0 if exact and (attention["largest relative difference"] <= ATTENTION_TOLERANCE).all() else 1
 
 
 # float32 rounding of the same masked softmax summed in another order, relative to each tensor's largest entry

@@ -8,6 +8,8 @@ one thread (``bab.core.timing``):
 - ``masked_attention_bench``: the masked softmax over explicit [B, H, n, n] probabilities (what the core runs when
   they are recorded) against ``F.scaled_dot_product_attention`` with the mask (what a training step runs). The
   same arithmetic in another order: equal to float32 rounding, and the table gives the largest difference.
+- ``teacher_memo_bench``: the teacher run on the batch against its outputs read back (``train.TeacherMemo``,
+  what phase 2's later epochs do); the loss and gradients must be equal bit for bit.
 
     python -m bab bench sparse --training [--tokens 50 197] [--keep-rates 0.1 0.25 0.5]
 """
@@ -23,7 +25,7 @@ import torch
 from bab.core.timing import Repeats, single_thread, speedup_columns, time_side_by_side
 from bab.sparsifiner import fused
 from bab.sparsifiner.recipe import RECIPE
-from bab.sparsifiner.train import ViTTrainConfig, _step
+from bab.sparsifiner.train import TeacherMemo, ViTTrainConfig, _step
 from bab.sparsifiner.vit import ViTClassifierConfig, build_vit
 
 # notebook 05's predictor at 197 tokens (its profiles' variant_197): the paper's n_down 32, tau 0.05, top 8 of 32
@@ -45,15 +47,15 @@ def phase2_models(tokens: int, seed: int = 0):
 
 
 def phase2_step(student, teacher, pixels, labels, keep_rate: float, selection: str,
-                record_probs: bool = False) -> dict:
-    """One phase-2 step at ``keep_rate`` by ``selection`` (``record_probs``: through explicit probabilities):
-    {"loss": the loss, name: gradient} (gradients cleared first; no optimiser step, so repeats see the same
-    weights)."""
+                record_probs: bool = False, target: tuple | None = None) -> dict:
+    """One phase-2 step at ``keep_rate`` by ``selection`` (``record_probs``: through explicit probabilities;
+    ``target``: the teacher's (logits, tokens) instead of running it): {"loss": the loss, name: gradient}
+    (gradients cleared first; no optimiser step, so repeats see the same weights)."""
     config = ViTTrainConfig(objective="joint", keep_rates=(keep_rate,))
     student.zero_grad(set_to_none=True)
     with torch.enable_grad():  # the timing protocol runs its callables under no_grad
         _, loss = _step(student, teacher, pixels, labels, config, random.Random(0), selection=selection,
-                        record_probs=record_probs)
+                        record_probs=record_probs, target=target)
         loss.backward()
     return {"loss": loss.detach(), **{n: p.grad.clone() for n, p in student.named_parameters() if p.grad is not None}}
 
@@ -130,4 +132,30 @@ def masked_attention_bench(tokens=(50, 197), keep_rates=(0.1, 0.25, 0.5), batch_
                              **speedup_columns(timing, "explicit", "fused",
                                                labels=("explicit softmax", "fused softmax")),
                              "largest relative difference": difference})
+    return pd.DataFrame(rows)
+
+
+def _from_memo(step, memo: TeacherMemo, pixels, index) -> dict:
+    """``step`` with the teacher's outputs read back from ``memo`` (the teacher itself is not needed)."""
+    return step(target=memo(None, pixels, index))
+
+
+def teacher_memo_bench(tokens=(50, 197), keep_rates=(0.1, 0.25, 0.5), batch_size: int = 128, warmup: int = 1,
+                       repeats: int | Repeats = 5, seed: int = 0) -> pd.DataFrame:
+    """One row per (tokens, keep rate): the median step time with the teacher run on the batch and with its
+    outputs read back from a ``TeacherMemo`` filled by the first (ms), the speed-up with its interval, the repeats,
+    and whether loss and gradients were equal bit for bit."""
+    rows = []
+    with single_thread():
+        for n in tokens:
+            student, teacher, pixels, labels = _inputs(n, batch_size, seed)
+            memo, index = TeacherMemo(batch_size), torch.arange(batch_size)
+            memo(teacher, pixels, index)
+            for keep in keep_rates:
+                step = partial(phase2_step, student, teacher, pixels, labels, keep, "auto")
+                fns = {"teacher run": step, "teacher memo": partial(_from_memo, step, memo, pixels, index)}
+                equal = same_step(fns["teacher run"](), fns["teacher memo"]())
+                timing = time_side_by_side(fns, warmup=warmup, repeats=repeats)
+                rows.append({"tokens": n, "keep_rate": keep, **speedup_columns(timing, "teacher run", "teacher memo"),
+                             "same loss and gradients": equal})
     return pd.DataFrame(rows)

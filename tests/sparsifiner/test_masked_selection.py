@@ -19,6 +19,7 @@ from bab.sparsifiner.training_bench import (
     phase2_models,
     phase2_step,
     same_step,
+    teacher_memo_bench,
     training_step_bench,
 )
 from bab.sparsifiner.vit import ViTForward, vit_forward
@@ -161,3 +162,9 @@ def test_the_attention_bench_reports_the_difference():
     assert list(table.columns[-1:]) == ["largest relative difference"]
     assert (table["largest relative difference"] < 1e-4).all()
     assert (table["explicit softmax ms"] > 0).all() and (table["fused softmax ms"] > 0).all()
+
+
+def test_the_memo_bench_reports_equal_steps(kernel):
+    table = teacher_memo_bench(tokens=(50,), keep_rates=(0.5,), batch_size=8, warmup=0, repeats=2)
+    assert table["same loss and gradients"].all()
+    assert (table["teacher run ms"] > 0).all() and (table["teacher memo ms"] > 0).all()
