@@ -26,14 +26,13 @@ import random
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from bab.context.attach import context_state
 from bab.context.interaction import SPARSITY_NORMALISATIONS, cosine_alpha
 from bab.context.lm import check_length, lm_forward, prunes, pruning_parameters
 from bab.core.budget import validate_budget
 from bab.core.checkpoints import Checkpointer
-from bab.core.losses import budget_loss, context_pruning_loss
+from bab.core.losses import budget_loss, context_pruning_loss, next_token_ce
 from bab.core.training import Objective, OptimizerConfig, SampledBatches, TrainResult, run_training, warmup_cosine
 
 LM_OBJECTIVES = ("lm", "context_pruning", "budget_context")
@@ -134,10 +133,7 @@ class LMObjective(Objective):
 
     def step(self, model, teacher, batch, rng, step):
         x, y = batch
-        out, loss = _objective_step(model, x, y, self.alpha(step), self.config, rng)
-        logits = out.logits.detach()  # the CE part of the loss, for the log (the loss itself under "lm")
-        ce = loss if self.config.objective == "lm" else F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                                                         y.reshape(-1))
+        out, loss, ce = _objective_step(model, x, y, self.alpha(step), self.config, rng)
         keep = out.keep_mass.item() if out.keep_mass is not None else 1.0
         return loss, {"loss": loss.item(), "ce": ce.item(), "keep": keep, "n": 1}
 
@@ -174,14 +170,18 @@ def parameter_groups(model, config: LMTrainConfig) -> list[dict]:
 
 
 def _objective_step(model, x, y, alpha: float, config: LMTrainConfig, budget_rng: random.Random):
-    """The forward pass and loss of one batch: ``(output, loss)``."""
+    """The forward pass, loss and next-token CE (the loss's CE part, computed once) of one batch:
+    ``(output, loss, ce)``."""
     if config.objective == "lm":
         out = lm_forward(model, x, prune=False)
-        return out, F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1))
+        ce = next_token_ce(out.logits, y)
+        return out, ce, ce
     if config.objective == "context_pruning":
         out = lm_forward(model, x, alpha=alpha, sparsity_normalisation=config.sparsity_normalisation)
-        return out, context_pruning_loss(out.logits, y, out.sparsity, config.gamma)
+        ce = next_token_ce(out.logits, y)
+        return out, context_pruning_loss(out.logits, y, out.sparsity, config.gamma, ce=ce), ce
     budget = budget_rng.uniform(config.budget_min, config.budget_max)  # budget_context
     out = lm_forward(model, x, alpha=alpha, budget=budget)
-    return out, budget_loss(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1), out.keep_mass,
-                            budget, config.lambda_cost, config.lambda_viol, two_sided=config.two_sided)
+    ce = next_token_ce(out.logits, y)
+    return out, budget_loss(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1), out.keep_mass, budget,
+                            config.lambda_cost, config.lambda_viol, two_sided=config.two_sided, ce=ce), ce

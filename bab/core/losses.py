@@ -14,14 +14,17 @@ def budget_loss(
     lambda_cost: float,
     lambda_viol: float,
     two_sided: bool = False,
+    *,
+    ce: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Eq. 5: CE + lambda_cost * C(b) + lambda_viol * max(0, C(b) - b)^2.
 
     ``two_sided=True`` (beyond the paper) penalises any miss, lambda_viol * (C(b) - b)^2: for a cost that
     cross-entropy barely pulls up (the keep mass of context pruning), so that the delivered cost tracks b
-    from below as well as from above.
+    from below as well as from above. ``ce``: CE(logits, labels) where the caller has computed it already (a
+    language model's is a pass over [B * T, vocabulary] logits, too dear to compute twice).
     """
-    ce = F.cross_entropy(logits, labels)
+    ce = F.cross_entropy(logits, labels) if ce is None else ce
     violation = cost - budget if two_sided else torch.clamp(cost - budget, min=0.0)
     return ce + lambda_cost * cost + lambda_viol * violation.pow(2)
 
@@ -49,15 +52,21 @@ def distillation_loss(
 
 
 def context_pruning_loss(logits: torch.Tensor, targets: torch.Tensor, keep_mass: torch.Tensor,
-                         gamma: float) -> torch.Tensor:
+                         gamma: float, *, ce: torch.Tensor | None = None) -> torch.Tensor:
     """Dynamic Context Pruning: next-token CE + gamma * mean keep mass (arXiv 2305.15805; docs/context-pruning.md).
 
-    logits [B, T, V], targets [B, T]; keep_mass: the mean of I over layers and pairs k > j.
+    logits [B, T, V], targets [B, T]; keep_mass: the mean of I over layers and pairs k > j; ``ce``: the CE of
+    these logits where the caller has computed it already (``next_token_ce``).
     """
     if gamma < 0:
         raise ValueError(f"gamma must be >= 0, got {gamma}")
-    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    ce = next_token_ce(logits, targets) if ce is None else ce
     return ce + gamma * keep_mass
+
+
+def next_token_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of logits [B, T, V] against targets [B, T]."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 # -- Sparsifiner (Eq. 8-10 of the Sparsifiner paper; docs/sparsifiner.md) ----------------------------------
