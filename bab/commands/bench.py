@@ -25,6 +25,7 @@ from bab.commands.common import (
     add_repeat_arguments,
     add_target_arguments,
     flat,
+    print_table,
     repeats_of,
 )
 from bab.commands.quick_cases import quick_training_case
@@ -242,27 +243,23 @@ def _bench_sparse_training(args) -> int:
     tokens, warmup, repeats = _tokens_warmup_repeats(args, (50, 197), warmup=1, repeats=5)
     batch = RECIPE.phase2.batch_size
     table = training_step_bench(tokens, args.keep_rates, batch, warmup=warmup, repeats=repeats)
-    print(f"Sparsifiner phase-2 training step (teacher forward, masked student forward, loss, backward), notebook "
-          f"05's ViT, batch {batch}, random weights; 1 thread, interleaved, median of "
-          f"{repeats.describe(list(table.repeats))} after {warmup} warm-up")
-    with pd.option_context(*flat(WIDE), "display.precision", 3):
-        print(table.to_string(index=False))
-    print("speed-up = torch selection time / fused selection time, 95% interval over the paired repeats (both "
-          "select the same keys; what differs is the selection's own time, so no FLOP limit applies)\n")
+    print_table(f"Sparsifiner phase-2 training step (teacher forward, masked student forward, loss, backward), "
+                f"notebook 05's ViT, batch {batch}, random weights; 1 thread, interleaved, median of "
+                f"{repeats.describe(list(table.repeats))} after {warmup} warm-up", table,
+                "speed-up = torch selection time / fused selection time, 95% interval over the paired repeats (both "
+                "select the same keys; what differs is the selection's own time, so no FLOP limit applies)\n")
     attention = masked_attention_bench(tokens, args.keep_rates, batch, warmup=warmup, repeats=repeats)
-    print(f"the same step's masked attention: explicit [B, H, n, n] probabilities against F.scaled_dot_product_"
-          f"attention with the mask (torch selection in both); median of {repeats.describe(list(attention.repeats))}")
-    with pd.option_context(*flat(WIDE), "display.precision", 3):
-        print(attention.to_string(index=False))
-    print(f"speed-up = explicit time / fused time (the same multiply-adds in another order, so no FLOP limit); "
-          f"largest relative difference of loss and gradients: at most {ATTENTION_TOLERANCE:g} is float32 rounding")
+    print_table(f"the same step's masked attention: explicit [B, H, n, n] probabilities against "
+                f"F.scaled_dot_product_attention with the mask (torch selection in both); median of "
+                f"{repeats.describe(list(attention.repeats))}", attention,
+                f"speed-up = explicit time / fused time (the same multiply-adds in another order, so no FLOP limit); "
+                f"largest relative difference of loss and gradients: at most {ATTENTION_TOLERANCE:g} is float32 "
+                f"rounding\n")
     memo = teacher_memo_bench(tokens, args.keep_rates, batch, warmup=warmup, repeats=repeats)
-    print(f"\nthe same step with the teacher run on the batch against its outputs read from the memo (phase 2's "
-          f"epochs after the first); median of {repeats.describe(list(memo.repeats))}")
-    with pd.option_context(*flat(WIDE), "display.precision", 3):
-        print(memo.to_string(index=False))
-    print("speed-up = teacher run time / teacher memo time (the teacher's forward not run; loss and gradients "
-          "checked bit for bit)")
+    print_table(f"the same step with the teacher run on the batch against its outputs read from the memo (phase 2's "
+                f"epochs after the first); median of {repeats.describe(list(memo.repeats))}", memo,
+                "speed-up = teacher run time / teacher memo time (the teacher's forward not run; loss and gradients "
+                "checked bit for bit)")
     exact = table["same loss and gradients"].all() and memo["same loss and gradients"].all()
     return 0 if exact and (attention["largest relative difference"] <= ATTENTION_TOLERANCE).all() else 1
 

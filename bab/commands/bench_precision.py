@@ -8,9 +8,7 @@ The cases are ``bab.commands.quick_cases.PRECISION_CASES``.
 
 from __future__ import annotations
 
-import pandas as pd
-
-from bab.commands.common import WIDE, DefaultsFormatter, add_repeat_arguments, flat, repeats_of
+from bab.commands.common import DefaultsFormatter, add_repeat_arguments, print_table, repeats_of
 from bab.commands.quick_cases import PRECISION_CASES as CASES
 
 
@@ -35,10 +33,8 @@ def _bench_precision(args) -> int:
     cases = {f"{n} {CASES[n][0]}": CASES[n][1]() for n in chosen}
     table = precision_step_bench(cases, warmup=args.warmup, repeats=repeats_of(args, args.repeats))
     native = "native bfloat16" if native_bfloat16() else "NO native bfloat16 (emulated: expect a slow-down)"
-    print(f"one training step at quick, float32 vs bfloat16 autocast; CPU with {native}; 1 thread, interleaved, "
-          f"median after {args.warmup} warm-up")
-    with pd.option_context(*flat(WIDE), "display.precision", 3):
-        print(table.to_string(index=False))
-    print("speed-up = float32 time / bfloat16 time, 95% interval over the paired repeats; weights, gradients and "
-          "the optimiser stay float32 (bab.core.precision)")
+    print_table(f"one training step at quick, float32 vs bfloat16 autocast; CPU with {native}; 1 thread, "
+                f"interleaved, median after {args.warmup} warm-up", table,
+                "speed-up = float32 time / bfloat16 time, 95% interval over the paired repeats; weights, gradients "
+                "and the optimiser stay float32 (bab.core.precision)")
     return 0

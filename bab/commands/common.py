@@ -25,6 +25,16 @@ def flat(options: dict) -> list:
     return [x for kv in options.items() for x in kv]
 
 
+def print_table(heading: str, table, note: str, precision: int = 3) -> None:
+    """A bench's table as every bench prints it: the heading, the rows at ``precision`` decimals, the note."""
+    import pandas as pd
+
+    print(heading)
+    with pd.option_context(*flat(WIDE), "display.precision", precision):
+        print(table.to_string(index=False))
+    print(note)
+
+
 def program_name() -> str:
     """What the user typed: ``bab`` for the console script, ``python -m bab`` otherwise."""
     return "bab" if Path(sys.argv[0]).name == "bab" else "python -m bab"
