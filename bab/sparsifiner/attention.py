@@ -118,7 +118,8 @@ def masked_core(q, k, v, layer: CoreInputs) -> tuple[torch.Tensor, dict]:
     mask = connectivity_mask(info["index"], k.shape[-2], info["first_query"])
     if layer.need_probs or layer.with_predictor:
         out, info["probs"] = masked_dense_attention(q, k, v, mask)
-    else:  # the same masked softmax fused (no [B, H, n, n] probabilities): 1.7x faster a training step's attention
+    else:  # the same masked softmax fused, no [B, H, n, n] probabilities: a phase-2 step 1.37x faster at 197
+        # tokens, as fast at 50 (python -m bab bench sparse --training)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     return out, info
 

@@ -200,7 +200,6 @@ def fused_inference(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,
         if a_down is None:
             a_down = predictor.low_rank_attention(q, k, positions)  # [B, H, n_q, n_down]
             coefficients = predictor.sparsify_coefficients(a_down)
-        coeff = coefficients
         n_down = a_down.shape[-1]
         # the raw W_up columns of the current tokens, [H, n_down, n] or [B, H, n_down, n]: the kernel prunes them.
         # A basis shared by the heads ([1, n_down, n] or [B, 1, n_down, n]) is repeated per head, as the kernel
@@ -209,12 +208,12 @@ def fused_inference(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,
         w_up = w_up.expand(*w_up.shape[:-3], H, n_down, n).contiguous()
         out, index = module.fused_forward(
             *(t.contiguous().view(B * H, n, d) for t in (q, k, v)),
-            *(t.float().contiguous().view(B * H, -1, n_down) for t in (a_down, coeff)), w_up.view(-1, n_down, n),
+            *(t.float().contiguous().view(B * H, -1, n_down) for t in (a_down, coefficients)), w_up.view(-1, n_down, n),
             H, kk, predictor.first_query, predictor.up_prune, predictor.basis_threshold_abs,
             with_attention)
     first = predictor.first_query
     return {"out": out.view(B, H, n, d) if with_attention else None, "index": index.view(B, H, n - first, kk),
-            "coefficients": coeff, "first_query": first}
+            "coefficients": coefficients, "first_query": first}
 
 
 def fused_sparsifiner_attention(predictor: ConnectivityPredictor, q, k, v, keep_rate: float,

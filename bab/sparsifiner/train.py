@@ -176,8 +176,7 @@ class TeacherMemo:
     of running the teacher again."""
 
     def __init__(self, size: int):
-        self.size = size
-        self.logits = self.tokens = None
+        self.logits = self.tokens = None  # [size, C] and [size, n, D], allocated by the first batch
         self.known = torch.zeros(size, dtype=torch.bool)
 
     def __call__(self, teacher, pixels: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -188,8 +187,9 @@ class TeacherMemo:
         with torch.no_grad():
             target = vit_forward(teacher, pixels)
         if self.logits is None:
-            self.logits = torch.empty(self.size, *target.logits.shape[1:], dtype=target.logits.dtype)
-            self.tokens = torch.empty(self.size, *target.tokens.shape[1:], dtype=target.tokens.dtype)
+            size = len(self.known)
+            self.logits = torch.empty(size, *target.logits.shape[1:], dtype=target.logits.dtype)
+            self.tokens = torch.empty(size, *target.tokens.shape[1:], dtype=target.tokens.dtype)
         self.logits[index], self.tokens[index] = target.logits.cpu(), target.tokens.cpu()
         self.known[index] = True
         return target.logits, target.tokens
