@@ -1,7 +1,5 @@
 """The paired repeats behind a timing table's speed-up (repeat_times), and time_side_by_side's series."""
 
-import time
-
 import pandas as pd
 import pytest
 
@@ -75,16 +73,45 @@ def test_enough_repeats_goes_on_while_the_interval_is_wider_than_the_target():
     assert relative_half_width([10.0, 10.0, 10.0], [5.0, 5.0, 5.0]) == 0.0
 
 
-def test_time_side_by_side_times_until_the_target_or_the_ceiling():
+class ScriptedClock:
+    """A stand-in for time.perf_counter whose seconds pass only when a timed function says so: the stopping rule
+    is then tested on known durations, whatever the machine's load does to real sleeps."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def spend(self, durations_ms: list[float]):
+        remaining = iter(durations_ms * 10)
+
+        def fn():
+            self.now += next(remaining) / 1e3
+
+        return fn
+
+
+def test_time_side_by_side_times_until_the_target_or_the_ceiling(monkeypatch):
+    from bab.core import timing
     from bab.core.timing import Repeats
 
-    steady = {"dense": lambda: time.sleep(0.004), "half": lambda: time.sleep(0.002)}
-    loose = time_side_by_side(steady, warmup=0, repeats=Repeats(3, target=0.9, maximum=12))
-    assert len(loose["dense"].times_ms) == 3  # a ratio near 2 is known to +-90% at once
-    unreachable = time_side_by_side(steady, warmup=0, repeats=Repeats(3, target=1e-9, maximum=6))
+    clock = ScriptedClock()
+    monkeypatch.setattr(timing, "time", clock)
+    # paired ratios 2.0, 2.2, 1.8, 2.0, 2.05, 1.95: known to within +-90% after 3 rounds, never to within 1e-9
+    dense, half = [4.0, 4.4, 3.6, 4.2, 4.1, 3.9], [2.0, 2.0, 2.0, 2.1, 2.0, 2.0]
+
+    def steady():
+        return {"dense": clock.spend(dense), "half": clock.spend(half)}
+
+    loose = time_side_by_side(steady(), warmup=0, repeats=Repeats(3, target=0.9, maximum=12))
+    assert loose["dense"].times_ms == pytest.approx(dense[:3])
+    assert loose["half"].times_ms == pytest.approx(half[:3])
+    unreachable = time_side_by_side(steady(), warmup=0, repeats=Repeats(3, target=1e-9, maximum=6))
     assert [len(t.times_ms) for t in unreachable.values()] == [6, 6]
+    assert unreachable["dense"].median_ms == pytest.approx(4.05)
     with pytest.raises(ValueError, match="baseline 'slow' is not among"):
-        time_side_by_side(steady, repeats=3, baseline="slow")
+        time_side_by_side(steady(), repeats=3, baseline="slow")
 
 
 def test_repeats_describe_what_was_timed():
