@@ -82,7 +82,8 @@ def print_timings(folder: Path) -> None:
 
     table, slowest = report_timings(folder)
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 70):
-        print(f"seconds per notebook and kind of cell, {folder}:")
+        print(f"seconds per notebook and kind of cell, {folder}; trained / measured: what its training loops and "
+              f"its slow measurements clocked themselves (a cell counts whole under one kind):")
         print(table.round(0).to_string())
         print("\nthe slowest cells:")
         print(slowest.round(1).to_string(index=False))

@@ -12,6 +12,12 @@ and the notebook's own start and end. Each code cell is put in one kind by what 
 
 A cell served from the run cache takes the seconds it took, so a warm report shows what is left to speed up.
 The kernel's start is the time from the notebook's start to its first cell's; converting to HTML is not counted.
+
+A cell counts whole under one kind, so a sweep that trains its models first counts as evaluation. Beside the
+kinds, two clocks that do not depend on how cells are read, from the notebook's ``results/<notebook>.json``:
+``trained`` sums the seconds the training loops of the models this build trained recorded (loaded ones count
+nothing), ``measured`` the same for the slow measurements it computed (``Study.measured``: perplexities, zero-shot
+scores, eviction, head importance).
 """
 
 from __future__ import annotations
@@ -76,7 +82,22 @@ def notebook_timings(path) -> dict:
     start = (_when(first) - _when(run["start_time"])).total_seconds() if first and run.get("start_time") else None
     by_kind = cells.groupby("kind")["seconds"].sum()
     return {"notebook": Path(path).stem, "in all": run.get("duration"), "kernel start": start,
-            **{kind: float(by_kind.get(kind, 0.0)) for kind in (*KINDS, "imports", "other")}}
+            **{kind: float(by_kind.get(kind, 0.0)) for kind in (*KINDS, "imports", "other")},
+            **own_clocks(Path(path).parent / "results" / f"{Path(path).stem}.json")}
+
+
+def own_clocks(results_path) -> dict:
+    """``{"trained": s, "measured": s}``: the seconds the models and measurements a notebook's results file lists
+    as made in its run (not loaded from the run cache) recorded themselves; NaN without a results file."""
+    if not Path(results_path).exists():
+        return {"trained": float("nan"), "measured": float("nan")}
+    results = json.loads(Path(results_path).read_text())
+
+    def made_here(entries: list[dict], seconds: str) -> float:
+        return sum(float(entry[seconds] or 0.0) for entry in entries if not entry["cached"])
+
+    return {"trained": made_here(results.get("models", []), "train_seconds"),
+            "measured": made_here(results.get("measurements", []), "seconds")}
 
 
 def report_timings(folder) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -35,11 +35,19 @@ def test_a_reports_notebooks_are_summed_by_kind(tmp_path):
     executed(tmp_path / "01_a.ipynb", [("import torch", 0.5), ("dense, _, _ = study.dense()", 60.0),
                                         ("sweep = study.sweep(m, b)", 20.0), ("print(1)", 1.5)])
     executed(tmp_path / "02_b.ipynb", [("latency = study.latency(m)", 30.0)], duration=40.0)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "01_a.json").write_text(json.dumps({
+        "models": [{"run": "dense", "cached": False, "train_seconds": 55.0},
+                   {"run": "loaded", "cached": True, "train_seconds": 900.0}],  # trained by an earlier run
+        "measurements": [{"measurement": "sweep", "cached": False, "seconds": 12.5}]}))
     table, slowest = timings.report_timings(tmp_path)
     a = table.loc["01_a"]
     assert (a["in all"], a["kernel start"], a["training"], a["evaluation"], a["imports"], a["other"]) == \
         (100.0, 2.0, 60.0, 20.0, 0.5, 1.5)
+    assert (a["trained"], a["measured"]) == (55.0, 12.5)
+    assert table.loc["02_b", ["trained", "measured"]].isna().all()  # no results file: nothing to say
     assert table.loc["all notebooks", "in all"] == 140.0 and table.loc["all notebooks", "benchmark"] == 30.0
+    assert table.loc["all notebooks", "trained"] == 55.0
     assert slowest["seconds"].tolist()[:2] == [60.0, 30.0] and slowest["notebook"].tolist()[:2] == ["01_a", "02_b"]
     with pytest.raises(FileNotFoundError, match="build the report first"):
         timings.report_timings(tmp_path / "empty")
