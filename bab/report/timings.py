@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from bab.report.results import read_json
+
 KINDS = {
     "training": r"\.(dense|warm_start_budgeted|warm_start_static|hard_adapted|static_hard_adapted|"
                 r"budgeted_from_scratch|predictor|sparsifiner|linformer|budgeted_heads|budgeted_heads_hard|evit|"
@@ -81,17 +83,18 @@ def notebook_timings(path) -> dict:
                   if c.get("metadata", {}).get("papermill", {}).get("start_time")), None)
     start = (_when(first) - _when(run["start_time"])).total_seconds() if first and run.get("start_time") else None
     by_kind = cells.groupby("kind")["seconds"].sum()
-    return {"notebook": Path(path).stem, "in all": run.get("duration"), "kernel start": start,
+    stem = Path(path).stem
+    return {"notebook": stem, "in all": run.get("duration"), "kernel start": start,
             **{kind: float(by_kind.get(kind, 0.0)) for kind in (*KINDS, "imports", "other")},
-            **own_clocks(Path(path).parent / "results" / f"{Path(path).stem}.json")}
+            **own_clocks(Path(path).parent / "results" / f"{stem}.json")}
 
 
 def own_clocks(results_path) -> dict:
     """``{"trained": s, "measured": s}``: the seconds the models and measurements a notebook's results file lists
-    as made in its run (not loaded from the run cache) recorded themselves; NaN without a results file."""
-    if not Path(results_path).exists():
+    as made in its run (not loaded from the run cache) recorded themselves; NaN without a readable results file."""
+    results = read_json(results_path)
+    if results is None:
         return {"trained": float("nan"), "measured": float("nan")}
-    results = json.loads(Path(results_path).read_text())
 
     def made_here(entries: list[dict], seconds: str) -> float:
         return sum(float(entry[seconds] or 0.0) for entry in entries if not entry["cached"])

@@ -85,6 +85,7 @@ def test_bad_inputs_exit_2_before_training(command, folders, tmp_path, capsys):
 
 def test_a_repeated_fit_loads_from_the_run_cache_and_replaces_out_only_with_overwrite(command, tmp_path, capsys):
     out = tmp_path / "out"
+
     def stored_runs():  # each trained run's files in the run cache, with when they were written
         return {p.relative_to(tmp_path): p.stat().st_mtime_ns for p in (tmp_path / "runs").rglob("*")
                 if p.name in ("model.safetensors", "metrics.json")}
