@@ -6,6 +6,7 @@ how its verdicts moved since an earlier report.
     python -m bab report --pages-only reports/paper
     python -m bab report --profile paper --merge /tmp/rec04/paper --only 04
     python -m bab report --profile quick --timings
+    python -m bab report --profile quick --save-plan
     python -m bab report --profile paper --verdicts-against before.json
     python -m bab report --profile quick --rows-against /tmp/float32/reports/quick
 """
@@ -57,6 +58,10 @@ def add_arguments(parser):
                         help="run nothing: print where reports/<profile>/'s seconds went, per notebook and kind of "
                              "cell (training, benchmark, evaluation, figures, imports, kernel start) and its slowest "
                              "cells")
+    parser.add_argument("--save-plan", action="store_true",
+                        help="run nothing: write the seconds of reports/<profile>/runs/ (a build whose notebooks all "
+                             "ended ok) into reports/planned_seconds.json, committed, so that a clone with no report "
+                             "of its own starts its notebooks in the order that should end soonest")
     parser.add_argument("--pages-only", default=None, metavar="FOLDER",
                         help="run nothing: rebuild FOLDER's index.html, results.json and RECORD.md from its "
                              "results/ and runs/ with this checkout's report code (claims, front page)")
@@ -146,6 +151,11 @@ def run(args):
             return _cost_table_beside(args.pages_only)
         if args.timings:
             print_timings(Path(args.reports_dir) / args.profile)
+            return 0
+        if args.save_plan:
+            from bab.report.schedule import save_plan
+
+            print(f"wrote {save_plan(args.reports_dir, args.profile)} ({args.profile})")
             return 0
         if args.merge is not None:
             target = Path(args.reports_dir) / args.profile

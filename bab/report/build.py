@@ -15,9 +15,9 @@ per code cell as it starts (plain lines, so a log file reads like the terminal):
     [3/6] 03_bert_ag_news ... ok (215.3 s)
 
 ``--jobs N`` runs N notebooks at once, started in the order that should end soonest (``start_order``, from the
-last report's times), with the cores divided among them through ``$BAB_THREADS`` (``bab.core.threads``); cell
-lines then carry the notebook's number. The default is ``default_jobs()``: on 2 cores, 2 jobs of 1 thread each
-(``DEFAULT_JOBS`` says why).
+last report's times, else from the committed ``reports/planned_seconds.json``), with the cores divided among them
+through ``$BAB_THREADS`` (``bab.core.threads``); cell lines then carry the notebook's number. The default is
+``default_jobs()``: on 2 cores, 2 jobs of 1 thread each (``DEFAULT_JOBS`` says why).
 
 The new report is built in `reports/.staging-<profile>-<random>/` and swapped into
 `reports/<profile>/` only once it is complete, so an interrupted or crashing run never
@@ -47,7 +47,7 @@ from bab.report.index import run_environment, write_index
 from bab.report.progress import CellProgress, estimate_line, last_run, last_run_note, progress_engine
 from bab.report.record import code_digest, write_record
 from bab.report.results import now_iso, read_json, write_json_atomic
-from bab.report.schedule import check_jobs, check_threads, start_order, threads_per_job
+from bab.report.schedule import check_jobs, check_threads, plan_note, planned_runs, start_order, threads_per_job
 from bab.report.seeds import SEED_SUFFIX, notebook_seeds, seed_stem
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
@@ -298,11 +298,16 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
             clear_outputs(staging, stem, None if seeds is None or ran == [None] else ran)
         previous = [last_run(reports_dir, profile, run.stem) for run in selected]
         print(estimate_line(previous, profile), flush=True)
+        plan = previous
+        if jobs > 1 and all(r is None for r in previous):
+            plan = planned_runs(reports_dir, profile, [run.stem for run in selected])
+            if any(r is not None for r in plan):
+                print(plan_note(plan), flush=True)
         print(f"{jobs} notebook{'s' if jobs > 1 else ''} at once, {threads} torch thread{'s' if threads > 1 else ''} "
               f"each ({available_cores()} cores), training in {precision} on {trains_on}", flush=True)
         t0 = time.perf_counter()
         with kernel_env(**{THREADS_ENV: str(threads), PRECISION_ENV: precision, DEVICE_ENV: device}):
-            failures = run_all_notebooks(selected, previous, staging, profile, jobs, threads)
+            failures = run_all_notebooks(selected, previous, plan, staging, profile, jobs, threads)
         print(f"notebooks done in {time.perf_counter() - t0:.0f} s", flush=True)
         table_error = write_index(staging, profile, notebooks, notebooks_dir.parent)
         if table_error:
@@ -356,12 +361,13 @@ def scrub_machine_paths(folder, checkout, report=None) -> None:
                 path.write_text(scrubbed, encoding="utf-8")
 
 
-def run_all_notebooks(selected, previous, staging, profile, jobs, threads) -> int:
-    """Run ``selected`` (``NotebookRun``s) into ``staging``, ``jobs`` at a time; print a line as each starts and
-    ends; return the number that failed. With one job they run in name order, with several in ``start_order``."""
+def run_all_notebooks(selected, previous, plan, staging, profile, jobs, threads) -> int:
+    """Run ``selected`` (``NotebookRun``s) into ``staging``, ``jobs`` at a time; print a line as each starts (with
+    its ``previous`` run's time) and ends; return the number that failed. With one job they run in name order, with
+    several in the ``start_order`` planned on ``plan`` (the previous runs, or the committed seconds)."""
     numbers = {run: i for i, run in enumerate(selected, 1)}
     before = dict(zip(selected, previous, strict=True))
-    order = selected if jobs == 1 else start_order(selected, previous, jobs)
+    order = selected if jobs == 1 else start_order(selected, plan, jobs)
     lock = threading.Lock()
 
     def one(run):

@@ -1,12 +1,15 @@
 """How the report runs its notebooks: how many at once, threads each, and in which order they start (planned from
-the times the last run recorded, never from seconds typed into code)."""
+the times the last run recorded, or on a fresh clone from the committed times of a whole build,
+``reports/planned_seconds.json``; never from seconds typed into code)."""
 
 from __future__ import annotations
 
 import heapq
 import itertools
+from pathlib import Path
 
 from bab.core.threads import available_cores
+from bab.report.results import read_json, write_json_atomic
 
 # Notebooks at once on a 2-core machine, measured: the quick report from an empty cache took 38.3 min as 2 jobs of
 # 1 thread and 48.7 min as 1 job of 2 threads (commit 61620cb, README "Run time at quick"); a notebook is only
@@ -66,3 +69,48 @@ def start_order(runs, previous, jobs: int):
     if jobs == 1 or len(order) > ORDERS_TRIED_UP_TO:
         return order
     return list(min(itertools.permutations(order), key=lambda o: planned_finish([seconds[s] for s in o], jobs)))
+
+
+# In the reports folder and committed: the seconds of one whole build per profile, so that a clone with no report of
+# its own still starts its notebooks in a planned order (with two jobs in notebook order, notebook 05 started last
+# and one job ran alone for its last ~12 minutes at quick).
+PLAN_FILE = "planned_seconds.json"
+
+
+def save_plan(reports_dir, profile: str) -> Path:
+    """Write the seconds of every run in ``reports/<profile>/runs/`` into ``reports/planned_seconds.json`` under
+    ``profile`` (the other profiles' entries kept), each with the commit and jobs x threads it ran at. Refused unless
+    every run of that build ended ok: a failed notebook's seconds say nothing about a whole run."""
+    reports_dir = Path(reports_dir)
+    runs = sorted((reports_dir / profile / "runs").glob("*.json"))
+    records = {path.stem: read_json(path) for path in runs}
+    if not records:
+        raise FileNotFoundError(f"no runs in {reports_dir / profile / 'runs'}: build the report first "
+                                f"(python -m bab report --profile {profile})")
+    failed = [stem for stem, r in records.items() if not isinstance(r, dict) or r.get("status") != "ok"]
+    if failed:
+        raise ValueError(f"not planning on a build whose runs did not all end ok ({', '.join(failed)}): rebuild them "
+                         f"first (python -m bab report --profile {profile} --only ...)")
+    path = reports_dir / PLAN_FILE
+    plan = read_json(path) or {}
+    plan[profile] = {stem: {key: r.get(key) for key in ("seconds", "commit", "jobs", "threads")}
+                     for stem, r in records.items()}
+    write_json_atomic(path, plan)
+    return path
+
+
+def planned_runs(reports_dir, profile: str, stems) -> list[dict | None]:
+    """The committed seconds (``save_plan``) of each of ``stems`` at ``profile``, None where there are none."""
+    plan = read_json(Path(reports_dir) / PLAN_FILE)
+    entries = plan.get(profile) if isinstance(plan, dict) else None
+    if not isinstance(entries, dict):
+        return [None] * len(stems)
+    return [r if isinstance(r, dict) and isinstance(r.get("seconds"), int | float) else None
+            for r in (entries.get(stem) for stem in stems)]
+
+
+def plan_note(planned) -> str:
+    """The line saying a start order came from the committed seconds, and of which commits."""
+    commits = sorted({str(r.get("commit")) for r in planned if r is not None})
+    return (f"start order planned on the committed seconds of a build at {', '.join(commits)} "
+            f"(reports/{PLAN_FILE}): no earlier run here")
