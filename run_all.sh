@@ -150,6 +150,13 @@ if [[ -z "${BAB_DATA_DIR:-}" && -d ../shared/data ]]; then
 fi
 say "BAB_DATA_DIR=${BAB_DATA_DIR:-(unset: loaders use installed packages or the Hugging Face hub)}"
 export BAB_HEADLESS=1 MPLBACKEND=Agg PYTHONHASHSEED=0
+# On an AMD CPU with AVX-512, MKL's AVX-512 kernels for every process this starts, notebooks that import torch before
+# bab included (bab.core.blas; $BAB_MKL_VENDOR_SHIM=0 leaves MKL alone). Empty elsewhere.
+preload="$("$PY" -c 'from bab.core.blas import preload_env; print(preload_env().get("LD_PRELOAD", ""))')"
+if [[ -n "$preload" ]]; then
+    export LD_PRELOAD="$preload"
+    say "MKL's AVX-512 kernels on this AMD CPU: LD_PRELOAD=$preload (bab.core.blas)"
+fi
 
 # ---------------------------------------------------------------- run
 if [[ "$mode" == "test" ]]; then

@@ -31,6 +31,10 @@ The command line: python -m bab fit heads --train my.csv --budgets 0.25,0.5,0.75
 BudgetedClassifier, Recipe, GateStart, ContextPruner, SparsifinerClassifier, read_labeled, LabelMap, load_pruned.
 """
 
+from bab.core.blas import load_vendor_shim as _load_vendor_shim
+
+_load_vendor_shim()  # before torch is imported: MKL's AVX-512 kernels on AMD CPUs (bab.core.blas)
+
 _PUBLIC = {
     "BudgetedClassifier": "bab.api.heads",
     "Recipe": "bab.heads.recipe",

@@ -43,6 +43,7 @@ except ImportError:  # Windows: runs are not locked there
     fcntl = None
 
 from bab.core import strict_json
+from bab.core.blas import blas_key
 from bab.core.checkpoints import Checkpointer
 from bab.core.device import device_key
 from bab.core.folders import share
@@ -419,9 +420,10 @@ def train_cached(cache: RunCache, name: str, lineage: dict, build, fit, *, seed:
     ``lineage``: everything that determines the run (data, model, training, the run it started from).
     ``{"code": {"method": method, "version": version, "threads": n}}`` is added to it, so bumping a method's
     ``TRAINING_VERSION`` retrains instead of serving a checkpoint of the old training code, and a run trained on
-    a different number of torch threads (which sums in a different order: ``bab.core.threads``) or on a GPU is its
-    own run; the returned lineage has it too, for the runs that start from this one, as the plain data the key
-    hashes (each config as its difference from its first defaults). The model comes back on the CPU.
+    a different number of torch threads (which sums in a different order: ``bab.core.threads``), with other matrix
+    kernels (``bab.core.blas``) or on a GPU is its own run; the returned lineage has it too, for the runs that start
+    from this one, as the plain data the key hashes (each config as its difference from its first defaults). The
+    model comes back on the CPU.
     ``build() -> model`` is called after seeding with ``seed``, so the initialisation is reproducible
     (an already built model is used as it is). ``fit(model, checkpoint) -> metrics`` trains in place, passing
     ``checkpoint`` (a ``Checkpointer``, or None) to its training loop so an interrupted run resumes; it runs
@@ -430,7 +432,7 @@ def train_cached(cache: RunCache, name: str, lineage: dict, build, fit, *, seed:
     if not isinstance(version, int) or isinstance(version, bool):
         raise TypeError(f"version must be the method's TRAINING_VERSION integer, got {version!r}")
     lineage = {**lineage, "code": {"method": method, "version": version, "threads": torch.get_num_threads(),
-                                   **device_key()}}
+                                   **device_key(), **blas_key()}}
     seed_everything(seed)
     model = build if isinstance(build, torch.nn.Module) else build()
     metrics = cache.get_or_train(name, lineage, model, fit)

@@ -25,6 +25,7 @@ import bab.context
 import bab.heads
 import bab.sparsifiner
 from bab.core import outcomes
+from bab.core.blas import blas_key
 from bab.core.digest import state_digest
 from bab.core.provenance import git_commit
 from bab.core.runs import RUN_TAG, RunCache, run_of, train_cached
@@ -98,8 +99,8 @@ class Study:
         The key: this experiment; the measured model's run (the cache folder's name, its whole lineage) or, for
         the downloaded model, ``downloaded_identity()``, with a digest of its weights (a model changed after it
         was loaded is another model); ``measurement_data()``; ``what`` and its ``settings``; the method's
-        ``EVALUATION_VERSION`` and the thread count (sums run in another order on another count). A model no run
-        names (built in the session) is measured every time."""
+        ``EVALUATION_VERSION``, the thread count and the matrix kernels (``bab.core.blas``; sums run in another order
+        on another count or kernel). A model no run names (built in the session) is measured every time."""
         tag = getattr(model, RUN_TAG, None)
         identity = None if not isinstance(tag, dict) else tag["run"] or self.downloaded_identity()
         if identity is None:
@@ -110,7 +111,7 @@ class Study:
         config = {"experiment": self.experiment, "model": {"run": identity, "weights": state_digest(model)},
                   "data": self.measurement_data(), "what": what,
                   "settings": settings, "code": {"method": self.method, "version": version,
-                                                 "threads": torch.get_num_threads()}}
+                                                 "threads": torch.get_num_threads(), **blas_key()}}
         return self.cache.measured(f"{self.experiment}-{what}", config, measure)
 
     # -- rows for the report -----------------------------------------------------------------------------

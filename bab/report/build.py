@@ -36,6 +36,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from bab.core.blas import describe as describe_blas
+from bab.core.blas import preload_env
 from bab.core.device import DEVICE_ENV, default_device, training_device
 from bab.core.folders import current_umask, swap_into_place
 from bab.core.precision import PRECISION_ENV, check_precision, default_precision
@@ -304,9 +306,10 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
             if any(r is not None for r in plan):
                 print(plan_note(plan), flush=True)
         print(f"{jobs} notebook{'s' if jobs > 1 else ''} at once, {threads} torch thread{'s' if threads > 1 else ''} "
-              f"each ({available_cores()} cores), training in {precision} on {trains_on}", flush=True)
+              f"each ({available_cores()} cores), training in {precision} on {trains_on}; {describe_blas()}",
+              flush=True)
         t0 = time.perf_counter()
-        with kernel_env(**{THREADS_ENV: str(threads), PRECISION_ENV: precision, DEVICE_ENV: device}):
+        with kernel_env(**{THREADS_ENV: str(threads), PRECISION_ENV: precision, DEVICE_ENV: device}, **preload_env()):
             failures = run_all_notebooks(selected, previous, plan, staging, profile, jobs, threads)
         print(f"notebooks done in {time.perf_counter() - t0:.0f} s", flush=True)
         table_error = write_index(staging, profile, notebooks, notebooks_dir.parent)

@@ -1,0 +1,103 @@
+"""bab.core.blas: when MKL's vendor check is answered, the library that answers it, and what a process then runs."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bab.core import blas
+
+AMD_AVX512 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 26
+flags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_bf16
+processor\t: 1
+vendor_id\t: AuthenticAMD
+flags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_bf16
+"""
+AMD_AVX2 = AMD_AVX512.replace(" avx512f avx512bw avx512_bf16", "")
+INTEL_AVX512 = AMD_AVX512.replace("AuthenticAMD", "GenuineIntel")
+
+
+def test_cpu_flags_reads_the_first_processor():
+    vendor, flags = blas.cpu_flags(AMD_AVX512)
+    assert vendor == "AuthenticAMD"
+    assert {"avx2", "avx512f", "avx512_bf16"} <= flags and "processor" not in flags
+
+
+@pytest.mark.parametrize("cpuinfo, machine, env, wanted", [
+    (AMD_AVX512, "x86_64", "", True),
+    (AMD_AVX512, "x86_64", "1", True),
+    (AMD_AVX512, "x86_64", "0", False),  # the user's opt-out
+    (AMD_AVX2, "x86_64", "", False),  # MKL's AVX2 kernels are already the CPU's best
+    (INTEL_AVX512, "x86_64", "", False),  # MKL already takes its Intel paths
+    (AMD_AVX512, "aarch64", "", False),
+])
+def test_the_shim_is_wanted_only_on_amd_cpus_with_avx512(cpuinfo, machine, env, wanted):
+    assert blas.wants_vendor_shim(cpuinfo, machine, env) is wanted
+
+
+def test_a_bad_opt_out_value_says_what_to_pass():
+    with pytest.raises(ValueError, match="BAB_MKL_VENDOR_SHIM must be 0"):
+        blas.wants_vendor_shim(AMD_AVX512, "x86_64", "off")
+
+
+@pytest.fixture
+def compiler():
+    import shutil
+
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler here: the shim cannot be built (and bab then leaves MKL alone)")
+
+
+def test_the_library_is_built_once_and_defines_the_vendor_check(tmp_path, compiler):
+    import ctypes
+
+    path = blas.shim_library(tmp_path)
+    assert path is not None and path.parent == tmp_path and path.suffix == ".so"
+    built = path.stat().st_mtime_ns
+    assert blas.shim_library(tmp_path) == path and path.stat().st_mtime_ns == built  # not rebuilt
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # no source or partial file left behind
+    assert getattr(ctypes.CDLL(str(path)), blas.SHIM_SYMBOL)() == 1
+
+
+def test_preload_env_puts_the_library_first_once(monkeypatch, tmp_path):
+    library = tmp_path / "shim.so"
+    monkeypatch.setattr(blas, "wants_vendor_shim", lambda: True)
+    monkeypatch.setattr(blas, "shim_library", lambda: library)
+    monkeypatch.setenv("LD_PRELOAD", f"/opt/other.so:{library}")
+    assert blas.preload_env() == {"LD_PRELOAD": f"{library}:/opt/other.so"}
+    monkeypatch.setattr(blas, "shim_library", lambda: None)  # no compiler: nothing to preload
+    assert blas.preload_env() == {}
+
+
+PROBE = """
+import json, sys
+import bab  # before torch, as a notebook that imports bab first
+import torch
+from bab.core import blas
+torch.manual_seed(0)
+a, b = torch.randn(300, 200), torch.randn(200, 100)
+error = float((a @ b - (a.double() @ b.double()).float()).abs().max())
+print(json.dumps({"active": blas.vendor_shim_active(), "key": blas.blas_key(), "error": error}))
+"""
+
+
+def _probe(**env) -> dict:
+    environment = {**os.environ, **env}
+    environment.pop("LD_PRELOAD", None)  # what ./run_all.sh exports: this test loads it through import bab
+    out = subprocess.run([sys.executable, "-c", PROBE], env=environment, capture_output=True, text=True, timeout=120,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_bab_gives_mkl_its_avx512_kernels_and_the_runs_their_own_key(compiler):
+    if not blas.wants_vendor_shim():
+        pytest.skip("not an AMD CPU with AVX-512: bab leaves MKL alone here")
+    on, off = _probe(), _probe(BAB_MKL_VENDOR_SHIM="0")
+    assert on["active"] and on["key"] == {"blas": "mkl-avx512-on-amd"}
+    assert not off["active"] and off["key"] == {}  # a run trained without it keeps the key it had before
+    # the same float32 product either way, summed in another order: against float64, float32 rounding only
+    assert on["error"] < 1e-4 and off["error"] < 1e-4
