@@ -9,6 +9,7 @@ median of interleaved repeats, the analytic limit printed beside the measured ra
                                                           explicit vs fused masked softmax, teacher vs memo
     python -m bab bench generation [--model smollm2]      context-pruned decoding vs dense
     python -m bab bench precision [--only 01,07]          a training step: float32 vs bfloat16 autocast
+    python -m bab bench blas [--only 03,05,07]            MKL's AVX2 vs AVX-512 kernels on an AMD CPU
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 
 import pandas as pd
 
+from bab.commands.bench_blas import add_bench_blas
 from bab.commands.bench_precision import add_bench_precision
 from bab.commands.common import (
     WIDE,
@@ -33,9 +35,10 @@ from bab.commands.quick_cases import quick_training_case
 
 def register(sub) -> None:
     bench = sub.add_parser("bench", help="measured speed: heads, bert, sparse, generation against dense; "
-                                           "precision: float32 against bfloat16 training")
+                                           "precision: float32 against bfloat16 training; blas: MKL's kernels")
     bench_sub = bench.add_subparsers(dest="target", required=True, metavar="TARGET")
-    for add in (_add_bench_heads, _add_bench_bert, _add_bench_sparse, _add_bench_generation, add_bench_precision):
+    for add in (_add_bench_heads, _add_bench_bert, _add_bench_sparse, _add_bench_generation, add_bench_precision,
+                add_bench_blas):
         add(bench_sub)
 
 

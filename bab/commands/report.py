@@ -69,10 +69,11 @@ def add_arguments(parser):
                         help="run nothing: copy the runs that ended ok in FOLDER, another build's report folder "
                              "(e.g. /tmp/rec04/paper; --only to choose notebooks), into reports/<profile>/ and "
                              "rebuild its pages")
-    parser.add_argument("--verdicts-against", default=None, metavar="RESULTS_JSON",
+    parser.add_argument("--verdicts-against", default=None, metavar="RESULTS_JSON_OR_FOLDER",
                         help="run nothing: print each claim of reports/<profile>/results.json beside its verdict "
                              "in RESULTS_JSON, an earlier report's (e.g. git show <commit>:reports/paper/"
-                             "results.json > before.json), as a Markdown table")
+                             "results.json > before.json) or the results.json in an earlier report folder, as a "
+                             "Markdown table")
     parser.add_argument("--rows-against", default=None, metavar="FOLDER",
                         help="run nothing: pair every accuracy and perplexity of reports/<profile>/ with the same "
                              "row of FOLDER, another build's report folder (e.g. one trained in float32), and print "
@@ -95,10 +96,13 @@ def print_timings(folder: Path) -> None:
 
 
 def compare_verdicts(before: Path, folder: Path) -> str:
-    """``bab.report.verdict_changes`` of ``folder``'s results.json against the results.json ``before``."""
+    """``bab.report.verdict_changes`` of ``folder``'s results.json against the results.json ``before`` (or the one in
+    the report folder ``before``)."""
     from bab.report.results import read_json
     from bab.report.verdict_changes import changes_markdown, verdict_changes
 
+    if before.is_dir():
+        before = before / "results.json"
     found = {path: read_json(path) for path in (before, folder / "results.json")}
     for path, results in found.items():
         if results is None:

@@ -101,3 +101,27 @@ def test_import_bab_gives_mkl_its_avx512_kernels_and_the_runs_their_own_key(comp
     assert not off["active"] and off["key"] == {}  # a run trained without it keeps the key it had before
     # the same float32 product either way, summed in another order: against float64, float32 rounding only
     assert on["error"] < 1e-4 and off["error"] < 1e-4
+
+
+def test_the_bench_refuses_where_there_is_nothing_to_compare(monkeypatch):
+    from bab.commands.bench_blas import blas_bench
+
+    with pytest.raises(ValueError, match="--only takes notebooks among 01, 02, 03, 05, 06, 07"):
+        blas_bench("04")
+    monkeypatch.setattr(blas, "wants_vendor_shim", lambda: False)
+    with pytest.raises(ValueError, match="nothing to compare"):
+        blas_bench("05")
+
+
+def test_the_bench_times_both_kernels_on_the_same_arithmetic(compiler):
+    from bab.commands.bench_blas import GEMMS, blas_bench
+
+    if not blas.wants_vendor_shim():
+        pytest.skip("not an AMD CPU with AVX-512: there is one set of MKL kernels here")
+    table = blas_bench("05", warmup=1, repeats=2).set_index("case")
+    assert list(table.index) == [*GEMMS, "05 ViT, 50 tokens: training step"]
+    # the same float32 arithmetic summed in another order
+    assert table["AVX-512 result"].to_numpy() == pytest.approx(table["AVX2 result"].to_numpy(), rel=1e-4)
+    square = table.loc[next(iter(GEMMS))]
+    assert square["speed-up low"] <= square["speed-up"] <= square["speed-up high"]
+    assert square["speed-up"] > 1.3  # about 2.3x on the AMD EPYC: MKL's AVX-512 kernels did run

@@ -57,3 +57,13 @@ def test_the_report_command_prints_the_table_and_refuses_a_missing_file(tmp_path
     assert capsys.readouterr().out.strip().endswith("4 claims: 1 same, 1 changed, 1 new, 1 gone.")
     assert main([*argv, str(tmp_path / "missing.json")]) == 2
     assert "no readable results.json" in capsys.readouterr().err
+
+
+def test_the_report_command_takes_an_earlier_report_folder(tmp_path, capsys):
+    folder, before = tmp_path / "reports" / "paper", tmp_path / "before" / "paper"
+    for path, results in ((folder, NOW), (before, BEFORE)):
+        path.mkdir(parents=True)
+        (path / "results.json").write_text(json.dumps(results))
+    argv = ["report", "--profile", "paper", "--reports-dir", str(tmp_path / "reports"), "--verdicts-against"]
+    assert main([*argv, str(before)]) == 0
+    assert capsys.readouterr().out.strip().endswith("4 claims: 1 same, 1 changed, 1 new, 1 gone.")
