@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from bab.core import device as device_module
+from bab.core.blas import blas_key
 from bab.core.device import default_device, training_device
 
 
@@ -63,8 +64,9 @@ def test_a_run_trained_on_a_gpu_is_keyed_apart_and_a_cpu_run_keeps_its_key(tmp_p
                             method="heads", version=3)
 
     _, _, cpu_lineage = run()
-    # the key a CPU run had before the device could be chosen: method, version and threads only
-    assert cpu_lineage["code"] == {"method": "heads", "version": 3, "threads": torch.get_num_threads()}
+    # the key a CPU run had before the device could be chosen: method, version and threads (and the matrix kernels
+    # where bab.core.blas changed them)
+    assert cpu_lineage["code"] == {"method": "heads", "version": 3, "threads": torch.get_num_threads(), **blas_key()}
     monkeypatch.setattr(device_module, "training_device", lambda: "cuda")
     model, metrics, gpu_lineage = run()
     assert gpu_lineage["code"]["device"] == "cuda" and not metrics["cached"] and len(trained) == 2

@@ -4,6 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bab.core.blas import blas_key
 from bab.core.provenance import git_commit
 from bab.core.runs import CacheMiss, LoadOnlyRunCache, RunCache, config_key
 
@@ -135,7 +136,8 @@ def test_train_cached_keys_on_the_code_version(tmp_path):
                                           seed=3, method="heads", version=1)
     assert metrics["cached"] is False and not model.training
     threads = torch.get_num_threads()
-    assert stored == {"train": {"lr": 0.1}, "code": {"method": "heads", "version": 1, "threads": threads}}
+    assert stored == {"train": {"lr": 0.1}, "code": {"method": "heads", "version": 1, "threads": threads,
+                                                     **blas_key()}}
     assert "code" not in lineage
     again, metrics, _ = train_cached(cache, "dense", lineage, lambda: tiny_model(0), counting_fit(calls),
                                      seed=3, method="heads", version=1)
@@ -190,7 +192,7 @@ def test_bumping_a_methods_training_version_retrains_the_studys_runs(tmp_path, m
     _, same, _ = study.dense()
     assert (first["cached"], same["cached"]) == (False, True)
     assert lineage["code"] == {"method": "heads", "version": bab.heads.TRAINING_VERSION,
-                               "threads": torch.get_num_threads()}
+                               "threads": torch.get_num_threads(), **blas_key()}
     monkeypatch.setattr(bab.heads, "TRAINING_VERSION", bab.heads.TRAINING_VERSION + 1)
     _, bumped, lineage = study.dense()
     assert bumped["cached"] is False and lineage["code"]["version"] == bab.heads.TRAINING_VERSION
@@ -220,7 +222,7 @@ def test_the_vit_studys_runs_are_keyed_on_sparsifiners_training_version(tmp_path
     _, same, _ = study.predictor()
     assert (first["cached"], same["cached"]) == (False, True)
     assert lineage["code"] == {"method": "sparsifiner", "version": bab.sparsifiner.TRAINING_VERSION,
-                               "threads": torch.get_num_threads()}
+                               "threads": torch.get_num_threads(), **blas_key()}
     assert lineage["parent"]["code"] == lineage["code"]  # the dense teacher it starts from is keyed on it too
     monkeypatch.setattr(bab.sparsifiner, "TRAINING_VERSION", bab.sparsifiner.TRAINING_VERSION + 1)
     _, bumped, lineage = study.predictor()
