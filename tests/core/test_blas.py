@@ -113,6 +113,9 @@ def test_the_bench_refuses_where_there_is_nothing_to_compare(monkeypatch):
         blas_bench("05")
 
 
+# slow (about 30 s): two worker processes each import torch and transformers and build the ViT, then time 2048^3
+# products; one notebook and two rounds is the least that still compares the kernels
+@pytest.mark.slow
 def test_the_bench_times_both_kernels_on_the_same_arithmetic(compiler):
     from bab.commands.bench_blas import GEMMS, blas_bench
 
