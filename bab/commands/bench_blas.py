@@ -21,6 +21,7 @@ import time
 
 from bab.commands.common import DefaultsFormatter, add_repeat_arguments, print_table
 from bab.commands.quick_cases import PRECISION_CASES as CASES
+from bab.commands.quick_cases import chosen_cases
 
 VARIANTS = {"AVX2": "0", "AVX-512": "1"}  # the kernels MKL runs -> $BAB_MKL_VENDOR_SHIM
 GEMMS = {"matrix product 2048 x 2048 x 2048": (2048, 2048, 2048),
@@ -39,14 +40,6 @@ def add_bench_blas(sub) -> None:
     p.set_defaults(run=_bench_blas, errors=(ValueError, RuntimeError))
 
 
-def _notebooks(only: str) -> list[str]:
-    chosen = [n.strip() for n in only.split(",") if n.strip()]
-    unknown = [n for n in chosen if n not in CASES]
-    if unknown or not chosen:
-        raise ValueError(f"--only takes notebooks among {', '.join(CASES)}, got {only!r}")
-    return chosen
-
-
 def _bench_blas(args) -> int:
     if args.worker:
         return _worker(args)
@@ -63,7 +56,7 @@ def blas_bench(only: str, warmup: int = 2, repeats: int = 7):
     with its 95% interval over the paired rounds, and each variant's result."""
     from bab.core.blas import preload_env, wants_vendor_shim
 
-    _notebooks(only)  # a bad --only stops here, before any worker starts
+    chosen_cases(only)  # a bad --only stops here, before any worker starts
     if repeats < 2:
         raise ValueError(f"an interval needs at least 2 rounds: --repeats must be >= 2, got {repeats}")
     if not wants_vendor_shim():
@@ -143,7 +136,7 @@ def _worker(args) -> int:
             generator = torch.Generator().manual_seed(0)
             a, b = torch.randn(m, k, generator=generator), torch.randn(k, n, generator=generator)
             cases[label] = (lambda a=a, b=b: float((a @ b)[0, 0]))
-        for notebook in _notebooks(args.only):
+        for notebook in chosen_cases(args.only):
             model, loss_of = CASES[notebook][1]()
             cases[f"{notebook} {CASES[notebook][0]}: training step"] = (lambda m=model, f=loss_of: _step(m, f))
         losses = {case: fn() for case, fn in cases.items()}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bab.commands.common import DefaultsFormatter, add_repeat_arguments, print_table, repeats_of
 from bab.commands.quick_cases import PRECISION_CASES as CASES
+from bab.commands.quick_cases import chosen_cases
 
 
 def add_bench_precision(sub) -> None:
@@ -26,11 +27,7 @@ def add_bench_precision(sub) -> None:
 def _bench_precision(args) -> int:
     from bab.core.precision import native_bfloat16, precision_step_bench
 
-    chosen = [n.strip() for n in args.only.split(",") if n.strip()]
-    unknown = [n for n in chosen if n not in CASES]
-    if unknown or not chosen:
-        raise ValueError(f"--only takes notebooks among {', '.join(CASES)}, got {args.only!r}")
-    cases = {f"{n} {CASES[n][0]}": CASES[n][1]() for n in chosen}
+    cases = {f"{n} {CASES[n][0]}": CASES[n][1]() for n in chosen_cases(args.only)}
     table = precision_step_bench(cases, warmup=args.warmup, repeats=repeats_of(args, args.repeats))
     native = "native bfloat16" if native_bfloat16() else "NO native bfloat16 (emulated: expect a slow-down)"
     print_table(f"one training step at quick, float32 vs bfloat16 autocast; CPU with {native}; 1 thread, "

@@ -109,3 +109,11 @@ PRECISION_CASES = {  # notebook -> (what is timed, how to build it)
     "06": ("GPT-2 from scratch", lambda: _decoder("gpt2_context_pruning")),
     "07": ("SmolLM2-135M", lambda: _decoder("pretrained_context_pruning")),
 }
+
+
+def chosen_cases(only: str) -> list[str]:
+    """The notebooks of a comma-separated ``--only`` among ``PRECISION_CASES``, or a ValueError naming them."""
+    chosen = [n.strip() for n in only.split(",") if n.strip()]
+    if not chosen or any(n not in PRECISION_CASES for n in chosen):
+        raise ValueError(f"--only takes notebooks among {', '.join(PRECISION_CASES)}, got {only!r}")
+    return chosen
