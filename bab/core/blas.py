@@ -22,6 +22,7 @@ torch first and every process the tests start get it too. This module imports no
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import platform
@@ -50,6 +51,15 @@ def cpu_flags(cpuinfo: str) -> tuple[str, set[str]]:
     return vendor, flags
 
 
+@functools.cache
+def _this_cpu() -> tuple[str, set[str]]:
+    """``cpu_flags`` of this machine's ``/proc/cpuinfo``, read once (every cached run's key asks)."""
+    try:
+        return cpu_flags(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        return "", set()
+
+
 def wants_vendor_shim(cpuinfo: str | None = None, machine: str | None = None, env: str | None = None) -> bool:
     """Whether MKL would run its AVX2 kernels on a CPU that has AVX-512: an AMD x86-64 CPU with ``avx512f``, unless
     ``$BAB_MKL_VENDOR_SHIM`` is "0". The arguments stand in for ``/proc/cpuinfo``, the machine and the variable."""
@@ -61,12 +71,7 @@ def wants_vendor_shim(cpuinfo: str | None = None, machine: str | None = None, en
     machine = platform.machine() if machine is None else machine
     if machine not in ("x86_64", "AMD64"):
         return False
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return False
-    vendor, flags = cpu_flags(cpuinfo)
+    vendor, flags = _this_cpu() if cpuinfo is None else cpu_flags(cpuinfo)
     return vendor == "AuthenticAMD" and "avx512f" in flags
 
 
