@@ -33,8 +33,11 @@ SMOKE_THREADS = 1
 # kernels (ATen), MKL's matrix products and oneDNN's convolutions each pick code by the CPU they find (AVX-512
 # on one machine, AVX2 on another, a vendor's own path in MKL), and each rounds differently: CI on another
 # machine of this kind trained notebook 06's smoke specialists to keep 20% of the context where the
-# reference run kept 29%. ATen and oneDNN are capped at AVX2; MKL runs its reproducible AVX2 branch (on a CPU
-# that is not Intel's, MKL takes its reproducible automatic branch instead, with fixed cache sizes). MKL's
+# reference run kept 29%. ATen and oneDNN are capped at AVX2; MKL runs its reproducible AVX2 branch. On a CPU
+# that is not Intel's, MKL takes its reproducible automatic branch instead, with fixed cache sizes, unless
+# bab.core.blas's library tells it the CPU is Intel's: so the smoke kernels start with it preloaded wherever
+# bab.core.blas applies (AMD with AVX-512), and the 2-core AMD EPYC (family 26) then computes the probe below
+# bit for bit as the Xeon (family 6, model 207) that made the reference rows; without it, other bits. MKL's
 # vendor-neutral "COMPATIBLE" branch would make every x86-64 CPU agree, but its SSE2 products made the smoke
 # notebooks 2.5-3.3x slower, past CI's time. So each reference row also names the machine it was made on
 # (``numerics_fingerprint``). The record and the quick report keep the machine's fastest paths: they are not
@@ -50,12 +53,15 @@ TOLERANCES = {"accuracy": ("abs", 2.0), "accuracy_std": ("abs", 2.0), "cost": ("
 
 def smoke_kernel_env() -> dict[str, str]:
     """The environment every smoke kernel starts with, whoever starts it (``notebooks refresh``, nbval): the
-    thread count, training precision and instruction sets its stored outputs and reference rows were made with."""
+    thread count, training precision and instruction sets its stored outputs and reference rows were made with,
+    and MKL's Intel code paths where ``bab.core.blas`` applies (the numerics probe gets the same)."""
+    from bab.core.blas import preload_env
     from bab.core.device import DEVICE_ENV
     from bab.core.precision import PRECISION_ENV
     from bab.core.threads import THREADS_ENV
 
-    return {THREADS_ENV: str(SMOKE_THREADS), PRECISION_ENV: "float32", DEVICE_ENV: "cpu", **SMOKE_NUMERICS_ENV}
+    return {THREADS_ENV: str(SMOKE_THREADS), PRECISION_ENV: "float32", DEVICE_ENV: "cpu", **SMOKE_NUMERICS_ENV,
+            **preload_env()}
 
 
 # A few of every kind of kernel a smoke notebook runs: MKL's matrix products (forward and backward), ATen's

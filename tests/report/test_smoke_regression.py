@@ -3,6 +3,8 @@ against tests/reference/smoke_rows.json; and the comparison itself on rows built
 
 import json
 import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -108,3 +110,18 @@ def test_smoke_rows_written_in_this_session_match_the_reference():
         pytest.skip(explanation)
     if elsewhere:
         warnings.warn(explanation, stacklevel=1)
+
+
+def test_the_smoke_kernels_and_the_numerics_probe_take_mkls_intel_paths_where_bab_core_blas_applies():
+    from bab.core import blas
+    from bab.report.regression import smoke_kernel_env
+
+    if not blas.wants_vendor_shim() or blas.shim_library() is None:
+        pytest.skip("bab.core.blas leaves MKL alone here (not an AMD CPU with AVX-512, or no C compiler)")
+    env = {**os.environ, **smoke_kernel_env()}
+    assert env["LD_PRELOAD"].split(":")[0] == str(blas.shim_library())
+    # torch imported before bab, as the probe and a notebook may: MKL's vendor check must already answer "Intel"
+    probe = "import torch; from bab.core import blas; print(blas.vendor_shim_active())"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True,
+                         timeout=120)
+    assert out.stdout.strip() == "True"
