@@ -178,7 +178,9 @@ def execute_notebook(src, out, profile, results_path, cwd, label="", seed=None):
         str(out),
         parameters=parameters,
         kernel_name="python3",
-        cwd=str(cwd),
+        # the kernel starts in ``cwd``; papermill's own ``cwd`` would chdir this whole process, which two notebooks
+        # running at once in threads would leave in one of their folders
+        resources={"metadata": {"path": str(cwd)}},
         engine_name=progress_engine(),
         on_cell=CellProgress(indent=f"      {label}"),  # a plain line per cell, in a terminal and in a log
         progress_bar=False,

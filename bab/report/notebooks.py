@@ -147,7 +147,8 @@ def refresh_notebook(path, cache_dir, on_cell=None) -> float:
         stack.enter_context(kernel_env(BAB_CACHE_DIR=str(cache_dir), **smoke_kernel_env(),
                                        **{ROWS_DIR_ENV: str(rows_dir)}))
         out = tmp / path.name
-        papermill.execute_notebook(str(path), str(out), kernel_name="python3", cwd=str(path.parent),
+        papermill.execute_notebook(str(path), str(out), kernel_name="python3",
+                                   resources={"metadata": {"path": str(path.parent)}},  # the kernel's folder
                                    engine_name=progress_engine(), on_cell=on_cell, progress_bar=False,
                                    extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
         nbformat.write(strip_volatile_metadata(nbformat.read(out, as_version=4)), out)

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 OK_CODE = """\
 import os
 from bab.report.results import ROWS_DIR_ENV, save_results
-note = f"profile={profile} headless={os.environ.get('BAB_HEADLESS')} mpl={os.environ.get('MPLBACKEND')}"
+note = (f"profile={profile} headless={os.environ.get('BAB_HEADLESS')} mpl={os.environ.get('MPLBACKEND')} "
+        f"in_its_folder={os.path.exists('01_ok.ipynb')}")
 save_results([{"experiment": "synthetic", "method": "dense", "budget": 1.0, "cost": 1.0,
                "accuracy": 99.5, "speedup": 1.0, "note": note}], results_path)
 print("saved", interactive)
@@ -79,13 +80,22 @@ def first_run(tmp_path_factory):
     nb_dir.mkdir()
     write_notebook(nb_dir / "01_ok.ipynb", OK_CODE)
     write_notebook(nb_dir / "02_fail.ipynb", FAIL_CODE)
-    seen, out = [], io.StringIO()
+    seen, out, chdirs = [], io.StringIO(), []
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PYTHONPATH", str(ROOT))
+        real_chdir, here = os.chdir, os.path.realpath(os.getcwd())
+
+        def chdir(path):  # papermill's file handler moves to where it started and back: harmless; elsewhere is not
+            if os.path.realpath(path) != here:
+                chdirs.append(str(path))
+            real_chdir(path)
+
+        mp.setattr(os, "chdir", chdir)
         mp.setitem(sys.modules, "bab.report.paper", fake_paper(seen))
         with contextlib.redirect_stdout(out):
             code = report.build_report("smoke", nb_dir, tmp / "reports")
-    return types.SimpleNamespace(code=code, nb_dir=nb_dir, reports=tmp / "reports", stdout=out.getvalue(), seen=seen)
+    return types.SimpleNamespace(code=code, nb_dir=nb_dir, reports=tmp / "reports", stdout=out.getvalue(), seen=seen,
+                                 chdirs=chdirs)
 
 
 def copy_reports(first_run, tmp_path):
@@ -154,6 +164,14 @@ def test_the_pages_read_offline_and_name_no_folder_of_the_machine(first_run):
     assert 'results_path = "results/01_ok.json"' in re.sub(r"<[^>]+>", "", page).replace("&quot;", '"')
 
 
+def test_notebooks_run_in_their_folder_without_moving_this_process(first_run):
+    # two notebooks at once run in threads of one process: a chdir by one would move the other's relative paths
+    # (a build once ended reading reports/quick/results.json from inside notebooks/)
+    assert first_run.chdirs == []
+    saved = json.loads((first_run.reports / "smoke" / "results" / "01_ok.json").read_text())
+    assert saved["rows"][0]["note"].endswith("in_its_folder=True")
+
+
 def test_run_records_and_results(first_run):
     out = first_run.reports / "smoke"
     failed = json.loads((out / "runs" / "02_fail.json").read_text())
@@ -168,7 +186,8 @@ def test_run_records_and_results(first_run):
     saved = json.loads((out / "results" / "01_ok.json").read_text())
     assert saved["notebook"] == "01_ok"
     # parameters and env reached the kernel
-    assert saved["rows"][0]["note"] == "profile=smoke headless=1 mpl=module://matplotlib_inline.backend_inline"
+    assert saved["rows"][0]["note"] == ("profile=smoke headless=1 mpl=module://matplotlib_inline.backend_inline "
+                                        "in_its_folder=True")
     merged = json.loads((out / "results.json").read_text())
     assert merged["notebooks"] == {"01_ok": "ok", "02_fail": "failed"}
     assert [r["notebook"] for r in merged["rows"]] == ["01_ok"]
