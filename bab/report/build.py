@@ -46,7 +46,7 @@ from bab.core.threads import THREADS_ENV, available_cores
 from bab.experiments.profiles import PROFILE_NAMES as PROFILES
 from bab.experiments.study import refuse_uncommitted_training
 from bab.report.index import run_environment, write_index
-from bab.report.progress import CellProgress, estimate_line, last_run, last_run_note, progress_engine
+from bab.report.progress import CellProgress, estimate_line, kernel_folder, last_run, last_run_note, progress_engine
 from bab.report.record import code_digest, write_record
 from bab.report.results import now_iso, read_json, write_json_atomic
 from bab.report.schedule import check_jobs, check_threads, plan_note, planned_runs, start_order, threads_per_job
@@ -178,9 +178,7 @@ def execute_notebook(src, out, profile, results_path, cwd, label="", seed=None):
         str(out),
         parameters=parameters,
         kernel_name="python3",
-        # the kernel starts in ``cwd``; papermill's own ``cwd`` would chdir this whole process, which two notebooks
-        # running at once in threads would leave in one of their folders
-        resources={"metadata": {"path": str(cwd)}},
+        **kernel_folder(cwd),
         engine_name=progress_engine(),
         on_cell=CellProgress(indent=f"      {label}"),  # a plain line per cell, in a terminal and in a log
         progress_bar=False,

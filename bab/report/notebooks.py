@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from bab.report.build import discover_notebooks, error_info, kernel_env, one_line, select_notebooks
-from bab.report.progress import CellProgress, progress_engine
+from bab.report.progress import CellProgress, kernel_folder, progress_engine
 from bab.report.regression import numerics_fingerprint, smoke_kernel_env, store_numerics, store_reference
 from bab.report.results import ROWS_DIR_ENV
 
@@ -148,7 +148,7 @@ def refresh_notebook(path, cache_dir, on_cell=None) -> float:
                                        **{ROWS_DIR_ENV: str(rows_dir)}))
         out = tmp / path.name
         papermill.execute_notebook(str(path), str(out), kernel_name="python3",
-                                   resources={"metadata": {"path": str(path.parent)}},  # the kernel's folder
+                                   **kernel_folder(path.parent),
                                    engine_name=progress_engine(), on_cell=on_cell, progress_bar=False,
                                    extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
         nbformat.write(strip_volatile_metadata(nbformat.read(out, as_version=4)), out)

@@ -21,6 +21,12 @@ PROGRESS_ENGINE = "bab-cell-progress"
 RESUME_PREFIX = "resuming "  # how bab.core.training.run_training announces a resumed run
 
 
+def kernel_folder(path) -> dict:
+    """papermill arguments that start a notebook's kernel in ``path``. papermill's own ``cwd`` would chdir this whole
+    process, which two notebooks running at once in threads would leave in one of their folders."""
+    return {"resources": {"metadata": {"path": str(path)}}}
+
+
 @functools.cache
 def progress_engine():
     """Register papermill's nbclient engine with a hook: ``on_cell(cell, index, cells)`` as each cell starts.
