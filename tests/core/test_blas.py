@@ -123,11 +123,15 @@ def test_the_bench_times_both_kernels_on_the_same_arithmetic(compiler):
         pytest.skip("not an AMD CPU with AVX-512: there is one set of MKL kernels here")
     table = blas_bench("05", warmup=1, repeats=2).set_index("case")
     assert list(table.index) == [*GEMMS, "05 ViT, 50 tokens: training step"]
-    # the same float32 arithmetic summed in another order
-    assert table["AVX-512 result"].to_numpy() == pytest.approx(table["AVX2 result"].to_numpy(), rel=1e-4)
-    square = table.loc[next(iter(GEMMS))]
-    assert square["speed-up low"] <= square["speed-up"] <= square["speed-up high"]
-    assert square["speed-up"] > 1.0  # 2.3-2.5x on the idle AMD EPYC, 1.2x beside a notebook's training
+    avx2, avx512 = table["AVX2 result"].to_numpy(), table["AVX-512 result"].to_numpy()
+    # the same float32 arithmetic summed in another order: equal to float32 rounding, yet not bit for bit, which
+    # only other kernels give (one worker running both times would return identical bits)
+    assert avx512 == pytest.approx(avx2, rel=1e-4)
+    assert (avx512 != avx2).all()
+    # no threshold on the speed-up itself: beside the other test worker's notebooks it fell to 0.95x once (2.1-2.5x
+    # on the idle machine); `python -m bab bench blas` measures it, on a machine left alone
+    assert (table[["AVX2 ms", "AVX-512 ms"]] > 0).all().all()
+    assert (table["speed-up low"] <= table["speed-up"]).all() and (table["speed-up"] <= table["speed-up high"]).all()
 
 
 def test_a_run_trained_with_the_shim_is_keyed_apart_and_one_without_keeps_its_key(tmp_path, monkeypatch):
