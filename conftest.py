@@ -6,6 +6,7 @@ how to provide them are described in docs/data-and-models.md.
 
 import os
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -103,18 +104,21 @@ def pytest_report_header(config):
     return f"cpu: {cpu_name()}, {os.cpu_count()} cores; nbval's kernels: {pins}"
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
     """nbval's kernels run at the thread count and instruction sets the stored smoke outputs and rows were made
     with (``bab.report.regression.smoke_kernel_env``).
 
-    Set before the notebook's kernel starts (at its first cell's setup), which inherits this environment;
-    unit tests keep whatever $BAB_THREADS they were given.
+    Set around each notebook cell, so the kernel (started at the first cell's setup) inherits it, and restored
+    after: a unit test run next by the same worker keeps the environment it was given (the pinned MKL_CBWR=AVX2
+    would give every process it starts MKL's AVX2 kernels).
     """
-    if Path(str(item.fspath)).suffix == ".ipynb":
-        from bab.report.regression import smoke_kernel_env
+    if Path(str(item.fspath)).suffix != ".ipynb":
+        return (yield)
+    from bab.report.regression import smoke_kernel_env
 
-        os.environ.update(smoke_kernel_env())
+    with mock.patch.dict(os.environ, smoke_kernel_env()):
+        return (yield)
 
 
 # Set by ./run_all.sh test, which runs the notebooks and the unit tests side by side (pytest-xdist), where no order

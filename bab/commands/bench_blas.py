@@ -59,6 +59,9 @@ def blas_bench(only: str, warmup: int = 2, repeats: int = 7):
     chosen_cases(only)  # a bad --only stops here, before any worker starts
     if repeats < 2:
         raise ValueError(f"an interval needs at least 2 rounds: --repeats must be >= 2, got {repeats}")
+    if os.environ.get("MKL_CBWR"):
+        raise ValueError(f"$MKL_CBWR={os.environ['MKL_CBWR']} pins MKL's code branch, so both workers would run the "
+                         "same kernels: unset it to compare them")
     if not wants_vendor_shim():
         raise ValueError("this is not an AMD x86-64 CPU with AVX-512 (or $BAB_MKL_VENDOR_SHIM=0): MKL already runs "
                          "the kernels it would run with the shim, so there is nothing to compare")

@@ -108,6 +108,10 @@ def test_the_bench_refuses_where_there_is_nothing_to_compare(monkeypatch):
 
     with pytest.raises(ValueError, match="--only takes notebooks among 01, 02, 03, 05, 06, 07"):
         blas_bench("04")
+    monkeypatch.setenv("MKL_CBWR", "AVX2")  # what nbval's kernels run with: one code branch whatever the CPU
+    with pytest.raises(ValueError, match=r"\$MKL_CBWR=AVX2 pins MKL's code branch"):
+        blas_bench("05")
+    monkeypatch.delenv("MKL_CBWR")
     monkeypatch.setattr(blas, "wants_vendor_shim", lambda: False)
     with pytest.raises(ValueError, match="nothing to compare"):
         blas_bench("05")
@@ -128,8 +132,8 @@ def test_the_bench_times_both_kernels_on_the_same_arithmetic(compiler):
     # only other kernels give (one worker running both times would return identical bits)
     assert avx512 == pytest.approx(avx2, rel=1e-4)
     assert (avx512 != avx2).all()
-    # no threshold on the speed-up itself: beside the other test worker's notebooks it fell to 0.95x once (2.1-2.5x
-    # on the idle machine); `python -m bab bench blas` measures it, on a machine left alone
+    # no threshold on the speed-up itself (2.1-2.5x on the idle AMD EPYC, 1.2x beside a notebook's training): a
+    # timing depends on what else the machine runs; `python -m bab bench blas` measures it, on a machine left alone
     assert (table[["AVX2 ms", "AVX-512 ms"]] > 0).all().all()
     assert (table["speed-up low"] <= table["speed-up"]).all() and (table["speed-up"] <= table["speed-up high"]).all()
 
