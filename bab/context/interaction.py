@@ -20,6 +20,7 @@ checkpoint can serve several context budgets.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -54,10 +55,30 @@ class PruningConfig:
         return cls(**{"init_bias": 5.0, "interaction_bias": False, **overrides})
 
     def __post_init__(self):
-        if self.r < 1:
-            raise ValueError(f"PruningConfig.r must be >= 1, got {self.r}")
-        if self.init_sensitivity <= 0:
-            raise ValueError(f"init_sensitivity must be > 0 (softplus cannot reach 0), got {self.init_sensitivity}")
+        # Checked here, before any module is built: a wrong type would otherwise surface deep inside nn.Linear or the
+        # initialisers, or not at all (r = 2.5 rounds nowhere, init_std = -1 draws mirrored weights silently).
+        if not _is_integer(self.r) or self.r < 1:
+            raise ValueError(f"PruningConfig.r must be an int >= 1 (the interaction width, e.g. r=64); got {self.r!r}")
+        for name in ("irreversible", "budget_conditioned", "propagate_in_depth", "interaction_bias"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ValueError(f"PruningConfig.{name} must be True or False, got {value!r}")
+        if not _is_real(self.init_bias) or not math.isfinite(self.init_bias):
+            raise ValueError(f"PruningConfig.init_bias must be a finite number (the initial interaction bias, e.g. "
+                             f"4.0); got {self.init_bias!r}")
+        for name, why in (("init_std", "the interaction weights' initial standard deviation, e.g. 0.02"),
+                          ("init_sensitivity", "softplus cannot reach 0; e.g. 1.0")):
+            value = getattr(self, name)
+            if not _is_real(value) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"PruningConfig.{name} must be a finite number > 0 ({why}); got {value!r}")
+
+
+def _is_integer(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def validate_alpha(alpha) -> float:
