@@ -24,7 +24,8 @@ levels across datasets. Each claim says whose recipe it tests: the paper's (its 
 package's, counted apart on the front page.
 
 Modules: ``verdicts`` (regions, verdicts, row pointers), ``evidence`` (the intervals' units), ``kinds`` and
-``more_kinds`` (the kinds of claim), ``papers`` (the claims themselves, ``CLAIMS``); judging them is here.
+``more_kinds`` (the kinds of claim), ``registry`` (the rules as data: ``rules/*.yaml``, one file per paper, their
+digests and the ledger of amendments); judging them is here.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from bab.report.claims.more_kinds import (
     Statistic,
     ZeroShotHeld,
 )
-from bab.report.claims.papers import _VIT, CLAIMS
+from bab.report.claims.registry import load_claims
 from bab.report.claims.verdicts import (
     EPSILON,
     PAPERS,
@@ -77,8 +78,12 @@ from bab.report.claims.verdicts import (
 __all__ = ["CLAIMS", "EPSILON", "PAPERS", "RECIPES", "VERDICTS", "Accuracy", "BeatsStatic", "Claim", "CostTracks",
            "Counted", "Dominates", "Evidence", "Judged", "KindsFirst", "MemoryFollowsPruning", "Monotone", "NotYet",
            "Parts", "PerplexityHeld", "Region", "Row", "SeedCollapse", "Speed", "Statistic", "Verdict", "ZeroShotHeld",
-           "_VIT", "_combine", "about", "at_least", "at_most", "beats", "claim_by_id", "dense_of", "judge_all",
+           "_combine", "about", "at_least", "at_most", "beats", "claim_by_id", "dense_of", "judge_all",
            "judged", "judgement_table", "keeps", "loses", "margin", "retention"]
+
+
+# every registered rule, read once from rules/*.yaml
+CLAIMS = load_claims()
 
 
 @dataclass(frozen=True)
