@@ -50,8 +50,8 @@ from bab.context.interaction import (
 )
 from bab.context.pruned_cache import PrunedCache
 
-__all__ = ["ATTN_IMPLEMENTATION", "ContextState", "attach", "context_state", "interactions", "is_attached",
-           "load_attached", "set_alpha", "set_budget", "set_pruning", "token_drop_times"]
+__all__ = ["ATTN_IMPLEMENTATION", "ContextState", "attach", "check_attachable", "context_state", "detach",
+           "interactions", "is_attached", "load_attached", "set_alpha", "set_budget", "set_pruning", "token_drop_times"]
 
 ATTN_IMPLEMENTATION = "bab_context"
 CONFIG_KEY = "bab_context_pruning"  # where the PruningConfig is kept in model.config (saved in config.json)
@@ -71,6 +71,7 @@ class ContextState:
     alpha: float = HARD
     budget: float | None = None
     prune: bool = True
+    before: object = None  # what attach changed, as it was (detach restores it)
     own: list = field(default_factory=list)
     effective: list = field(default_factory=list)
     # per layer, between the pre-hook and the attention function of the same call: the attention input x [B, T, d]
@@ -151,30 +152,236 @@ def interactions(model: nn.Module) -> list[ContextInteraction]:
 def attach(model: nn.Module, pruning: PruningConfig, alpha: float = HARD, budget: float | None = None) -> nn.Module:
     """Give every decoder layer of ``model`` (a transformers causal LM) a ContextInteraction and route its attention
     through "bab_context". Returns the same model. ``alpha``, ``budget``: the initial settings (``set_alpha``,
-    ``set_budget`` change them). The PruningConfig is kept in ``model.config`` so ``load_attached`` can rebuild it."""
-    if is_attached(model):
-        raise ValueError("context pruning is already attached to this model")
-    attentions = _layers(model)
+    ``set_budget`` change them). The PruningConfig is kept in ``model.config`` so ``load_attached`` can rebuild it.
+
+    Exact or refused: every check that can refuse runs before the model is changed (``check_attachable``), and a
+    failure while attaching puts the model back as it was. ``detach`` undoes it. While attached, the attention
+    implementation cannot be changed (the cache would go on dropping tokens the attention no longer hides)."""
+    if not isinstance(pruning, PruningConfig):
+        raise TypeError(f"attach needs a bab.context.interaction.PruningConfig, got {type(pruning).__name__}")
+    alpha = validate_alpha(alpha)
+    if budget is not None and not pruning.budget_conditioned:  # (a budget-conditioned model may get it later)
+        raise ValueError("budget is only taken by a PruningConfig(budget_conditioned=True); pass budget=None")
+    if budget is not None and not 0 < budget <= 1:
+        raise ValueError(f"budget must lie in (0, 1], got {budget}")
+    attentions = check_attachable(model)
+    _register()  # global registrations (no model is changed): the implementation must exist to be checked
+    model.get_correct_attn_implementation(ATTN_IMPLEMENTATION)  # raises if transformers would refuse it
+    before = _Before.of(model)
     hidden = model.config.hidden_size
     reference = next(model.parameters())
-    for attention in attentions:
-        if hasattr(attention, "interaction"):
-            raise ValueError(f"{type(attention).__name__} already has an attribute 'interaction'")
-        interaction = ContextInteraction(hidden, pruning).to(device=reference.device, dtype=reference.dtype)
-        attention.add_module("interaction", interaction)
-        attention.register_forward_pre_hook(_capture_input, with_kwargs=True)
-    state = ContextState(pruning=pruning, n_layers=len(attentions))
-    for module in (model, *attentions):
-        object.__setattr__(module, STATE_ATTRIBUTE, state)  # a plain attribute: not a submodule, not in the state dict
-    set_alpha(model, alpha)
-    if budget is not None:  # a budget-conditioned model may get its budget later: its forward asks for one
-        set_budget(model, budget)
-    setattr(model.config, CONFIG_KEY, asdict(pruning))  # saved in config.json by save_pretrained
-    _register()
-    model.set_attn_implementation(ATTN_IMPLEMENTATION)
-    if model.config._attn_implementation != ATTN_IMPLEMENTATION:
-        raise RuntimeError(f"{type(model).__name__} refused the attention implementation {ATTN_IMPLEMENTATION!r}")
+    try:
+        for attention in attentions:
+            interaction = ContextInteraction(hidden, pruning).to(device=reference.device, dtype=reference.dtype)
+            attention.add_module("interaction", interaction)
+            attention.register_forward_pre_hook(_capture_input, with_kwargs=True)
+        state = ContextState(pruning=pruning, n_layers=len(attentions), alpha=alpha, budget=budget, before=before)
+        for module in (model, *attentions):
+            object.__setattr__(module, STATE_ATTRIBUTE, state)  # a plain attribute: not a submodule, not in state dict
+        setattr(model.config, CONFIG_KEY, asdict(pruning))  # saved in config.json by save_pretrained
+        model.set_attn_implementation(ATTN_IMPLEMENTATION)
+        refused = [i for i, a in enumerate(attentions) if a.config._attn_implementation != ATTN_IMPLEMENTATION]
+        if model.config._attn_implementation != ATTN_IMPLEMENTATION or refused:
+            raise RuntimeError(f"{type(model).__name__} refused the attention implementation {ATTN_IMPLEMENTATION!r}")
+        for module in _pretrained_modules(model):  # set_attn_implementation now refuses (detach lifts it)
+            object.__setattr__(module, "set_attn_implementation", _refuse_attention_change)
+    except BaseException:
+        before.restore(model, attentions)
+        raise
     return model
+
+
+def detach(model: nn.Module) -> nn.Module:
+    """Undo ``attach``: the interaction modules, the hooks, the state, the config key and the attention
+    implementation back to what they were before; the model then computes what it computed before ``attach``.
+    Returns the same model."""
+    state = context_state(model)
+    state.before.restore(model, _layers(model))
+    return model
+
+
+def check_attachable(model: nn.Module) -> list[nn.Module]:
+    """Every reason ``attach`` would refuse ``model``, checked without changing it; returns its attention modules.
+
+    Accepted: a causal decoder whose every layer's attention module calls transformers' ``ALL_ATTENTION_FUNCTIONS``
+    with arguments the "bab_context" attention honours (``HONOURED``: dropout and scaling go to SDPA, a sliding
+    window is in the mask transformers builds) or that hold nothing (None). Refused with the reason: an attention
+    that bypasses the interface (GPT-J), logit soft-capping (Gemma2's ``attn_logit_softcapping``), attention sinks
+    (GPT-OSS's ``s_aux``), any other extra argument, cross-attention, a non-causal attention."""
+    if is_attached(model):
+        raise ValueError("context pruning is already attached to this model (detach(model) removes it)")
+    name = type(model).__name__
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(model, "set_attn_implementation"):
+        raise ValueError(f"{name} is not a transformers PreTrainedModel: attach takes a transformers causal LM")
+    if getattr(config, "is_encoder_decoder", False) or getattr(config, "add_cross_attention", False):
+        raise ValueError(f"{name} has cross-attention, which the {ATTN_IMPLEMENTATION!r} attention does not prune: "
+                         "attach takes a decoder-only causal LM")
+    if not model._can_set_attn_implementation():
+        raise ValueError(f"{name} does not route its attention through transformers' AttentionInterface "
+                         f"(ALL_ATTENTION_FUNCTIONS), so the {ATTN_IMPLEMENTATION!r} attention would never run")
+    attentions = _layers(model)
+    checked = set()
+    for attention in attentions:
+        if "interaction" in attention._modules or hasattr(attention, "interaction"):
+            raise ValueError(f"{type(attention).__name__} already has an attribute 'interaction'")
+        if getattr(attention, "is_causal", True) is False:
+            raise ValueError(f"{type(attention).__name__} is not causal; context pruning needs a causal decoder")
+        if getattr(attention, "config", None) is None:
+            raise ValueError(f"{type(attention).__name__} has no config to read its attention implementation from")
+        if type(attention) not in checked:
+            _check_attention_call(attention)
+            checked.add(type(attention))
+        for argument, value in _call_arguments(attention).items():
+            _check_argument(attention, argument, value)
+    return attentions
+
+
+# Arguments of the attention call that "bab_context" honours as transformers' SDPA attention does: dropout and
+# scaling go to SDPA; a sliding window is built by transformers into the mask "bab_context" adds log I to (SDPA
+# ignores the argument too).
+HONOURED = frozenset({"dropout", "scaling", "sliding_window"})
+# Arguments that reach the attention through **kwargs and change nothing it computes.
+INERT = frozenset({"position_ids", "cache_position", "use_cache", "past_key_values", "output_attentions",
+                   "output_hidden_states", "return_dict", "position_embeddings", "layer_idx", "is_causal"})
+# Why an argument that holds a value is refused (others: "an argument the attention does not compute").
+REFUSED_BECAUSE = {
+    "softcap": "attention logit soft-capping (tanh(s / c) * c before the softmax)",
+    "s_aux": "attention sinks (a learned logit per head that takes softmax mass)",
+    "sinks": "attention sinks (a learned logit per head that takes softmax mass)",
+    "position_bias": "a position bias added to the attention logits",
+    "head_mask": "a head mask",
+}
+
+
+def _check_argument(attention: nn.Module, argument: str, value) -> None:
+    if argument in HONOURED or argument in INERT and argument != "is_causal":
+        return
+    if argument == "is_causal" and value in (None, True):
+        return
+    if value is None:
+        return
+    why = REFUSED_BECAUSE.get(argument, "an argument the bab_context attention does not compute")
+    raise ValueError(f"{type(attention).__name__} passes {argument}={_short(value)} to its attention: {why}, which "
+                     f"the {ATTN_IMPLEMENTATION!r} attention would silently drop; context pruning refuses this model")
+
+
+def _short(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"<tensor {tuple(value.shape)}>"
+    return repr(value)
+
+
+_UNKNOWN = object()
+
+
+def _attention_calls(cls: type) -> list:
+    """The ``attention_interface(...)`` calls in ``cls.forward``'s source (ast.Call nodes)."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        source = textwrap.dedent(inspect.getsource(cls.forward))
+    except (OSError, TypeError):
+        return []
+    return [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name) and node.func.id == "attention_interface"]
+
+
+def _check_attention_call(attention: nn.Module) -> None:
+    calls = _attention_calls(type(attention))
+    if not calls:
+        raise ValueError(f"{type(attention).__name__}.forward does not call transformers' attention interface "
+                         f"(attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(...)) in a form attach can "
+                         "read, so it cannot tell which arguments the attention gets")
+    for call in calls:
+        if len(call.args) != 5:  # module, query, key, value, attention_mask
+            raise ValueError(f"{type(attention).__name__} calls its attention with {len(call.args)} positional "
+                             "arguments; attach knows the five of transformers' attention functions")
+
+
+def _call_arguments(attention: nn.Module) -> dict:
+    """{argument: value} of the keyword arguments the module's attention call names, each evaluated on the module
+    where it is ``self.<attribute>...``, a constant, or a conditional expression (both branches must agree on being
+    None); ``_UNKNOWN`` otherwise (refused unless honoured)."""
+    import ast
+
+    def evaluate(node):
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Attribute):
+            base = attention if isinstance(node.value, ast.Name) and node.value.id == "self" else evaluate(node.value)
+            return _UNKNOWN if base is _UNKNOWN else getattr(base, node.attr, _UNKNOWN)
+        if isinstance(node, ast.IfExp):
+            both = evaluate(node.body), evaluate(node.orelse)
+            return None if both == (None, None) else _UNKNOWN
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
+                and len(node.args) == 3 and isinstance(node.args[1], ast.Constant):
+            base = evaluate(node.args[0])
+            return _UNKNOWN if base is _UNKNOWN else getattr(base, node.args[1].value, evaluate(node.args[2]))
+        return _UNKNOWN
+
+    arguments = {}
+    for call in _attention_calls(type(attention)):
+        for keyword in call.keywords:
+            if keyword.arg is not None:  # **kwargs: checked at every call by the attention itself
+                arguments[keyword.arg] = evaluate(keyword.value)
+    return {k: ("<unreadable>" if v is _UNKNOWN else v) for k, v in arguments.items()}
+
+
+def _pretrained_modules(model: nn.Module) -> list[nn.Module]:
+    return [m for m in model.modules() if hasattr(type(m), "set_attn_implementation")]
+
+
+def _refuse_attention_change(attn_implementation, *args, **kwargs) -> None:
+    """Takes the place of ``set_attn_implementation`` on an attached model."""
+    if attn_implementation == ATTN_IMPLEMENTATION:
+        return
+    raise ValueError(f"context pruning is attached: the attention must stay {ATTN_IMPLEMENTATION!r} (with "
+                     f"{attn_implementation!r} a PrunedCache would drop tokens the attention no longer hides); call "
+                     "bab.context.attach.detach(model) first")
+
+
+@dataclass
+class _Before:
+    """What ``attach`` changes on a model, as it was before: each config's attention implementation and the config
+    key. ``restore`` undoes whatever part of ``attach`` was done (interactions, hooks, state, guards)."""
+
+    implementations: list  # [(config, _attn_implementation_internal)]
+    had_key: bool
+    key_value: object
+
+    @classmethod
+    def of(cls, model: nn.Module) -> _Before:
+        configs, stack = {}, [m.config for m in _pretrained_modules(model) if getattr(m, "config", None) is not None]
+        while stack:
+            config = stack.pop()
+            if id(config) not in configs:
+                configs[id(config)] = config
+                stack += [getattr(config, key) for key in getattr(config, "sub_configs", {})
+                          if getattr(config, key, None) is not None]
+        return cls([(c, c.__dict__.get("_attn_implementation_internal")) for c in configs.values()],
+                   hasattr(model.config, CONFIG_KEY), getattr(model.config, CONFIG_KEY, None))
+
+    def restore(self, model: nn.Module, attentions: list[nn.Module]) -> None:
+        for module in _pretrained_modules(model):
+            if module.__dict__.get("set_attn_implementation") is _refuse_attention_change:
+                del module.__dict__["set_attn_implementation"]
+        for config, implementation in self.implementations:
+            config._attn_implementation_internal = implementation  # the attribute itself: no checks, no recursion
+        if self.had_key:
+            setattr(model.config, CONFIG_KEY, self.key_value)
+        elif hasattr(model.config, CONFIG_KEY):
+            delattr(model.config, CONFIG_KEY)
+        for attention in attentions:
+            attention._modules.pop("interaction", None)
+            # by identity, not by handle: a deep copy of an attached model shares no handle with the original
+            for key in [k for k, hook in attention._forward_pre_hooks.items() if hook is _capture_input]:
+                attention._forward_pre_hooks.pop(key)
+                attention._forward_pre_hooks_with_kwargs.pop(key, None)
+        for module in (model, *attentions):
+            module.__dict__.pop(STATE_ATTRIBUTE, None)
 
 
 def set_alpha(model: nn.Module, alpha: float) -> None:
@@ -240,6 +447,11 @@ def load_attached(model_class, path: str, **from_pretrained_kwargs) -> nn.Module
 def _capture_input(module: nn.Module, args: tuple, kwargs: dict):
     """Forward pre-hook of an attention module: keep x for the attention function; stage a PrunedCache's update."""
     state: ContextState = getattr(module, STATE_ATTRIBUTE)
+    implementation = module.config._attn_implementation
+    if implementation != ATTN_IMPLEMENTATION:
+        raise ValueError(f"context pruning is attached but the attention implementation was changed to "
+                         f"{implementation!r}: the interactions would be ignored (and a PrunedCache would drop tokens "
+                         f"the attention still sees); set it back to {ATTN_IMPLEMENTATION!r} or call detach(model)")
     x = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
     layer = module.layer_idx
     cache = kwargs.get("past_key_values")
@@ -281,6 +493,8 @@ def context_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     with transformers' mask gathered at the positions the kept slots hold.
     """
     state: ContextState = getattr(module, STATE_ATTRIBUTE)
+    for argument, given in kwargs.items():  # what the checks at attach could not see (arguments from **kwargs)
+        _check_argument(module, argument, given)
     layer = module.layer_idx
     x, cache = state.inputs.pop(layer, None), state.caches.pop(layer, None)
     T, K = query.shape[2], key.shape[2]
@@ -306,6 +520,8 @@ def context_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     else:
         mask = allowed
     mask = _open_empty_rows(mask)
+    if mask.dtype != torch.bool:
+        mask = mask.to(query.dtype)  # log I is float32 (0 / -inf when hard: exact in any dtype); SDPA takes the query's
     out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling,
                                          enable_gqa=query.shape[1] != key.shape[1])
     return out.transpose(1, 2).contiguous(), None

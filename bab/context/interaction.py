@@ -189,13 +189,22 @@ class ContextInteraction(nn.Module):
             raise ValueError("a budget-conditioned model needs budget=<fraction of context to keep, in (0, 1]>")
         return self.bias + self.sensitivity * budget_logit(budget)
 
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q_int, k_int [B, T, r] of x [B, T, d], in float32 at least whatever the model's dtype: keep / drop decisions are
+        thresholds at 0, and in bfloat16 a score near 0 rounds differently in the full forward and the cached steps
+        (other shapes, other roundings), so the two would drop different tokens. A float32 model computes exactly
+        what ``self.query(x)`` computes (every cast is then the tensor itself)."""
+        return _linear32(self.query, x), _linear32(self.key, x)
+
     def scores(self, q_int: torch.Tensor, k_int: torch.Tensor, budget: float | None) -> torch.Tensor:
-        """s [B, Tq, Tk] from q_int [B, Tq, r] and k_int [B, Tk, r] (the 1/sqrt(r) applied to the small q_int)."""
-        return (q_int / math.sqrt(self.r)) @ k_int.transpose(1, 2) + self.bias_for(budget)
+        """s [B, Tq, Tk] in float32 (at least) from q_int [B, Tq, r] and k_int [B, Tk, r] (the 1/sqrt(r) applied to the small
+        q_int)."""
+        return (_wide(q_int) / math.sqrt(self.r)) @ _wide(k_int).transpose(1, 2) + _wide(self.bias_for(budget))
 
     def log_keep(self, x: torch.Tensor, alpha: float, budget: float | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """log I [B, T, T] (query k, key j; 0 on and above the diagonal) and k_int [B, T, r] for x [B, T, d]."""
-        q_int, k_int = self.query(x), self.key(x)
+        """log I [B, T, T] (query k, key j; 0 on and above the diagonal) and k_int [B, T, r] for x [B, T, d], both
+        float32 at least (``project``)."""
+        q_int, k_int = self.project(x)
         scores = self.scores(q_int, k_int, budget)  # [B, n, j]
         T = x.shape[1]
         below = torch.ones(T, T, dtype=torch.bool, device=x.device).tril(-1)  # n > j: n may drop j
@@ -217,6 +226,16 @@ class ContextInteraction(nn.Module):
     def step_keep(self, q_int: torch.Tensor, k_int: torch.Tensor, budget: float | None) -> torch.Tensor:
         """Hard decisions of one new token: keep [B, S] bool from q_int [B, 1, r] and cached k_int [B, S, r]."""
         return self.scores(q_int, k_int, budget)[:, 0] > 0
+
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """t in float32 at least (bfloat16, float16 -> float32; float32 and float64 as they are)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+def _linear32(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    bias = None if linear.bias is None else _wide(linear.bias)
+    return F.linear(_wide(x), _wide(linear.weight), bias)
 
 
 def keep_mass(log_keep: torch.Tensor) -> torch.Tensor:

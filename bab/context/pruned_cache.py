@@ -311,7 +311,7 @@ class PrunedCache(Cache):
         inherited = None
         if propagate and layer_idx > 0:
             inherited = self.layers[layer_idx - 1].first_by_position  # updated earlier in this forward
-        layer.staged = _Staged(interaction.query(x), interaction.key(x), interaction, budget, inherited, propagate)
+        layer.staged = _Staged(*interaction.project(x), interaction, budget, inherited, propagate)
 
     def nbytes(self) -> int:
         """Bytes the layers' buffers hold, as allocated."""

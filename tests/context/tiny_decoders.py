@@ -66,3 +66,53 @@ def tiny_gpt2(pruning=None, vocab_size: int = 50, n_positions: int = 32, n_embd:
                         **{**no_dropout, **NO_SPECIAL, **overrides})
     model = GPT2LMHeadModel(config)
     return (attach(model, pruning) if pruning is not None else model).eval()
+
+
+def random_tiny_configs(seed: int) -> dict:
+    """{case: (model class, config)}: one random tiny config of every family the docs list as supported, drawn from
+    the arguments their attention takes (GPT-2's scalings, grouped-query heads, head widths, attention biases, RoPE
+    bases, Qwen2's and Mistral's sliding windows); every case eager-free, with transformers' default attention."""
+    import random
+
+    rng = random.Random(seed)
+    window = rng.randint(3, 6)
+    families = architectures(n_positions=64)
+    heads = rng.choice([2, 4])
+    llama_like = dict(num_attention_heads=4, num_key_value_heads=rng.choice([1, 2, 4]), head_dim=rng.choice([8, 16]),
+                      num_hidden_layers=rng.choice([2, 3]), rope_theta=rng.choice([100.0, 10000.0]))
+    return {
+        "gpt2": (families["gpt2"][0], families["gpt2"][1](
+            n_head=heads, n_layer=rng.choice([2, 3]), scale_attn_weights=rng.random() < 0.8,
+            scale_attn_by_inverse_layer_idx=rng.random() < 0.5, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)),
+        "llama": (families["llama"][0], families["llama"][1](**llama_like, attention_bias=rng.random() < 0.5)),
+        "qwen2": (families["qwen2"][0], families["qwen2"][1](**llama_like)),
+        "qwen2-window": (families["qwen2"][0], families["qwen2"][1](
+            **llama_like, use_sliding_window=True, sliding_window=window, max_window_layers=rng.choice([0, 1]))),
+        "mistral": (families["mistral"][0], families["mistral"][1](**llama_like)),
+        "mistral-window": (families["mistral"][0], families["mistral"][1](**llama_like, sliding_window=window)),
+    }
+
+
+def refused_decoders() -> dict:
+    """{family: (model, the reason attach must name)}: tiny decoders whose attention the "bab_context" attention
+    cannot reproduce."""
+    import torch
+    from transformers import (
+        Gemma2Config,
+        Gemma2ForCausalLM,
+        GptOssConfig,
+        GptOssForCausalLM,
+        GPTJConfig,
+        GPTJForCausalLM,
+    )
+
+    torch.manual_seed(0)
+    small = dict(LLAMA_LIKE, head_dim=8)
+    return {
+        "gemma2-softcap": (Gemma2ForCausalLM(Gemma2Config(**small, attn_logit_softcapping=50.0, sliding_window=4)),
+                           "soft-capping"),
+        "gpt-oss-sinks": (GptOssForCausalLM(GptOssConfig(**{**small, "intermediate_size": 32}, num_local_experts=2,
+                                                         num_experts_per_tok=1, sliding_window=4)), "sinks"),
+        "gptj": (GPTJForCausalLM(GPTJConfig(n_embd=32, n_layer=2, n_head=4, rotary_dim=4, vocab_size=97,
+                                            n_positions=32, **NO_SPECIAL)), "AttentionInterface"),
+    }
