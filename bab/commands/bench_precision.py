@@ -11,6 +11,7 @@ from __future__ import annotations
 from bab.commands.common import DefaultsFormatter, add_repeat_arguments, print_table, repeats_of
 from bab.commands.quick_cases import PRECISION_CASES as CASES
 from bab.commands.quick_cases import chosen_cases
+from bab.core.errors import checking
 
 
 def add_bench_precision(sub) -> None:
@@ -21,14 +22,17 @@ def add_bench_precision(sub) -> None:
     p.add_argument("--only", default=",".join(CASES),
                    help=f"comma-separated notebooks among {', '.join(CASES)}")
     add_repeat_arguments(p, warmup=2, repeats=5)
-    p.set_defaults(run=_bench_precision, errors=(ValueError, FileNotFoundError))
+    p.set_defaults(run=_bench_precision)
 
 
 def _bench_precision(args) -> int:
     from bab.core.precision import native_bfloat16, precision_step_bench
 
-    cases = {f"{n} {CASES[n][0]}": CASES[n][1]() for n in chosen_cases(args.only)}
-    table = precision_step_bench(cases, warmup=args.warmup, repeats=repeats_of(args, args.repeats))
+    with checking():  # --only and the protocol's counts, before any model is built
+        repeats = repeats_of(args, args.repeats)
+        chosen = chosen_cases(args.only)
+    cases = {f"{n} {CASES[n][0]}": CASES[n][1]() for n in chosen}
+    table = precision_step_bench(cases, warmup=args.warmup, repeats=repeats)
     native = "native bfloat16" if native_bfloat16() else "NO native bfloat16 (emulated: expect a slow-down)"
     print_table(f"one training step at quick, float32 vs bfloat16 autocast; CPU with {native}; 1 thread, "
                 f"interleaved, median after {args.warmup} warm-up", table,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from bab.commands.common import DefaultsFormatter
+from bab.core.errors import BadInput
 
 
 def register(sub) -> None:
@@ -29,7 +30,7 @@ def _add_cache(sub) -> None:
                    help="runs, measurements and converted models whose name starts with this (e.g. dense-)")
     p.add_argument("--partial", action="store_true", help="unfinished runs' checkpoints and free lock files")
     p.add_argument("--remove", action="store_true", help="delete what the options above select")
-    p.set_defaults(run=_cache, errors=(ValueError,))
+    p.set_defaults(run=_cache)
 
 
 def _cache(args) -> int:
@@ -37,10 +38,12 @@ def _cache(args) -> int:
     from bab.core.runs import default_cache_root
 
     root = Path(args.root) if args.root else default_cache_root()
-    found = cache_folder.entries(root)
     selecting = args.older_than is not None or args.prefix is not None or args.partial
     if args.remove and not selecting:
-        raise ValueError("--remove needs --older-than DAYS, --prefix NAME and / or --partial to say what to remove")
+        raise BadInput("--remove needs --older-than DAYS, --prefix NAME and / or --partial to say what to remove")
+    if root.exists() and not root.is_dir():
+        raise BadInput(f"--root {root} is a file; give the run cache's folder")
+    found = cache_folder.entries(root)
     shown = cache_folder.select(found, args.older_than, args.prefix, args.partial) if selecting else found
     if shown:
         table = pd.DataFrame([{"kind": e["kind"], "name": e["name"], "size": cache_folder.human(e["bytes"]),

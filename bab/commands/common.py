@@ -118,5 +118,5 @@ def add_steps_parser(sub, notebook: str, kind: str, help: str, run) -> argparse.
     p.add_argument("--profile", default="paper", help="the notebook's profile (smoke, quick, paper)")
     p.add_argument("-h", "--help", action=StepsHelp, kind=kind, notebook=notebook)
     p.add_argument("steps", nargs="+", metavar="STEP", help="what to run, in the order given (listed below)")
-    p.set_defaults(run=run, notebook=notebook, errors=(ValueError, FileNotFoundError, OSError, LookupError))
+    p.set_defaults(run=run, notebook=notebook)
     return p

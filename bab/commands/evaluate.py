@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from bab.commands.common import add_steps_parser
+from bab.core.errors import BadInput, checking
 from bab.experiments.steps import NOTEBOOKS
 
 
@@ -23,20 +24,26 @@ def register(sub) -> None:
 def _evaluate(args) -> int:
     import time
 
-    from bab.core.runs import LoadOnlyRunCache
+    from bab.core.runs import CacheMiss, LoadOnlyRunCache
     from bab.core.threads import set_threads
     from bab.experiments import profiles
     from bab.experiments.steps import chosen_steps
 
     entry = NOTEBOOKS[args.notebook]
-    profile = profiles.get_profile(entry.experiment, args.profile)
-    study = entry.study(profile, cache=LoadOnlyRunCache(), progress=True)
-    steps = chosen_steps(entry.evaluation(study), args.steps, profile.name)
-    threads = set_threads()  # part of the measurements' keys, as it is of the models': the notebook's count
+    with checking():  # the profile, the steps and the thread count, before anything is evaluated
+        profile = profiles.get_profile(entry.experiment, args.profile)
+        study = entry.study(profile, cache=LoadOnlyRunCache(), progress=True)
+        steps = chosen_steps(entry.evaluation(study), args.steps, profile.name)
+        threads = set_threads()  # part of the measurements' keys, as it is of the models': the notebook's count
     for step in steps:
         for what, evaluate in step.runs:
             t0 = time.perf_counter()
-            print(evaluate())
+            try:
+                result = evaluate()
+            except CacheMiss as miss:  # the model it reads is not trained: missing input, said instead of training
+                raise BadInput(f"{what}: {miss}; train it first (python -m bab train {args.notebook} --profile "
+                               f"{profile.name} ...)") from miss
+            print(result)
             print(f"{what}, profile {profile.name}, {threads} thread(s): evaluated in {time.perf_counter() - t0:.0f} "
                   f"s (stored measurements are read, not recomputed)", flush=True)
     return 0

@@ -7,7 +7,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from bab.commands.common import DefaultsFormatter
+from bab.core.errors import BadInput, checking
 
 
 def register(sub) -> None:
@@ -61,7 +64,7 @@ def _add_fit_heads(sub) -> None:
                         "at once on 2 cores give each 1)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress, estimates or step lines; the final summary line is still printed")
-    p.set_defaults(run=_fit_heads, errors=(ValueError, TypeError, OSError))
+    p.set_defaults(run=_fit_heads)
 
 
 def _heads_recipe():
@@ -71,19 +74,16 @@ def _heads_recipe():
 
 
 def _fit_heads(args) -> int:
-    from bab.api.fit import fit_heads, parse_budgets
+    from bab.api.fit import fit_heads
     from bab.core.training import distributed_state
 
-    try:
-        epochs = [int(e) for e in args.epochs.split(",")]
-        dense_epochs, budgeted_epochs, hard_epochs = epochs
-    except ValueError:
-        raise ValueError(f"--epochs must be three integers dense,budgeted,hard (e.g. 2,1,1), got {args.epochs!r}")\
-            from None
+    with checking():
+        budgets, epochs = check_fit_heads(args)
+    dense_epochs, budgeted_epochs, hard_epochs = epochs
     state = distributed_state()
     try:
         fit_heads(args.train, args.out, test=args.test, val=args.val, model=args.model,
-                  budgets=parse_budgets(args.budgets), prune=args.prune or None, text_column=args.text_column,
+                  budgets=budgets, prune=args.prune or None, text_column=args.text_column,
                   label_column=args.label_column, timing_examples=args.timing_examples, timing_len=args.timing_len,
                   timing_repeats=args.timing_repeats, progress=not args.quiet, skip_malformed=args.skip_malformed,
                   overwrite=args.overwrite, max_len=args.max_len, batch_size=args.batch_size, lr=args.lr,
@@ -93,6 +93,52 @@ def _fit_heads(args) -> int:
         if state.num_processes > 1:  # without it the gloo / NCCL group aborts at interpreter exit
             state.destroy_process_group()
     return 0
+
+
+def check_fit_heads(args) -> tuple[list[float], list[int]]:
+    """Every input ``bab.api.fit.fit_heads`` checks before it trains, checked here first (the API checks them again),
+    so that what it raises once training began is a failure and not bad input: budgets, epochs, --out, the model's
+    source and tokenizer (no weights loaded), the files, their columns and labels. Returns (budgets, epochs)."""
+    import warnings
+
+    from bab.api.data import LabelMap, read_labeled
+    from bab.api.fit import check_out, parse_budgets
+    from bab.api.heads import BudgetedClassifier
+    from bab.core.budget import validate_budget
+    from bab.heads.recipe import Recipe
+
+    try:
+        epochs = [int(e) for e in args.epochs.split(",")]
+        if len(epochs) != 3:
+            raise ValueError
+    except ValueError:
+        raise BadInput(f"--epochs must be three integers dense,budgeted,hard (e.g. 2,1,1), got {args.epochs!r}") \
+            from None
+    budgets = [validate_budget(b) for b in parse_budgets(args.budgets)]
+    if args.prune:
+        validate_budget(args.prune)
+    check_out(Path(args.out), args.overwrite)
+    recipe = Recipe().overridden(max_len=args.max_len, batch_size=args.batch_size, lr=args.lr, dense_lr=args.dense_lr,
+                                 seed=args.seed, budget_min=args.budget_min, dense_epochs=epochs[0],
+                                 budgeted_epochs=epochs[1], hard_epochs=epochs[2])
+    below = [b for b in budgets if b < recipe.budget_min]
+    if below:
+        raise BadInput(f"budgets {below} lie below --budget-min {recipe.budget_min:g}: the gates train at b ~ "
+                       f"U[budget_min, 1] and were never asked for less; lower --budget-min to {min(below):g} or drop "
+                       f"those budgets")
+    BudgetedClassifier.from_pretrained(args.model)  # the source and its tokenizer; the weights load when it trains
+    with warnings.catch_warnings():  # the API reports the data's warnings when it reads the files again
+        warnings.simplefilter("ignore")
+        train = read_labeled(args.train, args.text_column, args.label_column, "train", args.skip_malformed)
+        labels = LabelMap.fit(train.labels, f"the training data ({train.source})")
+        for name, path in (("validation", args.val), ("test", args.test)):
+            if path is not None:
+                data = read_labeled(path, args.text_column, args.label_column, name, args.skip_malformed)
+                labels.ids(data.labels, f"the {name} data ({data.source})")
+    if args.val is None and args.test is None and len(train.texts) < 10 * len(labels.names):
+        raise BadInput(f"{len(train.texts)} training texts are too few to hold out a validation split (10 per class "
+                       f"at least); pass --test or --val with labelled texts to report on")
+    return budgets, epochs
 
 
 def _add_fit_sparsifiner(sub) -> None:
@@ -118,27 +164,46 @@ def _add_fit_sparsifiner(sub) -> None:
     p.add_argument("--seed", type=int, default=13, help="seed of the weights and the batch order")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: $BAB_THREADS, else torch's own)")
     p.add_argument("--quiet", action="store_true", help="no progress; the final summary lines are still printed")
-    p.set_defaults(run=_fit_sparsifiner, errors=(ValueError, TypeError, OSError))
+    p.set_defaults(run=_fit_sparsifiner)
 
 
 def _fit_sparsifiner(args) -> int:
     from bab.api.fit_sparsifiner import fit_sparsifiner
 
+    with checking():
+        keep_rates, epochs = check_fit_sparsifiner(args)
+    fit_sparsifiner(args.train, args.out, args.test, keep_rates, args.image_size, args.patch_size, args.channels,
+                    model=args.model, epochs=epochs, batch_size=args.batch_size, seed=args.seed,
+                    overwrite=args.overwrite, progress=not args.quiet, threads=args.threads)
+    return 0
+
+
+def check_fit_sparsifiner(args) -> tuple[list[float], tuple[int, ...] | None]:
+    """What ``bab.api.fit_sparsifiner.fit_sparsifiner`` checks before it trains, checked here first: the keep rates,
+    the epochs, --out, both folders and their labels (images indexed, no model built). Returns (keep rates, epochs)."""
+    from bab.api.fit import check_out
+    from bab.api.vit import SparsifinerClassifier
+    from bab.sparsifiner.predictor import validate_keep_rate
+
     try:
         keep_rates = [float(r) for r in args.keep_rates.split(",") if r.strip()]
     except ValueError:
-        raise ValueError(f"--keep-rates must be comma-separated numbers in (0, 1], got {args.keep_rates!r}") from None
+        raise BadInput(f"--keep-rates must be comma-separated numbers in (0, 1], got {args.keep_rates!r}") from None
+    keep_rates = [validate_keep_rate(rate) for rate in keep_rates]
+    if not keep_rates:
+        raise BadInput("give at least one keep rate in (0, 1], e.g. --keep-rates 0.5,0.25,0.1")
     epochs = None
     if args.epochs is not None:
         try:
             epochs = tuple(int(e) for e in args.epochs.split(","))
         except ValueError:
-            raise ValueError(f"--epochs must be three integers dense,phase1,phase2 (e.g. 10,2,8), got "
-                             f"{args.epochs!r}") from None
-    fit_sparsifiner(args.train, args.out, args.test, keep_rates, args.image_size, args.patch_size, args.channels,
-                    model=args.model, epochs=epochs, batch_size=args.batch_size, seed=args.seed,
-                    overwrite=args.overwrite, progress=not args.quiet, threads=args.threads)
-    return 0
+            raise BadInput(f"--epochs must be three integers dense,phase1,phase2 (e.g. 10,2,8), got "
+                           f"{args.epochs!r}") from None
+    check_out(Path(args.out), args.overwrite)
+    clf = SparsifinerClassifier.from_folder(args.train, image_size=args.image_size, patch_size=args.patch_size,
+                                            channels=args.channels, model=args.model)
+    clf.dataset(args.test)  # a label the training folder lacks
+    return keep_rates, epochs
 
 
 def _add_fit_context(sub) -> None:
@@ -167,7 +232,7 @@ def _add_fit_context(sub) -> None:
     p.add_argument("--max-windows", type=int, default=None, help="evaluate on at most this many held-out windows")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: $BAB_THREADS, else torch's own)")
     p.add_argument("--quiet", action="store_true", help="no progress; the final summary lines are still printed")
-    p.set_defaults(run=_fit_context, errors=(ValueError, TypeError, OSError))
+    p.set_defaults(run=_fit_context)
 
 
 def _fit_context(args) -> int:
@@ -175,10 +240,27 @@ def _fit_context(args) -> int:
 
     overrides = {k: v for k, v in (("batch_size", args.batch_size), ("lr", args.lr), ("pruning_lr", args.pruning_lr),
                                    ("seed", args.seed)) if v is not None}
+    with checking():
+        check_fit_context(args)
     fit_context(args.train, args.out, args.test, model=args.model, steps=args.steps, gamma=args.gamma,
                 context=args.context, r=args.r, prompt=args.prompt, max_windows=args.max_windows,
                 overwrite=args.overwrite, progress=not args.quiet, threads=args.threads, **overrides)
     return 0
+
+
+def check_fit_context(args) -> None:
+    """What ``bab.api.fit_context.fit_context`` checks before it trains, checked here first: --out, both files, the
+    decoder and that each text fills a window (the decoder is loaded for it; the API loads it again to train)."""
+    from bab.api.context import ContextPruner
+    from bab.api.fit import check_out
+
+    check_out(Path(args.out), args.overwrite)
+    for name, path in (("--train", args.train), ("--test", args.test)):
+        if not Path(path).is_file():
+            raise BadInput(f"{name} {path} is not a file; give a text file (.txt) to {name}")
+    pruner = ContextPruner.from_pretrained(args.model, r=args.r, context=args.context)
+    pruner.token_ids(Path(args.test))
+    pruner.token_ids(Path(args.train))
 
 
 def _add_out_arguments(p) -> None:

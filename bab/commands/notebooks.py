@@ -18,10 +18,18 @@ def _add_notebooks(sub) -> None:
     from bab.report.notebooks import add_refresh_arguments
 
     add_refresh_arguments(refresh)
-    refresh.set_defaults(run=_notebooks_refresh, errors=(ValueError,))
+    refresh.set_defaults(run=_notebooks_refresh)
 
 
 def _notebooks_refresh(args) -> int:
-    from bab.report.notebooks import run_refresh
+    from pathlib import Path
 
+    from bab.core.errors import checking
+    from bab.report.build import discover_notebooks, select_notebooks
+    from bab.report.notebooks import prepare_pairs, run_refresh
+
+    # --notebooks-dir, --only and each notebook against its paired .py, before a kernel starts; a newer .py is synced
+    # into its notebook here (refresh does it again, a no-op by then)
+    with checking():
+        prepare_pairs(select_notebooks(discover_notebooks(Path(args.notebooks_dir)), args.only))
     return run_refresh(args)

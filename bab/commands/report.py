@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from bab.core.errors import BadInput, checking
 from bab.experiments.profiles import PROFILE_NAMES as PROFILES
 from bab.report.schedule import default_jobs
 
@@ -23,7 +24,7 @@ from bab.report.schedule import default_jobs
 def register(sub) -> None:
     p = sub.add_parser("report", help="run the notebooks at a profile and build reports/<profile>/index.html")
     add_arguments(p)
-    p.set_defaults(run=run, errors=())
+    p.set_defaults(run=run)
 
 
 def add_arguments(parser):
@@ -78,6 +79,10 @@ def add_arguments(parser):
                         help="run nothing: pair every accuracy and perplexity of reports/<profile>/ with the same "
                              "row of FOLDER, another build's report folder (e.g. one trained in float32), and print "
                              "each change with its interval over the same test examples or windows")
+    parser.add_argument("--no-mkl-override", dest="mkl_override", action="store_false",
+                        help="the notebooks' kernels leave MKL's vendor check alone: its AVX2 kernels on an AMD CPU "
+                             "(default: its AVX-512 kernels there, bab.core.blas; elsewhere nothing changes); their "
+                             "models are cached apart either way")
 
 
 def print_timings(folder: Path) -> None:
@@ -95,20 +100,29 @@ def print_timings(folder: Path) -> None:
         print(slowest.round(1).to_string(index=False))
 
 
-def compare_verdicts(before: Path, folder: Path) -> str:
-    """``bab.report.verdict_changes`` of ``folder``'s results.json against the results.json ``before`` (or the one in
-    the report folder ``before``)."""
+def read_verdicts(before: Path, folder: Path) -> dict[Path, dict]:
+    """The results.json of ``before`` (a file, or the report folder holding one) and of ``folder``, by path; a
+    ``BadInput`` naming the one that is missing or unreadable."""
     from bab.report.results import read_json
-    from bab.report.verdict_changes import changes_markdown, verdict_changes
 
     if before.is_dir():
         before = before / "results.json"
     found = {path: read_json(path) for path in (before, folder / "results.json")}
     for path, results in found.items():
         if results is None:
-            raise FileNotFoundError(f"no readable results.json at {path}: build the report first, or give the file "
-                                    f"an earlier report wrote")
-    return changes_markdown(verdict_changes(found[before], found[folder / "results.json"]))
+            raise BadInput(f"no readable results.json at {path}: build the report first, or give the file an "
+                           f"earlier report wrote")
+    return found
+
+
+def compare_verdicts(before: Path, folder: Path) -> str:
+    """``bab.report.verdict_changes`` of ``folder``'s results.json against the results.json ``before`` (or the one in
+    the report folder ``before``)."""
+    from bab.report.verdict_changes import changes_markdown, verdict_changes
+
+    found = read_verdicts(before, folder)
+    old, new = found.values()
+    return changes_markdown(verdict_changes(old, new))
 
 
 def compare_rows(before: Path, folder: Path) -> str:
@@ -126,7 +140,7 @@ def only_prefixes(only: str | None) -> list[str] | None:
         return None
     prefixes = [part.strip() for part in only.split(",") if part.strip()]
     if not prefixes or not all(len(p) == 2 and p.isdigit() for p in prefixes):
-        raise ValueError(f"--only takes comma-separated two-digit notebook prefixes, e.g. 01,03; got {only!r}")
+        raise BadInput(f"--only takes comma-separated two-digit notebook prefixes, e.g. 01,03; got {only!r}")
     return prefixes
 
 
@@ -136,8 +150,103 @@ def seed_list(seeds: str | None) -> list[int] | None:
         return None
     parts = [part.strip() for part in seeds.split(",") if part.strip()]
     if not parts or not all(part.isdigit() for part in parts):
-        raise ValueError(f"--seeds takes comma-separated whole numbers, e.g. 7,13; got {seeds!r}")
+        raise BadInput(f"--seeds takes comma-separated whole numbers, e.g. 7,13; got {seeds!r}")
     return [int(part) for part in parts]
+
+
+def check(args) -> None:
+    """Refuse bad input before anything runs or is written: for each mode the folders and files it reads, for a
+    build the profile, --only, --seeds, --jobs, --threads, --precision and --device (``BadInput``)."""
+    from bab.report.results import read_json
+
+    reports = Path(args.reports_dir) / args.profile
+    if args.record_only is not None:
+        if read_json(Path(args.record_only) / "results.json") is None:
+            raise BadInput(f"{Path(args.record_only) / 'results.json'} not found: point at a report folder (e.g. "
+                           f"reports/paper)")
+    elif args.pages_only is not None:
+        _check_report_folder(Path(args.pages_only), "point at a report folder (e.g. reports/paper)")
+    elif args.timings:
+        if not any(reports.glob("[0-9][0-9]_*.ipynb")):
+            raise BadInput(f"{reports} holds no executed notebook (NN_*.ipynb); build the report first (python -m bab "
+                           f"report --profile {args.profile})")
+    elif args.save_plan:
+        _check_plan(reports, args.profile)
+    elif args.merge is not None:
+        _check_merge(Path(args.merge).resolve(), reports.resolve(), only_prefixes(args.only))
+    elif args.rows_against is not None:
+        for folder in (Path(args.rows_against), reports):
+            if not any((folder / "results").glob("*.json")):
+                raise BadInput(f"{folder} holds no results/*.json: give a built report folder (reports/<profile>, "
+                               f"after ./run_all.sh or python -m bab report)")
+    elif args.verdicts_against is not None:
+        read_verdicts(Path(args.verdicts_against), reports)
+    else:
+        _check_build(args)
+
+
+def _check_report_folder(folder: Path, advice: str) -> None:
+    from bab.report.results import read_json
+
+    if read_json(folder / "results.json") is None or not (folder / "runs").is_dir():
+        raise BadInput(f"{folder} holds no results.json and runs/: {advice}")
+
+
+def _check_plan(reports: Path, profile: str) -> None:
+    """What ``bab.report.schedule.save_plan`` refuses: no runs, or a run that did not end ok."""
+    from bab.report.results import read_json
+
+    records = {path.stem: read_json(path) for path in sorted((reports / "runs").glob("*.json"))}
+    if not records:
+        raise BadInput(f"no runs in {reports / 'runs'}: build the report first (python -m bab report --profile "
+                       f"{profile})")
+    failed = [stem for stem, r in records.items() if not isinstance(r, dict) or r.get("status") != "ok"]
+    if failed:
+        raise BadInput(f"not planning on a build whose runs did not all end ok ({', '.join(failed)}): rebuild them "
+                       f"first (python -m bab report --profile {profile} --only ...)")
+
+
+def _check_merge(source: Path, target: Path, only) -> None:
+    """What ``bab.report.merge.merge_report`` refuses: not two report folders, two profiles, nothing to merge."""
+    from bab.report.merge import finished_runs, newer_runs
+    from bab.report.results import read_json
+
+    for folder in (source, target):
+        _check_report_folder(folder, "give report folders, e.g. --merge /tmp/rec04/paper into reports/paper")
+    profiles = {folder: read_json(folder / "results.json").get("profile") for folder in (source, target)}
+    if profiles[source] != profiles[target]:
+        raise BadInput(f"{source} is a report at profile {profiles[source]!r} and {target} one at "
+                       f"{profiles[target]!r}: merge only reports of the same profile")
+    names, unfinished = finished_runs(source, only)
+    if not names:
+        chosen = "" if only is None else f" among notebooks {', '.join(only)}"
+        raise BadInput(f"no run in {source} ended ok{chosen}" + (
+            f" ({', '.join(unfinished)} did not)" if unfinished else "") + ": nothing to merge")
+    names, older = newer_runs(source, target, names)
+    if not names:
+        raise BadInput(f"{target} already holds runs as new as {', '.join(older)} (or newer): nothing to merge")
+
+
+def _check_build(args) -> None:
+    """What ``bab.report.build.build_report`` checks before it runs a notebook, here, so that an error it raises
+    once the notebooks run is a failure and not bad input."""
+    from bab.core.device import default_device, training_device
+    from bab.core.precision import check_precision, default_precision
+    from bab.core.provenance import git_commit
+    from bab.experiments.study import refuse_uncommitted_training
+    from bab.report.build import check_profile, discover_notebooks, notebook_runs, select_notebooks
+    from bab.report.schedule import check_jobs, check_threads
+
+    with checking():
+        check_profile(args.profile)
+        seeds = seed_list(args.seeds)
+        notebooks_dir = Path(args.notebooks_dir).resolve()
+        refuse_uncommitted_training(args.profile, git_commit(notebooks_dir.parent), doing="run the report")
+        check_jobs(args.jobs)
+        check_threads(args.threads)
+        check_precision(default_precision() if args.precision is None else args.precision, "precision")
+        training_device(default_device() if args.device is None else args.device)
+        notebook_runs(select_notebooks(discover_notebooks(notebooks_dir), args.only), args.profile, seeds)
 
 
 def run(args):
@@ -146,6 +255,7 @@ def run(args):
     from bab.report.merge import merge_report
     from bab.report.record import write_record
 
+    check(args)
     try:
         if args.record_only is not None:
             print(f"wrote {write_record(args.record_only)}")
@@ -176,11 +286,8 @@ def run(args):
             return 0
         code = build_report(args.profile, args.notebooks_dir, args.reports_dir, only=args.only, jobs=args.jobs,
                             threads=args.threads, seeds=seed_list(args.seeds),
-                            precision=args.precision, device=args.device)
+                            precision=args.precision, device=args.device, mkl_override=args.mkl_override)
         return code if code != 0 else _cost_table_beside(Path(args.reports_dir) / args.profile)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("\ninterrupted: the previous report was kept", file=sys.stderr)
         return 130

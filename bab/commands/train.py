@@ -10,6 +10,7 @@ stopped, under the keys the notebook's own calls use (``bab.experiments.steps``)
 from __future__ import annotations
 
 from bab.commands.common import add_steps_parser
+from bab.core.errors import BadInput, checking
 from bab.experiments.steps import NOTEBOOKS
 
 
@@ -29,14 +30,15 @@ def _train(args) -> int:
     from bab.experiments.steps import chosen_steps
 
     entry = NOTEBOOKS[args.notebook]
-    profile = profiles.get_profile(entry.experiment, args.profile)
-    if args.seed is not None and not entry.takes_seed:
-        raise ValueError(f"notebook {args.notebook} runs at one seed, its profile's: leave out --seed")
-    if args.seed is not None and args.seed < 0:
-        raise ValueError(f"--seed must be a whole number >= 0, got {args.seed}")
-    study = entry.study(profile, progress=True, **({} if args.seed is None else {"seed": args.seed}))
-    steps = chosen_steps(entry.training(study), args.steps, profile.name)  # all checked before anything trains
-    threads = set_threads()  # part of every run's cache key: train with the thread count the notebook will use
+    with checking():  # the profile, the seed, the steps and the thread count, all before anything trains
+        profile = profiles.get_profile(entry.experiment, args.profile)
+        if args.seed is not None and not entry.takes_seed:
+            raise BadInput(f"notebook {args.notebook} runs at one seed, its profile's: leave out --seed")
+        if args.seed is not None and args.seed < 0:
+            raise BadInput(f"--seed must be a whole number >= 0, got {args.seed}")
+        study = entry.study(profile, progress=True, **({} if args.seed is None else {"seed": args.seed}))
+        steps = chosen_steps(entry.training(study), args.steps, profile.name)
+        threads = set_threads()  # part of every run's cache key: train with the thread count the notebook will use
     seed = "" if args.seed is None else f", seed {args.seed}"
     print(f"notebook {args.notebook}'s trainings, profile {profile.name}{seed}, {threads} thread(s)")
     for step in steps:

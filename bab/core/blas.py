@@ -1,4 +1,4 @@
-"""Intel MKL's AVX-512 kernels on AMD CPUs, for torch's float32 matrix products.
+"""Intel MKL's AVX-512 kernels on AMD CPUs, for torch's float32 matrix products: an opt-in, never a side effect.
 
 torch's CPU wheels multiply float32 matrices with Intel MKL, which chooses its kernels by vendor: on an AMD CPU it
 takes its AVX2 code path even where the CPU has AVX-512. On the 2-core AMD EPYC this project is developed on, one
@@ -13,10 +13,24 @@ rounding, as they do between thread counts: a run trained this way has its own r
 (``blas_key``), and one trained without keeps the key it had before.
 
 Where it applies: Linux on an x86-64 CPU whose vendor is AMD and which has AVX-512 (``wants_vendor_shim``),
-unless ``$BAB_MKL_VENDOR_SHIM=0``. The library is compiled once with the C compiler (``cc``) into the user's
-cache folder; without a compiler nothing changes. ``load_vendor_shim`` loads it and must run before torch is
-imported: ``import bab`` does it, and ``./run_all.sh`` puts it in ``LD_PRELOAD`` so that notebooks which import
-torch first and every process the tests start get it too. This module imports no torch.
+unless ``$BAB_MKL_VENDOR_SHIM=0``. Elsewhere every function here is a no-op. The library is compiled once with the
+C compiler (``cc``) into the user's cache folder; without a compiler nothing changes.
+
+Who gets it. Importing bab (this module included) compiles, loads and preloads nothing: it would change every
+float32 product of the importing process. Only processes bab starts itself get it, each saying so: the report's
+notebook kernels (``python -m bab report``; its ``--no-mkl-override`` refuses it), the smoke kernels that make and
+check the stored smoke outputs (``bab.report.regression.smoke_kernel_env``), and the CLI's computing commands
+(``bench``, ``fit``, ``train``, ``evaluate``; each takes ``--no-mkl-override``), which load it at start-up before
+they import torch, so that ``python -m bab train`` trains under the key the report's kernels then look up.
+
+A user opts in by hand, for a process of their own:
+
+    LD_PRELOAD="$(python -m bab mkl-override)" python my_script.py    # the library first, $LD_PRELOAD after it
+    LD_PRELOAD="$(python -m bab mkl-override)" jupyter lab            # every kernel it starts
+
+(``python -m bab mkl-override`` prints ``$LD_PRELOAD`` unchanged where the shim does not apply), or in Python, before
+anything imports torch: ``from bab.core.blas import load_vendor_shim; load_vendor_shim()``. ``describe()`` and
+``blas_key()`` say what a process runs. This module imports no torch.
 """
 
 from __future__ import annotations
@@ -34,6 +48,7 @@ from pathlib import Path
 SHIM_ENV = "BAB_MKL_VENDOR_SHIM"  # "0": leave MKL's vendor check alone
 SHIM_SYMBOL = "mkl_serv_intel_cpu_true"
 SHIM_SOURCE = f"int {SHIM_SYMBOL}(void) {{ return 1; }}\n"
+BLAS_KEY = "mkl-avx512-on-amd"  # a cached run's key and a run record say so of a run with the library
 
 
 def cpu_flags(cpuinfo: str) -> tuple[str, set[str]]:
@@ -81,11 +96,17 @@ def shim_folder() -> Path:
     return Path(base) / "bab"
 
 
+def shim_path(folder: Path | None = None) -> Path:
+    """Where the compiled library is, or would be, named by its source's hash; builds nothing."""
+    folder = shim_folder() if folder is None else Path(folder)
+    return folder / f"mkl-vendor-shim-{hashlib.sha256(SHIM_SOURCE.encode()).hexdigest()[:12]}.so"
+
+
 def shim_library(folder: Path | None = None) -> Path | None:
     """The compiled library, built on first use (None where there is no C compiler or the build fails). The file is
     named by its source's hash and written under a temporary name first, so two processes never load half a file."""
     folder = shim_folder() if folder is None else Path(folder)
-    path = folder / f"mkl-vendor-shim-{hashlib.sha256(SHIM_SOURCE.encode()).hexdigest()[:12]}.so"
+    path = shim_path(folder)
     if path.exists():
         return path
     compiler = shutil.which("cc") or shutil.which("gcc")
@@ -109,8 +130,9 @@ _STATE = {"loaded": False}
 
 
 def load_vendor_shim() -> bool:
-    """Load the library into the global symbol scope where ``wants_vendor_shim()``, if torch is not imported yet
-    (MKL would already have bound the vendor check). Returns whether MKL now takes its Intel code paths here."""
+    """Load the library into this process's global symbol scope where ``wants_vendor_shim()``, if torch is not
+    imported yet (MKL would already have bound the vendor check). Only on request: the CLI calls it for its computing
+    commands, a user for a process of their own. Returns whether MKL now takes its Intel code paths here."""
     if not _STATE["loaded"] and "torch" not in sys.modules and wants_vendor_shim():
         library = shim_library()
         if library is not None:
@@ -140,6 +162,36 @@ def preload_env() -> dict:
     return {"LD_PRELOAD": ":".join([str(library), *others])}
 
 
+def kernel_preload(override: bool = True) -> dict:
+    """The ``LD_PRELOAD`` of the processes bab starts for its own kernels: ``preload_env()`` with ``override``; without
+    it (``--no-mkl-override``) the caller's ``$LD_PRELOAD`` with this library taken out, where it was in it."""
+    if override:
+        return preload_env()
+    current = os.environ.get("LD_PRELOAD")
+    if current is None:
+        return {}
+    return {"LD_PRELOAD": ":".join(p for p in current.split(":") if p and p != str(shim_path()))}
+
+
+def describe_preload(env: dict, whose: str = "the kernels") -> str:
+    """In words, what the processes started with ``env`` (``kernel_preload()``'s) multiply with: a line for the output
+    of the command that started them."""
+    library = env.get("LD_PRELOAD", "").split(":")[0]
+    if library and Path(library).name == shim_path().name:
+        return (f"{whose}: MKL's AVX-512 kernels on this AMD CPU (bab.core.blas's library in LD_PRELOAD; "
+                f"--no-mkl-override leaves MKL alone)")
+    return f"{whose}: MKL as it chooses" + (" (its AVX2 kernels on this AMD CPU)" if wants_vendor_shim() else "")
+
+
+def preloaded(env) -> dict:
+    """What a run record says of the matrix kernels of a process started with ``env``: ``{"blas": ...}`` as
+    ``blas_key()`` where this library comes first in its ``LD_PRELOAD`` and applies here, else nothing (the records of
+    the runs without it read as they did before)."""
+    library = env.get("LD_PRELOAD", "").split(":")[0]
+    applies = library and Path(library).name == shim_path().name and wants_vendor_shim()
+    return {"blas": BLAS_KEY} if applies else {}
+
+
 def describe() -> str:
     """The matrix kernels of this process, in words."""
     if vendor_shim_active():
@@ -150,5 +202,5 @@ def describe() -> str:
 def blas_key() -> dict:
     """What a cached run's key says of its matrix kernels: nothing where MKL runs as it chooses (the keys made before
     this option stay valid), ``{"blas": "mkl-avx512-on-amd"}`` where the vendor shim is active."""
-    return {"blas": "mkl-avx512-on-amd"} if vendor_shim_active() else {}
+    return {"blas": BLAS_KEY} if vendor_shim_active() else {}
 

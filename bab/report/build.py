@@ -36,8 +36,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from bab.core.blas import describe as describe_blas
-from bab.core.blas import preload_env
+from bab.core.blas import describe_preload, kernel_preload, preloaded
 from bab.core.device import DEVICE_ENV, default_device, training_device
 from bab.core.folders import current_umask, swap_into_place
 from bab.core.precision import PRECISION_ENV, check_precision, default_precision
@@ -232,6 +231,7 @@ def run_notebook(src, staging, profile, label="", jobs=1, threads=None, seed=Non
         "device": training_device(),  # where the kernel trained: cpu or cuda
         "code": code,
         "environment": run_environment(),
+        **preloaded(os.environ),  # {"blas": ...} where the kernel ran MKL's AVX-512 kernels on an AMD CPU
     }
     write_json_atomic(staging / "runs" / f"{stem}.json", record)
     return record
@@ -262,7 +262,7 @@ def clear_outputs(staging, stem, seeds=None):
 
 
 def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only=None, jobs=1, threads=None,
-                 seeds=None, precision=None, device=None):
+                 seeds=None, precision=None, device=None, mkl_override=True):
     """Run the (selected) notebooks and swap a complete new reports/<profile>/ into place.
 
     ``jobs`` notebooks run at once, each kernel with ``threads`` torch threads (``$BAB_THREADS``; default: the
@@ -272,7 +272,9 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
     ``precision`` (float32 or bfloat16; default ``$BAB_PRECISION``, else float32) is every training config's
     default precision in the kernels (``bab.core.precision``), recorded in each run's record; ``device`` (auto, cpu or
     cuda; default ``$BAB_DEVICE``, else auto) where they train (``bab.core.device``; every evaluation and benchmark
-    runs on the CPU), the device they trained on recorded too.
+    runs on the CPU), the device they trained on recorded too. ``mkl_override`` gives the kernels MKL's AVX-512 kernels
+    on an AMD CPU (``bab.core.blas``; nothing elsewhere), said in the output and each run's record; False leaves MKL
+    alone.
     Returns 0 when every selected notebook succeeded (and the comparison table rendered), else 1.
     Raises ValueError for an unknown profile, --only prefix or --jobs. On an exception or Ctrl-C the
     staging folder is removed and the previous report is left as it was.
@@ -305,11 +307,12 @@ def build_report(profile, notebooks_dir="notebooks", reports_dir="reports", only
             plan = planned_runs(reports_dir, profile, [run.stem for run in selected])
             if any(r is not None for r in plan):
                 print(plan_note(plan), flush=True)
+        preload = kernel_preload(mkl_override)
         print(f"{jobs} notebook{'s' if jobs > 1 else ''} at once, {threads} torch thread{'s' if threads > 1 else ''} "
-              f"each ({available_cores()} cores), training in {precision} on {trains_on}; {describe_blas()}",
-              flush=True)
+              f"each ({available_cores()} cores), training in {precision} on {trains_on}; "
+              f"{describe_preload(preload, 'the kernels')}", flush=True)
         t0 = time.perf_counter()
-        with kernel_env(**{THREADS_ENV: str(threads), PRECISION_ENV: precision, DEVICE_ENV: device}, **preload_env()):
+        with kernel_env(**{THREADS_ENV: str(threads), PRECISION_ENV: precision, DEVICE_ENV: device}, **preload):
             failures = run_all_notebooks(selected, previous, plan, staging, profile, jobs, threads)
         print(f"notebooks done in {time.perf_counter() - t0:.0f} s", flush=True)
         table_error = write_index(staging, profile, notebooks, notebooks_dir.parent)

@@ -75,7 +75,7 @@ def test_preload_env_puts_the_library_first_once(monkeypatch, tmp_path):
 
 PROBE = """
 import json, sys
-import bab  # before torch, as a notebook that imports bab first
+import bab  # before torch, as a notebook that imports bab first: loads nothing
 import torch
 from bab.core import blas
 torch.manual_seed(0)
@@ -86,21 +86,87 @@ print(json.dumps({"active": blas.vendor_shim_active(), "key": blas.blas_key(), "
 
 
 def _probe(**env) -> dict:
-    environment = {**os.environ, **env}
-    environment.pop("LD_PRELOAD", None)  # what ./run_all.sh exports: this test loads it through import bab
-    out = subprocess.run([sys.executable, "-c", PROBE], env=environment, capture_output=True, text=True, timeout=120,
-                         check=True)
+    environment = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    out = subprocess.run([sys.executable, "-c", PROBE], env={**environment, **env}, capture_output=True, text=True,
+                         timeout=120, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_import_bab_gives_mkl_its_avx512_kernels_and_the_runs_their_own_key(compiler):
+def test_only_the_opt_in_gives_mkl_its_avx512_kernels_and_the_runs_their_own_key(compiler):
     if not blas.wants_vendor_shim():
         pytest.skip("not an AMD CPU with AVX-512: bab leaves MKL alone here")
-    on, off = _probe(), _probe(BAB_MKL_VENDOR_SHIM="0")
+    preload = subprocess.run([sys.executable, "-m", "bab", "mkl-override"], capture_output=True, text=True,
+                             check=True, env={k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}).stdout.strip()
+    on, plain = _probe(LD_PRELOAD=preload), _probe()
     assert on["active"] and on["key"] == {"blas": "mkl-avx512-on-amd"}
-    assert not off["active"] and off["key"] == {}  # a run trained without it keeps the key it had before
+    assert not plain["active"] and plain["key"] == {}  # import bab alone: MKL as it chooses, the key as before
     # the same float32 product either way, summed in another order: against float64, float32 rounding only
-    assert on["error"] < 1e-4 and off["error"] < 1e-4
+    assert on["error"] < 1e-4 and plain["error"] < 1e-4
+
+
+def test_the_mkl_override_command_prints_the_preload_or_ld_preload_as_it_is(monkeypatch, tmp_path, capsys):
+    from bab.__main__ import main
+
+    library = tmp_path / blas.shim_path().name
+    monkeypatch.setenv("LD_PRELOAD", "/opt/other.so")
+    monkeypatch.setattr(blas, "wants_vendor_shim", lambda: False)  # an Intel CPU, or $BAB_MKL_VENDOR_SHIM=0
+    assert main(["mkl-override"]) == 0
+    assert capsys.readouterr().out == "/opt/other.so\n"  # LD_PRELOAD="$(...)" then changes nothing
+    monkeypatch.setattr(blas, "wants_vendor_shim", lambda: True)
+    monkeypatch.setattr(blas, "shim_library", lambda: library)
+    assert main(["mkl-override"]) == 0
+    assert capsys.readouterr().out == f"{library}:/opt/other.so\n"
+
+
+def test_the_kernels_bab_starts_get_the_library_unless_refused(monkeypatch, tmp_path):
+    library = blas.shim_path()
+    monkeypatch.setattr(blas, "wants_vendor_shim", lambda: True)
+    monkeypatch.setattr(blas, "shim_library", lambda: library)
+    monkeypatch.setenv("LD_PRELOAD", "/opt/other.so")
+    given = blas.kernel_preload(True)
+    assert given == {"LD_PRELOAD": f"{library}:/opt/other.so"}
+    assert blas.preloaded(given) == {"blas": "mkl-avx512-on-amd"}  # what the run record says of such a kernel
+    said = blas.describe_preload(given)  # what the report's output says of its kernels
+    assert "MKL's AVX-512 kernels" in said and "--no-mkl-override" in said
+    # --no-mkl-override: the caller's own LD_PRELOAD, the library taken out where it was in it
+    monkeypatch.setenv("LD_PRELOAD", f"{library}:/opt/other.so")
+    refused = blas.kernel_preload(False)
+    assert refused == {"LD_PRELOAD": "/opt/other.so"} and blas.preloaded(refused) == {}
+    assert "MKL as it chooses" in blas.describe_preload(refused)
+    monkeypatch.delenv("LD_PRELOAD")
+    assert blas.kernel_preload(False) == {}
+
+
+@pytest.mark.parametrize("argv, loads", [
+    (["train", "07", "gamma-3"], True),
+    (["bench", "heads", "--budgets", "0.5"], True),
+    (["fit", "heads", "--train", "x.csv", "--out", "o", "--no-mkl-override"], False),
+    (["bench", "heads", "--help"], False),
+    (["bench", "heads", "--no-mkl"], False),  # argparse takes the prefix of an option: so does the refusal
+    (["report", "--profile", "quick"], False),  # its kernels get it; the runner itself runs no torch
+    (["mkl-override"], False),
+    ([], False),
+])
+def test_the_command_line_loads_the_library_only_for_a_computing_command(argv, loads, monkeypatch):
+    import bab.__main__ as cli
+
+    loaded = []
+    monkeypatch.setattr(blas, "wants_vendor_shim", lambda: True)
+    monkeypatch.setattr(blas, "load_vendor_shim", lambda: loaded.append(argv) or True)
+    assert cli.mkl_override_at_start(argv) is loads and bool(loaded) is loads
+
+
+def test_every_computing_command_takes_no_mkl_override():
+    import argparse
+
+    import bab.__main__ as cli
+
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name in cli.COMPUTING:
+        leaves = cli._leaf_parsers(sub.choices[name])
+        assert leaves and all("--no-mkl-override" in leaf._option_string_actions for leaf in leaves), name
+    assert "--no-mkl-override" in sub.choices["report"]._option_string_actions
 
 
 def test_the_bench_refuses_where_there_is_nothing_to_compare(monkeypatch):
