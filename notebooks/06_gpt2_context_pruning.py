@@ -156,6 +156,42 @@ print(f"learned pruning beats both static patterns at {int((versus['learned / be
 print(f"static baselines: {len(static)} rows (local and strided per specialist): {len(static) == 2 * len(pareto)}")
 
 # %% [markdown]
+# #### Like for like: the masks fine-tuned as the specialists were
+#
+# The specialists also trained their weights for `P.finetune.steps` more steps, while the masks above run on the
+# dense model as it was trained, so part of a learned-over-static ratio is that extra training. Here each matched
+# mask is fine-tuned **under its mask** from the same dense weights with the specialists' data, steps and recipe
+# (their training config with the plain next-token loss, `study.static_fine_tuned_baselines`), and the dense model
+# is continued the same way without a mask (`study.dense_fine_tuned`): the like-for-like dense reference.
+
+# %%
+dense_ft, dense_ft_metrics = study.dense_fine_tuned()
+dense_ft_eval = study.evaluate(dense_ft, prune=False)
+print(f"dense continued for the specialists' {P.finetune.steps} steps: perplexity {dense_ft_eval['perplexity']:.2f} "
+      f"(dense {dense_eval['perplexity']:.2f})")
+static_ft, static_ft_models = study.static_fine_tuned_baselines(dict(zip(pareto.gamma, pareto.fraction_pruned,
+                                                                         strict=True)))
+versus_ft = pareto.set_index("gamma")[["fraction_pruned", "perplexity"]].join(
+    static.pivot(index="gamma", columns="kind", values="perplexity").add_suffix(" untouched")).join(
+    static_ft.pivot(index="gamma", columns="kind", values="perplexity").add_suffix(" fine-tuned"))
+versus_ft["learned / best fine-tuned static"] = versus_ft.perplexity / static_ft.groupby("gamma").perplexity.min()
+display(versus_ft)
+fig = plots_context.perplexity_vs_pruned(pd.concat([
+    pd.DataFrame([{"text": "val", "family": "dense", "fraction_pruned": 0.0, "perplexity": dense_ft_eval["perplexity"]}]),
+    pareto.assign(text="val", family="learned (per gamma)")[["text", "family", "fraction_pruned", "perplexity"]],
+    static_ft.assign(family=static_ft.kind.map({"local": "local window", "strided": "strided"}) + ", fine-tuned")[
+        ["text", "family", "fraction_pruned", "perplexity"]],
+], ignore_index=True), title=f"like for like (dense: continued as the specialists), profile {P.name}")
+plt.show()
+
+# %%
+# NBVAL_CHECK_OUTPUT
+matched_ft = static_ft.set_index(["gamma", "kind"]).fraction_pruned
+print(f"fine-tuned static baselines: {len(static_ft)} rows (local and strided per specialist): "
+      f"{len(static_ft) == 2 * len(pareto)}; each prunes its untouched twin's fraction: "
+      f"{matched_ft.equals(static.set_index(['gamma', 'kind']).fraction_pruned)}")
+
+# %% [markdown]
 # ## Generation with a KV cache that forgets
 #
 # `model.generate(prompt, past_key_values=PrunedCache())` (`bab.context.pruned_cache`, a transformers
@@ -324,6 +360,8 @@ rows = [
     *study.budget_rows(budgeted, budget_model),
     *study.ablation_rows(ablation_rows, ablation_models),
     *study.static_rows(static, dense),
+    study.result_row(M.dense_finetuned, 1.0, dense_ft_eval, models=dense_ft),
+    *study.static_fine_tuned_rows(static_ft, static_ft_models),
     *study.token_kind_rows({study.texts[0]: kinds}, model80),
 ]
 comparison = paper.comparison_table(rows)

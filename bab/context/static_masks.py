@@ -86,10 +86,25 @@ def match_stride(T: int, fraction: float) -> int:
     return _closest(T, fraction, lambda s: lambda d: ((d < s) | (d % s == 0)).double())
 
 
+def matched_size(kind: str, T: int, fraction: float) -> int:
+    """The window (``kind`` 'local') or stride ('strided') whose pattern prunes closest to ``fraction`` at length T."""
+    if kind == "local":
+        return match_window(T, fraction)
+    if kind == "strided":
+        return match_stride(T, fraction)
+    raise ValueError(f"static mask kind must be one of {KINDS}, got {kind!r}")
+
+
+def pattern_mask(kind: str, T: int, size: int) -> torch.Tensor:
+    """The ``kind`` mask [T, T] of window or stride ``size``: with the kind, the size names the mask at a length (what
+    a run or a measurement is keyed by)."""
+    if kind == "local":
+        return local_window_mask(T, size)
+    if kind == "strided":
+        return strided_mask(T, size)
+    raise ValueError(f"static mask kind must be one of {KINDS}, got {kind!r}")
+
+
 def static_mask(kind: str, T: int, fraction: float) -> torch.Tensor:
     """The ``kind`` ('local' or 'strided') mask [T, T] matched to prune ``fraction`` of the context at length T."""
-    if kind == "local":
-        return local_window_mask(T, match_window(T, fraction))
-    if kind == "strided":
-        return strided_mask(T, match_stride(T, fraction))
-    raise ValueError(f"static mask kind must be one of {KINDS}, got {kind!r}")
+    return pattern_mask(kind, T, matched_size(kind, T, fraction))

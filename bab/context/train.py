@@ -9,6 +9,9 @@ Objectives:
 - ``freeze_pretrained=True`` (with a pruning objective): only the interaction modules train, the
   pretrained weights stay as loaded (notebook 07's quick profile: SmolLM2 on 2 CPU cores; the
   backward pass still runs through the frozen layers, but no weight gradients or optimizer state).
+- ``attn_mask`` (``train_lm``'s argument, objective ``lm`` only): a static pattern (bab.context.static_masks) applied
+  to every training window as it is at evaluation, so a static baseline is fine-tuned under its own mask with the
+  learned model's recipe (docs/context-pruning.md, "Static baselines at equal sparsity").
 - ``budget_context`` (beyond the paper): a budget-conditioned model; per step a keep budget
   b ~ U[budget_min, budget_max] and Eq. 5 of the budgeted-attention paper with the keep mass as
   the cost: CE + lambda_cost * keep + lambda_viol * max(0, keep - b)^2, or with ``two_sided``
@@ -107,11 +110,21 @@ class LMObjective(Objective):
 
     schedule = staticmethod(warmup_cosine)
 
-    def __init__(self, config: LMTrainConfig, train_ids: torch.Tensor, log_every: int):
+    def __init__(self, config: LMTrainConfig, train_ids: torch.Tensor, log_every: int,
+                 attn_mask: torch.Tensor | None = None):
         super().__init__(config, SampledBatches(
             lambda generator: random_batch(train_ids, config.batch_size, config.context, generator),
             config.steps, log_every))
         self.name = config.objective
+        if attn_mask is not None:
+            if config.objective != "lm":
+                raise ValueError(f"a static attn_mask trains the plain decoder under a fixed pattern (objective "
+                                 f"'lm'); objective {config.objective!r} prunes by learned decisions instead")
+            if attn_mask.dtype != torch.bool or tuple(attn_mask.shape) != (config.context, config.context):
+                raise ValueError(f"attn_mask must be bool [context, context] = [{config.context}, {config.context}], "
+                                 f"got {attn_mask.dtype} {tuple(attn_mask.shape)}; build it with "
+                                 "bab.context.static_masks at the training context")
+        self.attn_mask = attn_mask
 
     def prepare(self, model) -> None:
         config = self.config
@@ -133,7 +146,7 @@ class LMObjective(Objective):
 
     def step(self, model, teacher, batch, rng, step):
         x, y = batch
-        out, loss, ce = _objective_step(model, x, y, self.alpha(step), self.config, rng)
+        out, loss, ce = _objective_step(model, x, y, self.alpha(step), self.config, rng, self.attn_mask)
         keep = out.keep_mass.item() if out.keep_mass is not None else 1.0
         return loss, {"loss": loss.item(), "ce": ce.item(), "keep": keep, "n": 1}
 
@@ -144,15 +157,18 @@ class LMObjective(Objective):
 
 
 def train_lm(model, train_ids: torch.Tensor, config: LMTrainConfig, progress: bool = True, log_every: int = 25,
-             checkpoint: Checkpointer | None = None) -> TrainResult:
+             checkpoint: Checkpointer | None = None, attn_mask: torch.Tensor | None = None) -> TrainResult:
     """Train ``model`` (a decoder with optional context pruning) in place on the token stream ``train_ids``
     (``bab.core.training.run_training``). ``config.batch_size`` is the global batch: under ``accelerate launch``
     each process takes its share of every batch.
 
     ``history`` gets one row every ``log_every`` steps (and at the last), with means over those steps.
     ``checkpoint``: resumable checkpoints are written there, and a run found there is resumed.
+    ``attn_mask`` [context, context] bool (objective ``lm``): a static pattern every training window attends under
+    (``lm_forward``'s), so no masked (query, key) pair enters the loss.
     """
-    return run_training(model, LMObjective(config, train_ids, log_every), checkpoint=checkpoint, progress=progress)
+    return run_training(model, LMObjective(config, train_ids, log_every, attn_mask), checkpoint=checkpoint,
+                        progress=progress)
 
 
 def parameter_groups(model, config: LMTrainConfig) -> list[dict]:
@@ -169,11 +185,12 @@ def parameter_groups(model, config: LMTrainConfig) -> list[dict]:
     return groups
 
 
-def _objective_step(model, x, y, alpha: float, config: LMTrainConfig, budget_rng: random.Random):
+def _objective_step(model, x, y, alpha: float, config: LMTrainConfig, budget_rng: random.Random,
+                    attn_mask: torch.Tensor | None = None):
     """The forward pass, loss and next-token CE (the loss's CE part, computed once) of one batch:
-    ``(output, loss, ce)``."""
+    ``(output, loss, ce)``; ``attn_mask``: the static pattern of the ``lm`` objective, if any."""
     if config.objective == "lm":
-        out = lm_forward(model, x, prune=False)
+        out = lm_forward(model, x, prune=False, attn_mask=None if attn_mask is None else attn_mask.to(x.device))
         ce = next_token_ce(out.logits, y)
         return out, ce, ce
     if config.objective == "context_pruning":

@@ -8,17 +8,22 @@ evaluates on (``eval_ids(text)``), the evaluation window (``eval_context``), its
   non-overlapping held-out windows, hard decisions (bab.context.evaluate);
 - ``static_baselines(dense, fractions)``: the paper's static patterns (a local window, a strided mask)
   on the dense model, each matched to the fraction of context a pruning model dropped on that text;
+- ``static_fine_tuned_baselines(fractions)``: the same patterns, each fine-tuned under its mask with the
+  specialists' data, steps and recipe (``plain_fine_tune_config``; the subclass's ``static_fine_tuned``), so
+  learned and static pruning compare like for like, beside ``dense_fine_tuned``, the dense decoder fine-tuned so;
 - ``long_prompt`` / ``passage``: held-out prompts for generation and the dropped-token view;
 - ``throughput``: generation tokens/s, end-to-end time and KV-cache bytes against dense, beside the
   analytic limit of a decode step (bab.context.bench; ``python -m bab bench generation``);
 - ``token_kinds``: which kinds of tokens the model drops (punctuation, stop words, others);
 - ``fine_tune(name, build, model_config, train_config, ...)``: one decoder trained on the training stream through
-  the run cache (``Study.train_cached``);
+  the run cache (``Study.train_cached``), under a static mask if given;
 - ``result_row(method, budget, metrics, ...)``: one row of the report's results contract, its cost the fraction
   of context kept and its perplexity beside it.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -29,7 +34,7 @@ from bab.context.evaluate import evaluate_lm
 from bab.context.evicting_cache import evaluate_eviction
 from bab.context.eviction import H2O, TOVA, EvictionPolicy, StreamingLLM
 from bab.context.static_masks import KINDS as STATIC_KINDS
-from bab.context.static_masks import match_stride, match_window, static_mask
+from bab.context.static_masks import matched_size, pattern_mask
 from bab.context.token_kinds import token_kind_breakdown
 from bab.context.train import LMTrainConfig, train_lm
 from bab.core import outcomes
@@ -66,6 +71,10 @@ def context_pruning_methods(experiment: str, ablations: bool = True, eviction: b
         ("zero_shot_budgeted", "zero-shot task accuracy, budget-conditioned", "context tokens", "fraction", "ours",
          ("task",)),
         ("static", "static context mask", "context tokens", "none", "baseline", ("kind", "gamma")),
+        # the same masks fine-tuned under the mask with the specialists' data, steps and recipe (where the protocol
+        # freezes the decoder's weights there is nothing to fine-tune, and the row is the untouched decoder's)
+        ("static_finetuned", "static context mask, fine-tuned", "context tokens", "none", "baseline",
+         ("kind", "gamma")),
         *([("ablation", "context pruning ablation", "context tokens", "none", "ours", ("ablation", "irreversible"))]
           if ablations else []),
         # training-free KV eviction on the dense decoder at the fraction the ~80% specialist keeps
@@ -106,17 +115,23 @@ class DecoderStudy(Study):
     # ------------------------------------------------------------------ training through the cache
 
     def fine_tune(self, name: str, build, model_config: dict, train_config: LMTrainConfig, *, parent=None, init=None,
-                  new_modules: tuple[str, ...] = (), trains=None, **lineage):
+                  new_modules: tuple[str, ...] = (), trains=None, static_mask: tuple[str, int] | None = None,
+                  **lineage):
         """Train one decoder of ``model_config`` (what determines the model a run builds) on the training stream
         (``train_lm``), or load it from the run cache: (what ``build`` made, metrics, lineage). ``build()`` makes
         what the cache stores (after seeding); ``init``: the decoder it starts from (``new_modules``: what it adds);
-        ``trains``: the decoder that trains, when the cache stores only part of it; ``lineage``: what else
-        determines the run."""
+        ``trains``: the decoder that trains, when the cache stores only part of it; ``static_mask``: (kind, window or
+        stride) of a static pattern (bab.context.static_masks) every training window attends under, part of the
+        run's key; ``lineage``: what else determines the run."""
+        mask = None if static_mask is None else pattern_mask(static_mask[0], train_config.context, static_mask[1])
+
         def fit(model, checkpoint):
             return trained(train_lm(model if trains is None else trains(), self.build().train_ids, train_config,
-                                    progress=self.progress, checkpoint=checkpoint))
+                                    progress=self.progress, checkpoint=checkpoint, attn_mask=mask))
 
         lineage = {"model": model_config, "train": train_config, "parent": parent, **lineage}
+        if static_mask is not None:  # absent otherwise, so the keys of the runs without one stay as they were
+            lineage["static_mask"] = {"kind": static_mask[0], "size": int(static_mask[1])}
         return self.train_cached(name, build, fit, lineage, seed=train_config.seed, init=init,
                                  new_modules=new_modules)
 
@@ -205,18 +220,61 @@ class DecoderStudy(Study):
         at the evaluation length (the closest the pattern can get), the perplexity, and each window's summed
         log-likelihood and token count (``window_nll``, ``window_tokens``: lists, for a result row's stats).
         """
-        T, rows = self.eval_context, []
+        rows = []
         for text, fraction in fractions.items():
             for kind in kinds:
-                mask = static_mask(kind, T, fraction)
-                size = match_window(T, fraction) if kind == "local" else match_stride(T, fraction)
-                # static_mask builds the pattern at this size: the two name the mask (the length is in every key)
-                result = self.evaluate(dense, prune=False, text=text, attn_mask=mask, mask_name=f"{kind} {size}")
-                rows.append({"text": text, "method": f"{kind} {'window' if kind == 'local' else 'stride'} {size}",
-                             "kind": kind, "size": size, "target": fraction,
-                             "fraction_pruned": result["fraction_pruned"], "perplexity": result["perplexity"],
-                             **window_units(result)})
+                size = matched_size(kind, self.eval_context, fraction)
+                rows.append(self._under_mask(dense, kind, size, text, fraction))
         return pd.DataFrame(rows)
+
+    def _under_mask(self, model, kind: str, size: int, text: str, target: float) -> dict:
+        """``model`` evaluated on ``text`` under the ``kind`` pattern of window or stride ``size`` at the evaluation
+        length, matched to prune ``target``: the columns of a static baseline's row."""
+        mask = pattern_mask(kind, self.eval_context, size)
+        # the kind and size name the mask (the evaluation length is in every key)
+        result = self.evaluate(model, prune=False, text=text, attn_mask=mask, mask_name=f"{kind} {size}")
+        return {"text": text, "method": f"{kind} {'window' if kind == 'local' else 'stride'} {size}", "kind": kind,
+                "size": size, "target": target, "fraction_pruned": result["fraction_pruned"],
+                "perplexity": result["perplexity"], **window_units(result)}
+
+    # ------------------------------------------------------------------ like-for-like references of the fine-tunes
+
+    def plain_fine_tune_config(self) -> LMTrainConfig:
+        """The specialists' fine-tune (``profile.finetune``) without what pruning adds: the same steps, windows,
+        learning rate, schedule and seed, the plain next-token loss and no interactions. The like-for-like
+        references train with it: the dense fine-tune and the static masks fine-tuned."""
+        return replace(self.profile.finetune, objective="lm", gamma=0.0, sparsity_normalisation="causal_pairs")
+
+    def dense_fine_tuned(self):
+        """(the dense decoder fine-tuned with ``plain_fine_tune_config``, metrics): a subclass's."""
+        raise NotImplementedError
+
+    def static_fine_tuned(self, kind: str, size: int):
+        """(the dense decoder fine-tuned under the ``kind`` pattern of window or stride ``size`` with
+        ``plain_fine_tune_config``, metrics): a subclass's. Where the protocol freezes the decoder's weights there is
+        nothing to fine-tune: the untouched decoder, its metrics saying ``"fine_tuned": False``."""
+        raise NotImplementedError
+
+    def static_fine_tuned_baselines(self, fractions: dict[float, float], kinds=STATIC_KINDS, texts=None
+                                    ) -> tuple[pd.DataFrame, dict]:
+        """The static patterns, each matched (at the evaluation length) to a specialist's fraction pruned on the
+        first text, the held-out split of the training text (``fractions``: {gamma: fraction}, as
+        ``static_baselines`` matches them), each fine-tuned under its mask (``static_fine_tuned``) and evaluated
+        under the same mask on each of ``texts`` (default: all of them; a pattern prunes the same fraction of every
+        text).
+
+        Returns (one row per (gamma, kind, text) with ``static_baselines``' columns, "gamma" and "fine_tuned",
+        {(kind, gamma): the model}). Two gammas matched to one pattern share its run."""
+        rows, models = [], {}
+        for gamma, fraction in fractions.items():
+            for kind in kinds:
+                size = matched_size(kind, self.eval_context, fraction)
+                model, metrics = self.static_fine_tuned(kind, size)
+                models[kind, gamma] = model
+                for text in texts or self.texts:
+                    rows.append({**self._under_mask(model, kind, size, text, fraction), "gamma": gamma,
+                                 "fine_tuned": metrics.get("fine_tuned", True)})
+        return pd.DataFrame(rows), models
 
     # ------------------------------------------------------------------ training-free eviction beside learned pruning
 
@@ -338,6 +396,15 @@ class DecoderStudy(Study):
         with a "gamma" column), one row per (kind, gamma)."""
         return [self.result_row(self.methods.static, None, r, settings={"kind": r["kind"], "gamma": r["gamma"]},
                                 note=r["method"], models=dense) for r in static.to_dict("records")]
+
+    def static_fine_tuned_rows(self, table: pd.DataFrame, models: dict) -> list[dict]:
+        """The static masks fine-tuned under their mask (``static_fine_tuned_baselines``' table and models), one row
+        per (kind, gamma) of each text in ``table`` (the notebooks pass the first text's)."""
+        return [self.result_row(self.methods.static_finetuned, None, r,
+                                settings={"kind": r["kind"], "gamma": r["gamma"]},
+                                note=r["method"] + ("" if r["fine_tuned"] else "; weights frozen by the protocol: "
+                                                    "nothing to fine-tune"),
+                                models=models[r["kind"], r["gamma"]]) for r in table.to_dict("records")]
 
     def budget_rows(self, budgeted: pd.DataFrame, model) -> list[dict]:
         """The budget-conditioned model at each budget of its ``budget_table`` (with each evaluation's windows)."""

@@ -1,5 +1,6 @@
 """Static sparse baselines: the masks against hand-written ones, the matching of sparsity, use in transformers'
-GPT-2 and Llama through ``lm_forward(model, ids, prune=False, attn_mask=mask)``."""
+GPT-2 and Llama through ``lm_forward(model, ids, prune=False, attn_mask=mask)``, and training under a mask
+(``train_lm(..., attn_mask=mask)``) against a written-out masked attention."""
 
 import math
 
@@ -14,10 +15,14 @@ from bab.context.static_masks import (
     local_window_mask,
     match_stride,
     match_window,
+    matched_size,
+    pattern_mask,
     pruned_fraction,
     static_mask,
     strided_mask,
 )
+from bab.context.train import LMObjective, LMTrainConfig, random_batch, train_lm
+from bab.core.losses import next_token_ce
 
 
 def test_local_window_is_the_hand_written_band():
@@ -156,3 +161,91 @@ def test_a_static_mask_is_refused_on_top_of_learned_pruning():
     with pytest.raises(ValueError, match="baseline of its own"):
         lm_forward(model, ids, attn_mask=local_window_mask(8, 2))
     lm_forward(model, ids, prune=False, attn_mask=local_window_mask(8, 2))  # with pruning off it is the baseline
+
+
+# ---------------------------------------------------------------------------------------------- training under a mask
+
+
+def _training_setup(kind):
+    """A tiny decoder of ``kind``, a token stream and a static pattern mixing a window and a stride."""
+    T = 16
+    ids = torch.randint(0, 50, (400,), generator=torch.Generator().manual_seed(3))
+    mask = strided_mask(T, 4) if kind == "gpt2" else local_window_mask(T, 3)
+    config = LMTrainConfig(objective="lm", steps=4, batch_size=3, context=T, lr=3e-3, warmup_fraction=0.0)
+    return ids, mask, config
+
+
+@pytest.mark.parametrize("kind", BUILDS)
+def test_training_under_a_static_mask_has_the_gradients_of_an_attention_that_never_sees_the_masked_pairs(kind):
+    """One training batch: the loss and every parameter's gradient of the objective step under ``attn_mask`` equal
+    those of the same weights run through a written-out attention restricted to the pattern, so no masked (query,
+    key) pair enters the loss; without the mask they differ."""
+    ids, mask, config = _training_setup(kind)
+    x, y = random_batch(ids, config.batch_size, config.context, torch.Generator().manual_seed(0))
+    objective = LMObjective(config, ids, log_every=1, attn_mask=mask)
+
+    def gradients(model, step):
+        model.train()
+        loss, _ = step(model)
+        loss.backward()
+        return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
+
+    loss, grads = gradients(build_model(kind), lambda m: objective.step(m, None, (x, y), None, 0))
+    AttentionInterface.register("bab_test_static_eager", eager_masked_attention)
+    reference = build_model(kind)
+    reference.set_attn_implementation("bab_test_static_eager")
+    REFERENCE_KEEP[:] = [mask.expand(config.batch_size, -1, -1)]
+    try:
+        ref_loss, ref_grads = gradients(reference, lambda m: (next_token_ce(m(x, use_cache=False).logits, y), None))
+    finally:
+        REFERENCE_KEEP.clear()
+    assert loss.item() == pytest.approx(ref_loss.item(), rel=1e-6)
+    assert set(grads) == set(ref_grads)
+    for name, grad in grads.items():
+        assert torch.allclose(grad, ref_grads[name], atol=1e-6, rtol=1e-4), name
+    unmasked, _ = gradients(build_model(kind), lambda m: LMObjective(config, ids, 1).step(m, None, (x, y), None, 0))
+    assert abs(unmasked.item() - loss.item()) > 1e-4  # the pattern matters
+
+
+@pytest.mark.parametrize("kind", BUILDS)
+def test_train_lm_under_a_static_mask_trains_as_the_written_out_masked_attention(kind):
+    """Whole runs of ``train_lm``: under ``attn_mask`` the per-step losses and the trained weights follow those of
+    the same run on a model whose own attention is restricted to the pattern by hand (no mask passed)."""
+    ids, mask, config = _training_setup(kind)
+    model = build_model(kind)
+    history = train_lm(model, ids, config, progress=False, log_every=1, attn_mask=mask).history
+    AttentionInterface.register("bab_test_static_eager", eager_masked_attention)
+    reference = build_model(kind)
+    reference.set_attn_implementation("bab_test_static_eager")
+    REFERENCE_KEEP[:] = [mask.expand(config.batch_size, -1, -1)]
+    try:
+        ref_history = train_lm(reference, ids, config, progress=False, log_every=1).history
+    finally:
+        REFERENCE_KEEP.clear()
+    assert [h["train_ce"] for h in history] == pytest.approx([h["train_ce"] for h in ref_history], rel=1e-4)
+    assert len(history) == config.steps
+    reference_weights = reference.state_dict()
+    for name, weight in model.state_dict().items():
+        assert torch.allclose(weight, reference_weights[name], atol=1e-4), name
+    plain = train_lm(build_model(kind), ids, config, progress=False, log_every=1).history
+    assert abs(plain[0]["train_ce"] - history[0]["train_ce"]) > 1e-4  # trained without the mask: another loss
+
+
+def test_a_training_mask_must_fit_the_windows_and_the_plain_objective():
+    ids = torch.randint(0, 50, (200,))
+    with pytest.raises(ValueError, match=r"\[context, context\] = \[16, 16\]"):
+        train_lm(build_model("gpt2"), ids, LMTrainConfig(steps=1, context=16), attn_mask=local_window_mask(8, 2))
+    with pytest.raises(ValueError, match="objective 'lm'"):
+        train_lm(tiny_decoders.tiny_gpt2(PruningConfig(r=4)), ids,
+                 LMTrainConfig(objective="context_pruning", steps=1, context=16), attn_mask=local_window_mask(16, 2))
+
+
+def test_a_pattern_is_named_by_its_kind_and_size_and_matched_by_its_fraction():
+    assert torch.equal(pattern_mask("local", 10, 3), local_window_mask(10, 3))
+    assert torch.equal(pattern_mask("strided", 10, 3), strided_mask(10, 3))
+    assert matched_size("local", 64, 0.5) == match_window(64, 0.5)
+    assert matched_size("strided", 64, 0.5) == match_stride(64, 0.5)
+    with pytest.raises(ValueError, match="kind"):
+        pattern_mask("dilated", 10, 3)
+    with pytest.raises(ValueError, match="kind"):
+        matched_size("dilated", 10, 0.5)

@@ -3,6 +3,7 @@
 import json
 from dataclasses import replace
 
+import pandas as pd
 import pytest
 
 from bab.context.attach import token_drop_times
@@ -210,3 +211,69 @@ def test_a_measurement_stored_before_windows_were_kept_gives_none_not_nan(tiny_s
     assert table.loc[0, "window_nll"] is None
     row = study.result_row(study.methods.headline, 0.2, dict(table.loc[0]), models=())
     assert recorded.recorded_for([row]) == {}
+
+
+def _run_config(study, model) -> dict:
+    """The lineage a cached run was stored under (its folder's config.json)."""
+    from bab.core.runs import run_of
+
+    return json.loads((study.cache.root / run_of(model)["run"] / "config.json").read_text())["config"]
+
+
+def test_static_masks_and_dense_fine_tuned_with_the_specialists_recipe(tiny_study, recorded):
+    """The like-for-like baselines: the dense model continued, plain and under each matched static mask, with the
+    specialists' data, steps, recipe and parent; each row prunes exactly its mask's fraction, measured under it."""
+    import torch
+
+    from bab.context.attach import is_attached
+    from bab.context.evaluate import evaluate_lm
+    from bab.context.static_masks import local_window_mask, strided_mask
+
+    study = tiny_study()
+    dense, _ = study.dense()
+    specialist, _ = study.pruned(1.0)
+    table, models = study.static_fine_tuned_baselines({0.1: 0.5, 1.0: 0.8})
+    T = study.eval_context
+    assert list(zip(table.gamma, table.kind, table.text, strict=True)) == [
+        (0.1, "local", "val"), (0.1, "strided", "val"), (1.0, "local", "val"), (1.0, "strided", "val")]
+    untouched = pd.concat([study.static_baselines(dense, {"val": f}) for f in (0.5, 0.8)], ignore_index=True)
+    assert list(table["size"]) == list(untouched["size"]) and table.fine_tuned.all()
+    for r in table.itertuples():
+        # the fraction pruned is the matched mask's, counted by hand: a window of w keeps the T - d pairs at each
+        # distance d < w; a stride s the distances below s and the multiples of s
+        kept = sum(T - d for d in range(1, T) if d < r.size or (r.kind == "strided" and d % r.size == 0))
+        assert r.fraction_pruned == pytest.approx(1 - kept / (T * (T - 1) / 2), abs=1e-6)  # a float32 mean
+        model = models[r.kind, r.gamma]
+        mask = local_window_mask(T, r.size) if r.kind == "local" else strided_mask(T, r.size)
+        direct = evaluate_lm(model, study.build().val_ids, T, prune=False, max_windows=study.profile.eval_windows,
+                             attn_mask=mask)
+        assert r.perplexity == pytest.approx(direct["perplexity"], rel=1e-6) and r.window_nll == direct["window_nll"]
+        assert not is_attached(model)
+        assert any(not torch.equal(v, dense.state_dict()[k]) for k, v in model.state_dict().items())
+        # its run's lineage is the specialist's but for the objective, the interactions and the mask
+        mine, theirs = _run_config(study, model), _run_config(study, specialist)
+        assert mine["static_mask"] == {"kind": r.kind, "size": r.size}
+        assert mine["parent"] == theirs["parent"] and mine["data"] == theirs["data"]
+        assert {**mine["train"], "objective": None, "gamma": None} == {**theirs["train"], "objective": None,
+                                                                        "gamma": None}
+        assert mine["train"].get("objective", "lm") == "lm" and "gamma" not in mine["train"]
+        assert mine["model"]["pruning"] is None and theirs["model"]["pruning"] is not None
+    dense_ft, metrics = study.dense_fine_tuned()
+    assert len(metrics["history"]) >= 1 and metrics["history"][-1]["step"] == study.profile.finetune.steps
+    assert not is_attached(dense_ft) and "static_mask" not in _run_config(study, dense_ft)
+    assert _run_config(study, dense_ft)["parent"] == _run_config(study, specialist)["parent"]
+    masked = models["local", 0.1]
+    assert any(not torch.equal(v, dense_ft.state_dict()[k]) for k, v in masked.state_dict().items())
+    # the rows: declared method and settings, each with its windows for the claims' paired interval
+    rows = study.static_fine_tuned_rows(table, models)
+    assert {r["method"] for r in rows} == {"static context mask, fine-tuned"}
+    assert [r["settings"] for r in rows] == [{"kind": k, "gamma": g} for g in (0.1, 1.0) for k in ("local", "strided")]
+    assert [r["cost"] for r in rows] == pytest.approx([1 - f for f in table.fraction_pruned])
+    kinds = {json.loads(key)[-1] for key in recorded.recorded_for(rows[:1])}
+    assert kinds == {"window_nll", "window_tokens", "unit_ids"}
+    method = study.methods.static_finetuned
+    assert (method.settings, method.origin, method.budget) == (("kind", "gamma"), "baseline", "none")
+    # a second study trains nothing
+    again = tiny_study()
+    assert again.static_fine_tuned("local", int(table["size"][0]))[1]["cached"]
+    assert again.dense_fine_tuned()[1]["cached"]

@@ -286,3 +286,52 @@ def test_eviction_steps_compare_with_learned_pruning_at_the_same_fraction_kept(t
         100 * zero_shot[(zero_shot.policy == "H2O") & (zero_shot.task == "topic")].iloc[0]["accuracy"])
     rows = study.eviction_rows(table[table.text == "austen"], 0.5) + study.eviction_zero_shot_rows(zero_shot, 0.5)
     assert len(rows) == 3 + 9 and all(r["budget"] == 0.5 for r in rows)
+
+
+def test_static_masks_fine_tuned_with_the_full_fine_tune_s_recipe_and_untouched_where_weights_are_frozen(tiny_study):
+    """Where the profile fine-tunes the whole decoder, each matched static mask is fine-tuned under its mask with the
+    dense fine-tune's recipe (the specialists' steps and data, the plain loss); where the specialists train only their
+    interactions, a static mask has nothing to train and its row is the pretrained decoder under the mask."""
+    import json
+
+    from bab.context.evaluate import evaluate_lm
+    from bab.context.static_masks import local_window_mask, pruned_fraction, strided_mask
+
+    study = tiny_study()  # frozen weights: the untouched decoder
+    dense, _ = study.dense()
+    table, models = study.static_fine_tuned_baselines({1.0: 0.5})
+    assert set(table.fine_tuned) == {False} and all(m is dense for m in models.values())
+    untouched = study.static_baselines(dense, {"austen": 0.5, "wiki": 0.5})
+    assert list(table.perplexity) == list(untouched.sort_values(["kind", "text"]).perplexity)
+    rows = study.static_fine_tuned_rows(table[table.text == "austen"], models)
+    assert all("nothing to fine-tune" in r["note"] and "runs" not in r for r in rows)
+
+    frozen_train = study.profile.finetune
+    full = replace(study.profile, finetune=replace(frozen_train, freeze_pretrained=False,
+                                                   sparsity_normalisation="official"),
+                   frozen_finetune=frozen_train)
+    record = PretrainedContextStudy(full, cache=study.cache, progress=False)
+    table, models = record.static_fine_tuned_baselines({1.0: 0.5, 3.0: 0.8})
+    T = record.eval_context
+    assert table.fine_tuned.all() and len(table) == 2 * 2 * 2  # (gamma, kind, text)
+    dense_ft, _ = record.dense_fine_tuned()
+    pretrained = dense.state_dict()
+
+    def stored(model):
+        return json.loads((record.cache.root / run_of(model)["run"] / "config.json").read_text())["config"]
+
+    for r in table.itertuples():
+        model = models[r.kind, r.gamma]
+        mask = local_window_mask(T, r.size) if r.kind == "local" else strided_mask(T, r.size)
+        assert r.fraction_pruned == pytest.approx(pruned_fraction(mask), abs=1e-9)
+        direct = evaluate_lm(model, record.eval_ids(r.text), T, prune=False, max_windows=2, attn_mask=mask)
+        assert r.perplexity == pytest.approx(direct["perplexity"], rel=1e-6)
+        assert any(not torch.equal(v, pretrained[k]) for k, v in model.state_dict().items())
+        # the dense fine-tune's run but for the mask: same decoder, data and training config
+        config = stored(model)
+        assert config.pop("static_mask") == {"kind": r.kind, "size": r.size}
+        assert config == stored(dense_ft)
+    assert stored(dense_ft)["train"]["steps"] == full.finetune.steps
+    rows = record.static_fine_tuned_rows(table[table.text == "austen"], models)
+    assert [r["settings"] for r in rows] == [{"kind": k, "gamma": g} for g in (1.0, 3.0) for k in ("local", "strided")]
+    assert all(r["runs"] == [run_of(models[r["settings"]["kind"], r["settings"]["gamma"]])["run"]] for r in rows)

@@ -10,9 +10,12 @@ Every trained model goes through the run cache (``bab.experiments.study.Study``)
 - ``pruned(gamma, r, irreversible)``: the dense weights plus fresh interaction modules, fine-tuned
   with CE + gamma * keep mass, alpha 1 -> 8 (the paper's recipe).
 - ``budget_conditioned()``: one fine-tune whose interaction bias takes the requested keep budget.
+- ``dense_fine_tuned()``: the dense model continued for the specialists' steps with their recipe, no interactions
+  (the like-for-like dense reference); ``static_fine_tuned(kind, size)``: the same under a static mask.
 - ``evaluate(model)``: validation perplexity and fraction of context pruned (hard decisions);
   ``static_baselines(...)``: the paper's local-window and strided masks at the same fraction pruned
-  (bab.experiments.decoder_study, shared with notebook 07).
+  (bab.experiments.decoder_study, shared with notebook 07), untouched and fine-tuned under the mask
+  (``static_fine_tuned_baselines``).
 - ``throughput(...)``: generation tokens/s and KV-cache memory against dense (bab.context.bench).
 
 Modules: ``profiles`` (``ContextPruningProfile``, ``GPT2_CONTEXT_PRUNING``, ``BUDGETS``), ``study``

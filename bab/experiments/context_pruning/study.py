@@ -107,6 +107,31 @@ class ContextPruningStudy(DecoderStudy):
                                            base=self.base)
         return model, metrics
 
+    def _plain_fine_tune(self, run_name: str, static_mask: tuple[str, int] | None = None):
+        """The dense weights, nothing attached, fine-tuned like a specialist without its pruning
+        (``plain_fine_tune_config``), under ``static_mask`` (kind, window or stride) if given."""
+        dense, _, dense_lineage = self._dense_run()
+        if self.base == "gpt2":
+            def build():
+                return GPT2LMHeadModel(copy.deepcopy(dense.config))
+        else:
+            def build():
+                return self.new_model()
+        model, metrics, _ = self.fine_tune(run_name, build, self.model_config(), self.plain_fine_tune_config(),
+                                           parent=dense_lineage, init=dense, base=self.base, static_mask=static_mask)
+        return model, metrics
+
+    def dense_fine_tuned(self):
+        """The like-for-like dense reference of the specialists: the dense model continued for their steps with their
+        recipe and the plain next-token loss. A specialist also trains its weights for those steps, so the gain of
+        the extra training would otherwise read as a gain from pruning."""
+        return self._plain_fine_tune("dense-finetune")
+
+    def static_fine_tuned(self, kind: str, size: int):
+        """The dense model fine-tuned under the ``kind`` pattern of window or stride ``size``, with the specialists'
+        data, steps and recipe (``plain_fine_tune_config``)."""
+        return self._plain_fine_tune(f"static-{kind}-{size}", static_mask=(kind, size))
+
     def pruned(self, gamma: float, r: int | None = None, irreversible: bool = True):
         """A per-gamma specialist: dense weights + interactions, fine-tuned with CE + gamma * keep mass."""
         train_config = replace(self.profile.finetune, gamma=float(gamma))

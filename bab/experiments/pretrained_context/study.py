@@ -194,10 +194,11 @@ class PretrainedContextStudy(DecoderStudy):
         return {**config_difference(self.data_lineage()), "ood_file": self.profile.ood_file,
                 "topic_items": "ag_news test"}
 
-    def _fine_tune(self, run_name: str, pruning: PruningConfig | None, train_config: LMTrainConfig):
-        """The pretrained weights plus fresh interaction modules of ``pruning``, fine-tuned under ``train_config``.
-        With ``freeze_pretrained`` only the interaction modules are cached; the pretrained weights are copied in
-        on every call."""
+    def _fine_tune(self, run_name: str, pruning: PruningConfig | None, train_config: LMTrainConfig,
+                   static_mask: tuple[str, int] | None = None):
+        """The pretrained weights plus fresh interaction modules of ``pruning``, fine-tuned under ``train_config``
+        (and ``static_mask``, (kind, window or stride), if given). With ``freeze_pretrained`` only the interaction
+        modules are cached; the pretrained weights are copied in on every call."""
         dense, info = self.dense()
         config = {"family": dense.config.model_type, "pruning": pruning}
         built = {}
@@ -212,7 +213,7 @@ class PretrainedContextStudy(DecoderStudy):
             return _Interactions(model) if train_config.freeze_pretrained else model
 
         cached, metrics, _ = self.fine_tune(run_name, build, config, train_config, trains=lambda: built["model"],
-                                            decoder=info["source"])
+                                            static_mask=static_mask, decoder=info["source"])
         # with frozen weights the run cache holds the interactions alone: result rows name their run
         return tag_as(built["model"], cached).eval(), metrics
 
@@ -223,8 +224,17 @@ class PretrainedContextStudy(DecoderStudy):
         if self.profile.finetune.freeze_pretrained:
             raise ValueError(f"profile {self.profile.name!r} freezes the pretrained weights: its dense reference is "
                              "the pretrained decoder itself (dense()), there is nothing to fine-tune")
-        train_config = replace(self.profile.finetune, objective="lm", gamma=0.0, sparsity_normalisation="causal_pairs")
-        return self._fine_tune("dense-finetune", None, train_config)
+        return self._fine_tune("dense-finetune", None, self.plain_fine_tune_config())
+
+    def static_fine_tuned(self, kind: str, size: int):
+        """The pretrained decoder fine-tuned under the ``kind`` pattern of window or stride ``size``, with the
+        specialists' data, steps and recipe (``plain_fine_tune_config``). Where the profile's specialists train only
+        their interactions (``freeze_pretrained``), the same protocol leaves a static mask nothing to train: the
+        pretrained decoder as loaded, with ``"fine_tuned": False``."""
+        if self.profile.finetune.freeze_pretrained:
+            dense, info = self.dense()
+            return dense, {**info, "fine_tuned": False}
+        return self._fine_tune(f"static-{kind}-{size}", None, self.plain_fine_tune_config(), static_mask=(kind, size))
 
     def pruned(self, gamma: float, frozen: bool = False, interaction_init: str | None = None):
         """A per-gamma specialist: pretrained weights + interactions fine-tuned with CE + gamma * keep mass.
