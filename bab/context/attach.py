@@ -18,6 +18,10 @@ Three pieces do the work:
 - the mask implementation "bab_context" (``transformers.AttentionMaskInterface``) is SDPA's boolean mask, always
   materialised (never the ``is_causal`` shortcut), so the attention always sees causality and padding.
 
+``attach`` is exact or refuses (``check_attachable``: attention arguments the "bab_context" attention does not compute,
+such as logit soft-capping or attention sinks, are refused before the model changes), puts the model back when it
+fails half way, and ``detach`` undoes it; while attached the attention implementation cannot be changed.
+
 The settings (alpha, budget, pruning on or off) live on a ``ContextState`` shared by the layers
 (``context_state(model)``, ``set_alpha``, ``set_budget``, ``set_pruning``). After a full forward the state holds each
 layer's own and effective log I, from which the training loop takes the sparsity term (``ContextState.sparsity``).
@@ -72,6 +76,8 @@ class ContextState:
     budget: float | None = None
     prune: bool = True
     before: object = None  # what attach changed, as it was (detach restores it)
+    # per layer, the sliding window its attention is called with (None: none), which a PrunedCache evicts by
+    windows: list = field(default_factory=list)
     own: list = field(default_factory=list)
     effective: list = field(default_factory=list)
     # per layer, between the pre-hook and the attention function of the same call: the attention input x [B, T, d]
@@ -175,7 +181,8 @@ def attach(model: nn.Module, pruning: PruningConfig, alpha: float = HARD, budget
             interaction = ContextInteraction(hidden, pruning).to(device=reference.device, dtype=reference.dtype)
             attention.add_module("interaction", interaction)
             attention.register_forward_pre_hook(_capture_input, with_kwargs=True)
-        state = ContextState(pruning=pruning, n_layers=len(attentions), alpha=alpha, budget=budget, before=before)
+        state = ContextState(pruning=pruning, n_layers=len(attentions), alpha=alpha, budget=budget, before=before,
+                             windows=[_window(attention) for attention in attentions])
         for module in (model, *attentions):
             object.__setattr__(module, STATE_ATTRIBUTE, state)  # a plain attribute: not a submodule, not in state dict
         setattr(model.config, CONFIG_KEY, asdict(pruning))  # saved in config.json by save_pretrained
@@ -330,6 +337,12 @@ def _call_arguments(attention: nn.Module) -> dict:
     return {k: ("<unreadable>" if v is _UNKNOWN else v) for k, v in arguments.items()}
 
 
+def _window(attention: nn.Module) -> int | None:
+    """The sliding window the module passes to its attention (transformers builds the same into the mask), or None."""
+    window = _call_arguments(attention).get("sliding_window")
+    return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
+
+
 def _pretrained_modules(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if hasattr(type(m), "set_attn_implementation")]
 
@@ -468,7 +481,11 @@ def _capture_input(module: nn.Module, args: tuple, kwargs: dict):
         if prunes and not state.pruning.irreversible:
             raise ValueError("a PrunedCache can only forget tokens when dropping is irreversible; this model was "
                              "attached with PruningConfig(irreversible=False): generate without it")
-        cache.stage(layer, x, module.interaction if prunes else None, state.budget, state.pruning.propagate_in_depth)
+        # with depth propagation this layer publishes its drops to the layer above, which may see further back than
+        # this layer's window: then the cache keeps what the window passed (correct, not smaller)
+        window = None if state.pruning.propagate_in_depth else state.windows[layer]
+        cache.stage(layer, x, module.interaction if prunes else None, state.budget, state.pruning.propagate_in_depth,
+                    window)
 
 
 def _allowed(attention_mask: torch.Tensor | None, q_len: int, k_len: int, device) -> torch.Tensor:
@@ -501,6 +518,9 @@ def context_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     allowed = _allowed(attention_mask, T, K if cache is None else cache.layers[layer].seen, query.device)
     if cache is not None:
         cache_layer = cache.layers[layer]
+        if cache_layer.window is not None and kwargs.get("sliding_window") != cache_layer.window:
+            raise ValueError(f"layer {layer} was attached with sliding window {cache_layer.window} (the PrunedCache "
+                             f"evicts by it) but its attention now gets {kwargs.get('sliding_window')}: re-attach")
         if not cache_layer.keys_in_order:  # (in order, slot i holds position i: the gather would change nothing)
             positions = cache_layer.key_positions.clamp_min(0)  # [B, K]; slots without a token (-1) are invisible
             allowed = allowed.expand(positions.shape[0], 1, T, -1)

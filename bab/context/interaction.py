@@ -190,15 +190,18 @@ class ContextInteraction(nn.Module):
         return self.bias + self.sensitivity * budget_logit(budget)
 
     def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """q_int, k_int [B, T, r] of x [B, T, d], in float32 at least whatever the model's dtype: keep / drop decisions are
-        thresholds at 0, and in bfloat16 a score near 0 rounds differently in the full forward and the cached steps
-        (other shapes, other roundings), so the two would drop different tokens. A float32 model computes exactly
-        what ``self.query(x)`` computes (every cast is then the tensor itself)."""
-        return _linear32(self.query, x), _linear32(self.key, x)
+        """q_int [B, T, r] (float32 at least) and k_int [B, T, r] (the module's dtype) of x [B, T, d], computed in
+        float32 at least whatever the model's dtype: keep / drop decisions are thresholds at 0, and in bfloat16 a
+        score near 0 rounds differently in the full forward and the cached steps (other shapes, other roundings),
+        so the two would drop different tokens. A float32 model computes exactly what ``self.query(x)`` computes
+        (every cast is then the tensor itself)."""
+        # k_int is rounded once to the module's own dtype: a PrunedCache stores it at that size, and the full forward
+        # scores with the same rounded keys, so both paths still compare the same numbers with 0
+        return _linear32(self.query, x), _linear32(self.key, x).to(self.key.weight.dtype)
 
     def scores(self, q_int: torch.Tensor, k_int: torch.Tensor, budget: float | None) -> torch.Tensor:
-        """s [B, Tq, Tk] in float32 (at least) from q_int [B, Tq, r] and k_int [B, Tk, r] (the 1/sqrt(r) applied to the small
-        q_int)."""
+        """s [B, Tq, Tk] in float32 (at least) from q_int [B, Tq, r] and k_int [B, Tk, r] (the 1/sqrt(r) applied to
+        the small q_int)."""
         return (_wide(q_int) / math.sqrt(self.r)) @ _wide(k_int).transpose(1, 2) + _wide(self.bias_for(budget))
 
     def log_keep(self, x: torch.Tensor, alpha: float, budget: float | None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,6 +12,11 @@ or ``model(ids, past_key_values=cache)``. Each call of a layer (the prompt, then
    this call dropped then becomes a dead slot, invisible to every later query;
 3. the "bab_context" attention function attends with that mask.
 
+Sliding windows: a layer whose attention has a window W (``stage(window=W)``) also lets go of the tokens the next
+query can no longer see (position <= next - W), as transformers' sliding-window cache layers do. Until a layer drops
+a token its slots hold consecutive positions, so it keeps no per-slot positions or validity (computed when asked),
+and with nothing pruned it holds transformers' bytes plus at most 1/SLACK spare slots (none in a window layer).
+
 Memory: the dead slots are gathered out (compaction) once they are ``PrunedLayer.COMPACT_AT`` of the slots in use,
 into new buffers, and the old ones, with the dropped tokens, are released; a full buffer grows by 1/``SLACK``.
 So a decode step writes only its own token (a gather or concatenation per step would copy the whole cache at every
@@ -113,15 +118,26 @@ class PrunedLayer(RowMappedLayer):
     is_sliding = False
     is_croppable = False  # a dropped token cannot come back, so a rollback cannot restore the cache
 
-    SLACK = 8  # a new buffer holds 1/SLACK more slots than it needs: room for that many appends before a copy
+    # A new buffer holds 1/SLACK more slots than it needs (at least one; none in a sliding-window layer, whose
+    # tokens leave as fast as they come): room for that many appends before a copy, at most 3% over the tokens held.
+    SLACK = 32
     COMPACT_AT = 0.1  # compact once this fraction of the used slots could be freed
+    # ... or, in a layer that has dropped nothing (only its sliding window's oldest tokens are dead, a prefix of its
+    # slots), once this fraction could: slack and dead slots together stay under 5% of the tokens held
+    SLIDE_AT = 1 / 64
     PREFILL_CHUNK = 256  # queries scored at once by a long call: bounds its [B, chunk, K] score tensors
 
     def __init__(self, **kwargs):
         super().__init__()
         self.int_keys: torch.Tensor | None = None
-        self.positions: torch.Tensor | None = None
-        self.valid: torch.Tensor | None = None
+        # Slot positions and validity [B, C], or None while the layer has dropped nothing: then slot i < used holds
+        # position ``base + i`` in every row, dead for i < ``dead`` (tokens its sliding window has passed), live
+        # after, and neither tensor is kept (``positions`` and ``valid`` compute them when asked).
+        self._positions: torch.Tensor | None = None
+        self._valid: torch.Tensor | None = None
+        self.base = 0
+        self.dead = 0
+        self.window: int | None = None  # a query n sees tokens j > n - window (transformers' sliding window)
         self.used = 0  # slots written so far (live or dead); slots past it are free
         self.seen = 0  # tokens this layer has been given, kept or not
         self.staged: _Staged | None = None
@@ -135,9 +151,34 @@ class PrunedLayer(RowMappedLayer):
         self.dtype, self.device = key_states.dtype, key_states.device
         self.keys = key_states.new_zeros(B, G, 0, Dh)
         self.values = value_states.new_zeros(B, value_states.shape[1], 0, value_states.shape[3])
-        self.positions = torch.zeros(B, 0, dtype=torch.long, device=self.device)
-        self.valid = torch.zeros(B, 0, dtype=torch.bool, device=self.device)
         self.is_initialized = True
+
+    @property
+    def in_order(self) -> bool:
+        """Whether the layer has dropped nothing, so its slots' positions follow from ``base`` and ``dead``."""
+        return self._positions is None
+
+    @property
+    def positions(self) -> torch.Tensor | None:
+        """[B, C]: the position each slot holds, -1 where no live token is."""
+        if not self.in_order or not self.is_initialized:
+            return self._positions
+        slot = torch.arange(self.slots(), device=self.device)
+        live = (slot >= self.dead) & (slot < self.used)
+        return torch.where(live, slot + self.base, -1).expand(self.keys.shape[0], -1)
+
+    @property
+    def valid(self) -> torch.Tensor | None:
+        """[B, C]: the live slots."""
+        if not self.in_order or not self.is_initialized:
+            return self._valid
+        slot = torch.arange(self.slots(), device=self.device)
+        return ((slot >= self.dead) & (slot < self.used)).expand(self.keys.shape[0], -1)
+
+    def _materialise(self) -> None:
+        """Keep positions and validity per slot from now on (the first token pruning drops)."""
+        if self.in_order:
+            self._positions, self._valid = self.positions.clone(), self.valid.clone()
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         """key_states, value_states [B, G, T, Dh] of T new tokens -> keys, values [B, G, S + T, Dh] to attend to
@@ -151,6 +192,7 @@ class PrunedLayer(RowMappedLayer):
             raise RuntimeError("this cache was filled with pruning on; turn pruning on again to continue it")
         T = key_states.shape[2]
         K = self.used + T
+        in_order = self.in_order
         self._append(key_states, value_states, None if staged is None else staged.k_int)
         keys, values = self.keys[:, :, :K], self.values[:, :, :K]
         positions, valid = self.positions[:, :K], self.valid[:, :K]
@@ -165,7 +207,7 @@ class PrunedLayer(RowMappedLayer):
         self._visible = (valid[:, None, :] & (positions[:, None, :] <= new_positions[None, :, None])
                          & (new_positions[None, :, None] < first[:, None, :]))
         self.key_positions = positions.clone()  # the slots of the returned keys, before the drops below clear them
-        self.keys_in_order = self.seen == 0
+        self.keys_in_order = in_order and self.base == 0  # slot i holds position i (the dead ones are invisible)
         self.seen = never
         self.first_by_position = None
         if staged is not None and staged.propagate:
@@ -175,8 +217,19 @@ class PrunedLayer(RowMappedLayer):
             by_position.scatter_(1, positions.masked_fill(~valid, never), first)
             self.first_by_position = by_position[:, :never]
         dropped = valid & (first < never)
-        valid &= ~dropped  # in place: the slots die in the buffers (the mask above is already built)
-        positions.masked_fill_(dropped, -1)
+        if in_order and staged is not None and bool(dropped.any()):
+            self._materialise()  # the first drop: from now on each slot's position and validity are kept
+            positions, valid = self._positions[:, :K], self._valid[:, :K]
+        if self.window is not None:
+            # the next query (position ``never``) and all later ones see only tokens j > never - window: the older
+            # ones leave, as they do from transformers' own sliding-window cache layers
+            if self.in_order:
+                self.dead = min(max(self.dead, never - self.window + 1 - self.base), self.used)
+            else:
+                dropped |= valid & (positions <= never - self.window)
+        if not self.in_order:
+            valid &= ~dropped  # in place: the slots die in the buffers (the mask above is already built)
+            positions.masked_fill_(dropped, -1)
         if self._compaction_due():
             self._compact()  # new buffers; the views returned here keep the old ones until the attention is done
         return keys, values
@@ -193,8 +246,9 @@ class PrunedLayer(RowMappedLayer):
         self.values[:, :, n:n + T] = value_states
         if k_int is not None:
             self.int_keys[:, n:n + T] = k_int
-        self.positions[:, n:n + T] = torch.arange(self.seen, self.seen + T, device=self.device)
-        self.valid[:, n:n + T] = True
+        if not self.in_order:  # (in order: slot n holds position base + n = seen, as computed)
+            self._positions[:, n:n + T] = torch.arange(self.seen, self.seen + T, device=self.device)
+            self._valid[:, n:n + T] = True
         self.used = n + T
 
     def _first_drops(self, staged: _Staged, int_keys, positions, valid, seen: int) -> torch.Tensor:
@@ -219,30 +273,38 @@ class PrunedLayer(RowMappedLayer):
     def _compaction_due(self) -> bool:
         """Whether removing the dead slots would free at least ``COMPACT_AT`` of the used ones (the longest row's
         live tokens bound the buffers)."""
-        freed = self.used - int(self.valid.sum(dim=1).max()) if self.used else 0
+        if self.in_order:
+            return self.dead > 0 and self.dead >= self.SLIDE_AT * self.used
+        freed = self.used - int(self._valid.sum(dim=1).max()) if self.used else 0
         return freed > 0 and freed >= self.COMPACT_AT * self.used
 
     def _compact(self) -> None:
         """Move each row's live slots, in order, to the front of new buffers sized to the longest row (plus slack);
         the old buffers, and the dead slots in them, are released."""
-        alive = self.valid[:, :self.used]
+        if self.in_order:  # the live slots are one run: [dead, used)
+            kept = self.used - self.dead
+            self._reallocate(kept, start=self.dead)
+            self.base, self.dead, self.used = self.base + self.dead, 0, kept
+            return
+        alive = self._valid[:, :self.used]
         kept = int(alive.sum(dim=1).max())
         # a stable sort puts each row's live slots first, in order; slots past a row's count are padding
         order = torch.argsort((~alive).to(torch.uint8), dim=1, stable=True)[:, :kept]  # [B, kept]
         self._reallocate(kept, order)
         self.used = kept
 
-    def _reallocate(self, needed: int, order: torch.Tensor | None = None) -> None:
+    def _reallocate(self, needed: int, order: torch.Tensor | None = None, start: int = 0) -> None:
         """New buffers of ``needed`` slots plus 1/SLACK more, their first slots filled from the old ones: the used
-        slots as they are, or those ``order`` [B, n] picks in each row (n <= needed); the rest are free."""
-        B = self.valid.shape[0]
-        n = self.used if order is None else order.shape[1]
-        capacity = needed + max(needed // self.SLACK, 1)
+        slots from ``start`` on as they are, or those ``order`` [B, n] picks in each row (n <= needed); the rest are
+        free."""
+        B = self.keys.shape[0]
+        n = self.used - start if order is None else order.shape[1]
+        capacity = needed + (needed // self.SLACK if self.window is not None else max(needed // self.SLACK, 1))
 
         def moved(t: torch.Tensor, slot_dim: int) -> torch.Tensor:
             fresh = t.new_zeros(*t.shape[:slot_dim], capacity, *t.shape[slot_dim + 1:])
             if order is None:
-                fresh.narrow(slot_dim, 0, n).copy_(t.narrow(slot_dim, 0, n))
+                fresh.narrow(slot_dim, 0, n).copy_(t.narrow(slot_dim, start, n))
             elif slot_dim == 1:
                 fresh[:, :n] = t[torch.arange(B, device=t.device)[:, None], order]
             else:  # [B, G, C, Dh]: advanced indexing over [B * G, C, Dh] moves whole Dh-vectors (a gather with an
@@ -255,12 +317,13 @@ class PrunedLayer(RowMappedLayer):
         self.keys, self.values = moved(self.keys, 2), moved(self.values, 2)
         if self.int_keys is not None:
             self.int_keys = moved(self.int_keys, 1)
-        self.valid = moved(self.valid, 1)
-        self.positions = moved(self.positions, 1).masked_fill_(~self.valid, -1)
+        if not self.in_order:
+            self._valid = moved(self._valid, 1)
+            self._positions = moved(self._positions, 1).masked_fill_(~self._valid, -1)
 
     def slots(self) -> int:
         """Slots allocated per row (live, dead, padding and free)."""
-        return self.valid.shape[1]
+        return self.keys.shape[2]
 
     def pop_visible(self) -> torch.Tensor:
         """The visibility mask [B, T, K] of the last update (given once: it is freed here)."""
@@ -270,14 +333,15 @@ class PrunedLayer(RowMappedLayer):
         return visible
 
     def tensors(self) -> list[torch.Tensor]:
-        return [t for t in (self.keys, self.values, self.int_keys, self.positions, self.valid) if t is not None]
+        return [t for t in (self.keys, self.values, self.int_keys, self._positions, self._valid) if t is not None]
 
     def _map_batch(self, fn) -> None:
         """Apply fn to the batch axis of every per-row tensor (beam search, num_return_sequences)."""
         if not self.is_initialized:
             return
         self.keys, self.values = fn(self.keys), fn(self.values)
-        self.positions, self.valid = fn(self.positions), fn(self.valid)
+        if not self.in_order:
+            self._positions, self._valid = fn(self._positions), fn(self._valid)
         if self.int_keys is not None:
             self.int_keys = fn(self.int_keys)
         if self.first_by_position is not None:
@@ -302,9 +366,16 @@ class PrunedCache(Cache):
             self.layers.append(PrunedLayer())
         return self.layers[layer_idx]
 
-    def stage(self, layer_idx: int, x: torch.Tensor, interaction, budget: float | None, propagate: bool) -> None:
-        """Before layer ``layer_idx`` updates: its attention input x [B, T, d] and interaction (None: pruning off)."""
+    def stage(self, layer_idx: int, x: torch.Tensor, interaction, budget: float | None, propagate: bool,
+              window: int | None = None) -> None:
+        """Before layer ``layer_idx`` updates: its attention input x [B, T, d], interaction (None: pruning off) and
+        sliding window (None: none, or kept: with depth propagation a token the window passed may still matter to
+        the layer above, whose drops this layer's publish)."""
         layer = self._layer(layer_idx)
+        if layer.window != window and layer.seen > 0:
+            raise ValueError(f"layer {layer_idx} of this PrunedCache was filled with sliding window {layer.window}, "
+                             f"now {window}")
+        layer.window = window
         if interaction is None:
             layer.staged = None
             return

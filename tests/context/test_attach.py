@@ -320,7 +320,7 @@ def test_cache_bytes_shrink_with_the_tokens_dropped():
         # held as allocated: the prompt's slots, or (when its drops freed enough to compact) n plus 1/SLACK spare
         slots = layer.slots()
         assert layer.nbytes() == slots * per_token and layer.keys.shape[2] == slots
-        assert slots == (24 + 24 // layer.SLACK if layer.used == 24 else n + max(n // layer.SLACK, 1))
+        assert slots == (24 + max(24 // layer.SLACK, 1) if layer.used == 24 else n + max(n // layer.SLACK, 1))
         assert layer.used - n < layer.COMPACT_AT * layer.used
     dense = DynamicCache(config=model.config)
     set_pruning(model, False)

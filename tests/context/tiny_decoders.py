@@ -100,10 +100,10 @@ def refused_decoders() -> dict:
     from transformers import (
         Gemma2Config,
         Gemma2ForCausalLM,
-        GptOssConfig,
-        GptOssForCausalLM,
         GPTJConfig,
         GPTJForCausalLM,
+        GptOssConfig,
+        GptOssForCausalLM,
     )
 
     torch.manual_seed(0)
