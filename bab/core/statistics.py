@@ -105,6 +105,26 @@ def seed_differences(differences, standard_errors, n: int, paired: bool = False)
     return Interval(value, min(float(low), value), max(float(high), value), _covers(d.size, n, "test examples", paired))
 
 
+def group_difference(values, errors, reference, reference_errors, n: int) -> Interval:
+    """The mean of ``values`` minus the mean of ``reference``, each one model per training seed (with its
+    test-sampling standard error), the two groups' seeds not paired (e.g. warm-started models against models trained
+    from scratch at other seeds): a parametric two-level bootstrap that resamples each group's seeds on its own and
+    perturbs each drawn seed by its sampling error, so the interval carries both groups' seed spread."""
+    a, sa = np.asarray(values, float), np.asarray(errors, float)
+    b, sb = np.asarray(reference, float), np.asarray(reference_errors, float)
+    if a.ndim != 1 or a.shape != sa.shape or b.ndim != 1 or b.shape != sb.shape or not a.size or not b.size:
+        raise ValueError(f"need one value and one standard error per seed in each group, got {a.shape}, {sa.shape}, "
+                         f"{b.shape} and {sb.shape}")
+    rng = np.random.default_rng(SEED)
+    pick_a, pick_b = rng.integers(a.size, size=(RESAMPLES, a.size)), rng.integers(b.size, size=(RESAMPLES, b.size))
+    draws = ((a[pick_a] + rng.standard_normal(pick_a.shape) * sa[pick_a]).mean(axis=1)
+             - (b[pick_b] + rng.standard_normal(pick_b.shape) * sb[pick_b]).mean(axis=1))
+    low, high = np.quantile(draws, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
+    value = float(a.mean() - b.mean())
+    return Interval(value, min(float(low), value), max(float(high), value),
+                    f"{a.size} + {b.size} training seeds, each group resampled, x {examples_text(n)}, unpaired")
+
+
 def difference_standard_error(accuracy: float, n: int, reference: float, n_reference: int) -> float:
     """The unpaired standard error, in points, of a difference of two accuracies in % (Newcombe's interval's
     half-width over z), for ``seed_differences``."""

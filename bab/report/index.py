@@ -13,6 +13,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
+from bab.report.claims.counts import claims_summary, verdict_label
 from bab.report.results import RESULTS_CONTRACT, now_iso, read_json, write_json_atomic
 from bab.report.seeds import combine_seed_results, split_seed_stem
 
@@ -117,15 +118,14 @@ def judged_claims(results, seed_rows=None, profile=None, outcomes=None):
     return [j.as_dict() for j in judge_all(rows, evidence=evidence)], older
 
 
-def claims_summary(claims):
-    """{paper: {recipe: {verdict: count}}} of judged claims (plain dicts): the claims tested with the paper's
-    recipe ("paper") apart from what this package's recipe adds ("ours"), every verdict present."""
-    from bab.report.claims import PAPERS, RECIPES, VERDICTS
+def judged_rules(rows, seed_rows, profile, outcomes, repo_dir) -> dict:
+    """What the front page says of the rules the claims were judged with: their digest, the ledger's amendments
+    with each claim's verdict on ``rows`` under the rule before and after, and the committed record's verdicts."""
+    from bab.report.claims import Evidence, amendments_judged, registry_digest
 
-    counts = {paper: {recipe: dict.fromkeys(VERDICTS, 0) for recipe in RECIPES} for paper in PAPERS}
-    for claim in claims:
-        counts[claim["paper"]][claim.get("recipe", "paper")][claim["verdict"]] += 1
-    return counts
+    evidence = Evidence(seed_rows or {}, profile, outcomes or {})
+    return {"digest": registry_digest(), "amendments": amendments_judged(rows, evidence),
+            "record": committed_record(repo_dir, profile)}
 
 
 def comparison_html(rows):
@@ -218,6 +218,8 @@ def ours_with_interval(claim) -> str:
         return "–"
     if low is None or high is None:
         return format_number(ours)
+    if low == high:  # exact (counted) or a point estimate: the interval line says which, and why
+        return f"{format_number(ours)} (no interval)"
     decimals = _decimals(max(abs(ours), abs(low), abs(high)))
     signed = min(ours, low, high) < 0
     return (f"{format_number(ours, signed, decimals)} "
@@ -230,17 +232,49 @@ def region_text(region: str) -> str:
     return re.sub(r"(?<![\w.)\]])-(?=\d|\.\d)", MINUS, text)
 
 
-def claim_row(claim) -> dict:
-    """A judged claim with the texts its table row shows."""
+def claim_row(claim, record=None) -> dict:
+    """A judged claim with the texts its table row shows; ``record``: {claim id: the committed record's judged
+    claim}, shown beside an indicative verdict."""
+    beside = (record or {}).get(claim["id"]) if claim.get("indicative") else None
     return {**claim, "ours_text": ours_with_interval(claim), "theirs_text": format_number(claim.get("theirs")),
             "setting_text": claim.get("setting") or claim.get("setup") or "",
-            "region": region_text(claim.get("region"))}
+            "region": region_text(claim.get("region")), "label": verdict_label(claim),
+            "css": "v-" + claim["verdict"].replace(" ", "-") + (" indicative" if claim.get("indicative") else ""),
+            "record": None if beside is None else {**beside, "label": verdict_label(beside)}}
 
 
-def claim_sections(claims) -> list[dict]:
+def claim_sections(claims, record=None) -> list[dict]:
     """The claims tested with the papers' recipes, then those of this package's recipe: [{"title", "claims"}]."""
-    return [{"title": title, "claims": [claim_row(c) for c in claims if c.get("recipe", "paper") == recipe]}
+    return [{"title": title, "claims": [claim_row(c, record) for c in claims if c.get("recipe", "paper") == recipe]}
             for recipe, title in CLAIM_SECTIONS]
+
+
+def committed_record(repo_dir, profile) -> dict:
+    """The committed record's judged claims by id, with where it stands ({"folder", "generated_at"}), to show
+    beside a smaller report's indicative verdicts; empty for the record itself or when there is none."""
+    folder = Path(repo_dir) / "reports" / "paper"
+    data = read_json(folder / "results.json") if profile != "paper" else None
+    if not data:
+        return {}
+    where = {"folder": "reports/paper", "generated_at": data.get("generated_at", "")}
+    return {c["id"]: {**c, **where} for c in data.get("claims") or []}
+
+
+def mark_stale(runs, results, notebooks_dir) -> list[dict]:
+    """``runs`` with ``stale``: whether the notebook's code or the ``bab`` modules its kernel loaded changed since
+    it ran (``bab.report.record``'s rule, so the front page and RECORD.md agree)."""
+    from bab.core.provenance import changed_code
+    from bab.report.record import current_code
+
+    code_now = current_code(notebooks_dir)
+    package = results.get("code") or {}
+    marked = []
+    for run in runs:
+        notebook = split_seed_stem(run.get("notebook") or "")[0]
+        notebook_changed = bool(run.get("code")) and notebook in code_now and code_now[notebook] != run["code"]
+        loaded = package.get(run.get("notebook"))
+        marked.append({**run, "stale": notebook_changed or bool(loaded and changed_code(loaded))})
+    return marked
 
 
 def wall_time(seconds) -> str:
@@ -263,10 +297,11 @@ def error_line(error, limit: int = 240) -> str:
 
 
 def render_index(profile, generated_at, runs, table_html, table_error, env, claims=(), older=(), claims_error=None,
-                 figure=None):
+                 figure=None, rules=None):
     """The index page as a string (jinja2, autoescaped): the claim counts per paper (the papers' recipes apart
     from this package's), the claims in two tables, a glossary, the cost-axis figure, the notebooks, the long
-    paper-vs-reproduction table (collapsed), then the machine."""
+    paper-vs-reproduction table (collapsed), then the machine. ``rules``: {"digest": the rules' digest the claims
+    were judged with, "amendments": ``amendments_judged``, "record": ``committed_record``}."""
     import jinja2
 
     source = resources.files("bab.report").joinpath("template.html").read_text(encoding="utf-8")
@@ -282,7 +317,9 @@ def render_index(profile, generated_at, runs, table_html, table_error, env, clai
         table_html=table_html,
         table_error=table_error,
         env=env,
-        sections=claim_sections(claims),
+        sections=claim_sections(claims, (rules or {}).get("record")),
+        rules=rules or {},
+        n_stale=sum(bool(r.get("stale")) for r in runs),
         summary=claims_summary(claims) if claims else {},
         older=list(older),
         claims_error=claims_error,
@@ -307,10 +344,12 @@ def write_index(staging, profile, notebooks, repo_dir):
     results = {stem: rows for stem, (_, rows) in with_contract.items()}
     rows = [row for stem_rows in results.values() for row in stem_rows]
     table_html, table_error = comparison_html(rows)
-    claims, older, claims_error, figure = [], [], None, None
+    claims, older, claims_error, figure, rules = [], [], None, None, {}
     try:
-        claims, older = judged_claims(with_contract, seed_rows, profile, collect_outcomes(staging))
+        outcomes = collect_outcomes(staging)
+        claims, older = judged_claims(with_contract, seed_rows, profile, outcomes)
         rows_judged, _ = current_rows(with_contract)
+        rules = judged_rules(rows_judged, seed_rows, profile, outcomes, repo_dir)
         if rows_judged:
             from bab.report.figures import cost_axis_figure
 
@@ -324,6 +363,7 @@ def write_index(staging, profile, notebooks, repo_dir):
         "notebooks": {r["notebook"]: r["status"] for r in runs},
         "contracts": {stem: contract for stem, (contract, _) in with_contract.items()},
         "claims": claims,
+        "rules_digest": rules.get("digest"),
         "rows": [{"notebook": stem, **row} for stem, stem_rows in results.items() for row in stem_rows],
         # the rows of each seed's run of a notebook run at several seeds, before ``rows`` averaged them
         "seed_rows": {stem: {str(seed): rows for seed, rows in by_seed.items()} for stem, by_seed in seed_rows.items()},
@@ -332,8 +372,9 @@ def write_index(staging, profile, notebooks, repo_dir):
         "code": collect_code(files),
     }
     write_json_atomic(staging / "results.json", merged)
+    runs = mark_stale(runs, merged, Path(repo_dir) / "notebooks")
     page = render_index(profile, generated_at, runs, table_html, table_error, environment_info(profile, runs),
-                        claims, older, claims_error, figure)
+                        claims, older, claims_error, figure, rules)
     from bab.report.pages import scrub_paths
 
     (staging / "index.html").write_text(scrub_paths(page, repo_dir), encoding="utf-8")

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from bab.core.provenance import PACKAGE_ROOT, changed_code
-from bab.report.index import claims_summary
+from bab.report.claims.counts import claims_summary
 from bab.report.seeds import seed_table, split_seed_stem
 
 RECORD_NAME = "RECORD.md"

@@ -46,6 +46,7 @@ from bab.report.claims.kinds import (
     retention,
 )
 from bab.report.claims.more_kinds import (
+    BeatsOverSeeds,
     BeatsStatic,
     Counted,
     Dominates,
@@ -55,11 +56,13 @@ from bab.report.claims.more_kinds import (
     Statistic,
     ZeroShotHeld,
 )
-from bab.report.claims.registry import load_claims
+from bab.report.claims.registry import amendments, build_claim, load_claims, registry_digest, rule_digest
 from bab.report.claims.verdicts import (
+    DECIDING,
     EPSILON,
     PAPERS,
     RECIPES,
+    SEEDS_TO_DECIDE,
     VERDICTS,
     Region,
     Row,
@@ -75,11 +78,12 @@ from bab.report.claims.verdicts import (
     loses,
 )
 
-__all__ = ["CLAIMS", "EPSILON", "PAPERS", "RECIPES", "VERDICTS", "Accuracy", "BeatsStatic", "Claim", "CostTracks",
-           "Counted", "Dominates", "Evidence", "Judged", "KindsFirst", "MemoryFollowsPruning", "Monotone", "NotYet",
-           "Parts", "PerplexityHeld", "Region", "Row", "SeedCollapse", "Speed", "Statistic", "Verdict", "ZeroShotHeld",
-           "_combine", "about", "at_least", "at_most", "beats", "claim_by_id", "dense_of", "judge_all",
-           "judged", "judgement_table", "keeps", "loses", "margin", "retention"]
+__all__ = ["CLAIMS", "DECIDING", "EPSILON", "PAPERS", "RECIPES", "SEEDS_TO_DECIDE", "VERDICTS", "Accuracy",
+           "BeatsOverSeeds", "BeatsStatic", "Claim", "CostTracks", "Counted", "Dominates", "Evidence", "Judged",
+           "KindsFirst", "MemoryFollowsPruning", "Monotone", "NotYet", "Parts", "PerplexityHeld", "Region", "Row",
+           "SeedCollapse", "Speed", "Statistic", "Verdict", "ZeroShotHeld", "_combine", "amendments_judged", "about",
+           "at_least", "at_most", "beats", "claim_by_id", "dense_of", "judge_all", "judged", "judgement_table",
+           "keeps", "loses", "margin", "registry_digest", "retention", "seeds_of"]
 
 
 # every registered rule, read once from rules/*.yaml
@@ -91,6 +95,12 @@ class Judged:
     claim: Claim
     verdict: Verdict
     setup: str  # the claim's setup on these rows (``Claim.setup_for``)
+    seeds: int = 1  # the training seeds behind the rows it read (the fewest of its notebooks')
+
+    @property
+    def indicative(self) -> bool:
+        """A verdict that says the claim holds or not, from fewer training seeds than it takes to decide."""
+        return self.verdict.status in DECIDING and self.seeds < SEEDS_TO_DECIDE
 
     def as_dict(self) -> dict:
         """The judged claim as ``results.json`` stores it and the pages show it."""
@@ -98,13 +108,26 @@ class Judged:
         return {"id": c.id, "paper": c.paper, "where": c.where, "claim": c.statement, "metric": c.metric,
                 "setup": self.setup, "setting": c.setting, "recipe": c.recipe, "verdict": v.status, "ours": v.ours,
                 "low": v.low, "high": v.high, "theirs": v.theirs, "region": v.region, "covers": v.covers,
-                "why": v.why}
+                "why": v.why, "decided_by": v.decided_by, "seeds": self.seeds, "indicative": self.indicative,
+                "rule": rule_digest(c.id)}
+
+
+def seeds_of(claim: Claim, rows) -> int:
+    """The training seeds behind ``claim``'s rows: for each experiment it reads, the most seeds any of its rows
+    averages (a per-seed method's rows count one each), the fewest over those experiments; 1 when none ran."""
+    counts = []
+    for experiment in claim.experiments():
+        mine = [len(row.get("seeds") or [0]) for row in rows if row.get("experiment") == experiment]
+        if mine:
+            counts.append(max(mine))
+    return min(counts, default=1)
 
 
 def judge_all(rows, claims=CLAIMS, evidence: Evidence | None = None) -> list[Judged]:
     """Every claim judged on ``rows`` (the rows of a report's ``results.json``), its intervals from ``evidence``."""
     evidence = evidence or Evidence()
-    return [Judged(claim, claim.judge(rows, evidence), claim.setup_for(rows)) for claim in claims]
+    return [Judged(claim, claim.judge(rows, evidence), claim.setup_for(rows), seeds_of(claim, rows))
+            for claim in claims]
 
 
 def judgement_table(rows, evidence: Evidence | None = None, claims=CLAIMS):
@@ -133,6 +156,25 @@ def judgement_table(rows, evidence: Evidence | None = None, claims=CLAIMS):
                         "paper": "–" if d["theirs"] is None else f"{d['theirs']:.3g}", "holds if": d["region"] or "–",
                         "verdict": d["verdict"], "why": d["why"]})
     return pd.DataFrame(records, columns=columns)
+
+
+def amendments_judged(rows, evidence: Evidence | None = None) -> list[dict]:
+    """The ledger's amendments, newest first, each with the verdict its claim gets on ``rows`` under the rule before
+    it and under the rule now: {date, claim, reason, before, after}."""
+    evidence = evidence or Evidence()
+    shown = []
+    for amendment in reversed(amendments()):
+        before = amendment.get("before")
+        try:
+            old = build_claim(before).judge(rows, evidence).status if before else "not registered"
+        except (TypeError, AttributeError, ValueError):
+            # a rule whose kind has changed shape since cannot be judged by today's code: the verdict it gave on
+            # the record when amended stands in the ledger
+            old = f"{amendment.get('on_record', {}).get('before', '?')} (on the record)"
+        new = claim_by_id(amendment["claim"]).judge(rows, evidence).status
+        shown.append({"date": str(amendment["date"]), "claim": amendment["claim"], "reason": amendment["reason"],
+                      "before": old, "after": new})
+    return shown
 
 
 def claim_by_id(claim_id: str, claims=CLAIMS) -> Claim:

@@ -8,7 +8,17 @@ from bab.core import statistics
 from bab.experiments.methods import Method
 from bab.report.claims.evidence import Evidence, _exact
 from bab.report.claims.kinds import Claim, margin
-from bab.report.claims.verdicts import EPSILON, Region, Row, Verdict, _from_parts, _not_run, _value, judged
+from bab.report.claims.verdicts import (
+    EPSILON,
+    Region,
+    Row,
+    Verdict,
+    _from_parts,
+    _not_run,
+    _same_budget,
+    _value,
+    judged,
+)
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,43 @@ class Statistic(Claim):
             if reason:
                 return Verdict(status, ours, theirs, f"{line}: {reason}")
         return judged(self.region, _exact(ours, "exact: counted, not sampled"), theirs, line, ".3g")
+
+
+@dataclass(frozen=True)
+class BeatsOverSeeds(Claim):
+    """``better``'s accuracy minus the mean of ``worse``'s per-seed models (a per-seed method: rows told apart by a
+    ``seed`` setting, at ``better``'s budget), against ``region``. Both sides are trained at several seeds and not
+    paired seed by seed, so the interval resamples each side's seeds (``statistics.group_difference``)."""
+
+    better: Row = None
+    worse: Method = None
+    region: Region = None
+
+    def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
+        evidence = evidence or Evidence()
+        found = self.better.find(rows)
+        worse = [row for row in rows if row.get("experiment") == self.worse.experiment
+                 and row.get("method") == self.worse.name and _same_budget(row.get("budget"), self.better.budget)
+                 and row.get("accuracy") is not None]
+        if _value(found, "accuracy") is None or not worse:
+            return _not_run(*([self.better] if _value(found, "accuracy") is None else []),
+                            *([] if worse else [Row(self.worse, self.better.budget, (("seed", "any"),))]))
+        by_seed = evidence.per_seed([self.better])
+        better = [matched[0] for matched in by_seed.values()] if by_seed else [found]
+        sizes = [evidence.examples(row) for row in better + worse]
+        if None in sizes:
+            return _not_run(self.better)
+        n = min(sizes)
+
+        def error(row):
+            p = float(row["accuracy"]) / 100
+            return 100 * (max(p * (1 - p), 0.25 / n) / n) ** 0.5
+
+        interval = statistics.group_difference([float(r["accuracy"]) for r in better], [error(r) for r in better],
+                                               [float(r["accuracy"]) for r in worse], [error(r) for r in worse], n)
+        scratch = ", ".join(f"seed {r['settings']['seed']}: {float(r['accuracy']):.1f}" for r in worse)
+        return judged(self.region, interval, None, f"{self.better.label()} minus the mean of {self.worse.name} "
+                      f"({scratch}): {interval.text()} points")
 
 
 @dataclass(frozen=True)
@@ -88,8 +135,9 @@ class ZeroShotHeld(Claim):
     """Zero-shot accuracy is held at ``target`` of the context pruned: for a fine-tuned pruned model within
     ``target`` +- ``window`` pruned, every task's accuracy minus the dense reference's (the dense fine-tune of the
     same protocol where there is one, else the untouched model) lies in ``region``. A claim with parts, one per
-    task. "not run" when no fine-tuned model lands in the window (what would decide it: a gamma or a
-    budget-conditioned model that does)."""
+    task. When no fine-tuned model lands in the window: judged on the nearest one with ``nearest_otherwise`` (said
+    so), else "not run" (what would decide it: a gamma or a budget-conditioned model that does). Every other pruned
+    model's differences are listed beside the verdict."""
 
     method: Method = None
     target: float = 0.8
@@ -98,6 +146,9 @@ class ZeroShotHeld(Claim):
     weights: str = "fine-tuned"
     references: tuple[str, ...] = ("dense fine-tuned", "pretrained")
     pruned: Method | None = None  # the pruned models' rows when not ``method``'s gamma rows: told apart by budget
+    # judge the model nearest ``target`` when none lands inside the window (said so in the line), never "not run"
+    # while pruned models exist
+    nearest_otherwise: bool = False
 
     def _candidates(self, rows) -> dict[str, list[dict]]:
         """{model label: its task rows} of the pruned models judged."""
@@ -127,15 +178,33 @@ class ZeroShotHeld(Claim):
                             Row(self.method, None, (("task", "any"), ("weights", self.weights), ("gamma", "any"))))
         pruned_at = {label: 1 - float(models[0]["cost"]) for label, models in candidates.items()}
         inside = {label: f for label, f in pruned_at.items() if abs(f - self.target) <= self.window + EPSILON}
-        if not inside:
+        if not inside and not self.nearest_otherwise:
             return Verdict("not run", None, self.target,
                            f"no {what} model lands at {self.target:.0%} +- {self.window * 100:.0f} points pruned "
                            f"(those run: {', '.join(f'{f:.0%}' for f in sorted(pruned_at.values()))}); a gamma or a "
                            f"budget-conditioned model that lands there would decide it")
-        label = min(inside, key=lambda name: abs(inside[name] - self.target))
+        pool = inside or pruned_at
+        label = min(pool, key=lambda name: abs(pool[name] - self.target))
         reference = by_weights[reference_weights]
+        judged_models = {name: self._tasks(models, reference, reference_weights, evidence)
+                         for name, models in candidates.items()}
+        parts = judged_models[label]
+        if not parts:
+            return _not_run(Row(self.method, None, (("task", "any"), ("weights", reference_weights), ("gamma", 0))))
+        where = (f"{label}, {pruned_at[label]:.0%} pruned: " if inside else
+                 f"no model lands at {self.target:.0%} +- {self.window * 100:.0f} points pruned; judged on the "
+                 f"nearest, {label}, {pruned_at[label]:.0%} pruned: ")
+        verdict = _from_parts(parts, parts[0][1].region, where)
+        others = [f"{name} ({pruned_at[name]:.0%} pruned): " + ", ".join(f"{task} {v.ours:+.1f}" for task, v in found)
+                  for name, found in sorted(judged_models.items(), key=lambda item: pruned_at[item[0]])
+                  if name != label and found]
+        return replace(verdict, why=verdict.why + ("; every other model, points against the dense reference: "
+                                                   + "; ".join(others) if others else ""))
+
+    def _tasks(self, models, reference, reference_weights, evidence):
+        """(task, Verdict) of one pruned model's task rows against the dense reference's."""
         parts = []
-        for row in sorted(candidates[label], key=lambda r: r["settings"]["task"]):
+        for row in sorted(models, key=lambda r: r["settings"]["task"]):
             task = row["settings"]["task"]
             if task not in reference:
                 continue
@@ -145,9 +214,7 @@ class ZeroShotHeld(Claim):
                                                float(dense["accuracy"]), int(dense["accuracy_n"]))
             parts.append((task, judged(self.region, interval, None, f"{task} {interval.text()} points against the "
                                        f"{reference_weights} model")))
-        if not parts:
-            return _not_run(Row(self.method, None, (("task", "any"), ("weights", reference_weights), ("gamma", 0))))
-        return _from_parts(parts, parts[0][1].region, f"{label}, {inside[label]:.0%} pruned: ")
+        return parts
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ KINDS = {
     "statistic": more_kinds.Statistic, "kinds_first": more_kinds.KindsFirst, "zero_shot_held": more_kinds.ZeroShotHeld,
     "not_yet": more_kinds.NotYet, "dominates": more_kinds.Dominates, "counted": more_kinds.Counted,
     "monotone": more_kinds.Monotone, "beats_static": more_kinds.BeatsStatic,
+    "beats_over_seeds": more_kinds.BeatsOverSeeds,
 }
 
 _ROW = re.compile(r"^(?P<experiment>[\w-]+): (?P<name>.+?)(?: @ (?P<budget>[\d.]+))?(?: \{(?P<settings>.*)\})?$")
@@ -193,6 +194,12 @@ def digest(data) -> str:
     """The first 12 hex digits of the SHA-256 of ``data`` as canonical JSON (sorted keys)."""
     text = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def rule_digest(claim_id: str) -> str:
+    """The digest of one claim's rule as written ("" for a claim not in the files)."""
+    spec = rule_specs().get(claim_id)
+    return "" if spec is None else digest(spec)
 
 
 def registry_digest() -> str:

@@ -8,7 +8,11 @@ from bab.core.statistics import Interval
 from bab.experiments.methods import Method, registry, settings_text
 from bab.report import paper as paper_numbers
 
-VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "not informative", "not comparable", "not run")
+VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "not testable", "not informative",
+            "not comparable", "not run")
+# the verdicts that say the claim holds or not: from fewer training seeds than this they are only indicative
+DECIDING = ("reproduced", "partly", "not reproduced")
+SEEDS_TO_DECIDE = 3
 PAPERS = ("budgeted attention", "dynamic context pruning", "sparsifiner")
 # "paper": the claim is tested with the paper's recipe (its unpublished knobs ours); "ours": what this package's
 # own recipe adds, counted apart and never in the paper's count
@@ -61,13 +65,23 @@ class Region:
     def contains(self, x: float) -> bool:
         return self._inside_low(x) and self._inside_high(x)
 
+    def width(self) -> float | None:
+        """How wide the region is, or None when it is open on a side."""
+        return None if self.low is None or self.high is None else self.high - self.low
+
     def decide(self, interval: Interval) -> str:
-        """reproduced when all of ``interval`` is inside, not reproduced when none of it is, else inconclusive."""
+        """reproduced when all of ``interval`` is inside, not reproduced when none of it is; not testable when it
+        straddles a region narrower than itself (no interval this wide can ever lie inside); else inconclusive."""
         if self.contains(interval.low) and self.contains(interval.high):
             return "reproduced"
         below = self.low is not None and not self._inside_low(interval.high)
         above = self.high is not None and not self._inside_high(interval.low)
-        return "not reproduced" if below or above else "inconclusive"
+        if below or above:
+            return "not reproduced"
+        width = self.width()
+        if width is not None and interval.high - interval.low > width:
+            return "not testable"
+        return "inconclusive"
 
 
 def keeps(delta: float, reason: str) -> Region:
@@ -106,6 +120,7 @@ class Verdict:
     high: float | None = None
     region: str = ""  # where our value must lie for the claim to hold, in words
     covers: str = ""  # what the interval covers ("3 seeds x 2,000 test examples, paired")
+    decided_by: str = ""  # the part whose number is shown, for a claim with parts: the one that decides it
 
 
 def judged(region: Region, interval: Interval, theirs: float | None, why: str, spec: str = "+.2f") -> Verdict:
@@ -114,6 +129,11 @@ def judged(region: Region, interval: Interval, theirs: float | None, why: str, s
     line = f"{why}; holds if {region.text(spec)} ({region.reason})"
     if status == "inconclusive":
         line += "; the interval straddles the boundary: more seeds or test examples would decide it"
+    elif status == "not testable":
+        factor = ((interval.high - interval.low) / region.width()) ** 2
+        line += (f"; not testable here: the region is {region.width():.2g} wide and the interval "
+                 f"{interval.high - interval.low:.2g}, so no result on these test examples could lie inside it "
+                 f"(about {factor:.1f}x as many test examples would give an interval that fits)")
     return Verdict(status, interval.value, theirs, line, interval.low, interval.high, region.text(spec),
                    interval.covers)
 
@@ -177,12 +197,17 @@ def _not_run(*missing: Row) -> Verdict:
 
 def _from_parts(parts, region: str | None = None, prefix: str = "") -> Verdict:
     """The verdict of a claim with named ``parts`` ((name, Verdict) pairs): their combined status (``_combine``),
-    each part named with its own verdict and why, the first part's number and interval."""
-    first = parts[0][1]
+    each part named with its own verdict and why, and the number and interval of the part that decides it (the
+    first part with the combined status; for "partly", the first part that is not reproduced)."""
+    status = _combine([v for _, v in parts])
+    wanted = "not reproduced" if status == "partly" else status
+    name, deciding = next(((n, v) for n, v in parts if v.status == wanted), parts[0])
+    if deciding.ours is None:
+        name, deciding = next(((n, v) for n, v in parts if v.ours is not None), (name, deciding))
     regions = region if region is not None else "; ".join(f"{name}: {v.region}" for name, v in parts if v.region)
-    return Verdict(_combine([v for _, v in parts]), first.ours, first.theirs,
+    return Verdict(status, deciding.ours, deciding.theirs,
                    prefix + "; ".join(f"{name}: {v.status} ({v.why})" for name, v in parts),
-                   first.low, first.high, regions, first.covers)
+                   deciding.low, deciding.high, regions, deciding.covers, decided_by=name)
 
 
 def _combine(verdicts: list[Verdict]) -> str:
@@ -196,6 +221,7 @@ def _combine(verdicts: list[Verdict]) -> str:
         return "partly"
     if "not reproduced" in statuses:
         return "not reproduced"
-    if "inconclusive" in statuses:
-        return "inconclusive"
+    for status in ("inconclusive", "not testable", "not informative", "not comparable"):
+        if status in statuses:
+            return status
     return statuses[0]
