@@ -255,6 +255,13 @@ class DecoderStudy(Study):
         nothing to fine-tune: the untouched decoder, its metrics saying ``"fine_tuned": False``."""
         raise NotImplementedError
 
+    def static_fine_tuned_for(self, gamma: float, kind: str):
+        """The ``kind`` mask matched to the ``gamma`` specialist's fraction pruned on the first text, fine-tuned under
+        the mask, as ``static_fine_tuned_baselines`` asks for it (what ``python -m bab train`` runs ahead of the
+        notebook): (model, metrics)."""
+        fraction = self.evaluate(self.pruned(gamma)[0], text=self.texts[0])["fraction_pruned"]
+        return self.static_fine_tuned(kind, matched_size(kind, self.eval_context, fraction))
+
     def static_fine_tuned_baselines(self, fractions: dict[float, float], kinds=STATIC_KINDS, texts=None
                                     ) -> tuple[pd.DataFrame, dict]:
         """The static patterns, each matched (at the evaluation length) to a specialist's fraction pruned on the

@@ -151,7 +151,8 @@ def vit_training_steps(study) -> dict[str, Step]:
 
 
 def gpt2_training_steps(study) -> dict[str, Step]:
-    """Notebook 06's trainings: the dense GPT-2, a specialist per gamma, the budget-conditioned checkpoint and the
+    """Notebook 06's trainings: the dense GPT-2, a specialist per gamma, the budget-conditioned checkpoint, the
+    like-for-like references (the dense model continued, the static masks fine-tuned per gamma) and the
     ablations at the gamma closest to the target fraction pruned (found by evaluating the specialists, which trains
     any that are missing)."""
     from bab.experiments.context_pruning import closest_to
@@ -172,6 +173,9 @@ def gpt2_training_steps(study) -> dict[str, Step]:
         steps[f"gamma-{gamma:g}"] = Step(f"the gamma = {gamma:g} specialist",
                                          ((f"gamma={gamma:g}", lambda g=gamma: study.pruned(g)),))
     steps["budgeted"] = Step("the budget-conditioned checkpoint", (("budget-conditioned", study.budget_conditioned),))
+    steps["dense-finetune"] = Step("the dense GPT-2 continued for the specialists' steps (the like-for-like dense)",
+                                   (("dense fine-tune", study.dense_fine_tuned),))
+    _static_fine_tune_steps(study, steps)
     runs = [(f"r={r} at the gamma closest to {p.target_pruned:.0%} pruned", ablation(r=r)) for r in p.r_ablation]
     if p.irreversibility_ablation:
         runs.append((f"reversible at the gamma closest to {p.target_pruned:.0%} pruned", ablation(irreversible=False)))
@@ -180,12 +184,27 @@ def gpt2_training_steps(study) -> dict[str, Step]:
     return steps
 
 
+def _static_fine_tune_steps(study, steps: dict) -> None:
+    """Per gamma, the static masks matched to its specialist's fraction pruned, fine-tuned under the mask with its
+    recipe (evaluating the specialist, trained first if missing); none where the specialists train their
+    interactions alone, which leaves a masked decoder nothing to train."""
+    from bab.context.static_masks import KINDS as STATIC_KINDS
+
+    if study.profile.finetune.freeze_pretrained:
+        return
+    for gamma in study.profile.gammas:
+        steps[f"gamma-{gamma:g}-static"] = Step(
+            "the static masks matched to its fraction pruned, fine-tuned under the mask with its recipe",
+            tuple((f"gamma={gamma:g}, {kind} mask fine-tuned",
+                   lambda g=gamma, k=kind: study.static_fine_tuned_for(g, k)) for kind in STATIC_KINDS))
+
+
 # -- notebook 07 -------------------------------------------------------------------------------------------------
 
 
 def decoder_training_steps(study) -> dict[str, Step]:
     """Notebook 07's fine-tunes: the dense one (the like-for-like reference), the budget-conditioned one, and per
-    gamma of the profile the specialist and its frozen twin."""
+    gamma of the profile the specialist, its frozen twin and the static masks fine-tuned at its sparsity."""
     steps = {"dense": Step("the dense fine-tune (same protocol, no pruning)", (("dense fine-tune",
                                                                                study.dense_fine_tuned),)),
              "budgeted": Step("the budget-conditioned fine-tune", (("budget-conditioned", study.budget_conditioned),))}
@@ -195,6 +214,7 @@ def decoder_training_steps(study) -> dict[str, Step]:
         steps[f"gamma-{gamma:g}-frozen"] = Step(
             "its frozen twin (pretrained weights fixed)",
             ((f"gamma={gamma:g} (frozen)", lambda g=gamma: study.pruned(g, frozen=True)),))
+    _static_fine_tune_steps(study, steps)
     return steps
 
 

@@ -76,18 +76,24 @@ def test_a_seed_is_every_training_s_seed_and_names_its_own_runs(tiny_study):
 def test_train_06_stores_a_seed_s_runs_under_the_keys_its_notebook_asks_for(tiny_study, tmp_path, monkeypatch,
                                                                             capsys):
     from bab.__main__ import main
+    from bab.core.runs import run_of
     from bab.experiments import profiles
 
     profile = replace(tiny_study().profile, r_ablation=(4,), target_pruned=0.5)
     monkeypatch.setattr(profiles, "get_profile", lambda experiment, name: profile)
     monkeypatch.setenv("BAB_CACHE_DIR", str(tmp_path / "runs"))
     monkeypatch.setenv("BAB_THREADS", "1")
-    assert main(["train", "06", "--profile", "smoke", "--seed", "7", "gamma-1", "ablations"]) == 0
+    assert main(["train", "06", "--profile", "smoke", "--seed", "7", "gamma-1", "ablations", "gamma-1-static"]) == 0
     out = capsys.readouterr().out
     assert "seed 7" in out and "gamma=1: trained" in out and "r=4 at the gamma closest to 50% pruned: trained" in out
     notebook = ContextPruningStudy(profile, cache=RunCache(tmp_path / "runs"), progress=False, seed=7)
     assert notebook.dense()[1]["cached"] and notebook.pruned(1.0)[1]["cached"]
     assert notebook.pruned(0.1)[1]["cached"]  # the ablation's gamma is found by evaluating every specialist
+    fraction = notebook.evaluate(notebook.pruned(1.0)[0])["fraction_pruned"]
+    _, static_models = notebook.static_fine_tuned_baselines({1.0: fraction})
+    for (kind, _), model in static_models.items():
+        ahead, metrics = notebook.static_fine_tuned_for(1.0, kind)
+        assert metrics["cached"] and run_of(ahead) == run_of(model)
     unseeded = ContextPruningStudy(profile, cache=RunCache(tmp_path / "runs"), progress=False)
     assert not unseeded.dense()[1].get("cached")  # another seed's runs are not these
 
@@ -228,6 +234,7 @@ def test_static_masks_and_dense_fine_tuned_with_the_specialists_recipe(tiny_stud
     from bab.context.attach import is_attached
     from bab.context.evaluate import evaluate_lm
     from bab.context.static_masks import local_window_mask, strided_mask
+    from bab.core.runs import run_of
 
     study = tiny_study()
     dense, _ = study.dense()
@@ -273,6 +280,11 @@ def test_static_masks_and_dense_fine_tuned_with_the_specialists_recipe(tiny_stud
     assert kinds == {"window_nll", "window_tokens", "unit_ids"}
     method = study.methods.static_finetuned
     assert (method.settings, method.origin, method.budget) == (("kind", "gamma"), "baseline", "none")
+    # `python -m bab train 06 gamma-1-static` trains the runs the notebook's call at the specialist's fraction reads
+    fraction = study.evaluate(specialist)["fraction_pruned"]
+    _, at_specialist = study.static_fine_tuned_baselines({1.0: fraction})
+    for kind in ("local", "strided"):
+        assert run_of(study.static_fine_tuned_for(1.0, kind)[0]) == run_of(at_specialist[kind, 1.0])
     # a second study trains nothing
     again = tiny_study()
     assert again.static_fine_tuned("local", int(table["size"][0]))[1]["cached"]
