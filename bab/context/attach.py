@@ -250,7 +250,8 @@ def check_attachable(model: nn.Module) -> list[nn.Module]:
 HONOURED = frozenset({"dropout", "scaling", "sliding_window"})
 # Arguments that reach the attention through **kwargs and change nothing it computes.
 INERT = frozenset({"position_ids", "cache_position", "use_cache", "past_key_values", "output_attentions",
-                   "output_hidden_states", "return_dict", "position_embeddings", "layer_idx", "is_causal"})
+                   "output_hidden_states", "output_router_logits", "return_dict", "position_embeddings", "layer_idx",
+                   "is_causal"})
 # Why an argument that holds a value is refused (others: "an argument the attention does not compute").
 REFUSED_BECAUSE = {
     "softcap": "attention logit soft-capping (tanh(s / c) * c before the softmax)",

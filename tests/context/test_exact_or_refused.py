@@ -89,6 +89,23 @@ def test_cached_generation_with_pruning_equals_the_full_forward(seed, case):
     assert any(torch.isinf(e).any() for e in context_state(model).effective)  # pruning dropped tokens here
 
 
+@pytest.mark.parametrize("family", sorted(tiny_decoders.more_accepted_decoders()))
+def test_other_accepted_families_are_exact_too(family):
+    model_class, config = tiny_decoders.more_accepted_decoders()[family]
+    torch.manual_seed(0)
+    plain = tiny_decoders.unit_scale_(model_class(config))
+    model = attach(copy.deepcopy(plain), PRUNING).eval()
+    ids = ids_for(0)
+    with torch.no_grad():
+        set_pruning(model, False)
+        torch.testing.assert_close(model(ids).logits, plain(ids).logits, atol=1e-5, rtol=1e-5)
+        set_pruning(model, True)
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
+                             past_key_values=PrunedCache(), output_logits=True, return_dict_in_generate=True)
+        full = model(out.sequences[:, :-1], use_cache=False).logits[:, ids.shape[1] - 1:]
+    torch.testing.assert_close(torch.stack(out.logits, dim=1), full, atol=1e-4, rtol=1e-4)
+
+
 # ---------------------------------------------------------------------- refused
 
 

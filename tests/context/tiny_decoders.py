@@ -116,3 +116,29 @@ def refused_decoders() -> dict:
         "gptj": (GPTJForCausalLM(GPTJConfig(n_embd=32, n_layer=2, n_head=4, rotary_dim=4, vocab_size=97,
                                             n_positions=32, **NO_SPECIAL)), "AttentionInterface"),
     }
+
+
+def more_accepted_decoders() -> dict:
+    """{family: (model class, config)}: tiny decoders beyond the four the docs list whose attention takes nothing the
+    "bab_context" attention does not compute (Gemma2 without soft-capping, Qwen3's query/key norms, Phi3, Mixtral's
+    experts with a window)."""
+    from transformers import (
+        Gemma2Config,
+        Gemma2ForCausalLM,
+        MixtralConfig,
+        MixtralForCausalLM,
+        Phi3Config,
+        Phi3ForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
+
+    small = dict(LLAMA_LIKE, head_dim=8)
+    return {
+        "gemma2-no-softcap": (Gemma2ForCausalLM, Gemma2Config(**small, attn_logit_softcapping=None,
+                                                              final_logit_softcapping=None, sliding_window=4)),
+        "qwen3": (Qwen3ForCausalLM, Qwen3Config(**small)),
+        "phi3": (Phi3ForCausalLM, Phi3Config(**small)),
+        "mixtral-window": (MixtralForCausalLM, MixtralConfig(**small, sliding_window=4, num_local_experts=2,
+                                                             num_experts_per_tok=1)),
+    }
