@@ -95,3 +95,12 @@ def test_parts_inherit_their_claims_id_and_paper():
     claim = claim_by_id("baa-hard-adaptation-recovers")
     assert [name for name, _ in claim.parts] == ["loses without adaptation", "adaptation recovers most of it"]
     assert all(part.id == claim.id and part.paper == claim.paper for _, part in claim.parts)
+
+
+def test_the_claims_command_checks_the_ledger_and_refuses_an_unknown_rule(capsys):
+    from bab.__main__ import main
+
+    assert main(["claims", "check"]) == 0
+    assert f"rules {registry_digest()} match their ledger" in capsys.readouterr().out
+    assert main(["claims", "amend", "no-such-claim", "--reason", "a test"]) == 2
+    assert "no rule no-such-claim" in capsys.readouterr().err

@@ -32,6 +32,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pandas as pd
+
+from bab.report.claims.counts import verdict_label
 from bab.report.claims.evidence import Evidence
 from bab.report.claims.kinds import (
     Accuracy,
@@ -135,12 +138,10 @@ def judgement_table(rows, evidence: Evidence | None = None, claims=CLAIMS):
     display: claim, where, recipe, ours with its interval, the paper's, where ours must lie, the verdict and why.
     Claims none of whose experiments appear in ``rows`` are left out. Without ``evidence``, the intervals pair
     the rows on the per-unit outcomes this kernel recorded for them (``bab.core.outcomes``), as the report will."""
-    import pandas as pd
-
     from bab.core import outcomes as recorded
 
     evidence = evidence or Evidence(outcomes=recorded.recorded_for(rows))
-    columns = ["claim", "where", "recipe", "ours [95% interval]", "paper", "holds if", "verdict", "why"]
+    columns = ["claim", "where", "recipe", "ours [95% interval]", "paper", "holds if", "verdict", "seeds", "why"]
     experiments = {row.get("experiment") for row in rows}
     shown = [c for c in claims if not experiments.isdisjoint(c.experiments())]
     records = []
@@ -149,13 +150,32 @@ def judgement_table(rows, evidence: Evidence | None = None, claims=CLAIMS):
         if d["ours"] is None:
             ours = "–"
         elif d["low"] is None or d["low"] == d["high"]:
-            ours = f"{d['ours']:.3g}"
+            ours = f"{d['ours']:.3g} (no interval)"
         else:
             ours = f"{d['ours']:.3g} [{d['low']:.3g}, {d['high']:.3g}]"
+        if d["decided_by"]:
+            ours += f" ({d['decided_by']})"
         records.append({"claim": d["claim"], "where": d["where"], "recipe": d["recipe"], "ours [95% interval]": ours,
                         "paper": "–" if d["theirs"] is None else f"{d['theirs']:.3g}", "holds if": d["region"] or "–",
-                        "verdict": d["verdict"], "why": d["why"]})
-    return pd.DataFrame(records, columns=columns)
+                        "verdict": verdict_label(d), "seeds": d["seeds"], "why": d["why"]})
+    return JudgementTable(records, columns=columns)
+
+
+class JudgementTable(pd.DataFrame):
+    """A judgement table that a notebook shows whole: every claim's text and why, never cut at pandas' column
+    width."""
+
+    @property
+    def _constructor(self):
+        return JudgementTable
+
+    def _repr_html_(self):
+        with pd.option_context("display.max_colwidth", None):
+            return super()._repr_html_()
+
+    def __repr__(self):
+        with pd.option_context("display.max_colwidth", None):
+            return super().__repr__()
 
 
 def amendments_judged(rows, evidence: Evidence | None = None) -> list[dict]:

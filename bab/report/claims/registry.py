@@ -250,3 +250,62 @@ def check_ledger(specs: dict[str, dict] | None = None, book: dict | None = None)
                             f"changed rule needs an amendment (date, reason, the rule before it)")
     if problems:
         raise RegistryError("the rules and their ledger disagree:\n  " + "\n  ".join(problems))
+
+
+# ----------------------------------------------------------------------------- amending a rule
+
+
+def _dump(data, path) -> None:
+    import yaml
+
+    class Indented(yaml.SafeDumper):
+        def increase_indent(self, flow=False, indentless=False):
+            return super().increase_indent(flow, False)
+
+    header = "".join(line for line in path.read_text(encoding="utf-8").splitlines(keepends=True)
+                     if line.startswith("#"))
+    text = yaml.dump(data, Dumper=Indented, sort_keys=False, allow_unicode=True, width=115)
+    path.write_text(header + text, encoding="utf-8")
+
+
+def amend(claim_id: str, reason: str, before: dict | None, on_record: dict | None = None,
+          date: str | None = None) -> dict:
+    """Append an amendment of ``claim_id`` to the ledger (in this checkout's ``rules/``): the rule as written now
+    after ``before`` (the rule it replaces, None for a newly registered claim), with ``reason`` and today's date.
+    ``on_record``: the claim's verdict on the record before and after, where it was judged. Returns the entry."""
+    from pathlib import Path
+
+    if not reason.strip():
+        raise RegistryError("an amendment needs a reason")
+    rule_specs.cache_clear()
+    ledger.cache_clear()
+    spec = rule_specs().get(claim_id)
+    if spec is None:
+        raise RegistryError(f"no rule {claim_id!r} in rules/")
+    book = ledger()
+    entry = {"date": date or datetime.date.today().isoformat(), "claim": claim_id, "reason": reason.strip(),
+             "from": None if before is None else digest(before), "to": digest(spec), "before": before}
+    if on_record:
+        entry["on_record"] = on_record
+    if before is None:
+        book["claims"][claim_id] = {"registered": entry["date"], "digest": entry["to"]}
+    else:
+        book["amendments"].append(entry)
+    _dump(book, Path(str(resources.files("bab.report.claims").joinpath("rules", LEDGER))))
+    ledger.cache_clear()
+    return entry
+
+
+def rules_at(revision: str) -> dict[str, dict]:
+    """{claim id: rule} as the rule files stood at git ``revision`` of this checkout."""
+    import subprocess
+
+    import yaml
+
+    specs = {}
+    for paper, name in RULE_FILES.items():
+        text = subprocess.run(["git", "show", f"{revision}:bab/report/claims/rules/{name}"], check=True,
+                              capture_output=True, text=True).stdout
+        for spec in yaml.safe_load(text)["claims"]:
+            specs[spec["id"]] = {**spec, "paper": paper}
+    return specs
