@@ -256,7 +256,9 @@ def committed_record(repo_dir, profile) -> dict:
     data = read_json(folder / "results.json") if profile != "paper" else None
     if not data:
         return {}
-    where = {"folder": "reports/paper", "generated_at": data.get("generated_at", "")}
+    commits = sorted({(read_json(path) or {}).get("commit") or "?" for path in (folder / "runs").glob("*.json")})
+    where = {"folder": "reports/paper", "generated_at": data.get("generated_at", ""),
+             "commits": ", ".join(commits[:3]) + (f" and {len(commits) - 3} more" if len(commits) > 3 else "")}
     return {c["id"]: {**c, **where} for c in data.get("claims") or []}
 
 

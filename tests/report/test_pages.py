@@ -286,3 +286,29 @@ def test_the_committed_images_of_the_pages_are_1280_pixels_wide_and_small():
         path = images / name
         assert path.stat().st_size < 400 * 1024, name
         assert Image.open(path).size[0] == 1280, name
+
+
+def test_an_indicative_verdict_shows_the_committed_records_verdict_beside_it():
+    quick = [{**CLAIMS[0], "seeds": 1, "indicative": True, "verdict": "reproduced"},
+             {**CLAIMS[1], "seeds": 3, "indicative": False}]
+    record = {CLAIMS[0]["id"]: {**CLAIMS[0], "verdict": "not reproduced", "seeds": 3, "indicative": False,
+                                "folder": "reports/paper", "commits": "d25bc6e"}}
+    html = render_index("quick", "t", [], "<table></table>", None, {}, quick,
+                        rules={"digest": "0123456789ab", "amendments": [], "record": record})
+    assert 'class="badge v-reproduced indicative">reproduced, indicative</span>' in html
+    assert "record (reports/paper, trained at d25bc6e; 3 seeds)" in html
+    assert html.count("record (reports/paper") == 1  # only beside the indicative verdict
+    assert "rules digest <code>0123456789ab</code>" in html
+
+
+def test_the_front_page_lists_the_amendments_and_marks_stale_runs():
+    amendments = [{"date": "2026-12-06", "claim": "dcp-throughput", "reason": "the speed rounding",
+                   "before": "reproduced", "after": "not reproduced"}]
+    runs = [{"notebook": "06_gpt2_context_pruning", "status": "ok", "seconds": 1.0, "error": None, "finished_at": "t",
+             "commit": "abc1234", "html": None, "stale": True}]
+    html = render_index("paper", "t", runs, "<table></table>", None, {}, CLAIMS,
+                        rules={"digest": "x", "amendments": amendments, "record": {}})
+    assert "Amendments to the rules" in html and "<code>dcp-throughput</code>" in html
+    assert ('<span class="badge v-reproduced">reproduced</span> → '
+            '<span class="badge v-not-reproduced">not reproduced</span>') in html
+    assert "1 of the notebook runs below are stale" in html and '<span class="stale">stale</span>' in html
