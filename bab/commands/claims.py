@@ -36,6 +36,9 @@ def _claims(args) -> int:
         if unknown:
             raise BadInput(f"no rule {', '.join(unknown)} in bab/report/claims/rules/; known: {', '.join(known)}")
         before = registry.rules_at(args.since)
+        unchanged = [c for c in args.claim if c in before and registry.digest(before[c]) == registry.rule_digest(c)]
+        if unchanged:
+            raise BadInput(f"{', '.join(unchanged)}: the rule is as it was at {args.since}; edit it first")
         for claim_id in args.claim:
             entry = registry.amend(claim_id, args.reason, before.get(claim_id))
             print(f"{claim_id}: {entry['from']} -> {entry['to']} ({entry['date']})")

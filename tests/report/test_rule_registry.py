@@ -104,3 +104,10 @@ def test_the_claims_command_checks_the_ledger_and_refuses_an_unknown_rule(capsys
     assert f"rules {registry_digest()} match their ledger" in capsys.readouterr().out
     assert main(["claims", "amend", "no-such-claim", "--reason", "a test"]) == 2
     assert "no rule no-such-claim" in capsys.readouterr().err
+
+
+def test_amending_a_rule_that_did_not_change_is_refused(capsys):
+    from bab.__main__ import main
+
+    assert main(["claims", "amend", "dcp-throughput", "--reason", "nothing changed"]) == 2
+    assert "the rule is as it was at HEAD; edit it first" in capsys.readouterr().err

@@ -128,3 +128,25 @@ def test_the_judgement_table_shows_every_claims_text_whole():
     shown = html.unescape(table._repr_html_())
     longest = max(table["why"], key=len)
     assert len(longest) > 50 and longest in shown and max(table["claim"], key=len) in shown
+
+
+def _gamma_rows(costs):
+    return [row(GPT2.specialist, None, cost=cost, settings={"gamma": gamma})
+            for gamma, cost in zip((0.01, 0.03, 0.1), costs, strict=True)]
+
+
+@pytest.mark.parametrize("costs, status", [((0.6, 0.4, 0.2), "reproduced"), ((0.6, 0.4, 0.45), "partly"),
+                                           ((0.6, 0.6, 0.6), "not reproduced")])
+def test_a_larger_gamma_must_keep_less_of_the_context(costs, status):
+    verdict = C.claim_by_id("dcp-sparsity-controls-strength").judge(_gamma_rows(costs))
+    assert verdict.status == status
+
+
+def test_the_gamma_steps_are_judged_over_the_seeds():
+    seeds = {"06_gpt2_context_pruning": {7: _gamma_rows((0.6, 0.4, 0.2)), 13: _gamma_rows((0.6, 0.5, 0.3)),
+                                         21: _gamma_rows((0.5, 0.45, 0.35))}}
+    merged = _gamma_rows((0.5667, 0.45, 0.2833))
+    verdict = C.claim_by_id("dcp-sparsity-controls-strength").judge(merged, C.Evidence(seeds))
+    assert verdict.status == "reproduced" and "3 seeds" in verdict.covers
+    # the closest step first: 0.1 to 0.3 at seed 21 is -0.05 only
+    assert verdict.low <= -0.05 <= verdict.high

@@ -85,6 +85,50 @@ class BeatsOverSeeds(Claim):
 
 
 @dataclass(frozen=True)
+class FollowsSetting(Claim):
+    """``method``'s rows sorted by their setting ``by`` (e.g. gamma): each step to the next larger setting moves
+    ``column`` as ``region`` asks of the difference next - previous (e.g. the fraction kept falls: < 0). A part per
+    step, each judged over the training seeds where the notebook ran several (each seed's own difference, seeds
+    resampled), exact for one model; the parts are listed closest to failing first."""
+
+    method: Method = None
+    by: str = "gamma"
+    column: str = "cost"
+    region: Region = None
+
+    def _steps(self, rows) -> list[tuple[dict, dict]]:
+        mine = sorted((r for r in rows if r.get("experiment") == self.method.experiment
+                       and r.get("method") == self.method.name and r.get(self.column) is not None),
+                      key=lambda r: float(r["settings"][self.by]))
+        return list(zip(mine, mine[1:], strict=False))
+
+    def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
+        evidence = evidence or Evidence()
+        steps = self._steps(rows)
+        if len(steps) < 2:
+            return _not_run(Row(self.method, None, ((self.by, "any"),)))
+        per_seed = [self._steps(seed_rows) for runs in evidence.seed_rows.values() for seed_rows in runs.values()]
+        per_seed = [s for s in per_seed if len(s) == len(steps)]
+        parts = []
+        for i, (before, after) in enumerate(steps):
+            value = float(after[self.column]) - float(before[self.column])
+            if len(per_seed) > 1:
+                differences = [float(s[i][1][self.column]) - float(s[i][0][self.column]) for s in per_seed]
+                interval = replace(statistics.seed_differences(differences, [0.0] * len(differences), 0),
+                                   covers=f"{len(differences)} seeds; the {self.column} is counted, not sampled")
+            else:
+                interval = _exact(value, f"1 training seed; the {self.column} is counted, not sampled (exact)")
+            line = (f"{self.column} {float(before[self.column]):.3f} to {float(after[self.column]):.3f}")
+            parts.append((f"{self.by} {before['settings'][self.by]:g} to {after['settings'][self.by]:g}",
+                          judged(self.region, interval, None, line, "+.3f")))
+        parts.sort(key=lambda part: -part[1].ours if self.region.high is not None else part[1].ours)
+        held = sum(v.status == "reproduced" for _, v in parts)
+        return _from_parts(parts, region=f"every step: {self.column} difference {self.region.text('+.3f')}",
+                           prefix=f"{held} of {len(parts)} steps to a larger {self.by} move the {self.column} as "
+                                  f"claimed, the closest first: ")
+
+
+@dataclass(frozen=True)
 class KindsFirst(Claim):
     """``first`` kinds of tokens lose a larger share of their pairs than ``other`` on every held-out text of
     ``method``'s rows (settings ``kind``, ``text``). A claim with parts, one per (text, kind), each judged by the

@@ -40,7 +40,7 @@ KINDS = {
     "statistic": more_kinds.Statistic, "kinds_first": more_kinds.KindsFirst, "zero_shot_held": more_kinds.ZeroShotHeld,
     "not_yet": more_kinds.NotYet, "dominates": more_kinds.Dominates, "counted": more_kinds.Counted,
     "monotone": more_kinds.Monotone, "beats_static": more_kinds.BeatsStatic,
-    "beats_over_seeds": more_kinds.BeatsOverSeeds,
+    "beats_over_seeds": more_kinds.BeatsOverSeeds, "follows_setting": more_kinds.FollowsSetting,
 }
 
 _ROW = re.compile(r"^(?P<experiment>[\w-]+): (?P<name>.+?)(?: @ (?P<budget>[\d.]+))?(?: \{(?P<settings>.*)\})?$")
@@ -283,6 +283,8 @@ def amend(claim_id: str, reason: str, before: dict | None, on_record: dict | Non
     if spec is None:
         raise RegistryError(f"no rule {claim_id!r} in rules/")
     book = ledger()
+    if before is not None and digest(before) == digest(spec):
+        raise RegistryError(f"{claim_id}: the rule is as it was ({digest(spec)}); edit it first")
     entry = {"date": date or datetime.date.today().isoformat(), "claim": claim_id, "reason": reason.strip(),
              "from": None if before is None else digest(before), "to": digest(spec), "before": before}
     if on_record:
