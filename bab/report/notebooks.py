@@ -8,7 +8,8 @@ ruff. ``pair_differences`` says where the two disagree (tests/report/test_notebo
 
 Refresh runs each notebook with papermill at its default profile (smoke) against an empty run
 cache, so the stored outputs are what CI's nbval run recomputes. Timestamps papermill and the kernel
-add are stripped, so a re-run changes only lines whose content changed. A notebook is executed
+add are stripped, so a re-run changes only lines whose content changed; this machine's paths and progress bars
+are cleaned from the outputs (``clean_outputs``). A notebook is executed
 into a temporary file and replaces the stored one only when it ran without error; a failed one is
 left as it was and the others still run. Before anything runs, a notebook whose paired .py was
 edited (the .py is newer and disagrees) takes the .py's cell sources, as `jupytext --sync` would;
@@ -23,6 +24,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -129,6 +131,41 @@ def strip_volatile_metadata(nb):
     return nb
 
 
+# a progress bar's text as tqdm draws it: "  0%|          | 0/272 [00:00<?, ?it/s]"
+_PROGRESS_BAR = re.compile(r"\d+%\|.*\|\s*\d+/\d+")
+
+
+def clean_outputs(nb, checkout=None):
+    """Stored outputs a reader on another machine can read: this machine's paths replaced by neutral names
+    (``bab.report.pages.scrub_paths``: the data folder as ``$BAB_DATA_DIR``, installed packages as
+    ``site-packages/...``, the checkout's files relative to it) and progress bars dropped (a bar stored mid-way
+    shows a frozen 0% to every reader)."""
+    from bab.report.pages import scrub_paths
+
+    def is_bar(output) -> bool:
+        text = output.get("text") or (output.get("data") or {}).get("text/plain") or ""
+        text = "".join(text) if isinstance(text, list) else text
+        return bool(_PROGRESS_BAR.search(text))
+
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        kept = []
+        for output in cell.get("outputs", []):
+            if is_bar(output):
+                continue
+            if "text" in output:
+                output["text"] = scrub_paths("".join(output["text"]) if isinstance(output["text"], list)
+                                             else output["text"], checkout)
+            for kind, value in (output.get("data") or {}).items():
+                if kind.startswith("text/"):
+                    output["data"][kind] = scrub_paths("".join(value) if isinstance(value, list) else value,
+                                                       checkout)
+            kept.append(output)
+        cell["outputs"] = kept
+    return nb
+
+
 def refresh_notebook(path, cache_dir, on_cell=None) -> float:
     """Execute ``path`` at profile smoke with run cache ``cache_dir``; store its outputs in place, and the result
     rows it saves as its entry of the smoke regression reference (``bab.report.regression``). Seconds taken.
@@ -151,7 +188,8 @@ def refresh_notebook(path, cache_dir, on_cell=None) -> float:
                                    **kernel_folder(path.parent),
                                    engine_name=progress_engine(), on_cell=on_cell, progress_bar=False,
                                    extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
-        nbformat.write(strip_volatile_metadata(nbformat.read(out, as_version=4)), out)
+        nbformat.write(clean_outputs(strip_volatile_metadata(nbformat.read(out, as_version=4)), path.parent.parent),
+                       out)
         if script.exists():
             differences = pair_differences(out, script)
             if differences:
