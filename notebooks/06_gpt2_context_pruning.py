@@ -376,7 +376,7 @@ print(f"comparison table columns: {list(comparison.columns[:3])}")
 # %% [markdown]
 # ## What the papers' claims say on these rows
 #
-# The verdicts below are decided by `bab/report/claims.py`, the same rules the report's front page applies,
+# The verdicts below are decided by the rules in `bab/report/claims/rules/`, as on the report's front page,
 # here to this notebook's rows alone. At profile `smoke` the data are far too small for them to mean anything,
 # so they are shown, not checked.
 
