@@ -18,7 +18,7 @@ MATHJAX_DIR = "mathjax"
 MATHJAX_URL = f"{MATHJAX_DIR}/tex-chtml.js"  # relative: the pages sit beside the folder
 # Marks a page written by ``notebook_page``; bump the number when the page changes, and ``write_pages`` rewrites
 # the pages of an existing report folder.
-PAGE_VERSION = "bab notebook page 4"
+PAGE_VERSION = "bab notebook page 5"
 PAGE_MARKER = f'<meta name="generator" content="{PAGE_VERSION}">'
 
 # MathJax 3 reads its configuration from window.MathJax before it loads (nbconvert's own block configures
@@ -121,7 +121,8 @@ def notebook_page(ipynb, out, checkout=None) -> Path:
     from nbconvert import HTMLExporter
 
     exporter = HTMLExporter(raw_template=PAGE_TEMPLATE, mathjax_url=MATHJAX_URL)
-    body, _ = exporter.from_notebook_node(_page_notebook(ipynb))
+    # the page's title names the notebook (nbconvert's default is "Notebook")
+    body, _ = exporter.from_notebook_node(_page_notebook(ipynb), resources={"metadata": {"name": Path(ipynb).stem}})
     body = shared_stylesheet(body, Path(out).parent)
     Path(out).write_text(scrub_paths(empty_cells_as_dashes(body), checkout, Path(out).parent), encoding="utf-8")
     return Path(out)

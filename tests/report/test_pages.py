@@ -312,3 +312,14 @@ def test_the_front_page_lists_the_amendments_and_marks_stale_runs():
     assert ('<span class="badge v-reproduced">reproduced</span> → '
             '<span class="badge v-not-reproduced">not reproduced</span>') in html
     assert "1 of the notebook runs below are stale" in html and '<span class="stale">stale</span>' in html
+
+
+def test_a_notebook_page_is_titled_by_its_notebook(tmp_path):
+    import nbformat
+
+    from bab.report.pages import notebook_page
+
+    ipynb = tmp_path / "05_vit_sparsifiner-seed13.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# ViT")]), ipynb)
+    page = notebook_page(ipynb, tmp_path / "05_vit_sparsifiner-seed13.html").read_text()
+    assert "<title>05_vit_sparsifiner-seed13</title>" in page
