@@ -10,8 +10,9 @@ Each call of a layer (the prompt, a chunk, or one token) goes:
 2. the attention module calls ``update(k, v)``: the layer appends the new tokens to the slots it holds and returns
    them all;
 3. the "bab_eviction" attention function attends with transformers' mask (causal and padding, built over every
-   token seen) gathered at the positions the slots hold, so the new queries see the kept tokens and the call's own
-   tokens causally; it computes the attention weights too when the policy reads them;
+   token seen) gathered at the positions the slots hold (per key/value head when the policy keeps a set per head),
+   so the new queries see the kept tokens and the call's own tokens causally; it computes the attention weights too
+   when the policy reads them;
 4. the layer asks the policy what to keep and gathers out the rest: the buffers then hold only the kept tokens, and
    the evicted ones' memory is released.
 
@@ -27,7 +28,9 @@ The cache also counts, over the real queries of every call, the earlier tokens e
 tokens it would have seen without eviction: ``fraction_kept`` is the share of (query, earlier token) pairs kept,
 the quantity ``bab.context.evaluate.evaluate_lm`` reports as 1 - fraction_pruned for learned pruning.
 
-Shapes: B batch, H query heads, G key/value heads, S held slots, T new tokens, K = S + T, Dh head width.
+Shapes: B batch, H query heads, G key/value heads, S held slots, T new tokens, K = S + T, Dh head width; N the
+heads that hold sets of their own: G for a per-head policy (``EvictionPolicy.per_head``), else 1 (the layer's set,
+broadcast over its heads).
 """
 
 from __future__ import annotations
@@ -56,8 +59,9 @@ PENDING = "bab_eviction_layer"  # the EvictingLayer of the call, between the pre
 
 
 class EvictingLayer(RowMappedLayer):
-    """One layer: keys / values [B, G, S, Dh], positions [B, S] (-1: padding slot), valid [B, S], and with a policy
-    that accumulates attention (H2O), mass [B, S] (attention each slot received so far, mean over heads)."""
+    """One layer: keys / values [B, G, S, Dh], positions [B, N, S] (-1: padding slot), valid [B, N, S], and with a
+    policy that accumulates attention (H2O), mass [B, N, S] (attention each slot received so far, mean over heads).
+    Every head holds as many tokens as the others (a policy keeps the same count per row in each)."""
 
     is_compileable = False
     is_sliding = False
@@ -81,11 +85,12 @@ class EvictingLayer(RowMappedLayer):
         self.dtype, self.device = key_states.dtype, key_states.device
         self.keys = key_states.new_zeros(B, G, 0, Dh)
         self.values = value_states.new_zeros(B, value_states.shape[1], 0, value_states.shape[3])
-        self.positions = torch.zeros(B, 0, dtype=torch.long, device=self.device)
-        self.valid = torch.zeros(B, 0, dtype=torch.bool, device=self.device)
+        sets = G if self.policy.per_head else 1
+        self.positions = torch.zeros(B, sets, 0, dtype=torch.long, device=self.device)
+        self.valid = torch.zeros(B, sets, 0, dtype=torch.bool, device=self.device)
         self.real_seen = torch.zeros(B, dtype=torch.long, device=self.device)
         if self.policy.accumulates_attention:
-            self.mass = torch.zeros(B, 0, dtype=torch.float32, device=self.device)
+            self.mass = torch.zeros(B, sets, 0, dtype=torch.float32, device=self.device)
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
@@ -102,60 +107,74 @@ class EvictingLayer(RowMappedLayer):
         B, T, device = key_states.shape[0], key_states.shape[2], key_states.device
         self.keys = torch.cat([self.keys, key_states], dim=2)
         self.values = torch.cat([self.values, value_states], dim=2)
-        new_positions = torch.arange(self.seen, self.seen + T, device=device).expand(B, T)
-        self.positions = torch.cat([self.positions, new_positions], dim=1)
-        self.valid = torch.cat([self.valid, torch.ones(B, T, dtype=torch.bool, device=device)], dim=1)
+        sets = self.positions.shape[1]
+        new_positions = torch.arange(self.seen, self.seen + T, device=device).expand(B, sets, T)
+        self.positions = torch.cat([self.positions, new_positions], dim=2)
+        self.valid = torch.cat([self.valid, torch.ones(B, sets, T, dtype=torch.bool, device=device)], dim=2)
         if self.mass is not None:
-            self.mass = torch.cat([self.mass, self.mass.new_zeros(B, T)], dim=1)
+            self.mass = torch.cat([self.mass, self.mass.new_zeros(B, sets, T)], dim=2)
         self.seen += T
         self.new = T
         return self.keys, self.values
 
     def evict(self, visible: torch.Tensor, real_queries: torch.Tensor, weights: torch.Tensor | None) -> None:
-        """After the call's attention: visible [B, T, K] (what each query saw), real_queries [B, T] (not padding),
+        """After the call's attention: visible [B, N, T, K] (what each query saw), real_queries [B, T] (not padding),
         weights [B, H, T, K] (None unless the policy reads attention). Keeps what the policy keeps."""
-        K = self.positions.shape[1]
+        K = self.positions.shape[2]
         is_new = torch.arange(K, device=visible.device) >= K - self.new
         # a new token is real when some query may see it (itself at least); padding is seen by none
-        real = self.valid & (~is_new | visible.any(dim=1))
-        self.real_seen = self.real_seen + (real & is_new).sum(dim=1)
+        real = self.valid & (~is_new | visible.any(dim=2))  # [B, N, K]
+        self.real_seen = self.real_seen + (real[:, 0] & is_new).sum(dim=1)
         self.new = 0
         if self.mass is not None:
             # padding queries attend to everything (their rows are opened to avoid NaN): their weights do not count
             taken = weights.float() * real_queries[:, None, :, None]
-            self.mass = self.mass + taken.mean(dim=1).sum(dim=1)
-        view = SlotView(positions=self.positions, real=real, seen=self.real_seen, weights=weights, mass=self.mass)
-        self._keep(self.policy.keep(view))
+            self.mass = self.mass + taken.mean(dim=1).sum(dim=1)[:, None, :]
+        if self.policy.per_head:
+            view = SlotView(positions=self.positions, real=real, seen=self.real_seen, weights=weights, mass=self.mass)
+            self._keep(self.policy.keep(view))
+        else:  # one set for the layer: the policy sees [B, K]
+            mass = None if self.mass is None else self.mass[:, 0]
+            view = SlotView(positions=self.positions[:, 0], real=real[:, 0], seen=self.real_seen, weights=weights,
+                            mass=mass)
+            self._keep(self.policy.keep(view)[:, None, :])
 
     def _keep(self, alive: torch.Tensor) -> None:
-        """Store only the alive slots [B, K], in order, at the front of new buffers sized to the longest row."""
-        counts = alive.sum(dim=1)  # [B]
+        """Store only the alive slots [B, N, K], in order, at the front of new buffers sized to the longest row."""
+        counts = alive.sum(dim=2)  # [B, N]
         if bool(alive.all()):
             self.valid = alive
             return
         kept = int(counts.max())
         # a stable sort puts each row's alive slots first, in position order; slots past a row's count are padding
-        order = torch.argsort((~alive).to(torch.uint8), dim=1, stable=True)[:, :kept]  # [B, S']
-        self.valid = torch.arange(kept, device=alive.device)[None, :] < counts[:, None]
+        order = torch.argsort((~alive).to(torch.uint8), dim=2, stable=True)[:, :, :kept]  # [B, N, S']
+        self.valid = torch.arange(kept, device=alive.device) < counts[:, :, None]
 
-        def gather_slots(t):  # [B, G, K, Dh] -> [B, G, S', Dh]
-            return t.gather(2, order[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3]))
+        def gather_slots(t):  # [B, G, K, Dh] -> [B, G, S', Dh] (a layer's set, N = 1, broadcasts over the heads)
+            return t.gather(2, order[:, :, :, None].expand(-1, t.shape[1], -1, t.shape[3]))
 
         self.keys, self.values = gather_slots(self.keys), gather_slots(self.values)
-        self.positions = self.positions.gather(1, order).masked_fill(~self.valid, -1)
+        self.positions = self.positions.gather(2, order).masked_fill(~self.valid, -1)
         if self.mass is not None:
-            self.mass = self.mass.gather(1, order).masked_fill(~self.valid, 0.0)
+            self.mass = self.mass.gather(2, order).masked_fill(~self.valid, 0.0)
 
     def count_pairs(self, visible: torch.Tensor, full: torch.Tensor, real_queries: torch.Tensor) -> None:
-        """visible [B, T, K] and full [B, T, seen]: what each query sees with and without eviction."""
-        earlier_visible = (visible.sum(dim=-1) - 1).clamp_min(0) * real_queries
+        """visible [B, N, T, K] and full [B, T, seen]: what each query sees with and without eviction, counted over
+        the N sets (each head group's queries alike)."""
+        earlier_visible = (visible.sum(dim=-1) - 1).clamp_min(0) * real_queries[:, None, :]
         earlier_full = (full.sum(dim=-1) - 1).clamp_min(0) * real_queries
         self.visible_pairs += int(earlier_visible.sum())
-        self.full_pairs += int(earlier_full.sum())
+        self.full_pairs += int(earlier_full.sum()) * visible.shape[1]
 
-    def kept_positions(self, row: int = 0) -> list[int]:
-        """The positions row ``row`` holds, in order."""
-        return self.positions[row][self.valid[row]].tolist()
+    def kept_positions(self, row: int = 0, head: int = 0) -> list[int]:
+        """The positions row ``row`` holds, in order, for key/value head ``head`` (all heads hold the layer's set
+        unless the policy keeps one per head)."""
+        head = head if self.positions.shape[1] > 1 else 0
+        return self.positions[row, head][self.valid[row, head]].tolist()
+
+    def live_tokens(self) -> torch.Tensor:
+        """[B] tokens each row holds (in each head: heads hold equally many)."""
+        return self.valid.sum(dim=2).amax(dim=1)
 
     def tensors(self) -> list[torch.Tensor]:
         return [t for t in (self.keys, self.values, self.positions, self.valid, self.mass) if t is not None]
@@ -264,21 +283,23 @@ def eviction_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor
         out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling,
                                              enable_gqa=query.shape[1] != key.shape[1])
         return out.transpose(1, 2).contiguous(), None
-    positions = layer.positions  # [B, K]
-    B = positions.shape[0]
+    positions = layer.positions  # [B, N, K]
+    B, sets = positions.shape[:2]
     full = _allowed(attention_mask, T, layer.seen, query.device).expand(B, 1, T, -1)  # [B, 1, T, seen]
-    visible = full.gather(3, positions.clamp_min(0)[:, None, None, :].expand(-1, 1, T, -1))
-    visible = visible & layer.valid[:, None, None, :]  # [B, 1, T, K]
+    visible = full.expand(-1, sets, -1, -1).gather(3, positions.clamp_min(0)[:, :, None, :].expand(-1, -1, T, -1))
+    visible = visible & layer.valid[:, :, None, :]  # [B, N, T, K]
     real_queries = full.any(dim=-1)[:, 0]  # [B, T]: a padding query may see nothing
-    layer.count_pairs(visible[:, 0], full[:, 0], real_queries)
+    layer.count_pairs(visible, full[:, 0], real_queries)
     mask = _open_empty_rows(visible)
+    if sets > 1 and sets != query.shape[1]:  # query head h reads key/value head h // (H / G), as repeat_kv
+        mask = mask.repeat_interleave(query.shape[1] // sets, dim=1)  # [B, H, T, K]
     weights = None
     if layer.policy.needs_attention:
         out, weights = _attention_with_weights(query, key, value, mask, scaling, dropout, module.training)
     else:
         out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling,
                                              enable_gqa=query.shape[1] != key.shape[1])
-    layer.evict(visible[:, 0], real_queries, weights)
+    layer.evict(visible, real_queries, weights)
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -1,8 +1,9 @@
 """Training-free KV-cache eviction policies: the baselines beside learned context pruning, at an equal budget.
 
 A policy decides, after each call of a layer (the prompt, a chunk, or one token), which of the slots the layer
-holds it keeps; ``bab.context.evicting_cache.EvictingCache`` asks it and removes the rest for good. Every policy
-keeps a layer's set for all of the layer's heads (one set of positions per layer and row).
+holds it keeps; ``bab.context.evicting_cache.EvictingCache`` asks it and removes the rest for good. StreamingLLM,
+TOVA and H2O keep one set of positions per layer and row, shared by all of the layer's heads; SnapKV keeps one set
+per key/value head by default (``per_head``), each the same size.
 
 The budget is what a policy may keep after a call, counted in real tokens (batch padding never counts and is never
 kept):
@@ -17,17 +18,21 @@ Policies (each ``scores`` a call's slots; the ``keep_count`` highest-scoring rea
 
 - ``StreamingLLM`` (Xiao et al. 2023, "Efficient Streaming Language Models with Attention Sinks"): the first
   ``sinks`` tokens and the most recent ones;
-- ``TOVA`` (Oren et al. 2024, "Transformers are Multi-State RNNs"): the tokens with the highest attention weight from
-  the call's last query, averaged over heads (the newest token may go too);
+- ``TOVA`` (Oren et al. 2024, "Transformers are Multi-State RNNs"): the newest token and the tokens with the highest
+  attention weight from the call's last query, averaged over heads;
 - ``H2O`` (Zhang et al. 2023, "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language
   Models"): the most recent tokens plus the heavy hitters, the tokens with the most attention accumulated over all
   queries so far (mean over heads). The paper keeps a set per head; here a layer's heads share one set, as TOVA's;
 - ``SnapKV`` (Li et al. 2024, "SnapKV: LLM Knows What You are Looking for Before Generation"): the prompt only (a
   call of several tokens; a prompt fed in chunks is cut after each) is cut to its last ``window`` tokens plus the
-  tokens those queries attend to most (pooled along the keys); decoding keeps every new token. The paper selects
-  per head; here per layer.
+  tokens those queries attend to most (pooled along the keys), selected per key/value head (or per layer, an
+  option); decoding keeps every new token.
 
-Shapes: B batch, H query heads, T the call's queries, K slots after the call (cached, then the call's new tokens).
+TOVA and SnapKV follow the definitions of NVIDIA's kvpress (``kvpress/presses/tova_press.py``,
+``snapkv_press.py``, ``scorer_press.py``): each class's docstring writes its formula out.
+
+Shapes: B batch, H query heads, G key/value heads, T the call's queries, K slots after the call (cached, then the
+call's new tokens). A per-layer policy sees positions and real [B, K]; a per-head one [B, G, K].
 """
 
 from __future__ import annotations
@@ -74,10 +79,12 @@ def budget_for_fraction(context: int, fraction: float) -> int:
 class SlotView:
     """One layer and call, after the call's attention: every slot the layer holds, cached ones then the new tokens.
 
-    positions [B, K]: each slot's position in the sequence, ascending along a row.
-    real [B, K]: the slot holds a real token (not batch padding nor an empty slot of a shorter row).
+    positions [B, K] (per-layer policy) or [B, G, K] (``per_head``): each slot's position in the sequence,
+        ascending along a row (and head).
+    real: as positions: the slot holds a real token (not batch padding nor an empty slot of a shorter row).
     seen [B]: real tokens this row has been given, kept or not.
-    weights [B, H, T, K] or None: attention probabilities of the call's queries (for policies with needs_attention).
+    weights [B, H, T, K] or None: attention probabilities of the call's queries (for policies with needs_attention);
+        query head h attends over the slots of key/value head h // (H / G).
     mass [B, K] or None: attention each slot received over all queries so far (this call's included), mean over
         heads (for policies with accumulates_attention).
     """
@@ -94,6 +101,7 @@ class EvictionPolicy:
 
     needs_attention = False  # the cache computes attention weights (eager, slower than SDPA) only for these
     accumulates_attention = False  # the cache keeps each slot's attention mass so far (SlotView.mass) for these
+    per_head = False  # True: a set of slots per key/value head (SlotView and keep() [B, G, K]), else per layer
     name = "policy"
 
     def __init__(self, budget: int | float):
@@ -108,17 +116,19 @@ class EvictionPolicy:
         return torch.minimum(wanted, seen)
 
     def scores(self, view: SlotView, keep: torch.Tensor) -> torch.Tensor:
-        """[B, K]: higher stays. ``keep`` [B]: the tokens each row will keep."""
+        """[B, K] ([B, G, K] per head): higher stays. ``keep`` [B]: the tokens each row (each of its heads) keeps."""
         raise NotImplementedError
 
     def keep(self, view: SlotView) -> torch.Tensor:
-        """[B, K] bool: the slots that stay (the ``keep_count`` real slots that score highest, ties to the earlier)."""
+        """[B, K] ([B, G, K] per head) bool: the slots that stay, the ``keep_count`` real slots that score highest
+        along the last axis (ties to the earlier)."""
         count = self.keep_count(view.seen)
         scores = self.scores(view, count).float().masked_fill(~view.real, -math.inf)
-        order = torch.argsort(scores, dim=1, descending=True, stable=True)
+        order = torch.argsort(scores, dim=-1, descending=True, stable=True)
         rank = torch.empty_like(order)
-        rank.scatter_(1, order, torch.arange(order.shape[1], device=order.device).expand_as(order))
-        return (rank < count[:, None]) & view.real
+        rank.scatter_(-1, order, torch.arange(order.shape[-1], device=order.device).expand_as(order))
+        count = count.view(-1, *[1] * (scores.dim() - 1))
+        return (rank < count) & view.real
 
     def describe(self) -> str:
         return f"{self.name}(budget={self.budget})"
@@ -128,8 +138,13 @@ class EvictionPolicy:
 
 
 def _rank(real: torch.Tensor) -> torch.Tensor:
-    """[B, K] -> [B, K]: each real slot's index among its row's real slots (0: the oldest held)."""
-    return real.long().cumsum(dim=1) - 1
+    """[..., K] -> [..., K]: each real slot's index among its row's (head's) real slots (0: the oldest held)."""
+    return real.long().cumsum(dim=-1) - 1
+
+
+def _age(real: torch.Tensor) -> torch.Tensor:
+    """[..., K] -> [..., K]: how many real slots are newer than each (0: the newest real slot)."""
+    return real.long().sum(dim=-1, keepdim=True) - 1 - _rank(real)
 
 
 class StreamingLLM(EvictionPolicy):
@@ -163,13 +178,22 @@ class StreamingLLM(EvictionPolicy):
 
 
 class TOVA(EvictionPolicy):
-    """Token Omission Via Attention: keep the tokens the call's last query attends to most (mean over heads)."""
+    """Token Omission Via Attention: keep the newest token and the tokens the call's last query attends to most.
+
+    As kvpress's ``TOVAPress.score``: a slot's score is the last query's attention probability to it, averaged over
+    all query heads (one score per layer, shared by its key/value heads); the newest token, the query's own, is
+    always kept (kvpress pads its score with max + 1; the paper leaves it to the score, which is usually high).
+    """
 
     needs_attention = True
     name = "TOVA"
 
     def scores(self, view: SlotView, keep: torch.Tensor) -> torch.Tensor:
-        return view.weights[:, :, -1, :].float().mean(dim=1)
+        last_query = view.weights[:, :, -1, :].float().mean(dim=1)  # [B, K]
+        return last_query.masked_fill(_age(view.real) == 0, math.inf)
+
+    def describe(self) -> str:
+        return f"TOVA(budget={self.budget}, newest_kept=True)"
 
 
 class H2O(EvictionPolicy):
@@ -191,17 +215,25 @@ class H2O(EvictionPolicy):
 
     def scores(self, view: SlotView, keep: torch.Tensor) -> torch.Tensor:
         recent = torch.ceil(self.recent * keep.double() - 1e-9).long()  # [B]
-        age = view.real.long().sum(dim=1, keepdim=True) - 1 - _rank(view.real)  # [B, K], 0: the newest real slot
-        return view.mass.double().masked_fill(age < recent[:, None], math.inf)
+        return view.mass.double().masked_fill(_age(view.real) < recent[:, None], math.inf)
 
     def describe(self) -> str:
         return f"H2O(budget={self.budget}, recent={self.recent})"
 
 
 class SnapKV(EvictionPolicy):
-    """Compress the prompt once: keep its last ``window`` tokens (the observation window) and the tokens that the
-    window's queries attend to most, summed over those queries, mean over heads, averaged over ``kernel``
-    neighbouring keys (so a selected token brings its neighbours' context). Single-token calls evict nothing.
+    """Compress the prompt once: keep its last ``window`` tokens (the observation window) and the earlier tokens that
+    the window's queries attend to most. Single-token calls evict nothing.
+
+    As kvpress's ``SnapKVPress.score`` and ``ScorerPress.compress``, for each key/value head g and earlier token j:
+
+        score[g, j] = mean over the query heads h of g's group of
+                      avg_pool_kernel( mean over the window's queries q of attention[h, q, j] )[j]
+
+    where the attention is the call's softmax over every key (the window's own included) and the pooling runs along
+    the earlier tokens only, a ``kernel``-wide average padded with zeros at both ends (so a token next to the window
+    does not borrow the window's weights); each head then keeps the window and its top-scoring earlier tokens.
+    ``per_head=False`` selects once per layer instead: the same mean over all query heads, one set for all heads.
 
     The budget counts the window; an int budget must exceed it. A prompt within the budget is kept whole.
     """
@@ -209,7 +241,7 @@ class SnapKV(EvictionPolicy):
     needs_attention = True
     name = "SnapKV"
 
-    def __init__(self, budget: int | float, window: int = 32, kernel: int = 7):
+    def __init__(self, budget: int | float, window: int = 32, kernel: int = 7, per_head: bool = True):
         super().__init__(budget)
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"window (the prompt's last queries that score the keys) must be an int >= 1, "
@@ -219,7 +251,10 @@ class SnapKV(EvictionPolicy):
         if isinstance(self.budget, int) and self.budget <= window:
             raise ValueError(f"a budget of {self.budget} tokens leaves nothing beside an observation window of "
                              f"{window}: pass a budget > window")
-        self.window, self.kernel = window, kernel
+        if not isinstance(per_head, bool):
+            raise ValueError(f"per_head must be a bool (True: a set per key/value head, False: per layer), "
+                             f"got {per_head!r}")
+        self.window, self.kernel, self.per_head = window, kernel, per_head
 
     def keep_count(self, seen: torch.Tensor) -> torch.Tensor:
         return torch.maximum(super().keep_count(seen), torch.clamp(seen, max=self.window))
@@ -230,10 +265,18 @@ class SnapKV(EvictionPolicy):
         return super().keep(view)
 
     def scores(self, view: SlotView, keep: torch.Tensor) -> torch.Tensor:
-        observed = view.weights[:, :, -self.window:, :].float().mean(dim=1).sum(dim=1)  # [B, K]
-        pooled = F.avg_pool1d(observed[:, None], self.kernel, stride=1, padding=self.kernel // 2)[:, 0]
-        age = view.real.long().sum(dim=1, keepdim=True) - 1 - _rank(view.real)  # 0: the newest real slot
-        return pooled.double().masked_fill(age < self.window, math.inf)
+        observed = view.weights[:, :, -self.window:, :].float().mean(dim=2)  # [B, H, K]
+        B, H, K = observed.shape
+        if self.per_head:  # query head h reads key/value head h // (H / G): average within each group
+            groups = view.real.shape[1]
+            observed = observed.view(B, groups, H // groups, K).mean(dim=2)  # [B, G, K]
+        else:
+            observed = observed.mean(dim=1)  # [B, K]
+        in_window = _age(view.real) < self.window
+        earlier = observed.masked_fill(in_window | ~view.real, 0.0)  # pooled as kvpress pools: the earlier keys only
+        pooled = F.avg_pool1d(earlier.reshape(-1, 1, K), self.kernel, stride=1, padding=self.kernel // 2)
+        return pooled.view(earlier.shape).double().masked_fill(in_window, math.inf)
 
     def describe(self) -> str:
-        return f"SnapKV(budget={self.budget}, window={self.window}, kernel={self.kernel})"
+        selection = "per_head" if self.per_head else "per_layer"
+        return f"SnapKV(budget={self.budget}, window={self.window}, kernel={self.kernel}, {selection})"

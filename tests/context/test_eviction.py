@@ -127,8 +127,8 @@ def reference_evictions(plain, ids: torch.Tensor, policy: str, budget: int, rece
             for j in visible:
                 mass[b][j] = mass[b].get(j, 0.0) + weight[j]
             if len(visible) > budget:
-                if policy == "tova":
-                    victim = min(visible, key=lambda j: weight[j])
+                if policy == "tova":  # kvpress's TOVA: the newest token t always stays
+                    victim = min(visible[:-1], key=lambda j: weight[j])
                 else:  # h2o: the lowest accumulated attention outside the recent tokens
                     victim = min(visible[:len(visible) - recent], key=lambda j: mass[b][j])
                 visible.remove(victim)
@@ -153,34 +153,78 @@ def test_attention_policies_keep_what_a_reference_loop_keeps(arch, policy):
     torch.testing.assert_close(logits, expected_logits, atol=1e-5, rtol=1e-5)
 
 
-def reference_snapkv(plain, ids: torch.Tensor, budget: int, window: int, kernel: int) -> list[list[int]]:
-    """Per row, the prompt positions SnapKV keeps, from an eager one-layer model's attention written out as loops."""
+def reference_snapkv(plain, ids: torch.Tensor, budget: int, window: int, kernel: int,
+                     kv_heads: int) -> list[list[list[int]]]:
+    """Per row and key/value head (``kv_heads`` = 1: one set for the layer), the prompt positions SnapKV keeps, as
+    kvpress's SnapKVPress scores them, from an eager one-layer model's attention written out as loops: each query
+    head's mean attention from the window's queries to each earlier token, average-pooled over the earlier tokens
+    only (missing neighbours counted as 0), averaged over the query heads that read the key/value head."""
     with torch.no_grad():
         weights = plain(ids, output_attentions=True).attentions[0]  # [B, H, T, T], causal
     B, H, T, _ = weights.shape
+    earlier, half, group = T - window, kernel // 2, H // kv_heads
     kept = []
     for b in range(B):
-        observed = [sum(float(weights[b, :, q, j].mean()) for q in range(T - window, T)) for j in range(T)]
-        half = kernel // 2  # average over the kernel's neighbours, the missing ones at the edges counted as 0
-        pooled = [sum(observed[i] for i in range(j - half, j + half + 1) if 0 <= i < T) / kernel for j in range(T)]
-        heavy = sorted(range(T - window), key=lambda j: -pooled[j])[:budget - window]
-        kept.append(sorted(heavy) + list(range(T - window, T)))
+        row = []
+        for g in range(kv_heads):
+            score = []
+            for j in range(earlier):
+                pooled_per_head = []
+                for h in range(g * group, (g + 1) * group):
+                    observed = [sum(float(weights[b, h, q, i]) for q in range(earlier, T)) / window
+                                for i in range(earlier)]
+                    pooled_per_head.append(sum(observed[i] for i in range(j - half, j + half + 1)
+                                               if 0 <= i < earlier) / kernel)
+                score.append(sum(pooled_per_head) / group)
+            heavy = sorted(range(earlier), key=lambda j: -score[j])[:budget - window]
+            row.append(sorted(heavy) + list(range(earlier, T)))
+        kept.append(row)
     return kept
 
 
+def snapkv_per_head_mask(kept: list[list[list[int]]], heads: int, length: int) -> torch.Tensor:
+    """[B, H, length, length] additive: the prompt attends causally; each later query sees what its key/value
+    head kept of the prompt and every token after it."""
+    B, kv_heads, prompt_length = len(kept), len(kept[0]), kept[0][0][-1] + 1
+    mask = torch.full((B, heads, length, length), -math.inf)
+    for b in range(B):
+        for h in range(heads):
+            for t in range(length):
+                for j in range(t + 1):
+                    held = j in kept[b][h // (heads // kv_heads)] or j >= prompt_length
+                    if t < prompt_length or held:
+                        mask[b, h, t, j] = 0.0
+    return mask
+
+
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
-def test_snapkv_compresses_the_prompt_as_a_reference_loop_and_then_keeps_every_token(arch):
+@pytest.mark.parametrize("per_head", [True, False])
+def test_snapkv_compresses_the_prompt_as_a_reference_loop_and_then_keeps_every_token(arch, per_head):
     model = enable_eviction(hf_model(arch, layers=1))
     plain = hf_model(arch, layers=1, attn_implementation="eager")
+    kv_heads = (4 if arch == "gpt2" else 2) if per_head else 1
     ids = prompt(length=16, seed=4)
-    cache = EvictingCache(SnapKV(7, window=3, kernel=3))
+    cache = EvictingCache(SnapKV(7, window=3, kernel=3, per_head=per_head))
     with torch.no_grad():
         model(ids, past_key_values=cache)
-        kept = reference_snapkv(plain, ids, budget=7, window=3, kernel=3)
-        assert [cache.layers[0].kept_positions(b) for b in range(2)] == kept
-        assert kept[0] != kept[1] and kept[0][:4] != [0, 1, 2, 3]  # the rows select different, not just first, tokens
-        model(prompt(length=2, seed=5)[:, :1], past_key_values=cache)
-    assert [cache.layers[0].kept_positions(b) for b in range(2)] == [k + [16] for k in kept]
+        kept = reference_snapkv(plain, ids, budget=7, window=3, kernel=3, kv_heads=kv_heads)
+        assert [[cache.layers[0].kept_positions(b, g) for g in range(kv_heads)] for b in range(2)] == kept
+        assert kept[0] != kept[1] and kept[0][0][:4] != [0, 1, 2, 3]  # rows select different, not just first, tokens
+        if per_head:  # the heads select differently, so one set per layer would not be what kvpress keeps
+            assert all(len({tuple(head) for head in row}) > 1 for row in kept)
+            assert [row[0] for row in kept] != [row[0] for row in
+                                                reference_snapkv(plain, ids, 7, 3, 3, kv_heads=1)]
+        following = prompt(length=2, seed=5)[:, :1]
+        logits = model(following, past_key_values=cache).logits[:, -1]
+        heads = plain.config.num_attention_heads
+        # the next token attends, in each head, to what its key/value head kept: a full forward under that mask
+        expected = plain(torch.cat([ids, following], dim=1),
+                         attention_mask=snapkv_per_head_mask(kept, heads, 17)).logits[:, -1]
+    torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)
+    assert [[cache.layers[0].kept_positions(b, g) for g in range(kv_heads)] for b in range(2)] == \
+        [[head + [16] for head in row] for row in kept]
+    assert cache.layers[0].live_tokens().tolist() == [8, 8]
+    assert cache.policy.describe() == f"SnapKV(budget=7, window=3, kernel=3, {'per_head' if per_head else 'per_layer'})"
 
 
 def test_beam_search_reorders_the_evicting_cache():
@@ -208,8 +252,10 @@ def test_cache_bytes_are_kept_tokens_times_bytes_per_token(policy):
     with torch.no_grad():
         model(ids, past_key_values=cache)
     heads, head_dim = 2, 8
-    # keys and values (float32), position (int64), validity (bool), and H2O's accumulated attention (float32)
-    per_token = 2 * heads * head_dim * 4 + 8 + 1 + (4 if policy == "h2o" else 0)
+    # keys and values (float32), position (int64) and validity (bool) per layer, or per key/value head for SnapKV,
+    # and H2O's accumulated attention (float32)
+    sets = heads if policy == "snapkv" else 1
+    per_token = 2 * heads * head_dim * 4 + (8 + 1) * sets + (4 if policy == "h2o" else 0)
     for layer in cache.layers:
         assert layer.live_tokens().tolist() == [7] and layer.keys.shape[2] == 7
         assert layer.nbytes() == 7 * per_token
