@@ -296,8 +296,8 @@ def test_an_indicative_verdict_shows_the_committed_records_verdict_beside_it():
     html = render_index("quick", "t", [], "<table></table>", None, {}, quick,
                         rules={"digest": "0123456789ab", "amendments": [], "record": record})
     assert 'class="badge v-reproduced indicative">reproduced, indicative</span>' in html
-    assert "record (reports/paper, trained at d25bc6e; 3 seeds)" in html
-    assert html.count("record (reports/paper") == 1  # only beside the indicative verdict
+    assert 'title="the committed record, reports/paper, trained at d25bc6e">record, 3 seeds:' in html
+    assert html.count("the committed record, reports/paper") == 1  # only beside the indicative verdict
     assert "rules digest <code>0123456789ab</code>" in html
 
 
