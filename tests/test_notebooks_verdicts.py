@@ -54,7 +54,7 @@ def own_verdicts(text: str) -> list[str]:
         if cell.cell_type == "markdown":
             if HEADING.search(cell.source):
                 found.append(f"cell {i}: a Verdicts section")
-            judged_here = "bab/report/claims.py" in cell.source  # the section that introduces the claims table
+            judged_here = "bab/report/claims/" in cell.source  # the section that introduces the claims table
             for name, pattern in VERDICT_PATTERNS.items():
                 if name == "a claim's outcome" and judged_here:
                     continue
