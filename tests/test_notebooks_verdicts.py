@@ -150,7 +150,7 @@ def test_an_invariant_is_not_taken_for_a_verdict(line):
 def test_a_verdicts_section_is_found_and_the_claims_tables_introduction_is_not():
     assert own_verdicts("# %% [markdown]\n# ## Verdicts\n#\n# Printed for every profile.\n")
     intro = ("# %% [markdown]\n# ## What the papers' claims say on these rows\n#\n# The verdicts below are decided "
-             "by `bab/report/claims.py`.\n")
+             "by the rules in `bab/report/claims/rules/`.\n")
     assert own_verdicts(intro) == []
 
 
