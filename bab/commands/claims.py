@@ -42,6 +42,10 @@ def _claims(args) -> int:
         for claim_id in args.claim:
             entry = registry.amend(claim_id, args.reason, before.get(claim_id))
             print(f"{claim_id}: {entry['from']} -> {entry['to']} ({entry['date']})")
+        # the claims amended now; other edited rules are amended (or checked) on their own
+        registry.check_ledger({c: registry.rule_specs()[c] for c in args.claim})
+        print(f"{len(args.claim)} rule(s) amended; python -m bab claims check checks them all")
+        return 0
     registry.check_ledger()
     print(f"rules {registry.registry_digest()} match their ledger")
     return 0

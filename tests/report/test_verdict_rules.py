@@ -150,3 +150,25 @@ def test_the_gamma_steps_are_judged_over_the_seeds():
     assert verdict.status == "reproduced" and "3 seeds" in verdict.covers
     # the closest step first: 0.1 to 0.3 at seed 21 is -0.05 only
     assert verdict.low <= -0.05 <= verdict.high
+
+
+def _costs(static, budgeted):
+    return [row(SYN.static, 0.25, cost=static), row(SYN.warm, 0.25, cost=budgeted),
+            row(SYN.static, 0.5, cost=0.48), row(SYN.warm, 0.5, cost=0.50)]
+
+
+def test_a_count_over_seeds_carries_their_spread():
+    # budgeted cheaper at b = 0.25 on average, but one seed of three the other way: the seeds decide nothing
+    seeds = {"01_synthetic": {7: _costs(0.36, 0.30), 13: _costs(0.35, 0.31), 21: _costs(0.30, 0.33)}}
+    merged = _costs(0.3367, 0.3133)
+    claim = C.claim_by_id("baa-budgeted-low-static-mid")
+    low = dict(claim.parts)["b = 0.25, budgeted cheaper"]
+    verdict = low.judge(merged, C.Evidence(seeds))
+    assert verdict.status == "inconclusive" and verdict.low < 0 < verdict.high and "3 seeds" in verdict.covers
+    # one model: the count is exact
+    assert low.judge(_costs(0.36, 0.30)).status == "reproduced"
+    # every seed cheaper: reproduced over the seeds too
+    steady = {"01_synthetic": {7: _costs(0.36, 0.30), 13: _costs(0.35, 0.31), 21: _costs(0.37, 0.30)}}
+    assert low.judge(_costs(0.36, 0.303), C.Evidence(steady)).status == "reproduced"
+    # the whole claim: static cheaper at b = 0.5 (0.48 against 0.50) holds as well
+    assert claim.judge(_costs(0.36, 0.30)).status == "reproduced"

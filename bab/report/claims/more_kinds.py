@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from bab.core import statistics
+from bab.core.statistics import Interval
 from bab.experiments.methods import Method
 from bab.report.claims.evidence import Evidence, _exact
 from bab.report.claims.kinds import Claim, margin
@@ -306,7 +307,8 @@ class Dominates(Claim):
 @dataclass(frozen=True)
 class Counted(Claim):
     """sum(coefficient x column) over ``terms`` ((Row, coefficient) pairs), a number counted rather than sampled
-    (MHSA FLOPs, MACs removed, soft costs), against ``region``: exact, no interval."""
+    (MHSA FLOPs, MACs removed, soft costs), against ``region``: exact for one model; where the notebook ran at
+    several seeds, each seed's models count their own and the interval carries the seeds' spread."""
 
     terms: tuple = ()
     column: str = "cost"
@@ -323,8 +325,17 @@ class Counted(Claim):
         except (KeyError, TypeError):
             theirs = None
         shown = ", ".join(f"{p.label()}: {v:.3f}" for (p, _), v in zip(self.terms, found, strict=True))
-        verdict = judged(self.region, _exact(ours, "exact: counted, not sampled"), theirs,
-                         f"{shown}" + ("" if theirs is None else f" (paper {theirs:.3f})"), ".3f")
+        by_seed = (evidence or Evidence()).per_seed([p for p, _ in self.terms], self.column)
+        if by_seed:  # each seed's model counts its own number: the interval carries the seeds' spread
+            values = [sum(c * float(m[self.column]) for (_, c), m in zip(self.terms, matched, strict=True))
+                      for matched in by_seed.values()]
+            spread = statistics.seed_differences(values, [0.0] * len(values), 0)
+            interval = Interval(ours, min(spread.low, ours), max(spread.high, ours),
+                                f"{len(values)} seeds; each counted, not sampled")
+        else:
+            interval = _exact(ours, "exact: counted, not sampled")
+        verdict = judged(self.region, interval, theirs, f"{shown}" + ("" if theirs is None else f" (paper "
+                                                                                               f"{theirs:.3f})"), ".3f")
         if self.not_informative:
             return replace(verdict, status="not informative", why=f"{verdict.why}; {self.not_informative}")
         return verdict
