@@ -28,8 +28,8 @@ Policies (each ``scores`` a call's slots; the ``keep_count`` highest-scoring rea
   tokens those queries attend to most (pooled along the keys), selected per key/value head (or per layer, an
   option); decoding keeps every new token.
 
-TOVA and SnapKV follow the definitions of NVIDIA's kvpress (``kvpress/presses/tova_press.py``,
-``snapkv_press.py``, ``scorer_press.py``): each class's docstring writes its formula out.
+StreamingLLM, TOVA and SnapKV follow the definitions of NVIDIA's kvpress (``kvpress/presses/streaming_llm_press.py``,
+``tova_press.py``, ``snapkv_press.py``, ``scorer_press.py``): each class's docstring writes its formula out.
 
 Shapes: B batch, H query heads, G key/value heads, T the call's queries, K slots after the call (cached, then the
 call's new tokens). A per-layer policy sees positions and real [B, K]; a per-head one [B, G, K].
@@ -148,7 +148,8 @@ def _age(real: torch.Tensor) -> torch.Tensor:
 
 
 class StreamingLLM(EvictionPolicy):
-    """The first ``sinks`` tokens (attention sinks) and the most recent ones, the rest of the budget.
+    """The first ``sinks`` tokens (attention sinks) and the most recent ones, the rest of the budget: as kvpress's
+    ``StreamingLLMPress``, which scores 1 every token but the n_pruned right after the sinks.
 
     Sinks are never evicted, so the oldest real slots a layer holds are always the sequence's first tokens. With an
     int budget the window is ``budget - sinks`` >= 1; with a fraction, a row keeps at least sinks + 1 tokens (when it
