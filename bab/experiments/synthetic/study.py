@@ -34,6 +34,8 @@ SYNTHETIC_METHODS = methods(
     ("posthoc", "post-hoc pruning", "heads", "fraction", "baseline"),
     ("hard_adapted", "budgeted hard skip, adapted", "heads", "fraction", "paper"),
     ("sweep_lowest", "budgeted sweep, lowest point", "heads", "fraction", "paper"),
+    # every budget of the same soft sweep: the cost's monotonicity in the budget is a claim of its own
+    ("sweep", "budgeted sweep, soft", "heads", "fraction", "paper"),
 )
 METHOD_SETS = (SYNTHETIC_METHODS,)
 
@@ -136,6 +138,7 @@ def synthetic_rows(exp: SyntheticExperiment, *, dense, dense_stats: dict, scratc
         exp.result_row(M.sweep_lowest, sweep.budget.iloc[0],
                        {**sweep.iloc[0].to_dict(), **row_units(sweep, sweep.index[0])},
                        models=warm),
+        *exp.rows_of(M.sweep, sweep, models=warm),
     ]
 
 

@@ -217,7 +217,7 @@ def _combine(verdicts: list[Verdict]) -> str:
         return "reproduced"
     if "not run" in statuses:
         return "not run"
-    if "reproduced" in statuses and "not reproduced" in statuses:
+    if ("reproduced" in statuses and "not reproduced" in statuses) or "partly" in statuses:
         return "partly"
     if "not reproduced" in statuses:
         return "not reproduced"
