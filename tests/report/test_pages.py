@@ -309,6 +309,7 @@ def test_the_front_page_lists_the_amendments_and_marks_stale_runs():
     html = render_index("paper", "t", runs, "<table></table>", None, {}, CLAIMS,
                         rules={"digest": "x", "amendments": amendments, "record": {}})
     assert "Amendments to the rules" in html and "<code>dcp-throughput</code>" in html
+    assert '<a href="#amendments">1 amendment</a>' in html
     assert ('<span class="badge v-reproduced">reproduced</span> → '
             '<span class="badge v-not-reproduced">not reproduced</span>') in html
     assert "1 of the notebook runs below are stale" in html and '<span class="stale">stale</span>' in html
