@@ -111,3 +111,20 @@ def test_amending_a_rule_that_did_not_change_is_refused(capsys):
 
     assert main(["claims", "amend", "dcp-throughput", "--reason", "nothing changed"]) == 2
     assert "the rule is as it was at HEAD; edit it first" in capsys.readouterr().err
+
+
+def test_every_amendment_is_judged_before_and_after_on_rows():
+    from bab.report.claims import amendments_judged
+
+    shown = amendments_judged([])
+    assert len(shown) == len(ledger()["amendments"]) > 0
+    throughput = next(a for a in shown if a["claim"] == "dcp-throughput")
+    assert (throughput["before"], throughput["after"]) == ("not run", "not run")  # no rows: nothing to judge
+    # the old KV-memory rule has no region today's kind can read: its verdict on the record stands in the ledger
+    from bab.experiments.context_pruning import GPT2_METHODS as GPT2
+
+    headline = {"experiment": GPT2.headline.experiment, "method": GPT2.headline.name, "budget": 0.2, "cost": 0.2,
+                "memory_ratio": 4.8}
+    memory = next(a for a in amendments_judged([headline]) if a["claim"] == "dcp-kv-memory")
+    assert memory["after"] == "reproduced"  # 4.8x of the 5x that 20% kept implies: 96%, above 90%
+    assert (memory["before"], memory["before_note"]) == ("reproduced", "on the record, when amended")

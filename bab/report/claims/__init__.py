@@ -180,20 +180,22 @@ class JudgementTable(pd.DataFrame):
 
 def amendments_judged(rows, evidence: Evidence | None = None) -> list[dict]:
     """The ledger's amendments, newest first, each with the verdict its claim gets on ``rows`` under the rule before
-    it and under the rule now: {date, claim, reason, before, after}."""
+    it and under the rule now: {date, claim, reason, before, before_note, after}; ``before_note`` says where the verdict
+    before comes from when today's code cannot judge the old rule (the ledger's verdict on the record)."""
     evidence = evidence or Evidence()
     shown = []
     for amendment in reversed(amendments()):
         before = amendment.get("before")
+        note = ""
         try:
             old = build_claim(before).judge(rows, evidence).status if before else "not registered"
         except (TypeError, AttributeError, ValueError):
             # a rule whose kind has changed shape since cannot be judged by today's code: the verdict it gave on
             # the record when amended stands in the ledger
-            old = f"{amendment.get('on_record', {}).get('before', '?')} (on the record)"
+            old, note = amendment.get("on_record", {}).get("before", "?"), "on the record, when amended"
         new = claim_by_id(amendment["claim"]).judge(rows, evidence).status
         shown.append({"date": str(amendment["date"]), "claim": amendment["claim"], "reason": amendment["reason"],
-                      "before": old, "after": new})
+                      "before": old, "before_note": note, "after": new})
     return shown
 
 
