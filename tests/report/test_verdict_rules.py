@@ -90,6 +90,8 @@ def test_a_claim_with_parts_shows_the_number_of_the_part_that_decides_it():
     unsure = _from_parts([("first", holds), ("second", straddles)])
     assert (unsure.status, unsure.ours, unsure.decided_by) == ("inconclusive", 0.1, "second")
     assert _from_parts([("first", holds), ("second", holds)]).decided_by == "first"
+    waiting = _from_parts([("first", holds), ("second", Verdict("not run", None, None, "no row"))])
+    assert (waiting.status, waiting.ours, waiting.decided_by) == ("not run", None, "second")
 
 
 @pytest.mark.parametrize("statuses, combined", [

@@ -202,7 +202,7 @@ def _from_parts(parts, region: str | None = None, prefix: str = "") -> Verdict:
     status = _combine([v for _, v in parts])
     wanted = "not reproduced" if status == "partly" else status
     name, deciding = next(((n, v) for n, v in parts if v.status == wanted), parts[0])
-    if deciding.ours is None:
+    if deciding.ours is None and status != "not run":  # a claim waiting for a row shows no number of its parts
         name, deciding = next(((n, v) for n, v in parts if v.ours is not None), (name, deciding))
     regions = region if region is not None else "; ".join(f"{name}: {v.region}" for name, v in parts if v.region)
     return Verdict(status, deciding.ours, deciding.theirs,
