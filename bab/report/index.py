@@ -338,7 +338,7 @@ def write_index(staging, profile, notebooks, repo_dir):
     comparison-table error (or None)."""
     from bab.report.pages import write_pages
 
-    write_pages(staging, repo_dir)
+    write_pages(staging, repo_dir, profile)
     runs = collect_runs(staging, notebooks)
     generated_at = generated_time(runs)
     files = results_files(staging)

@@ -18,8 +18,10 @@ MATHJAX_DIR = "mathjax"
 MATHJAX_URL = f"{MATHJAX_DIR}/tex-chtml.js"  # relative: the pages sit beside the folder
 # Marks a page written by ``notebook_page``; bump the number when the page changes, and ``write_pages`` rewrites
 # the pages of an existing report folder.
-PAGE_VERSION = "bab notebook page 5"
+PAGE_VERSION = "bab notebook page 6"
 PAGE_MARKER = f'<meta name="generator" content="{PAGE_VERSION}">'
+# the rules a page's claims were judged by (``judged_now``): a page judged by other rules is written again
+RULES_MARKER = "<!-- bab:rules {digest} -->"
 
 # MathJax 3 reads its configuration from window.MathJax before it loads (nbconvert's own block configures
 # MathJax 2); nothing is loaded from the web: require.js, mermaid and the widget manager are left out, since
@@ -114,16 +116,43 @@ def _page_notebook(ipynb):
     return nb
 
 
-def notebook_page(ipynb, out, checkout=None) -> Path:
+def judged_now(ipynb, profile=None) -> str:
+    """The claims this notebook's rows test, judged by the rules as they are now, as an HTML section for the end of
+    its page ("" when the report folder holds no rows of it): a page built later than its notebook ran then shows
+    the verdicts the front page gives, beside the table the notebook showed when it ran. ``profile``: the report's,
+    for the test-set sizes of rows that do not carry theirs."""
+    from bab.core import outcomes
+    from bab.report.claims import Evidence, judgement_table, registry_digest
+    from bab.report.results import read_json
+
+    results = Path(ipynb).parent / "results"
+    data = read_json(results / f"{Path(ipynb).stem}.json") or {}
+    if not data.get("rows"):
+        return ""
+    npz = results / f"{Path(ipynb).stem}.outcomes.npz"
+    evidence = Evidence(profile=profile, outcomes=outcomes.read(npz) if npz.is_file() else {})
+    table = judgement_table(data["rows"], evidence)
+    if table.empty:
+        return ""
+    return (f'<section id="claims-now" style="margin: 2em 1em"><h2>The papers\' claims on this page\'s rows, '
+            f'judged by the rules now</h2><p>Rules digest <code>{registry_digest()}</code> '
+            f'(<code>bab/report/claims/rules/</code>), as on the front page. The table the notebook showed when it '
+            f'ran was judged by the rules of then; where the two differ, this one holds.</p>'
+            f'{table.to_html(index=False, escape=True, border=0)}</section>')
+
+
+def notebook_page(ipynb, out, checkout=None, profile=None) -> Path:
     """Write the executed notebook ``ipynb`` as an HTML page ``out`` that reads offline (MathJax from ``mathjax/``
-    beside it: ``install_mathjax``), with no path of this machine (``scrub_paths``) and "–" in table cells without
-    a value."""
+    beside it: ``install_mathjax``), with no path of this machine (``scrub_paths``), "–" in table cells without
+    a value, and its claims judged by the rules now at the end (``judged_now``)."""
     from nbconvert import HTMLExporter
 
     exporter = HTMLExporter(raw_template=PAGE_TEMPLATE, mathjax_url=MATHJAX_URL)
     # the page's title names the notebook (nbconvert's default is "Notebook")
     body, _ = exporter.from_notebook_node(_page_notebook(ipynb), resources={"metadata": {"name": Path(ipynb).stem}})
     body = shared_stylesheet(body, Path(out).parent)
+    closing = f"{judged_now(ipynb, profile)}\n{RULES_MARKER.format(digest=_rules_digest())}\n</body>"
+    body = body.replace("</body>", closing, 1)
     Path(out).write_text(scrub_paths(empty_cells_as_dashes(body), checkout, Path(out).parent), encoding="utf-8")
     return Path(out)
 
@@ -142,13 +171,21 @@ def shared_stylesheet(html: str, folder) -> str:
     return html[:found.start()] + f'<link rel="stylesheet" type="text/css" href="{name}">' + html[found.end():]
 
 
+def _rules_digest() -> str:
+    from bab.report.claims import registry_digest
+
+    return registry_digest()
+
+
 def page_is_current(page) -> bool:
-    """Whether ``page`` exists and was written by this version of ``notebook_page``."""
+    """Whether ``page`` exists, was written by this version of ``notebook_page`` and judged by the rules now."""
     page = Path(page)
     if not page.is_file():
         return False
     with page.open(encoding="utf-8", errors="replace") as f:
-        return f'content="{PAGE_VERSION}"' in f.read(4096)  # the marker sits right after the title
+        if f'content="{PAGE_VERSION}"' not in f.read(4096):  # the marker sits right after the title
+            return False
+    return RULES_MARKER.format(digest=_rules_digest()) in page.read_text(encoding="utf-8", errors="replace")
 
 
 def linked_stylesheets(page) -> list[str]:
@@ -156,7 +193,7 @@ def linked_stylesheets(page) -> list[str]:
     return _CSS_FILE.findall(Path(page).read_text(encoding="utf-8"))
 
 
-def write_pages(folder, checkout=None) -> dict[str, str]:
+def write_pages(folder, checkout=None, profile=None) -> dict[str, str]:
     """Give every executed notebook (``<stem>.ipynb``) in a report folder its page (``<stem>.html``) where the page
     is missing or older than this version of ``notebook_page``, and put MathJax beside them. Returns {stem: error}
     of the notebooks whose page could not be written (their earlier page, if any, is kept)."""
@@ -169,7 +206,7 @@ def write_pages(folder, checkout=None) -> dict[str, str]:
                 and all((folder / name).is_file() for name in linked_stylesheets(page))):
             continue  # a page copied in without its stylesheet is written again, with it
         try:
-            notebook_page(ipynb, page, checkout)
+            notebook_page(ipynb, page, checkout, profile)
         except Exception as exc:  # a notebook that cannot be read keeps its old page; the others go on
             errors[ipynb.stem] = f"{type(exc).__name__}: {exc}"
     linked = {name for page in folder.glob("*.html") for name in linked_stylesheets(page)}

@@ -324,3 +324,32 @@ def test_a_notebook_page_is_titled_by_its_notebook(tmp_path):
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# ViT")]), ipynb)
     page = notebook_page(ipynb, tmp_path / "05_vit_sparsifiner-seed13.html").read_text()
     assert "<title>05_vit_sparsifiner-seed13</title>" in page
+
+
+def test_a_notebook_page_ends_with_its_claims_judged_by_the_rules_now(tmp_path, monkeypatch):
+    import json
+
+    import nbformat
+
+    from bab.experiments.text import AG_NEWS_METHODS as AGN
+    from bab.report import pages
+    from bab.report.claims import claim_by_id, judge_all
+
+    folder = tmp_path / "report"
+    (folder / "results").mkdir(parents=True)
+    rows = [{"experiment": AGN.warm.experiment, "method": AGN.warm.name, "budget": 0.5, "accuracy": 90.0,
+             "accuracy_n": 2000, "cost": 0.5, "seeds": [7]},
+            {"experiment": AGN.dense.experiment, "method": AGN.dense.name, "budget": 1.0, "accuracy": 84.0,
+             "accuracy_n": 2000, "cost": 1.0, "seeds": [7]}]
+    (folder / "results" / "02_ag_news_custom-seed7.json").write_text(json.dumps({"rows": rows}))
+    ipynb = folder / "02_ag_news_custom-seed7.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# AG News")]), ipynb)
+    page = pages.notebook_page(ipynb, folder / "02_ag_news_custom-seed7.html", tmp_path, "paper").read_text()
+    section = page[page.index('<section id="claims-now"'):]
+    claim = claim_by_id("baa-agnews-budgeted")
+    [judged] = judge_all(rows, [claim])
+    assert claim.statement in section and f"{judged.verdict.status}, indicative" in section  # as the front page
+    assert f"Rules digest <code>{pages._rules_digest()}</code>" in section
+    assert pages.page_is_current(folder / "02_ag_news_custom-seed7.html")
+    monkeypatch.setattr(pages, "_rules_digest", lambda: "000000000000")  # the rules changed since: written again
+    assert not pages.page_is_current(folder / "02_ag_news_custom-seed7.html")
