@@ -43,6 +43,16 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from bab.context.attention_arguments import (
+    IMPLEMENTATION,
+    call_arguments,
+    check_argument,
+    check_attention_call,
+    decoder_attentions,
+    pretrained_modules,
+    refuse_attention_change,
+    window,
+)
 from bab.context.interaction import (
     HARD,
     ContextInteraction,
@@ -57,7 +67,7 @@ from bab.context.pruned_cache import PrunedCache
 __all__ = ["ATTN_IMPLEMENTATION", "ContextState", "attach", "check_attachable", "context_state", "detach",
            "interactions", "is_attached", "load_attached", "set_alpha", "set_budget", "set_pruning", "token_drop_times"]
 
-ATTN_IMPLEMENTATION = "bab_context"
+ATTN_IMPLEMENTATION = IMPLEMENTATION
 CONFIG_KEY = "bab_context_pruning"  # where the PruningConfig is kept in model.config (saved in config.json)
 STATE_ATTRIBUTE = "bab_context"  # the ContextState on the model and on each attention module
 
@@ -120,26 +130,6 @@ class ContextState:
 # ---------------------------------------------------------------------- attaching
 
 
-def _layers(model: nn.Module) -> list[nn.Module]:
-    """The attention module of every decoder layer, in order (GPT-2: ``transformer.h[i].attn``; Llama, Qwen2,
-    Mistral: ``model.layers[i].self_attn``)."""
-    base = getattr(model, "base_model", model)
-    blocks = getattr(base, "layers", None)
-    if blocks is None:
-        blocks = getattr(base, "h", None)
-    if blocks is None:
-        raise ValueError(f"cannot find the decoder layers of {type(model).__name__} (looked for base_model.layers and "
-                         "base_model.h)")
-    attentions = []
-    for i, block in enumerate(blocks):
-        attention = getattr(block, "self_attn", None) or getattr(block, "attn", None)
-        if attention is None or getattr(attention, "layer_idx", None) != i:
-            raise ValueError(f"layer {i} of {type(model).__name__} has no self-attention module (self_attn or attn) "
-                             "with layer_idx set")
-        attentions.append(attention)
-    return attentions
-
-
 def is_attached(model: nn.Module) -> bool:
     return isinstance(getattr(model, STATE_ATTRIBUTE, None), ContextState)
 
@@ -152,7 +142,7 @@ def context_state(model: nn.Module) -> ContextState:
 
 def interactions(model: nn.Module) -> list[ContextInteraction]:
     """The ContextInteraction of every layer, in order."""
-    return [attention.interaction for attention in _layers(model)]
+    return [attention.interaction for attention in decoder_attentions(model)]
 
 
 def attach(model: nn.Module, pruning: PruningConfig, alpha: float = HARD, budget: float | None = None) -> nn.Module:
@@ -182,7 +172,7 @@ def attach(model: nn.Module, pruning: PruningConfig, alpha: float = HARD, budget
             attention.add_module("interaction", interaction)
             attention.register_forward_pre_hook(_capture_input, with_kwargs=True)
         state = ContextState(pruning=pruning, n_layers=len(attentions), alpha=alpha, budget=budget, before=before,
-                             windows=[_window(attention) for attention in attentions])
+                             windows=[window(attention) for attention in attentions])
         for module in (model, *attentions):
             object.__setattr__(module, STATE_ATTRIBUTE, state)  # a plain attribute: not a submodule, not in state dict
         setattr(model.config, CONFIG_KEY, asdict(pruning))  # saved in config.json by save_pretrained
@@ -190,8 +180,8 @@ def attach(model: nn.Module, pruning: PruningConfig, alpha: float = HARD, budget
         refused = [i for i, a in enumerate(attentions) if a.config._attn_implementation != ATTN_IMPLEMENTATION]
         if model.config._attn_implementation != ATTN_IMPLEMENTATION or refused:
             raise RuntimeError(f"{type(model).__name__} refused the attention implementation {ATTN_IMPLEMENTATION!r}")
-        for module in _pretrained_modules(model):  # set_attn_implementation now refuses (detach lifts it)
-            object.__setattr__(module, "set_attn_implementation", _refuse_attention_change)
+        for module in pretrained_modules(model):  # set_attn_implementation now refuses (detach lifts it)
+            object.__setattr__(module, "set_attn_implementation", refuse_attention_change)
     except BaseException:
         before.restore(model, attentions)
         raise
@@ -203,7 +193,7 @@ def detach(model: nn.Module) -> nn.Module:
     implementation back to what they were before; the model then computes what it computed before ``attach``.
     Returns the same model."""
     state = context_state(model)
-    state.before.restore(model, _layers(model))
+    state.before.restore(model, decoder_attentions(model))
     return model
 
 
@@ -227,7 +217,7 @@ def check_attachable(model: nn.Module) -> list[nn.Module]:
     if not model._can_set_attn_implementation():
         raise ValueError(f"{name} does not route its attention through transformers' AttentionInterface "
                          f"(ALL_ATTENTION_FUNCTIONS), so the {ATTN_IMPLEMENTATION!r} attention would never run")
-    attentions = _layers(model)
+    attentions = decoder_attentions(model)
     checked = set()
     for attention in attentions:
         if "interaction" in attention._modules or hasattr(attention, "interaction"):
@@ -237,124 +227,11 @@ def check_attachable(model: nn.Module) -> list[nn.Module]:
         if getattr(attention, "config", None) is None:
             raise ValueError(f"{type(attention).__name__} has no config to read its attention implementation from")
         if type(attention) not in checked:
-            _check_attention_call(attention)
+            check_attention_call(attention)
             checked.add(type(attention))
-        for argument, value in _call_arguments(attention).items():
-            _check_argument(attention, argument, value)
+        for argument, value in call_arguments(attention).items():
+            check_argument(attention, argument, value)
     return attentions
-
-
-# Arguments of the attention call that "bab_context" honours as transformers' SDPA attention does: dropout and
-# scaling go to SDPA; a sliding window is built by transformers into the mask "bab_context" adds log I to (SDPA
-# ignores the argument too).
-HONOURED = frozenset({"dropout", "scaling", "sliding_window"})
-# Arguments that reach the attention through **kwargs and change nothing it computes.
-INERT = frozenset({"position_ids", "cache_position", "use_cache", "past_key_values", "output_attentions",
-                   "output_hidden_states", "output_router_logits", "return_dict", "position_embeddings", "layer_idx",
-                   "is_causal"})
-# Why an argument that holds a value is refused (others: "an argument the attention does not compute").
-REFUSED_BECAUSE = {
-    "softcap": "attention logit soft-capping (tanh(s / c) * c before the softmax)",
-    "s_aux": "attention sinks (a learned logit per head that takes softmax mass)",
-    "sinks": "attention sinks (a learned logit per head that takes softmax mass)",
-    "position_bias": "a position bias added to the attention logits",
-    "head_mask": "a head mask",
-}
-
-
-def _check_argument(attention: nn.Module, argument: str, value) -> None:
-    if argument in HONOURED or argument in INERT and argument != "is_causal":
-        return
-    if argument == "is_causal" and value in (None, True):
-        return
-    if value is None:
-        return
-    why = REFUSED_BECAUSE.get(argument, "an argument the bab_context attention does not compute")
-    raise ValueError(f"{type(attention).__name__} passes {argument}={_short(value)} to its attention: {why}, which "
-                     f"the {ATTN_IMPLEMENTATION!r} attention would silently drop; context pruning refuses this model")
-
-
-def _short(value) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"<tensor {tuple(value.shape)}>"
-    return repr(value)
-
-
-_UNKNOWN = object()
-
-
-def _attention_calls(cls: type) -> list:
-    """The ``attention_interface(...)`` calls in ``cls.forward``'s source (ast.Call nodes)."""
-    import ast
-    import inspect
-    import textwrap
-
-    try:
-        source = textwrap.dedent(inspect.getsource(cls.forward))
-    except (OSError, TypeError):
-        return []
-    return [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name) and node.func.id == "attention_interface"]
-
-
-def _check_attention_call(attention: nn.Module) -> None:
-    calls = _attention_calls(type(attention))
-    if not calls:
-        raise ValueError(f"{type(attention).__name__}.forward does not call transformers' attention interface "
-                         f"(attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(...)) in a form attach can "
-                         "read, so it cannot tell which arguments the attention gets")
-    for call in calls:
-        if len(call.args) != 5:  # module, query, key, value, attention_mask
-            raise ValueError(f"{type(attention).__name__} calls its attention with {len(call.args)} positional "
-                             "arguments; attach knows the five of transformers' attention functions")
-
-
-def _call_arguments(attention: nn.Module) -> dict:
-    """{argument: value} of the keyword arguments the module's attention call names, each evaluated on the module
-    where it is ``self.<attribute>...``, a constant, or a conditional expression (both branches must agree on being
-    None); ``_UNKNOWN`` otherwise (refused unless honoured)."""
-    import ast
-
-    def evaluate(node):
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.Attribute):
-            base = attention if isinstance(node.value, ast.Name) and node.value.id == "self" else evaluate(node.value)
-            return _UNKNOWN if base is _UNKNOWN else getattr(base, node.attr, _UNKNOWN)
-        if isinstance(node, ast.IfExp):
-            both = evaluate(node.body), evaluate(node.orelse)
-            return None if both == (None, None) else _UNKNOWN
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
-                and len(node.args) == 3 and isinstance(node.args[1], ast.Constant):
-            base = evaluate(node.args[0])
-            return _UNKNOWN if base is _UNKNOWN else getattr(base, node.args[1].value, evaluate(node.args[2]))
-        return _UNKNOWN
-
-    arguments = {}
-    for call in _attention_calls(type(attention)):
-        for keyword in call.keywords:
-            if keyword.arg is not None:  # **kwargs: checked at every call by the attention itself
-                arguments[keyword.arg] = evaluate(keyword.value)
-    return {k: ("<unreadable>" if v is _UNKNOWN else v) for k, v in arguments.items()}
-
-
-def _window(attention: nn.Module) -> int | None:
-    """The sliding window the module passes to its attention (transformers builds the same into the mask), or None."""
-    window = _call_arguments(attention).get("sliding_window")
-    return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
-
-
-def _pretrained_modules(model: nn.Module) -> list[nn.Module]:
-    return [m for m in model.modules() if hasattr(type(m), "set_attn_implementation")]
-
-
-def _refuse_attention_change(attn_implementation, *args, **kwargs) -> None:
-    """Takes the place of ``set_attn_implementation`` on an attached model."""
-    if attn_implementation == ATTN_IMPLEMENTATION:
-        return
-    raise ValueError(f"context pruning is attached: the attention must stay {ATTN_IMPLEMENTATION!r} (with "
-                     f"{attn_implementation!r} a PrunedCache would drop tokens the attention no longer hides); call "
-                     "bab.context.attach.detach(model) first")
 
 
 @dataclass
@@ -368,7 +245,7 @@ class _Before:
 
     @classmethod
     def of(cls, model: nn.Module) -> _Before:
-        configs, stack = {}, [m.config for m in _pretrained_modules(model) if getattr(m, "config", None) is not None]
+        configs, stack = {}, [m.config for m in pretrained_modules(model) if getattr(m, "config", None) is not None]
         while stack:
             config = stack.pop()
             if id(config) not in configs:
@@ -379,8 +256,8 @@ class _Before:
                    hasattr(model.config, CONFIG_KEY), getattr(model.config, CONFIG_KEY, None))
 
     def restore(self, model: nn.Module, attentions: list[nn.Module]) -> None:
-        for module in _pretrained_modules(model):
-            if module.__dict__.get("set_attn_implementation") is _refuse_attention_change:
+        for module in pretrained_modules(model):
+            if module.__dict__.get("set_attn_implementation") is refuse_attention_change:
                 del module.__dict__["set_attn_implementation"]
         for config, implementation in self.implementations:
             config._attn_implementation_internal = implementation  # the attribute itself: no checks, no recursion
@@ -512,7 +389,7 @@ def context_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     """
     state: ContextState = getattr(module, STATE_ATTRIBUTE)
     for argument, given in kwargs.items():  # what the checks at attach could not see (arguments from **kwargs)
-        _check_argument(module, argument, given)
+        check_argument(module, argument, given)
     layer = module.layer_idx
     x, cache = state.inputs.pop(layer, None), state.caches.pop(layer, None)
     T, K = query.shape[2], key.shape[2]

@@ -45,7 +45,8 @@ from transformers import AttentionInterface
 from transformers.cache_utils import Cache
 from transformers.masking_utils import AttentionMaskInterface
 
-from bab.context.attach import _allowed, _always_materialised_mask, _layers, _open_empty_rows, is_attached
+from bab.context.attach import _allowed, _always_materialised_mask, _open_empty_rows, is_attached
+from bab.context.attention_arguments import decoder_attentions
 from bab.context.eviction import EvictionPolicy, SlotView
 from bab.context.pruned_cache import RowMappedLayer
 from bab.core.outcomes import unit_ids
@@ -236,7 +237,7 @@ def enable_eviction(model: nn.Module) -> nn.Module:
     if is_attached(model):
         raise ValueError("this model has learned context pruning attached (bab.context.attach): evaluate eviction "
                          "policies on the plain model, or use its PrunedCache")
-    for attention in _layers(model):
+    for attention in decoder_attentions(model):
         if not getattr(attention, HOOKED, False):
             attention.register_forward_pre_hook(_hand_over_layer, with_kwargs=True)
             object.__setattr__(attention, HOOKED, True)

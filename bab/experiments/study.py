@@ -27,6 +27,7 @@ import bab.sparsifiner
 from bab.core import outcomes
 from bab.core.blas import blas_key
 from bab.core.digest import state_digest
+from bab.core.errors import BadInput
 from bab.core.provenance import git_commit
 from bab.core.runs import RUN_TAG, RunCache, run_of, train_cached
 from bab.core.timing import repeat_times
@@ -235,13 +236,13 @@ RECORD_PROFILE = "paper"  # the profile of the committed record (reports/paper/)
 def refuse_uncommitted_training(profile_name: str, commit: str | None = None, doing: str = "train") -> None:
     """At the record's profile (``RECORD_PROFILE``, and its variants such as "paper, 197 tokens") every model and
     result must name the commit that made it, so training (or running the report) from a checkout whose code differs
-    from its commit ("+dirty": ``bab.core.provenance.git_commit``) raises a ValueError saying how to fix it. Loading
-    a cached model is never refused."""
+    from its commit ("+dirty": ``bab.core.provenance.git_commit``) raises ``BadInput`` (a ValueError) saying how to fix
+    it, before any work. Loading a cached model is never refused."""
     if profile_name.split(",")[0] != RECORD_PROFILE:
         return
     commit = git_commit() if commit is None else commit
     if commit.endswith("+dirty"):
-        raise ValueError(f"profile {profile_name!r} makes the committed record, whose models and results name the "
+        raise BadInput(f"profile {profile_name!r} makes the committed record, whose models and results name the "
                          f"commit that made them, but this checkout's code differs from its commit ({commit}): "
                          f"commit or stash the changes (git status), then {doing} again")
 

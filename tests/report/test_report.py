@@ -127,7 +127,7 @@ def test_progress_names_each_notebook_and_each_code_cell_as_plain_lines(first_ru
     lines = first_run.stdout.splitlines()
     assert lines[0] == "running 2 notebooks at profile smoke; no earlier successful runs to estimate from"
     assert re.fullmatch(r"1 notebook at once, \d+ torch threads? each \(\d+ cores?\), training in float32 on cpu; "
-                        r"MKL.*", lines[1])
+                        r"the kernels: MKL.*", lines[1])
     assert lines[2] == "[1/2] 01_ok ... (no previous run)"
     # the parameters cell, papermill's injected parameters, the code cell: numbered like In [n]
     cells = [line for line in lines if line.startswith("      cell ")]

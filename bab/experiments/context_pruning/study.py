@@ -14,7 +14,8 @@ from bab.context.interaction import PruningConfig
 from bab.context.train import LMTrainConfig
 from bab.core.runs import RunCache, as_downloaded
 from bab.data.lm import LMData, LMDataConfig, load_lm_data
-from bab.experiments.decoder_study import DecoderStudy, context_pruning_methods
+from bab.experiments.decoder_methods import context_pruning_methods
+from bab.experiments.decoder_study import DecoderStudy
 
 EXPERIMENT = "gpt2_context_pruning"
 GPT2_METHODS = context_pruning_methods(EXPERIMENT)
