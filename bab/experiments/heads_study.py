@@ -15,11 +15,11 @@ from dataclasses import replace
 import pandas as pd
 import torch
 
-from bab.core.budget import num_heads_to_keep
 from bab.core.outcomes import keep_units
 from bab.experiments.study import Study, trained
 from bab.heads.encoder import EncoderClassifier, EncoderConfig
 from bab.heads.evaluate import budget_sweep, evaluate, is_monotone
+from bab.heads.gates import num_heads_to_keep
 from bab.heads.posthoc import head_importance, posthoc_mask
 from bab.heads.train import TrainConfig, train
 

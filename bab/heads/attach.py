@@ -3,7 +3,7 @@
 ``attach(model, gates="budget")`` takes a transformers BERT, RoBERTa, DistilBERT, ViT or DeiT model (any head on
 top: sequence or image classification, the bare encoder) and returns the same model object with
 
-- a gate module (``bab.core.budget.make_gates``: "budget" for Eq. 1's budget-conditioned gates, "static" for one
+- a gate module (``bab.heads.gates.make_gates``: "budget" for Eq. 1's budget-conditioned gates, "static" for one
   specialist's, None for explicit head masks only) registered as the submodule ``head_gates``, and the gate kind
   kept in ``model.config`` under ``bab_head_gates``, so ``save_pretrained`` writes both and ``load_attached``
   rebuilds the model with its gates;
@@ -15,7 +15,7 @@ top: sequence or image classification, the bare encoder) and returns the same mo
 
 The settings (mode, budget, an explicit head mask) live on a ``HeadGateState`` shared by the layers
 (``head_state(model)``, ``set_budget``, ``set_head_mask``, ``set_dense``). Each forward computes the weights
-[L, H] once, in the hook of layer 0, with ``bab.core.budget.head_weights`` (the one function every head-gated
+[L, H] once, in the hook of layer 0, with ``bab.heads.gates.head_weights`` (the one function every head-gated
 model in bab uses), and leaves them on the state with the soft gates and the estimated cost (``last_cost``: the
 mean gate mass in soft mode, with its gradient, so a training loop adds it to its loss and trains
 ``model.head_gates`` like any other parameters).
@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from bab.core.budget import BudgetGates, StaticGates, attention_cost, head_weights, make_gates, scale_heads
+from bab.heads.gates import BudgetGates, StaticGates, attention_cost, head_weights, make_gates, scale_heads
 
 __all__ = ["CONFIG_KEY", "GATES_NAME", "KEPT_HEADS_KEY", "MODES", "SUPPORTED_MODEL_TYPES", "HeadGateState", "attach",
            "detach", "gate_settings", "head_state", "is_attached", "last_cost", "load_attached", "output_projections",
@@ -76,7 +76,7 @@ class HeadGateState:
 
     After a forward: ``weights`` [L, H] what multiplied the heads (None in dense mode), ``soft_gates`` [L, H] the
     soft gates (None in dense mode or with an explicit mask), ``cost`` the estimated attention cost
-    (``bab.core.budget.attention_cost``).
+    (``bab.heads.gates.attention_cost``).
     """
 
     num_layers: int

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bab.core.budget import attention_cost, head_weights, make_gates, scale_heads, soft_gates_of, topk_head_mask
+from bab.heads.gates import attention_cost, head_weights, make_gates, scale_heads, soft_gates_of, topk_head_mask
 
 MODES = ("dense", "soft", "hard", "skip")
 GATE_KINDS = (None, "budget", "static")

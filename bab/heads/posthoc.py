@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from bab.core.budget import hard_topk_mask_with_floor
 from bab.heads.evaluate import evaluate
+from bab.heads.gates import hard_topk_mask_with_floor
 
 
 @torch.no_grad()

@@ -35,7 +35,7 @@ class Recipe:
     # below too, and gates that start nested in order of head importance (one-at-a-time ablation on this many
     # training examples), so the soft model commits to heads and the hard top-k keeps what it promised
     two_sided: bool = True
-    # bab.heads.train.GateStart; its how is one of bab.core.budget.GATE_STARTS: "flat" (the paper), "random",
+    # bab.heads.train.GateStart; its how is one of bab.heads.gates.GATE_STARTS: "flat" (the paper), "random",
     # "ablation", ...
     gate_start: GateStart = GateStart("ablation", examples=128)
     kd_beta: float = 0.5

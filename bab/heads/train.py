@@ -6,7 +6,7 @@ Objectives (equation numbers are those of the budgeted-attention paper):
 - ``budgeted``: Eq. 5 (CE + lambda_cost * cost + lambda_viol * max(0, cost - b)^2) with
   b ~ U[budget_min, 1] sampled per batch, soft gates; ``two_sided`` penalises any miss (C - b)^2.
   From scratch or from a dense warm start (copy the dense weights into a gated model first).
-  ``gate_start`` (a ``GateStart``) decides how the gates start (``bab.core.budget.GATE_STARTS``): alike ("flat",
+  ``gate_start`` (a ``GateStart``) decides how the gates start (``bab.heads.gates.GATE_STARTS``): alike ("flat",
   the paper), or nested so the heads open one after another in order of their importance in the starting model
   (``initialise_gates_``).
 - ``static``: Eq. 5 at one fixed budget with budget-free gates (one specialist per budget).
@@ -34,13 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from bab.core.budget import (
-    GATE_STARTS,
-    head_ablation_importance,
-    head_elimination_importance,
-    nest_gates_by_importance_,
-    validate_budget,
-)
+from bab.core.budget import validate_budget
 from bab.core.checkpoints import Checkpointer
 from bab.core.losses import budget_loss, distillation_loss
 from bab.core.step_clock import StepClock
@@ -53,6 +47,12 @@ from bab.core.training import (
     live_output,
     run_training,
 )
+from bab.heads.gates import (
+    GATE_STARTS,
+    head_ablation_importance,
+    head_elimination_importance,
+    nest_gates_by_importance_,
+)
 
 OBJECTIVES = ("dense", "budgeted", "static", "hard_adapt", "recovery")
 KD_TEACHERS = ("soft", "dense")
@@ -62,7 +62,7 @@ KD_TEACHERS = ("soft", "dense")
 class GateStart:
     """How the gates of a budgeted or static run start (``TrainConfig.gate_start``, ``initialise_gates_``)."""
 
-    # bab.core.budget.GATE_STARTS. "flat": theta ~ 0 and slope 1, so g(b) ~ b for every head (the paper); the others
+    # bab.heads.gates.GATE_STARTS. "flat": theta ~ 0 and slope 1, so g(b) ~ b for every head (the paper); the others
     # nest the gates (``initialise_gates_``)
     how: str = "flat"
     sharpness: float = 4.0  # nested starts: the gates' common slope in logit(b)
@@ -289,7 +289,7 @@ def _objective_step(model, teacher, input_ids, labels, budget, config: TrainConf
 
 def initialise_gates_(model: torch.nn.Module, train_data: Dataset, config: TrainConfig,
                       progress: bool = False) -> torch.Tensor:
-    """Start ``model``'s gates nested (``bab.core.budget.nest_gates_by_importance_``) in the order
+    """Start ``model``'s gates nested (``bab.heads.gates.nest_gates_by_importance_``) in the order
     ``config.gate_start.how`` names, scored on the first ``config.gate_start.examples`` training examples with the
     model's current weights (after the warm start). Returns the importance [L, H] used.
 

@@ -3,10 +3,11 @@ import math
 import pytest
 import torch
 
-from bab.core.budget import (
+from bab.core.budget import budget_logit, validate_budget
+from bab.heads.evaluate import SWEEP_BUDGETS
+from bab.heads.gates import (
     BudgetGates,
     StaticGates,
-    budget_logit,
     estimated_cost,
     hard_topk_mask,
     hard_topk_mask_with_floor,
@@ -15,9 +16,7 @@ from bab.core.budget import (
     nest_gates_by_importance_,
     num_heads_to_keep,
     straight_through,
-    validate_budget,
 )
-from bab.heads.evaluate import SWEEP_BUDGETS
 
 
 def random_gates(L=4, H=4, seed=0):

@@ -19,7 +19,6 @@ from transformers import (
     ViTConfig,
 )
 
-from bab.core.budget import hard_topk_mask
 from bab.core.training import Objective, OptimizerConfig, SampledBatches, run_training
 from bab.heads.attach import (
     CONFIG_KEY,
@@ -34,6 +33,7 @@ from bab.heads.attach import (
     set_dense,
     set_head_mask,
 )
+from bab.heads.gates import hard_topk_mask
 from bab.heads.hf_encoder import GatedHFClassifier, classifier_from_config, load_classifier, resolve_encoder_source
 from bab.heads.hf_pruning import prune_heads
 

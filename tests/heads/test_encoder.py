@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from bab.core.budget import hard_topk_mask
 from bab.heads.encoder import EncoderClassifier, EncoderConfig
+from bab.heads.gates import hard_topk_mask
 
 
 def make_model(gates="budget", positions="relative", seed=0, **overrides):

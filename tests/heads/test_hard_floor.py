@@ -4,8 +4,8 @@ import torch
 from torch.utils.data import TensorDataset
 from transformers import BertConfig
 
-from bab.core.budget import head_weights
 from bab.heads.evaluate import evaluate
+from bab.heads.gates import head_weights
 from bab.heads.hf_encoder import GatedHFClassifier, classifier_from_config
 from bab.heads.hf_pruning import pruned_copy
 
