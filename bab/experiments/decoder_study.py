@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+import bab.context
 from bab.context.bench import generation_table
 from bab.context.evaluate import evaluate_lm
 from bab.context.evicting_cache import evaluate_eviction
@@ -48,6 +49,7 @@ WINDOW_UNITS = ("window_nll", "window_tokens", "unit_ids")
 
 class DecoderStudy(Study):
     method = "context"
+    method_code = bab.context
 
     # ------------------------------------------------------------------ what a subclass provides
 

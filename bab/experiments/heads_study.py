@@ -15,6 +15,7 @@ from dataclasses import replace
 import pandas as pd
 import torch
 
+import bab.heads
 from bab.core.outcomes import keep_units
 from bab.experiments.study import Study, trained
 from bab.heads.encoder import EncoderClassifier, EncoderConfig
@@ -26,6 +27,7 @@ from bab.heads.train import TrainConfig, train
 
 class BudgetedStudy(Study):
     method = "heads"
+    method_code = bab.heads
     eval_split: str = "val"  # the split results are reported on ("val" or "test")
 
     # -- what a subclass provides ----------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import TensorDataset
 
+import bab.context
 from bab.context.train import LMTrainConfig, train_lm
 from bab.core.digest import state_digest
 from bab.core.runs import RunCache
@@ -23,6 +24,7 @@ class OwnTextStudy(Study):
 
     experiment = "own_text"
     method = "context"
+    method_code = bab.context
 
     def __init__(self, model: torch.nn.Module, ids: torch.Tensor, config: LMTrainConfig,
                  cache: RunCache | None = None, progress: bool = True):

@@ -21,9 +21,6 @@ import statistics
 import numpy as np
 import torch
 
-import bab.context
-import bab.heads
-import bab.sparsifiner
 from bab.core import outcomes
 from bab.core.blas import blas_key
 from bab.core.digest import state_digest
@@ -35,13 +32,13 @@ from bab.core.training import TrainResult
 from bab.core.warm_start import warm_start
 from bab.experiments.methods import Method, MethodSet, registry
 
-# the method packages whose TRAINING_VERSION keys their runs (read at every call: a bump retrains)
-_METHODS = {"heads": bab.heads, "context": bab.context, "sparsifiner": bab.sparsifiner}
-
 
 class Study:
     experiment: str = ""  # the name result rows and run-cache folders carry
-    method: str = ""  # the method package that trains its models: "heads", "context" or "sparsifiner"
+    method: str = ""  # the method that trains its models, as run keys name it: "heads", "context" or "sparsifiner"
+    # The method's package, set by the method's pipeline (the base imports no method): its TRAINING_VERSION keys the
+    # runs and its EVALUATION_VERSION the kept measurements, read at every call so a bump retrains.
+    method_code = None
 
     def __init__(self, profile, cache: RunCache | str | os.PathLike | bool | None = None, progress: bool = True):
         """``cache``: a RunCache, a folder for one, None or True for the default one (``$BAB_CACHE_DIR``), or False
@@ -80,7 +77,7 @@ class Study:
             return fit(model, checkpoint)
 
         return train_cached(self.cache, f"{self.experiment}-{name}", lineage, build, warm_fit, seed=seed,
-                            method=self.method, version=_METHODS[self.method].TRAINING_VERSION)
+                            method=self.method, version=self.method_code.TRAINING_VERSION)
 
     # -- slow measurements through the cache -------------------------------------------------------------
 
@@ -106,7 +103,7 @@ class Study:
         identity = None if not isinstance(tag, dict) else tag["run"] or self.downloaded_identity()
         if identity is None:
             return measure()
-        version = getattr(_METHODS[self.method], "EVALUATION_VERSION", None)
+        version = getattr(self.method_code, "EVALUATION_VERSION", None)
         if version is None:
             return measure()  # the method's measurements are not versioned: never serve a stored one
         config = {"experiment": self.experiment, "model": {"run": identity, "weights": state_digest(model)},

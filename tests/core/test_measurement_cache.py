@@ -64,7 +64,7 @@ def test_a_disabled_cache_measures_every_time_and_writes_nothing(tmp_path):
 class TinyStudy(Study):
     """The Study base's measured() on a bare study: a context-method study with a fixed data lineage."""
 
-    experiment, method = "tiny", "context"
+    experiment, method, method_code = "tiny", "context", bab.context
 
     def data_lineage(self):
         return {"files": ["austen.txt"]}

@@ -8,6 +8,7 @@ from functools import cache
 
 import pandas as pd
 
+import bab.sparsifiner
 from bab.core.digest import state_digest
 from bab.core.outcomes import keep_units, row_units
 from bab.core.runs import LoadOnlyRunCache, RunCache, config_difference
@@ -65,6 +66,7 @@ METHOD_SETS = (VIT_METHODS, VIT_197_METHODS)
 class ViTStudy(Study):
     experiment = "vit_sparsifiner"
     method = "sparsifiner"
+    method_code = bab.sparsifiner
 
     def __init__(self, profile, cache: RunCache | None = None, progress: bool = True, data_path=None):
         super().__init__(profile, cache, progress)
