@@ -38,10 +38,9 @@ import os
 from dataclasses import asdict, dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from transformers import AttentionInterface
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.masking_utils import AttentionMaskInterface
 
 from bab.context.attention_arguments import (
     IMPLEMENTATION,
@@ -62,7 +61,8 @@ from bab.context.interaction import (
     sparsity_term,
     validate_alpha,
 )
-from bab.context.pruned_cache import PrunedCache
+from bab.context.masking import allowed_mask, always_materialised_mask, attend
+from bab.context.pruned_cache import PrunedCache, PrunedLayer, Visibility
 
 __all__ = ["ATTN_IMPLEMENTATION", "ContextState", "attach", "check_attachable", "context_state", "detach",
            "interactions", "is_attached", "load_attached", "set_alpha", "set_budget", "set_pruning", "token_drop_times"]
@@ -366,17 +366,6 @@ def _capture_input(module: nn.Module, args: tuple, kwargs: dict):
                     window)
 
 
-def _allowed(attention_mask: torch.Tensor | None, q_len: int, k_len: int, device) -> torch.Tensor:
-    """Bool [B or 1, 1, T, K]: transformers' mask (causal and padding), or the causal mask aligned at the end."""
-    if attention_mask is None:
-        q_pos = torch.arange(k_len - q_len, k_len, device=device)
-        return (torch.arange(k_len, device=device)[None, :] <= q_pos[:, None])[None, None]
-    if attention_mask.dtype != torch.bool:
-        raise TypeError(f"the {ATTN_IMPLEMENTATION!r} attention expects a boolean mask (its own mask implementation "
-                        f"makes one), got {attention_mask.dtype}")
-    return attention_mask
-
-
 def context_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                       **kwargs) -> tuple[torch.Tensor, None]:
@@ -393,18 +382,15 @@ def context_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     layer = module.layer_idx
     x, cache = state.inputs.pop(layer, None), state.caches.pop(layer, None)
     T, K = query.shape[2], key.shape[2]
-    allowed = _allowed(attention_mask, T, K if cache is None else cache.layers[layer].seen, query.device)
     if cache is not None:
         cache_layer = cache.layers[layer]
         if cache_layer.window is not None and kwargs.get("sliding_window") != cache_layer.window:
             raise ValueError(f"layer {layer} was attached with sliding window {cache_layer.window} (the PrunedCache "
                              f"evicts by it) but its attention now gets {kwargs.get('sliding_window')}: re-attach")
-        if not cache_layer.keys_in_order:  # (in order, slot i holds position i: the gather would change nothing)
-            positions = cache_layer.key_positions.clamp_min(0)  # [B, K]; slots without a token (-1) are invisible
-            allowed = allowed.expand(positions.shape[0], 1, T, -1)
-            allowed = allowed.gather(3, positions[:, None, None, :].expand(-1, 1, T, -1))
-        mask = allowed & cache_layer.pop_visible()[:, None]
-    elif state.prune:
+        allowed = allowed_mask(attention_mask, T, cache_layer.seen, query.device)
+        return _attend_cached(query, key, value, allowed, cache_layer.pop_visibility(), dropout, scaling), None
+    allowed = allowed_mask(attention_mask, T, K, query.device)
+    if state.prune:
         if K != T:
             raise ValueError(f"the {ATTN_IMPLEMENTATION!r} attention computes log I over the call's own tokens (got "
                              f"{T} queries and {K} keys): pass past_key_values=PrunedCache() for cached decoding, or "
@@ -417,29 +403,32 @@ def context_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
         mask = effective[:, None].masked_fill(~allowed, -math.inf)  # [B, 1, T, T]
     else:
         mask = allowed
-    mask = _open_empty_rows(mask)
-    if mask.dtype != torch.bool:
-        mask = mask.to(query.dtype)  # log I is float32 (0 / -inf when hard: exact in any dtype); SDPA takes the query's
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling,
-                                         enable_gqa=query.shape[1] != key.shape[1])
-    return out.transpose(1, 2).contiguous(), None
+    return attend(query, key, value, mask, dropout, scaling), None
 
 
-def _open_empty_rows(mask: torch.Tensor) -> torch.Tensor:
-    """A query that may attend to nothing (a padding token) would give NaN, which would then reach real tokens through
-    its keys and values (0 * NaN); let it attend to everything instead: its output is never read."""
-    # no early return on "every row sees something": that test would wait for the device at every layer
-    if mask.dtype == torch.bool:
-        return mask | ~mask.any(-1, keepdim=True)
-    return mask.masked_fill(~(mask > -math.inf).any(-1, keepdim=True), 0.0)
-
-
-def _always_materialised_mask(*args, **kwargs):
-    """SDPA's boolean mask without the is_causal shortcut (None): the attention function adds log I to it."""
-    kwargs["allow_is_causal_skip"] = False
-    return sdpa_mask(*args, **kwargs)
+def _attend_cached(query, key, value, allowed: torch.Tensor, visibility: Visibility, dropout: float,
+                   scaling: float | None) -> torch.Tensor:
+    """Attention through a PrunedCache: each block of ``PrunedLayer.PREFILL_CHUNK`` queries over the slots up to its
+    last query, masked by what the cache's update left visible AND transformers' mask (causality and padding, over
+    the tokens seen: ``allowed`` [B or 1, 1, T, seen + T]) at the positions the slots hold. A decode step is one
+    block; the prompt costs about causal attention and no [B, T, K] mask is built."""
+    T, chunk = query.shape[2], PrunedLayer.PREFILL_CHUNK
+    outputs = []
+    for start in range(0, T, chunk):
+        stop = min(start + chunk, T)
+        keys = visibility.keys(stop)
+        allowed_here = allowed[:, :, start:stop]
+        if visibility.in_order:  # slot i holds position i
+            allowed_here = allowed_here[..., :keys]
+        else:  # slots without a token (-1) are invisible anyway
+            positions = visibility.positions[:, :keys].clamp_min(0)
+            allowed_here = allowed_here.expand(positions.shape[0], 1, stop - start, -1)
+            allowed_here = allowed_here.gather(3, positions[:, None, None, :].expand(-1, 1, stop - start, -1))
+        mask = allowed_here & visibility.mask(start, stop)[:, None]
+        outputs.append(attend(query[:, :, start:stop], key[:, :, :keys], value[:, :, :keys], mask, dropout, scaling))
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=1)
 
 
 def _register() -> None:
     AttentionInterface.register(ATTN_IMPLEMENTATION, context_attention)
-    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, _always_materialised_mask)
+    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, always_materialised_mask)

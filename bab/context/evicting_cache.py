@@ -45,9 +45,10 @@ from transformers import AttentionInterface
 from transformers.cache_utils import Cache
 from transformers.masking_utils import AttentionMaskInterface
 
-from bab.context.attach import _allowed, _always_materialised_mask, _open_empty_rows, is_attached
+from bab.context.attach import is_attached
 from bab.context.attention_arguments import decoder_attentions
 from bab.context.eviction import EvictionPolicy, SlotView
+from bab.context.masking import allowed_mask, always_materialised_mask, attend, open_empty_rows
 from bab.context.pruned_cache import RowMappedLayer
 from bab.core.outcomes import unit_ids
 from bab.data.lm import lm_windows
@@ -242,7 +243,7 @@ def enable_eviction(model: nn.Module) -> nn.Module:
             attention.register_forward_pre_hook(_hand_over_layer, with_kwargs=True)
             object.__setattr__(attention, HOOKED, True)
     AttentionInterface.register(ATTN_IMPLEMENTATION, eviction_attention)
-    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, _always_materialised_mask)
+    AttentionMaskInterface.register(ATTN_IMPLEMENTATION, always_materialised_mask)
     if model.config._attn_implementation != ATTN_IMPLEMENTATION:
         model.set_attn_implementation(ATTN_IMPLEMENTATION)
     if model.config._attn_implementation != ATTN_IMPLEMENTATION:
@@ -280,18 +281,16 @@ def eviction_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor
     object.__setattr__(module, PENDING, None)
     T = query.shape[2]
     if layer is None:  # no EvictingCache in this call: plain attention
-        mask = _open_empty_rows(_allowed(attention_mask, T, key.shape[2], query.device))
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout, scale=scaling,
-                                             enable_gqa=query.shape[1] != key.shape[1])
-        return out.transpose(1, 2).contiguous(), None
+        return attend(query, key, value, allowed_mask(attention_mask, T, key.shape[2], query.device), dropout,
+                      scaling), None
     positions = layer.positions  # [B, N, K]
     B, sets = positions.shape[:2]
-    full = _allowed(attention_mask, T, layer.seen, query.device).expand(B, 1, T, -1)  # [B, 1, T, seen]
+    full = allowed_mask(attention_mask, T, layer.seen, query.device).expand(B, 1, T, -1)  # [B, 1, T, seen]
     visible = full.expand(-1, sets, -1, -1).gather(3, positions.clamp_min(0)[:, :, None, :].expand(-1, -1, T, -1))
     visible = visible & layer.valid[:, :, None, :]  # [B, N, T, K]
     real_queries = full.any(dim=-1)[:, 0]  # [B, T]: a padding query may see nothing
     layer.count_pairs(visible, full[:, 0], real_queries)
-    mask = _open_empty_rows(visible)
+    mask = open_empty_rows(visible)
     if sets > 1 and sets != query.shape[1]:  # query head h reads key/value head h // (H / G), as repeat_kv
         mask = mask.repeat_interleave(query.shape[1] // sets, dim=1)  # [B, H, T, K]
     weights = None

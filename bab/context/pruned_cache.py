@@ -8,9 +8,12 @@ or ``model(ids, past_key_values=cache)``. Each call of a layer (the prompt, then
    cached ones, and their interaction queries score every cached token and every earlier new token (hard,
    ``scores > 0`` keeps); token j is visible to query k iff j <= k and no query in (j, k] dropped it (the
    irreversible cumulative product of 0/1 decisions). ``update`` returns the keys and values of the cached and new
-   tokens and keeps their visibility mask [B, T, K] for the attention function; every token that some query of
-   this call dropped then becomes a dead slot, invisible to every later query;
-3. the "bab_context" attention function attends with that mask.
+   tokens and keeps what each new token sees (``Visibility``: [B, K] vectors, from which the mask of any block of
+   queries follows) for the attention function; every token that some query of this call dropped then becomes a
+   dead slot, invisible to every later query;
+3. the "bab_context" attention function attends with that mask, a block of queries at a time (``PREFILL_CHUNK``),
+   each block over the slots up to its last query: the prompt's attention costs about what causal attention costs,
+   and no [B, T, K] mask is ever built.
 
 Sliding windows: a layer whose attention has a window W (``stage(window=W)``) also lets go of the tokens the next
 query can no longer see (position <= next - W), as transformers' sliding-window cache layers do. Until a layer drops
@@ -46,7 +49,33 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-__all__ = ["PrunedCache", "PrunedLayer"]
+__all__ = ["PrunedCache", "PrunedLayer", "Visibility"]
+
+
+@dataclass
+class Visibility:
+    """Which slots the queries of one update see, kept as [B, K] vectors rather than a [B, T, K] mask: the call's
+    query at position n sees slot j iff j is live, ``positions[j] <= n`` and ``n < first[j]`` (no query up to n
+    dropped it). ``mask`` builds it for a block of queries, so a long call (the prompt) is attended block by block
+    and never holds [B, T, K]."""
+
+    positions: torch.Tensor  # [B, K]: the position each slot holds (-1: none), as the update found them
+    valid: torch.Tensor  # [B, K]: live slots, likewise
+    first: torch.Tensor  # [B, K]: the first of the call's queries that dropped each slot (seen + T: none)
+    seen: int  # tokens the layer had been given before the call
+    new: int  # T: the call's new tokens, in the last T slots
+    in_order: bool  # slot i holds position i in every row (dead slots are invisible all the same)
+
+    def keys(self, stop: int) -> int:
+        """Slots the call's queries before ``stop`` may see: the cached ones and the new tokens up to them."""
+        return self.positions.shape[1] - self.new + stop
+
+    def mask(self, start: int, stop: int) -> torch.Tensor:
+        """[B, stop - start, keys(stop)]: what the call's queries start .. stop - 1 see."""
+        keys = self.keys(stop)
+        positions, valid, first = self.positions[:, :keys], self.valid[:, :keys], self.first[:, :keys]
+        queries = torch.arange(self.seen + start, self.seen + stop, device=positions.device)[None, :, None]
+        return valid[:, None, :] & (positions[:, None, :] <= queries) & (queries < first[:, None, :])
 
 
 @dataclass
@@ -141,10 +170,8 @@ class PrunedLayer(RowMappedLayer):
         self.used = 0  # slots written so far (live or dead); slots past it are free
         self.seen = 0  # tokens this layer has been given, kept or not
         self.staged: _Staged | None = None
-        self.key_positions: torch.Tensor | None = None  # [B, K]: positions of the keys the last update returned
-        self.keys_in_order = False  # whether those are 0 .. K - 1 in every row (a first call: nothing cached before)
         self.first_by_position: torch.Tensor | None = None  # [B, seen]: first query that dropped each position
-        self._visible: torch.Tensor | None = None  # [B, T, K] of the last update, until the attention takes it
+        self._visibility: Visibility | None = None  # of the last update, until the attention takes it
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         B, G, _, Dh = key_states.shape
@@ -202,12 +229,9 @@ class PrunedLayer(RowMappedLayer):
             first = self._first_drops(staged, self.int_keys[:, :K], positions, valid, self.seen)
             if staged.inherited is not None:
                 first = torch.minimum(first, staged.inherited.gather(1, positions.clamp_min(0)))
-        new_positions = torch.arange(self.seen, never, device=positions.device)
-        # j is visible to query n iff it is a live slot, j <= n, and no query up to n dropped it
-        self._visible = (valid[:, None, :] & (positions[:, None, :] <= new_positions[None, :, None])
-                         & (new_positions[None, :, None] < first[:, None, :]))
-        self.key_positions = positions.clone()  # the slots of the returned keys, before the drops below clear them
-        self.keys_in_order = in_order and self.base == 0  # slot i holds position i (the dead ones are invisible)
+        # copies: the drops below clear the slots in place, after the call's own queries have seen them
+        self._visibility = Visibility(positions.clone(), valid.clone(), first, self.seen, T,
+                                      in_order=in_order and self.base == 0)
         self.seen = never
         self.first_by_position = None
         if staged is not None and staged.propagate:
@@ -325,12 +349,12 @@ class PrunedLayer(RowMappedLayer):
         """Slots allocated per row (live, dead, padding and free)."""
         return self.keys.shape[2]
 
-    def pop_visible(self) -> torch.Tensor:
-        """The visibility mask [B, T, K] of the last update (given once: it is freed here)."""
-        visible, self._visible = self._visible, None
-        if visible is None:
-            raise RuntimeError("no visibility mask: the attention ran without this cache layer's update")
-        return visible
+    def pop_visibility(self) -> Visibility:
+        """What the last update's queries see (given once: it is freed here)."""
+        visibility, self._visibility = self._visibility, None
+        if visibility is None:
+            raise RuntimeError("no visibility: the attention ran without this cache layer's update")
+        return visibility
 
     def tensors(self) -> list[torch.Tensor]:
         return [t for t in (self.keys, self.values, self.int_keys, self._positions, self._valid) if t is not None]
