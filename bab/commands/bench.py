@@ -415,6 +415,7 @@ def _add_bench_generation(sub) -> None:
 
 
 def _bench_generation(args) -> int:
+    from bab.context.bench import DYNAMIC, speedup_intervals
     from bab.experiments.profiles import get_profile
 
     experiment, what = GENERATION_MODELS[args.model]
@@ -438,7 +439,13 @@ def _bench_generation(args) -> int:
               f"median of {a['repeats']} interleaved repeats after {a['warmup']} warm-up")
         with pd.option_context(*flat(WIDE)):
             print(table.round(3).to_string())
-    print("\nthroughput_ratio: decode tokens/s over dense; decode_limit: dense bytes read per decode step (weights + "
-          "live keys/values/interaction keys) over ours, the ratio a memory-bound step would reach; end_to_end_ratio: "
-          "dense (prefill + decode) time over ours; memory_ratio: dense KV-cache bytes over ours at the end")
+            for baseline in (a["baseline"], DYNAMIC):
+                print(f"\nspeed-up over {baseline!r}, 95% interval over the paired repeats"
+                      + (", beside the analytic limit:" if baseline == a["baseline"] else ":"))
+                print(speedup_intervals(table, baseline).round(3).to_string())
+    print(f"\n{a['baseline']!r}: the dense model with transformers' in-place StaticCache; {DYNAMIC!r}: with its "
+          "DynamicCache (concatenated at every step). Limits: decode, dense bytes read per step (weights + live "
+          "keys/values/interaction keys) over ours, what a memory-bound step would reach; prefill, dense prompt "
+          "FLOPs over ours (the interactions add theirs); end to end, both weighted by dense's own prefill and decode "
+          "times. memory_ratio: DynamicCache's KV bytes over ours at the end")
     return 0

@@ -5,7 +5,7 @@ import tiny_decoders
 import torch
 
 from bab.context.attach import set_alpha, set_pruning
-from bab.context.bench import cache_verdicts, generate_once, generation_table
+from bab.context.bench import DYNAMIC, cache_verdicts, generate_once, generation_table, speedup_intervals
 from bab.context.interaction import HARD, PruningConfig
 from bab.context.pruned_cache import PrunedCache, PrunedLayer
 
@@ -64,13 +64,19 @@ def test_generation_table_reports_ratios_against_dense():
     prompt = torch.randint(0, 64, (2, 48))
     table = generation_table({"dense": (model, {"prune": False}), "pruned": (model, {"prune": True})}, prompt,
                              new_tokens=8, warmup=0, repeats=2)
-    assert list(table.index) == ["dense", "pruned"]
-    assert table.loc["dense", "throughput_ratio"] == 1.0 and table.loc["dense", "memory_ratio"] == 1.0
-    assert table.loc["dense", "end_to_end_ratio"] == 1.0
-    total = table.prefill_ms + table.decode_ms
-    assert table.loc["pruned", "end_to_end_ratio"] == total["dense"] / total["pruned"]
-    assert table.loc["pruned", "cache_mb_end"] < table.loc["dense", "cache_mb_end"]
+    assert list(table.index) == ["dense", DYNAMIC, "pruned"]
+    assert table.loc["dense", "throughput_ratio"] == 1.0 and table.loc[DYNAMIC, "memory_ratio"] == 1.0
+    assert table.loc["dense", "end_to_end_ratio"] == 1.0 == table.loc["dense", "prefill_ratio"]
+    assert table.loc["pruned", "end_to_end_ratio"] == table.total_ms["dense"] / table.total_ms["pruned"]
+    prefill, decode = table.attrs["prefill_times_ms"]["pruned"], table.attrs["times_ms"]["pruned"]
+    totals = [a + b for a, b in zip(prefill, decode, strict=True)]
+    assert table.loc["pruned", "total_ms"] == pytest.approx((totals[0] + totals[1]) / 2)  # the median of 2 repeats
+    assert table.loc["pruned", "prefill_ratio"] == table.loc["dense", "prefill_ms"] / table.loc["pruned", "prefill_ms"]
+    # the static cache holds T + new_tokens slots from the start, transformers' dynamic one the tokens seen
+    assert table.loc["dense", "cache_mb_end"] * 55 == pytest.approx(table.loc[DYNAMIC, "cache_mb_end"] * 56)
+    assert table.loc["pruned", "cache_mb_end"] < table.loc[DYNAMIC, "cache_mb_end"]
     assert table.loc["pruned", "live_fraction"] < 1.0 == table.loc["dense", "live_fraction"]
+    assert table.loc[DYNAMIC, "live_fraction"] == 1.0
     assert (table.tokens_per_s > 0).all()
     # throughput counts the new_tokens - 1 steps after the prompt pass, for every row
     assert table.loc["pruned", "tokens_per_s"] == pytest.approx(2 * (8 - 1) / (table.loc["pruned", "decode_ms"] / 1e3))
@@ -82,11 +88,60 @@ def test_generation_table_reports_ratios_against_dense():
     assert table.loc["dense", "decode_limit"] == 1.0
     assert table.loc["pruned", "decode_limit"] == pytest.approx(dense_read / (table.loc["pruned", "read_mb_per_step"]
                                                                               * 2**20))
+    # the prompt pass's limit, by hand: GPT-2's 12 d^2 + 13 d weights per layer and the final norm's 2 d once per
+    # token, the 4 x heads x head width FLOPs per causal pair and layer, the tied output head for the last token,
+    # and with pruning the interactions' weights and their r-wide scores over the same pairs
+    d, layers, pairs = 32, 2, 2 * 48 * 49 / 2
+    interaction = sum(p.numel() for n, p in model.named_parameters() if ".interaction." in n)
+    dense_flops = 2 * 2 * 48 * (layers * (12 * d * d + 13 * d) + 2 * d) + layers * pairs * 4 * d + 2 * 2 * 64 * d
+    pruned_flops = dense_flops + 2 * 2 * 48 * interaction + layers * pairs * 2 * 8
+    assert table.loc["dense", "prompt_gflop"] * 1e9 == pytest.approx(dense_flops)
+    assert table.loc["pruned", "prefill_limit"] == pytest.approx(dense_flops / pruned_flops)
+    dense_ms = table.loc["dense", ["prefill_ms", "decode_ms"]]
+    limits = table.loc["pruned", ["prefill_limit", "decode_limit"]].to_numpy()
+    expected_limit = dense_ms.sum() / (dense_ms.to_numpy() / limits).sum()
+    assert table.loc["pruned", "end_to_end_limit"] == pytest.approx(expected_limit)
     per_layer = table.attrs["live_by_layer"]
     assert per_layer["dense"] == [1.0, 1.0] and len(per_layer["pruned"]) == 2
     assert abs(sum(per_layer["pruned"]) / 2 - table.loc["pruned", "live_fraction"]) < 1e-6
     with pytest.raises(ValueError, match="baseline"):
         generation_table({"pruned": (model, {"prune": True})}, prompt, 2)
+    with pytest.raises(ValueError, match="must be a dense run"):
+        generation_table({"dense": (model, {"prune": True})}, prompt, 2)
+
+
+def test_speedup_intervals_pair_the_repeats_of_every_phase():
+    import numpy as np
+
+    model = model_with(1.0)
+    prompt = torch.randint(0, 64, (2, 24))
+    table = generation_table({"dense": (model, {"prune": False}), "pruned": (model, {"prune": True})}, prompt,
+                             new_tokens=4, warmup=0, repeats=3)
+    fair = speedup_intervals(table)
+    assert list(fair.index) == [(name, phase) for name in (DYNAMIC, "pruned")
+                                for phase in ("prefill", "decode", "end_to_end")]
+    for phase, column in (("prefill", "prefill_ratio"), ("decode", "throughput_ratio"),
+                          ("end_to_end", "end_to_end_ratio")):
+        row = fair.loc[("pruned", phase)]
+        assert row.speedup == pytest.approx(table.loc["pruned", column], rel=1e-9) and row.repeats == 3
+        assert row.low <= row.speedup <= row.high
+    assert fair.loc[("pruned", "decode"), "limit"] == table.loc["pruned", "decode_limit"]
+    against_dynamic = speedup_intervals(table, DYNAMIC)
+    times = table.attrs["times_ms"]
+    assert against_dynamic.loc[("pruned", "decode"), "speedup"] == pytest.approx(
+        np.median(times[DYNAMIC]) / np.median(times["pruned"]))
+    assert np.isnan(against_dynamic.limit).all()  # limits are stated against the table's own baseline
+
+
+@pytest.mark.parametrize("cache", ["static", "dynamic"])
+def test_dense_generates_the_greedy_tokens_with_either_transformers_cache(cache):
+    model = model_with(1.0)
+    prompt = torch.randint(0, 64, (3, 40), generator=torch.Generator().manual_seed(5))
+    *_, used, tokens, _ = generate_once(model, prompt, 12, prune=False, cache=cache)
+    assert type(used).__name__ == {"static": "StaticCache", "dynamic": "DynamicCache"}[cache]
+    assert torch.equal(tokens, greedy_without_cache(model, prompt, 12, prune=False))
+    with pytest.raises(ValueError, match="cache must be one of"):
+        generate_once(model, prompt, 2, prune=False, cache="paged")
 
 
 def test_generation_table_keeps_the_paired_decode_repeats_behind_each_throughput_ratio():
@@ -112,7 +167,7 @@ def test_generation_table_times_until_the_throughput_ratios_reach_their_target_o
     prompt = torch.randint(0, 64, (2, 24))
     configs = {"dense": (model, {"prune": False}), "pruned": (model, {"prune": True})}
     table = generation_table(configs, prompt, new_tokens=3, warmup=0, repeats=Repeats(2, target=1e-9, maximum=4))
-    assert table.attrs["repeats"] == 4 and [len(t) for t in table.attrs["times_ms"].values()] == [4, 4]
+    assert table.attrs["repeats"] == 4 and [len(t) for t in table.attrs["times_ms"].values()] == [4, 4, 4]
 
 
 def test_generation_longer_than_the_context_raises():
