@@ -19,7 +19,7 @@
 # top-k with straight-through adaptation, the 19-budget sweep of one checkpoint, gate heatmaps,
 # the accuracy–cost Pareto plot, the deployment accounting, and our numbers beside the paper's.
 #
-# The logic lives in `bab` (`bab.experiments.heads_study` holds the steps, `bab.experiments.synthetic` the
+# The logic lives in `bab` (`bab.experiments.pipelines.heads` holds the steps, `bab.experiments.synthetic` the
 # data and model shape); trained models are cached
 # by their full config under `.bab_cache/runs`, so a second run of this notebook only evaluates.
 #
@@ -45,7 +45,7 @@ import torch
 from IPython.display import display
 
 from bab.core.threads import set_threads
-from bab.experiments.heads_study import deployment_accounting, hard_topk_is_exact, monotone_verdict
+from bab.experiments.pipelines.heads import deployment_accounting, hard_topk_is_exact, monotone_verdict
 from bab.experiments.profiles import get_profile
 from bab.experiments.synthetic import SyntheticExperiment, synthetic_rows
 from bab.heads import plots

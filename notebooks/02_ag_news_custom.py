@@ -31,7 +31,7 @@ profile = "smoke"
 results_path = None  # where the report wants this notebook's result rows (JSON); None: don't write
 interactive = None  # None: budget slider in JupyterLab, static figure when headless
 seed = None  # None: the profile's seed (13); the paper averages seeds 7, 13, 21, and the report at paper does
-recipe_rows = None  # None: the profile's ablation rows; "all": every row of bab.experiments.hard_recipe.VARIANTS
+recipe_rows = None  # None: the profile's ablation rows; "all": every row of bab.experiments.pipelines.hard_recipe.VARIANTS
 
 # %%
 import time
@@ -42,7 +42,7 @@ import torch
 from IPython.display import display
 
 from bab.core.threads import set_threads
-from bab.experiments.hard_recipe import (
+from bab.experiments.pipelines.hard_recipe import (
     BASE,
     VARIANTS,
     adaptation_summary,
@@ -51,7 +51,7 @@ from bab.experiments.hard_recipe import (
     paper_recipe_models,
     recipe_ablation,
 )
-from bab.experiments.heads_study import deployment_accounting, monotone_verdict
+from bab.experiments.pipelines.heads import deployment_accounting, monotone_verdict
 from bab.experiments.profiles import get_profile
 from bab.experiments.text import TextStudy, ag_news_rows
 from bab.heads import plots

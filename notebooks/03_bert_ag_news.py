@@ -50,8 +50,8 @@ from IPython.display import display
 from bab.core.sources import hub_reachable
 from bab.core.threads import set_threads
 from bab.experiments.bert import BertStudy, kept_heads_table, paper_shape_pruned, pilot_unavailable_row
-from bab.experiments.hard_recipe import adaptation_summary
-from bab.experiments.heads_study import hard_topk_is_exact, monotone_verdict
+from bab.experiments.pipelines.hard_recipe import adaptation_summary
+from bab.experiments.pipelines.heads import hard_topk_is_exact, monotone_verdict
 from bab.experiments.profiles import get_profile
 from bab.heads import plots
 from bab.heads.compute import pruning_compute_table

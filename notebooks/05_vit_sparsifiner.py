@@ -47,7 +47,7 @@ from IPython.display import display
 
 from bab.core.runs import config_difference
 from bab.core.threads import set_threads
-from bab.experiments.hard_recipe import adaptation_summary
+from bab.experiments.pipelines.hard_recipe import adaptation_summary
 from bab.experiments.profiles import get_profile
 from bab.experiments.vit import (
     PREDICTOR_PRESETS,

@@ -58,7 +58,7 @@ from bab.context import plots as plots_context
 from bab.context.attach import token_drop_times
 from bab.context.bench import cache_verdicts
 from bab.core.threads import set_threads
-from bab.experiments.decoder_study import WINDOW_UNITS, closest_to
+from bab.experiments.pipelines.decoder import WINDOW_UNITS, closest_to
 from bab.experiments.pretrained_context import (
     PretrainedContextStudy,
     claim_verdict,

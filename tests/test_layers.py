@@ -1,6 +1,11 @@
 """Imports flow one way: core -> data -> {heads, context, sparsifiner} -> experiments -> report -> CLI commands ->
 the CLI's entry point.
 
+Two rules beside the layers: the public API (``bab.api``) runs the methods' pipelines (``bab.experiments.pipelines``)
+and imports no notebook's folder (``bab.experiments.<notebook>``: profiles sized for a notebook, its rows, its
+analyses); and neither ``core`` nor the ``Study`` base (``bab.experiments.study``) imports a method package, so each
+method's code (its versions included) stays in its own room.
+
 Every import in bab is read from the source (function-level imports included, since a lazy import
 is still a dependency) and checked against the layers; the three method rooms never import each
 other, and no module imports itself back through a cycle. The checker is tested on hand-made
@@ -87,6 +92,30 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
     return sorted(bad)
 
 
+METHODS = ("heads", "context", "sparsifiner")
+SHARED_EXPERIMENTS = ("pipelines", "study", "methods", "registry", "profiles", "steps")  # not a notebook's folder
+
+
+def notebook_folder(module: str) -> str | None:
+    """bab.experiments.vit.study -> "vit"; None for the pipelines and the modules every notebook shares."""
+    parts = module.split(".")
+    if room(module) != "experiments" or len(parts) < 3 or parts[2] in SHARED_EXPERIMENTS:
+        return None
+    return parts[2]
+
+
+def room_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Imports the layers allow but the rooms forbid: api -> a notebook's folder, core or the Study base -> a method."""
+    bad = []
+    for source, targets in graph.items():
+        for target in targets:
+            if room(source) == "api" and notebook_folder(target):
+                bad.append(f"{source} (api) imports {target}: notebook {notebook_folder(target)!r}'s code")
+            elif (room(source) == "core" or source == "bab.experiments.study") and room(target) in METHODS:
+                bad.append(f"{source} imports the method package {target}: a method's code stays in its room")
+    return sorted(bad)
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan)."""
     index, low, stack, on_stack, found = {}, {}, [], set(), []
@@ -143,6 +172,16 @@ def test_checker_flags_sibling_rooms_and_cycles():
     assert cycles(graph) == [["bab.experiments.x", "bab.experiments.y"]]
 
 
+def test_checker_flags_api_importing_notebooks_and_shared_code_importing_methods():
+    graph = {"bab.api.vit": {"bab.experiments.vit.profiles", "bab.experiments.pipelines.vit", "bab.experiments.study"},
+             "bab.core.runs": {"bab.heads"}, "bab.experiments.study": {"bab.context.train", "bab.core.runs"},
+             "bab.experiments.pipelines.heads": {"bab.heads.train"}, "bab.experiments.vit.study": {"bab.sparsifiner"}}
+    assert room_violations(graph) == [
+        "bab.api.vit (api) imports bab.experiments.vit.profiles: notebook 'vit''s code",
+        "bab.core.runs imports the method package bab.heads: a method's code stays in its room",
+        "bab.experiments.study imports the method package bab.context.train: a method's code stays in its room"]
+
+
 # ----------------------------------------------------------------------------- the package
 
 
@@ -158,6 +197,10 @@ def test_every_room_is_known(graph):
 
 def test_imports_flow_one_way(graph):
     assert layer_violations(graph) == []
+
+
+def test_api_imports_no_notebook_and_shared_code_no_method(graph):
+    assert room_violations(graph) == []
 
 
 def test_no_import_cycles(graph):

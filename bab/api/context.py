@@ -8,7 +8,7 @@
 
 It chains ``bab.context``: ``load_decoder`` with a ``PruningConfig``, ``train_lm`` (objective
 ``context_pruning``, or ``budget_context`` for a budget-conditioned model) through the run cache
-(``bab.experiments.own_text``) and ``evaluate_lm`` (hard keep decisions). Text: a .txt file, a string, a list of
+(``bab.api.own_text``) and ``evaluate_lm`` (hard keep decisions). Text: a .txt file, a string, a list of
 strings, or a ``datasets.Dataset`` with a text column; it becomes one token stream, cut into windows of ``context``
 tokens.
 """
@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from bab.api.own_text import OwnTextStudy
 from bab.context.attach import attach
 from bab.context.evaluate import evaluate_lm
 from bab.context.interaction import PruningConfig
@@ -31,7 +32,6 @@ from bab.context.recipe import fit_config
 from bab.context.train import LMTrainConfig
 from bab.core.budget import validate_budget
 from bab.core.threads import apply_threads
-from bab.experiments.own_text import OwnTextStudy
 
 
 def read_text(text, text_column: str = "text") -> str:
@@ -104,7 +104,7 @@ class ContextPruner:
         """Fine-tune on ``text``; ``overrides`` change the LMTrainConfig (gamma=, lr=, batch_size=, seed= ...).
 
         gamma (the keep-mass weight) sets how much context is dropped: larger prunes more. The fit is a study step
-        (``bab.experiments.own_text.OwnTextStudy``) as the other methods' fits are: ``cache`` is where the fitted
+        (``bab.api.own_text.OwnTextStudy``) as the other methods' fits are: ``cache`` is where the fitted
         weights are kept (a ``bab.core.runs.RunCache`` or a folder; default the run cache, ``$BAB_CACHE_DIR``;
         ``False``: nowhere), keyed by the starting weights, the text and the config, so a fit that was killed
         continues where it stopped and a repeated one is loaded. ``threads``: torch threads (default

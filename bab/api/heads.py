@@ -8,7 +8,7 @@
     clf.save_pretrained("runs/my")              # the gated checkpoint; BudgetedClassifier.from_pretrained("runs/my")
 
 ``fit`` runs the steps notebook 03 shows one by one, as a study over your data
-(``bab.experiments.own_data.OwnDataStudy``: dense, warm-start budgeted, hard adaptation), each stage through
+(``bab.api.own_data.OwnDataStudy``: dense, warm-start budgeted, hard adaptation), each stage through
 the run cache, so an interrupted fit resumes and a repeated one is served from the cache. One rule the
 notebook leaves to the reader: hard mode keeps at least one head in every layer (``min_per_layer=1``) in
 training, evaluation and prediction, so the hard accuracy of a budget is the accuracy of the model
@@ -34,6 +34,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bab.api.data import LabeledTexts, LabelMap, encode, holdout, read_labeled, warn_if_few
+from bab.api.own_data import OwnDataProfile, OwnDataStudy
 from bab.core import strict_json
 from bab.core.budget import validate_budget
 from bab.core.digest import state_digest
@@ -45,7 +46,6 @@ from bab.core.threads import apply_threads
 from bab.core.timing import Repeats
 from bab.core.training import distributed_state, live_output
 from bab.data.text import PretrainedTokenizer
-from bab.experiments.own_data import OwnDataProfile, OwnDataStudy
 from bab.heads.evaluate import evaluate, gates_by_budget, interval_columns
 from bab.heads.hf_encoder import GatedHFClassifier, load_classifier, load_tokenizer, resolve_encoder_source
 from bab.heads.hf_pruning import KEPT_HEADS_KEY, pruned_copy

@@ -13,7 +13,7 @@ trained from scratch (no pretrained ViT is available offline), or a transformers
 (``model=``: the object, a hub id or a saved folder) is fine-tuned, with notebook 05's recipe: its
 Sparsifiner's recipe (``bab.sparsifiner.recipe.RECIPE``: the three training phases and the official code's predictor
 options; notebook 05's profiles size the same recipe, and tuning them never changes this one), run as notebook 05's
-study steps over your images (``bab.experiments.vit.OwnImagesStudy``), each through the run cache, so an
+study steps over your images (``bab.api.own_images.OwnImagesStudy``), each through the run cache, so an
 interrupted fit resumes and a repeated one is loaded. Images: one folder per class, read with Pillow,
 converted to grayscale (``channels=1``) or RGB (3), resized to ``image_size`` and standardised with the training
 set's mean and std.
@@ -31,10 +31,10 @@ import torch
 from torch.utils.data import TensorDataset
 
 from bab.api.data import LabelMap
+from bab.api.own_images import OwnImagesStudy
 from bab.core.step_clock import fit_plan, steps_per_epoch
 from bab.core.threads import apply_threads
-from bab.experiments.vit import OwnImagesStudy
-from bab.experiments.vit.profiles import recipe_profile
+from bab.experiments.pipelines.vit_profile import recipe_profile
 from bab.sparsifiner.evaluate import evaluate_vit
 from bab.sparsifiner.predictor import validate_keep_rate
 from bab.sparsifiner.recipe import RECIPE, SparsifinerRecipe

@@ -6,10 +6,11 @@ the experiment, the data, the model, the training config, the run it started fro
 version, so a notebook re-runs in seconds once its models exist and an interrupted run resumes. It writes
 its report rows in one shape (``result_row``). The subclasses hold only their experiments:
 
-- ``bab.experiments.heads_study.BudgetedStudy``: budgeted heads (notebooks 01-04, and ``bab.api``'s
+- ``bab.experiments.pipelines.heads.BudgetedStudy``: budgeted heads (notebooks 01-04, and ``bab.api``'s
   ``BudgetedClassifier``);
-- ``bab.experiments.vit.ViTStudy``: Sparsifiner and its baselines on a ViT (notebook 05, ``SparsifinerClassifier``);
-- ``bab.experiments.decoder_study.DecoderStudy``: dynamic context pruning on a decoder (notebooks 06, 07).
+- ``bab.experiments.pipelines.vit.ViTStudy``: Sparsifiner and its baselines on a ViT (notebook 05, and
+  ``SparsifinerClassifier``);
+- ``bab.experiments.pipelines.decoder.DecoderStudy``: dynamic context pruning on a decoder (notebooks 06, 07).
 """
 
 from __future__ import annotations

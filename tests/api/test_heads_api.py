@@ -160,7 +160,7 @@ def test_bad_training_data_says_what_to_fix(tiny_encoder, tmp_path, make, error,
 
 
 def test_a_second_fit_is_served_from_the_run_cache(tiny_encoder, topic_csvs, tmp_path, monkeypatch):
-    import bab.experiments.heads_study as heads_study
+    import bab.experiments.pipelines.heads as heads_study
 
     recipe = {**FAST, "dense_epochs": 1, "hard_epochs": 2}
     first = BudgetedClassifier.from_pretrained(str(tiny_encoder), **recipe).fit(topic_csvs[0], progress=False,

@@ -166,7 +166,7 @@ def test_full_fine_tune_its_frozen_twin_and_the_official_initial_values(tiny_stu
 
 
 def test_evaluations_run_ahead_of_the_notebook_and_are_read_back_not_recomputed(tiny_study, monkeypatch, tmp_path):
-    import bab.experiments.decoder_study as decoder_study
+    import bab.experiments.pipelines.decoder as decoder_study
     import bab.experiments.pretrained_context as pretrained_context
 
     # the zero-shot scorers are tested in tests/context; here a stand-in scorer counts how often it runs
@@ -213,7 +213,7 @@ def test_evaluations_run_ahead_of_the_notebook_and_are_read_back_not_recomputed(
 
 def test_the_evaluate_command_stores_what_the_notebook_reads_and_never_trains(tiny_study, monkeypatch, tmp_path,
                                                                                capsys):
-    import bab.experiments.decoder_study as decoder_study
+    import bab.experiments.pipelines.decoder as decoder_study
     import bab.experiments.pretrained_context as pretrained_context
     import bab.experiments.profiles as profiles
     from bab.__main__ import main

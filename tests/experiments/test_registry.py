@@ -73,5 +73,6 @@ def test_the_synthetic_profile_imports_neither_transformers_nor_the_other_studie
     loaded = json.loads(subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                                        check=True).stdout)
     assert "transformers" not in loaded
-    assert {m.split(".")[2] for m in loaded} <= {"profiles", "registry", "synthetic", "heads_study", "methods", "study",
-                                                 "hard_recipe"}
+    assert {m.split(".")[2] for m in loaded} <= {"profiles", "registry", "synthetic", "pipelines", "methods", "study"}
+    assert {m for m in loaded if ".pipelines." in m} <= {"bab.experiments.pipelines.heads",
+                                                         "bab.experiments.pipelines.hard_recipe"}

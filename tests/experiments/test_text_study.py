@@ -68,7 +68,7 @@ def test_selection_scores_gated_models_at_the_budgets_they_serve(study):
 
 
 def test_recipe_ablation_rows_follow_their_variants(study):
-    from bab.experiments.hard_recipe import BASE, CHOSEN, VARIANTS, compact, recipe_ablation
+    from bab.experiments.pipelines.hard_recipe import BASE, CHOSEN, VARIANTS, compact, recipe_ablation
 
     nested_floor = VARIANTS["nested + per-layer floor 1"]
     table = recipe_ablation(study, [BASE, nested_floor, CHOSEN])
@@ -86,7 +86,7 @@ def test_recipe_ablation_rows_follow_their_variants(study):
 
 
 def test_variant_configs_depart_from_the_paper_recipe(study):
-    from bab.experiments.hard_recipe import BASE, CHOSEN, VARIANTS, variant_configs
+    from bab.experiments.pipelines.hard_recipe import BASE, CHOSEN, VARIANTS, variant_configs
 
     soft, hard = variant_configs(study, BASE)
     assert (soft.gate_start.how, soft.two_sided) == ("flat", False)
@@ -107,7 +107,7 @@ def test_variant_configs_depart_from_the_paper_recipe(study):
 def test_recipe_is_chosen_on_validation_only():
     import pandas as pd
 
-    from bab.experiments.hard_recipe import choose_recipe
+    from bab.experiments.pipelines.hard_recipe import choose_recipe
 
     table = pd.DataFrame({"mean hard val": [70.0, 72.0, 71.0], "hard test @0.5": [90.0, 60.0, 99.0]},
                          index=["a", "b", "c"])
@@ -115,7 +115,7 @@ def test_recipe_is_chosen_on_validation_only():
 
 
 def test_the_quick_ablation_runs_the_rows_that_carry_the_choice():
-    from bab.experiments.hard_recipe import BASE, CHOSEN, DECISIVE, VARIANTS
+    from bab.experiments.pipelines.hard_recipe import BASE, CHOSEN, DECISIVE, VARIANTS
     from bab.experiments.text import AG_NEWS
 
     assert set(DECISIVE) <= set(VARIANTS) and len(set(DECISIVE)) == len(DECISIVE)

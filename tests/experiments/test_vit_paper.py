@@ -101,8 +101,8 @@ def test_nested_gates_reach_the_budgeted_heads_lineage_and_the_model(tmp_path, t
 def test_vit_hard_heads_keep_the_adaptation_only_when_validation_rises(tmp_path, monkeypatch, tiny_vit_study):
     import torch
 
-    import bab.experiments.vit.study as vit_study
-    from bab.experiments.hard_recipe import adaptation_kept
+    import bab.experiments.pipelines.vit as vit_study
+    from bab.experiments.pipelines.hard_recipe import adaptation_kept
 
     study, data = tiny_vit_study(**TINY_HEADS)
     soft, _, _ = study.budgeted_heads()

@@ -14,18 +14,18 @@ Every trained model goes through the run cache (``bab.experiments.study.Study``)
   (the like-for-like dense reference); ``static_fine_tuned(kind, size)``: the same under a static mask.
 - ``evaluate(model)``: validation perplexity and fraction of context pruned (hard decisions);
   ``static_baselines(...)``: the paper's local-window and strided masks at the same fraction pruned
-  (bab.experiments.decoder_study, shared with notebook 07), untouched and fine-tuned under the mask
+  (bab.experiments.pipelines.decoder, shared with notebook 07), untouched and fine-tuned under the mask
   (``static_fine_tuned_baselines``).
 - ``throughput(...)``: generation tokens/s and KV-cache memory against dense (bab.context.bench).
 
 Modules: ``profiles`` (``ContextPruningProfile``, ``GPT2_CONTEXT_PRUNING``, ``BUDGETS``), ``study``
 (``ContextPruningStudy``, the declared rows ``GPT2_METHODS``). ``closest_to`` and ``interpolate_specialists``
-(``bab.experiments.decoder_study``) are re-exported for the notebook.
+(``bab.experiments.pipelines.decoder``) are re-exported for the notebook.
 """
 
 from bab.experiments.context_pruning.profiles import BUDGETS, GPT2_CONTEXT_PRUNING, ContextPruningProfile
 from bab.experiments.context_pruning.study import EXPERIMENT, GPT2_METHODS, METHOD_SETS, ContextPruningStudy
-from bab.experiments.decoder_study import closest_to, interpolate_specialists
+from bab.experiments.pipelines.decoder import closest_to, interpolate_specialists
 
 __all__ = ["BUDGETS", "EXPERIMENT", "GPT2_CONTEXT_PRUNING", "GPT2_METHODS", "METHOD_SETS", "ContextPruningProfile",
            "ContextPruningStudy", "closest_to", "interpolate_specialists"]

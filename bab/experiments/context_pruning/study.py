@@ -14,8 +14,8 @@ from bab.context.interaction import PruningConfig
 from bab.context.train import LMTrainConfig
 from bab.core.runs import RunCache, as_downloaded
 from bab.data.lm import LMData, LMDataConfig, load_lm_data
-from bab.experiments.decoder_methods import context_pruning_methods
-from bab.experiments.decoder_study import DecoderStudy
+from bab.experiments.pipelines.decoder import DecoderStudy
+from bab.experiments.pipelines.decoder_methods import context_pruning_methods
 
 EXPERIMENT = "gpt2_context_pruning"
 GPT2_METHODS = context_pruning_methods(EXPERIMENT)

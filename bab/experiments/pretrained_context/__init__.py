@@ -14,7 +14,7 @@ lineage (the decoder's source and config, the data, the training config).
 - ``budget_conditioned()``: one fine-tune whose interaction bias takes the requested keep budget.
 - texts: ``"austen"`` (held-out blocks of the training text) and ``"wiki"`` (``lm/wiki.txt``, out of domain,
   its held-out blocks; never trained on).
-- the measurements shared with notebook 06 (bab.experiments.decoder_study): perplexity and fraction
+- the measurements shared with notebook 06 (bab.experiments.pipelines.decoder): perplexity and fraction
   pruned, the static baselines at equal sparsity, the token kinds.
 
 Modules: ``profiles`` (the profiles and the declared rows), ``study`` (``PretrainedContextStudy``), ``analysis`` (the

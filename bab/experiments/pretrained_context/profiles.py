@@ -8,7 +8,7 @@ from bab.context import zero_shot
 from bab.context.train import LMTrainConfig
 from bab.data.lm import LMDataConfig
 from bab.experiments.context_pruning import BUDGETS
-from bab.experiments.decoder_methods import context_pruning_methods
+from bab.experiments.pipelines.decoder_methods import context_pruning_methods
 
 EXPERIMENT = "pretrained_context_pruning"
 PRETRAINED_METHODS = context_pruning_methods(EXPERIMENT, ablations=False, eviction=True)

@@ -20,7 +20,7 @@ from bab.core.runs import RunCache, as_downloaded, config_difference, tag_as
 from bab.core.warm_start import warm_start
 from bab.data.lm import LMData, LMDataConfig, LMTokenizer, load_lm_data
 from bab.data.text.datasets import load_text_dataset
-from bab.experiments.decoder_study import DecoderStudy
+from bab.experiments.pipelines.decoder import DecoderStudy
 from bab.experiments.pretrained_context.profiles import (
     EXPERIMENT,
     PretrainedContextProfile,

@@ -1,5 +1,5 @@
 """Notebook 01's study: ``SyntheticExperiment`` (the data and model shape; the training steps are the shared ones of
-``bab.experiments.heads_study.BudgetedStudy``), the rows it declares and the rows it builds."""
+``bab.experiments.pipelines.heads.BudgetedStudy``), the rows it declares and the rows it builds."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pandas as pd
 
 from bab.core.outcomes import row_units
 from bab.data.synthetic import SyntheticConfig, build_synthetic
-from bab.experiments.heads_study import BudgetedStudy
 from bab.experiments.methods import methods
+from bab.experiments.pipelines.heads import BudgetedStudy
 from bab.experiments.synthetic.profiles import SyntheticProfile
 from bab.heads.encoder import EncoderConfig
 from bab.heads.evaluate import evaluate

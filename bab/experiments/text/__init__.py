@@ -4,7 +4,7 @@
 The data are the original CSV files (AG News, DBpedia14) resolved as in docs/data-and-models.md; train and
 validation come from the training file, the held-out test split from the test file. Checkpoints
 are selected on validation; results are reported on test. The training steps are the shared ones of
-``bab.experiments.heads_study.BudgetedStudy``, each cached by its whole lineage.
+``bab.experiments.pipelines.heads.BudgetedStudy``, each cached by its whole lineage.
 
 Modules: ``profiles`` (``TextProfile``, ``AG_NEWS``, ``length_grouped``), ``study`` (``TextStudy``, the declared rows
 ``AG_NEWS_METHODS``, ``ag_news_rows``, ``real_text_batches``).

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from bab.core.timing import Repeats
-from bab.experiments.hard_recipe import DECISIVE
+from bab.experiments.pipelines.hard_recipe import DECISIVE
 from bab.heads.evaluate import SWEEP_BUDGETS
 from bab.heads.train import GateStart, HardAdaptation, TrainConfig
 
@@ -37,7 +37,7 @@ class TextProfile:
     skip_budgets: tuple[float, ...] = (0.50, 0.75)  # hard skipping and latency
     sweep_budgets: tuple[float, ...] = SWEEP_BUDGETS
     heatmap_budgets: tuple[float, ...] = (0.10, 0.25, 0.50, 0.75, 1.00)
-    # rows of notebook 02's hard-recipe ablation (names in bab.experiments.hard_recipe.VARIANTS)
+    # rows of notebook 02's hard-recipe ablation (names in bab.experiments.pipelines.hard_recipe.VARIANTS)
     recipe_variants: tuple[str, ...] = ("paper recipe", "chosen recipe (the profile's)")
     timing_batch_size: int = 64
     timing_examples: int = 2000

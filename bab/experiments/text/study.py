@@ -10,8 +10,8 @@ import torch
 
 from bab.core.runs import RunCache
 from bab.data.text import build_text_classification
-from bab.experiments.heads_study import BudgetedStudy
 from bab.experiments.methods import methods
+from bab.experiments.pipelines.heads import BudgetedStudy
 from bab.experiments.text.profiles import TextProfile
 from bab.heads.encoder import EncoderConfig
 from bab.heads.evaluate import evaluate

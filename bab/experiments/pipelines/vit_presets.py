@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from bab.experiments.vit.profiles import ViTProfile
+from bab.experiments.pipelines.vit_profile import ViTProfile
 from bab.sparsifiner.predictor import ConnectivityConfig
 
 # "profile": the ViTProfile's own predictor (at every profile: four of the official code's options, chosen on

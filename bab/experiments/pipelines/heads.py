@@ -5,7 +5,7 @@ model of the comparison (dense, budgeted from scratch, warm-start budgeted, stat
 adaptation) through the run cache (``bab.experiments.study.Study``), or evaluates one (post-hoc pruning,
 sweeps). Subclasses say where the data come from, which model they build and how checkpoints are selected:
 ``SyntheticExperiment`` (notebook 01), ``TextStudy`` (02), ``BertStudy`` (03, 04), and the study over a
-user's own texts that ``bab.api.BudgetedClassifier.fit`` runs (``bab.experiments.own_data``).
+user's own texts that ``bab.api.BudgetedClassifier.fit`` runs (``bab.api.own_data``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from pathlib import Path
 from torch.utils.data import TensorDataset
 
 from bab.core.runs import RunCache
-from bab.experiments.heads_study import BudgetedStudy
+from bab.experiments.pipelines.heads import BudgetedStudy
 from bab.experiments.study import tensors_digest
 from bab.heads.evaluate import evaluate
 from bab.heads.hf_encoder import GatedHFClassifier, HFEncoderConfig, load_classifier, resolve_encoder_source
