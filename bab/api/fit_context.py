@@ -25,8 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from bab.api.context import ContextPruner
-from bab.api.fit import check_out, write_whole
-from bab.core import strict_json
+from bab.api.run_folder import announce, check_out, summary_page, write_record, write_whole
 from bab.core.statistics import perplexity_ratio
 from bab.core.step_clock import clock
 from bab.core.threads import apply_threads, describe_threads
@@ -73,14 +72,10 @@ def fit_context(train, out, test, model=None, steps: int = 200, gamma: float = 0
         pruner.tokenizer.save_pretrained(staging / "model")
         table.to_csv(staging / "evaluation.csv", index=False)
         (staging / "sample.txt").write_text(f"{prompt}\n---\n{sample}\n")
-        metrics["wall_seconds"] = time.perf_counter() - start
-        metrics["headline"] = headline(table)
-        (staging / "metrics.json").write_text(strict_json.dumps(metrics, indent=1))
-        (staging / "summary.html").write_text(summary_html(metrics, table))
+        write_record(staging, metrics, start, headline(table), lambda: summary_html(metrics, table))
 
     write_whole(out, write)
-    print(metrics["headline"])
-    print(f"wrote {out}/: {', '.join(FILES)} ({clock(metrics['wall_seconds'])}, {describe_threads()})")
+    announce(out, metrics)
     return metrics
 
 
@@ -116,11 +111,7 @@ def headline(table: pd.DataFrame) -> str:
 
 def summary_html(metrics: dict, table: pd.DataFrame) -> str:
     c = metrics["train_config"]
-    return "\n".join([
-        "<!doctype html><html><head><meta charset='utf-8'><title>bab fit context</title>",
-        "<style>body{font-family:sans-serif;max-width:62em;margin:2em auto;line-height:1.4}"
-        "table{border-collapse:collapse}td,th{padding:2px 10px;text-align:right}</style></head><body>",
-        "<h1>Dynamic context pruning: fit summary</h1>",
+    return summary_page("bab fit context", "Dynamic context pruning: fit summary", [
         f"<p>{html.escape(metrics['decoder'])} from {html.escape(metrics['model'])}, fine-tuned on "
         f"<code>{html.escape(metrics['train'])}</code> for {c['steps']} steps (gamma {c['gamma']:g}, context "
         f"{c['context']}), evaluated on <code>{html.escape(metrics['test'])}</code> ({metrics['held_out_tokens']:,} "
@@ -130,4 +121,4 @@ def summary_html(metrics: dict, table: pd.DataFrame) -> str:
         "<p>Ratios are perplexity over the reference's on the same held-out windows, with paired 95% bootstrap "
         "intervals over the windows; they carry the sampling of the held-out text only (one fine-tune).</p>",
         f"<h2>A continuation with a cache that drops tokens</h2><pre>{html.escape(metrics['prompt'])}\n---\n"
-        f"{html.escape(metrics['sample'])}</pre></body></html>"])
+        f"{html.escape(metrics['sample'])}</pre>"])

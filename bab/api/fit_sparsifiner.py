@@ -25,9 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bab.api.fit import check_out, write_whole
+from bab.api.run_folder import announce, check_out, summary_page, write_record, write_whole
 from bab.api.vit import SparsifinerClassifier
-from bab.core import strict_json
 from bab.core.step_clock import clock
 from bab.core.threads import apply_threads, describe_threads
 from bab.heads.evaluate import interval_columns
@@ -79,14 +78,10 @@ def fit_sparsifiner(train, out, test, keep_rates=(0.5, 0.25, 0.1), image_size: i
             "mean": clf.mean.flatten().tolist(), "std": clf.std.flatten().tolist()}, indent=1))
         sweep.to_csv(staging / "sweep.csv", index=False)
         accuracy_cost_figure(sweep).savefig(staging / "accuracy_cost.png", dpi=120, bbox_inches="tight")
-        metrics["wall_seconds"] = time.perf_counter() - start
-        metrics["headline"] = headline(sweep)
-        (staging / "metrics.json").write_text(strict_json.dumps(metrics, indent=1))
-        (staging / "summary.html").write_text(summary_html(metrics, sweep))
+        write_record(staging, metrics, start, headline(sweep), lambda: summary_html(metrics, sweep))
 
     write_whole(out, write)
-    print(metrics["headline"])
-    print(f"wrote {out}/: {', '.join(FILES)} ({clock(metrics['wall_seconds'])}, {describe_threads()})")
+    announce(out, metrics)
     return metrics
 
 
@@ -141,11 +136,7 @@ def summary_html(metrics: dict, sweep: pd.DataFrame) -> str:
     shown = sweep[["attention", "keep_rate", "accuracy", "accuracy_low", "accuracy_high", "vs_dense", "vs_dense_low",
                    "vs_dense_high", "cost"]].round(2)
     s, r = metrics["shape"], metrics["recipe"]
-    return "\n".join([
-        "<!doctype html><html><head><meta charset='utf-8'><title>bab fit sparsifiner</title>",
-        "<style>body{font-family:sans-serif;max-width:62em;margin:2em auto;line-height:1.4}"
-        "table{border-collapse:collapse}td,th{padding:2px 10px;text-align:right}img{max-width:100%}</style>"
-        "</head><body><h1>Sparsifiner: fit summary</h1>",
+    return summary_page("bab fit sparsifiner", "Sparsifiner: fit summary", [
         f"<p>{html.escape(metrics['model'])}: {s['image_size']}x{s['image_size']} images ({s['channels']} "
         f"channel(s)) in {s['patch_size']}x{s['patch_size']} patches, {s['tokens']} tokens, {s['layers']} layers x "
         f"{s['heads']} heads. Trained on <code>{html.escape(metrics['train'])}</code> ({metrics['train_images']} "
@@ -158,4 +149,4 @@ def summary_html(metrics: dict, sweep: pd.DataFrame) -> str:
         "from dense is paired (both on the same images, resampled together). They carry the sampling of the test "
         "images only, not the spread between training seeds (one model was trained). Cost counts the attention "
         "cores' multiply-adds (the predictor's included) against dense attention's.</p>",
-        "<img src='accuracy_cost.png' alt='accuracy against MHSA cost'></body></html>"])
+        "<img src='accuracy_cost.png' alt='accuracy against MHSA cost'>"], "img{max-width:100%}")

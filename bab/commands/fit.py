@@ -102,9 +102,9 @@ def check_fit_heads(args) -> tuple[list[float], list[int]]:
     import warnings
 
     from bab.api.data import LabelMap, read_labeled
-    from bab.api.fit import check_out, parse_budgets
     from bab.api.heads import BudgetedClassifier
-    from bab.core.budget import validate_budget
+    from bab.api.run_folder import check_out
+    from bab.core.budget import parse_budgets, validate_budget
     from bab.heads.recipe import Recipe
 
     try:
@@ -114,7 +114,7 @@ def check_fit_heads(args) -> tuple[list[float], list[int]]:
     except ValueError:
         raise BadInput(f"--epochs must be three integers dense,budgeted,hard (e.g. 2,1,1), got {args.epochs!r}") \
             from None
-    budgets = [validate_budget(b) for b in parse_budgets(args.budgets)]
+    budgets = parse_budgets(args.budgets)
     if args.prune:
         validate_budget(args.prune)
     check_out(Path(args.out), args.overwrite)
@@ -181,17 +181,13 @@ def _fit_sparsifiner(args) -> int:
 def check_fit_sparsifiner(args) -> tuple[list[float], tuple[int, ...] | None]:
     """What ``bab.api.fit_sparsifiner.fit_sparsifiner`` checks before it trains, checked here first: the keep rates,
     the epochs, --out, both folders and their labels (images indexed, no model built). Returns (keep rates, epochs)."""
-    from bab.api.fit import check_out
+    from bab.api.run_folder import check_out
     from bab.api.vit import SparsifinerClassifier
+    from bab.core.budget import parse_fractions
     from bab.sparsifiner.predictor import validate_keep_rate
 
-    try:
-        keep_rates = [float(r) for r in args.keep_rates.split(",") if r.strip()]
-    except ValueError:
-        raise BadInput(f"--keep-rates must be comma-separated numbers in (0, 1], got {args.keep_rates!r}") from None
-    keep_rates = [validate_keep_rate(rate) for rate in keep_rates]
-    if not keep_rates:
-        raise BadInput("give at least one keep rate in (0, 1], e.g. --keep-rates 0.5,0.25,0.1")
+    keep_rates = parse_fractions(args.keep_rates, "--keep-rates", "keep rate", validate_keep_rate,
+                                 "0.5,0.25,0.1")
     epochs = None
     if args.epochs is not None:
         try:
@@ -252,7 +248,7 @@ def check_fit_context(args) -> None:
     """What ``bab.api.fit_context.fit_context`` checks before it trains, checked here first: --out, both files, the
     decoder and that each text fills a window (the decoder is loaded for it; the API loads it again to train)."""
     from bab.api.context import ContextPruner
-    from bab.api.fit import check_out
+    from bab.api.run_folder import check_out
 
     check_out(Path(args.out), args.overwrite)
     for name, path in (("--train", args.train), ("--test", args.test)):

@@ -37,16 +37,21 @@ def validate_budget(budget) -> float:
                              "use 1.0 for full attention and e.g. 0.25 to keep a quarter of the heads")
 
 
-def parse_budgets(text: str) -> list[float]:
-    """"0.25,0.5,0.75" -> [0.25, 0.5, 0.75] (sorted, repeats dropped), each checked to lie in (0, 1]."""
+def parse_fractions(text: str, flag: str, what: str, check, example: str) -> list[float]:
+    """A command line's list of fractions, "0.5,0.25" -> [0.5, 0.25] in the order given, each through ``check`` (the
+    mechanism's own validator of a ``what``); errors name ``flag`` and show an ``example``."""
     try:
         values = [float(part) for part in str(text).split(",") if part.strip()]
     except ValueError:
-        raise ValueError(f"--budgets must be comma-separated numbers in (0, 1], e.g. 0.25,0.5,0.75; got {text!r}")\
-            from None
+        raise ValueError(f"{flag} must be comma-separated numbers in (0, 1], e.g. {example}; got {text!r}") from None
     if not values:
-        raise ValueError(f"--budgets needs at least one budget in (0, 1], e.g. 0.25,0.5,0.75; got {text!r}")
-    return sorted({validate_budget(v) for v in values})
+        raise ValueError(f"{flag} needs at least one {what} in (0, 1], e.g. {example}; got {text!r}")
+    return [check(v) for v in values]
+
+
+def parse_budgets(text: str) -> list[float]:
+    """"0.25,0.5,0.75" -> [0.25, 0.5, 0.75] (sorted, repeats dropped), each checked to lie in (0, 1]."""
+    return sorted(set(parse_fractions(text, "--budgets", "budget", validate_budget, "0.25,0.5,0.75")))
 
 
 def budget_logit(budget: float, eps: float = DEFAULT_EPS) -> float:
