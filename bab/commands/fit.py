@@ -101,19 +101,13 @@ def check_fit_heads(args) -> tuple[list[float], list[int]]:
     source and tokenizer (no weights loaded), the files, their columns and labels. Returns (budgets, epochs)."""
     import warnings
 
-    from bab.api.data import LabelMap, read_labeled
+    from bab.api.fit import check_budget_min, read_inputs
     from bab.api.heads import BudgetedClassifier
     from bab.api.run_folder import check_out
     from bab.core.budget import parse_budgets, validate_budget
     from bab.heads.recipe import Recipe
 
-    try:
-        epochs = [int(e) for e in args.epochs.split(",")]
-        if len(epochs) != 3:
-            raise ValueError
-    except ValueError:
-        raise BadInput(f"--epochs must be three integers dense,budgeted,hard (e.g. 2,1,1), got {args.epochs!r}") \
-            from None
+    epochs = parse_epochs(args.epochs, "dense,budgeted,hard", "2,1,1")
     budgets = parse_budgets(args.budgets)
     if args.prune:
         validate_budget(args.prune)
@@ -121,23 +115,11 @@ def check_fit_heads(args) -> tuple[list[float], list[int]]:
     recipe = Recipe().overridden(max_len=args.max_len, batch_size=args.batch_size, lr=args.lr, dense_lr=args.dense_lr,
                                  seed=args.seed, budget_min=args.budget_min, dense_epochs=epochs[0],
                                  budgeted_epochs=epochs[1], hard_epochs=epochs[2])
-    below = [b for b in budgets if b < recipe.budget_min]
-    if below:
-        raise BadInput(f"budgets {below} lie below --budget-min {recipe.budget_min:g}: the gates train at b ~ "
-                       f"U[budget_min, 1] and were never asked for less; lower --budget-min to {min(below):g} or drop "
-                       f"those budgets")
+    check_budget_min(budgets, recipe.budget_min)
     BudgetedClassifier.from_pretrained(args.model)  # the source and its tokenizer; the weights load when it trains
     with warnings.catch_warnings():  # the API reports the data's warnings when it reads the files again
         warnings.simplefilter("ignore")
-        train = read_labeled(args.train, args.text_column, args.label_column, "train", args.skip_malformed)
-        labels = LabelMap.fit(train.labels, f"the training data ({train.source})")
-        for name, path in (("validation", args.val), ("test", args.test)):
-            if path is not None:
-                data = read_labeled(path, args.text_column, args.label_column, name, args.skip_malformed)
-                labels.ids(data.labels, f"the {name} data ({data.source})")
-    if args.val is None and args.test is None and len(train.texts) < 10 * len(labels.names):
-        raise BadInput(f"{len(train.texts)} training texts are too few to hold out a validation split (10 per class "
-                       f"at least); pass --test or --val with labelled texts to report on")
+        read_inputs(args.train, args.val, args.test, args.text_column, args.label_column, args.skip_malformed)
     return budgets, epochs
 
 
@@ -188,13 +170,7 @@ def check_fit_sparsifiner(args) -> tuple[list[float], tuple[int, ...] | None]:
 
     keep_rates = parse_fractions(args.keep_rates, "--keep-rates", "keep rate", validate_keep_rate,
                                  "0.5,0.25,0.1")
-    epochs = None
-    if args.epochs is not None:
-        try:
-            epochs = tuple(int(e) for e in args.epochs.split(","))
-        except ValueError:
-            raise BadInput(f"--epochs must be three integers dense,phase1,phase2 (e.g. 10,2,8), got "
-                           f"{args.epochs!r}") from None
+    epochs = None if args.epochs is None else parse_epochs(args.epochs, "dense,phase1,phase2", "10,2,8")
     check_out(Path(args.out), args.overwrite)
     clf = SparsifinerClassifier.from_folder(args.train, image_size=args.image_size, patch_size=args.patch_size,
                                             channels=args.channels, model=args.model)
@@ -257,6 +233,17 @@ def check_fit_context(args) -> None:
     pruner = ContextPruner.from_pretrained(args.model, r=args.r, context=args.context)
     pruner.token_ids(Path(args.test))
     pruner.token_ids(Path(args.train))
+
+
+def parse_epochs(text: str, stages: str, example: str) -> tuple[int, ...]:
+    """--epochs "2,1,1" -> (2, 1, 1): one whole number for each of the three ``stages`` ("dense,budgeted,hard")."""
+    try:
+        epochs = tuple(int(e) for e in text.split(","))
+    except ValueError:
+        epochs = ()
+    if len(epochs) != 3:
+        raise BadInput(f"--epochs must be three integers {stages} (e.g. {example}), got {text!r}")
+    return epochs
 
 
 def _add_out_arguments(p) -> None:

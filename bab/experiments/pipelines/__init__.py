@@ -6,6 +6,6 @@ declare their rows and analyse them; ``bab.api`` runs them on a user's data.
   ablation and summary;
 - ``decoder``: ``DecoderStudy``, dynamic context pruning on a decoder (notebooks 06, 07); ``decoder_methods``: the
   rows both report;
-- ``vit``: ``ViTStudy``, Sparsifiner and its baselines on a ViT (notebook 05); ``vit_profile``: its profile's shape;
-  ``vit_presets``: the connectivity-predictor presets.
+- ``vit``: ``ViTStudy``, Sparsifiner and its baselines on a ViT (notebook 05); ``vit_profile``: its profile's shape
+  and the connectivity-predictor presets.
 """

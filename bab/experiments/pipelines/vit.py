@@ -15,8 +15,14 @@ from bab.core.outcomes import keep_units, row_units
 from bab.core.runs import LoadOnlyRunCache, RunCache, config_difference
 from bab.core.timing import repeat_times
 from bab.data.images import image_splits, load_fashion_mnist
-from bab.experiments.pipelines.vit_presets import PresetChoice, predictor_preset
-from bab.experiments.pipelines.vit_profile import EVIT_FINE_TUNE, GATE_INIT_LOGIT, ViTProfile, hard_heads
+from bab.experiments.pipelines.vit_profile import (
+    EVIT_FINE_TUNE,
+    GATE_INIT_LOGIT,
+    PresetChoice,
+    ViTProfile,
+    hard_heads,
+    predictor_preset,
+)
 from bab.experiments.study import Study, as_run_cache, trained
 from bab.heads import train as heads_train
 from bab.heads.evaluate import evaluate as evaluate_heads

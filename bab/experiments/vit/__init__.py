@@ -21,17 +21,19 @@ Modules: ``profiles`` (``VIT``: the sizes of ``ViTProfile``, ``bab.experiments.p
 197-token carry-over, the ablations).
 """
 from bab.experiments.pipelines.vit import ViTStudy, cached_sparsifiner
-from bab.experiments.pipelines.vit_presets import (
+from bab.experiments.pipelines.vit_profile import (
+    GATE_INIT_LOGIT,
     OFFICIAL_PRUNE_RATIO,
     OFFICIAL_TOP_M_FRACTION,
     PAPER_TEXT_PREDICTOR,
+    PREDICTOR_CHOICES,
     PREDICTOR_PRESETS,
     PresetChoice,
+    ViTProfile,
     official_preset,
     paper_text_preset,
     predictor_preset,
 )
-from bab.experiments.pipelines.vit_profile import GATE_INIT_LOGIT, PREDICTOR_CHOICES, ViTProfile
 from bab.experiments.vit.analysis import (
     carry_over,
     carry_over_sentence,

@@ -9,8 +9,7 @@ from dataclasses import replace
 import pandas as pd
 
 from bab.experiments.pipelines.vit import ViTStudy
-from bab.experiments.pipelines.vit_presets import PREDICTOR_PRESETS, PresetChoice, paper_text_connectivity
-from bab.experiments.pipelines.vit_profile import ViTProfile
+from bab.experiments.pipelines.vit_profile import PREDICTOR_PRESETS, PresetChoice, ViTProfile, paper_text_connectivity
 from bab.heads.evaluate import evaluate as evaluate_heads
 from bab.sparsifiner.evaluate import evaluate_vit
 from bab.sparsifiner.recipe import RECIPE
