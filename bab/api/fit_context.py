@@ -17,6 +17,7 @@ same way, a repeated one loads); the folder appears whole or not at all (written
 
 from __future__ import annotations
 
+import contextlib
 import html
 import time
 from dataclasses import asdict
@@ -35,22 +36,25 @@ FILES = ["model/", "evaluation.csv", "sample.txt", "metrics.json", "summary.html
 
 def fit_context(train, out, test, model=None, steps: int = 200, gamma: float = 0.1, context: int = 128,
                 r: int = 64, prompt: str | None = None, max_windows: int | None = None, overwrite: bool = False,
-                progress: bool = True, threads: int | None = None, **overrides) -> dict:
+                progress: bool = True, threads: int | None = None, checks=contextlib.nullcontext, **overrides) -> dict:
     """Fine-tune ``model`` (``ContextPruner.from_pretrained``'s sources; default the packaged SmolLM2) on the text
     file ``train`` with context pruning at ``gamma``, evaluate on ``test`` and write the folder ``out``; returns the
-    metrics record (see the module doc). ``overrides`` change the training config (lr=, batch_size=, seed= ...)."""
+    metrics record (see the module doc). ``overrides`` change the training config (lr=, batch_size=, seed= ...).
+    ``checks``: the context the input checks run in, before any training (the command line passes
+    ``bab.core.errors.checking``, so what they refuse is bad input, exit 2)."""
     start = time.perf_counter()
     apply_threads(threads)
     say = print if progress else (lambda *a, **k: None)
     out = Path(out)
-    check_out(out, overwrite)
-    for name, path in (("--train", train), ("--test", test)):
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"{name} {path} is not a file; give a text file (.txt) to {name}")
-    say(f"[1/5] decoder {model or 'the packaged SmolLM2-135M'}")
-    pruner = ContextPruner.from_pretrained(model, r=r, context=context)
-    held_out = pruner.token_ids(Path(test))  # too short a text fails here, before training
-    pruner.token_ids(Path(train))
+    with checks():  # --out, both files, the decoder, and that each text fills a window
+        check_out(out, overwrite)
+        for name, path in (("--train", train), ("--test", test)):
+            if not Path(path).is_file():
+                raise FileNotFoundError(f"{name} {path} is not a file; give a text file (.txt) to {name}")
+        say(f"[1/5] decoder {model or 'the packaged SmolLM2-135M'}")
+        pruner = ContextPruner.from_pretrained(model, r=r, context=context)
+        held_out = pruner.token_ids(Path(test))  # too short a text fails here, before training
+        pruner.token_ids(Path(train))
     say(f"[2/5] held-out text: {len(held_out):,} tokens; the decoder as given")
     given = _evaluate(pruner, held_out, max_windows, prune=False)  # before the fit changes its weights
     say(f"[3/5] fine-tuning on {describe_threads()}: {steps} steps, gamma {gamma:g}, context {context}")

@@ -17,6 +17,7 @@ and a repeated one loads; the folder appears whole or not at all (written beside
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import time
@@ -38,22 +39,26 @@ FILES = ["model/", "sweep.csv", "accuracy_cost.png", "metrics.json", "summary.ht
 
 def fit_sparsifiner(train, out, test, keep_rates=(0.5, 0.25, 0.1), image_size: int = 28, patch_size: int = 4,
                     channels: int = 1, model=None, epochs=None, batch_size: int | None = None, seed: int = 13,
-                    overwrite: bool = False, progress: bool = True, threads: int | None = None, cache=None) -> dict:
+                    overwrite: bool = False, progress: bool = True, threads: int | None = None, cache=None,
+                    checks=contextlib.nullcontext) -> dict:
     """Fit (dense, phase 1, phase 2), sweep the keep rates on ``test`` and write the folder ``out``; returns the
     metrics record (see the module doc). ``model``: a transformers ViT / DeiT to fine-tune (object, hub id or
-    folder) instead of a small ViT from scratch; ``epochs``: (dense, phase 1, phase 2), default the recipe's."""
+    folder) instead of a small ViT from scratch; ``epochs``: (dense, phase 1, phase 2), default the recipe's.
+    ``checks``: the context the input checks run in, before any training (the command line passes
+    ``bab.core.errors.checking``, so what they refuse is bad input, exit 2)."""
     start = time.perf_counter()
     apply_threads(threads)
     say = print if progress else (lambda *a, **k: None)
-    keep_rates = [validate_keep_rate(rate) for rate in keep_rates]
-    if not keep_rates:
-        raise ValueError("give at least one keep rate in (0, 1], e.g. --keep-rates 0.5,0.25,0.1")
-    out = Path(out)
-    check_out(out, overwrite)
-    say(f"[1/4] images: {train}, test {test}")
-    clf = SparsifinerClassifier.from_folder(train, image_size=image_size, patch_size=patch_size, channels=channels,
-                                            model=model)
-    test_data = clf.dataset(test)  # an unseen label fails here, before training
+    with checks():  # the keep rates, --out, both folders and their labels (images indexed, no model trained)
+        keep_rates = [validate_keep_rate(rate) for rate in keep_rates]
+        if not keep_rates:
+            raise ValueError("give at least one keep rate in (0, 1], e.g. --keep-rates 0.5,0.25,0.1")
+        out = Path(out)
+        check_out(out, overwrite)
+        say(f"[1/4] images: {train}, test {test}")
+        clf = SparsifinerClassifier.from_folder(train, image_size=image_size, patch_size=patch_size,
+                                                channels=channels, model=model)
+        test_data = clf.dataset(test)  # an unseen label fails here, before training
     say(f"      {len(clf.train_set)} training images, {len(test_data)} test images, labels {clf.labels}")
     say(f"[2/4] training on {describe_threads()}: dense -> phase 1 (predictors) -> phase 2 (joint)")
     clf.fit(epochs=epochs, batch_size=batch_size, seed=seed, progress=progress, cache=cache)

@@ -7,8 +7,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from bab.commands.common import DefaultsFormatter
 from bab.core.errors import BadInput, checking
 
@@ -75,11 +73,12 @@ def _heads_recipe():
 
 def _fit_heads(args) -> int:
     from bab.api.fit import fit_heads
+    from bab.core.budget import parse_budgets
     from bab.core.training import distributed_state
 
-    with checking():
-        budgets, epochs = check_fit_heads(args)
-    dense_epochs, budgeted_epochs, hard_epochs = epochs
+    with checking():  # the flags; fit_heads checks the rest before it trains
+        budgets = parse_budgets(args.budgets)
+        dense_epochs, budgeted_epochs, hard_epochs = parse_epochs(args.epochs, "dense,budgeted,hard", "2,1,1")
     state = distributed_state()
     try:
         fit_heads(args.train, args.out, test=args.test, val=args.val, model=args.model,
@@ -88,39 +87,11 @@ def _fit_heads(args) -> int:
                   timing_repeats=args.timing_repeats, progress=not args.quiet, skip_malformed=args.skip_malformed,
                   overwrite=args.overwrite, max_len=args.max_len, batch_size=args.batch_size, lr=args.lr,
                   dense_lr=args.dense_lr, seed=args.seed, budget_min=args.budget_min, dense_epochs=dense_epochs,
-                  budgeted_epochs=budgeted_epochs, hard_epochs=hard_epochs, threads=args.threads)
+                  budgeted_epochs=budgeted_epochs, hard_epochs=hard_epochs, threads=args.threads, checks=checking)
     finally:
         if state.num_processes > 1:  # without it the gloo / NCCL group aborts at interpreter exit
             state.destroy_process_group()
     return 0
-
-
-def check_fit_heads(args) -> tuple[list[float], list[int]]:
-    """Every input ``bab.api.fit.fit_heads`` checks before it trains, checked here first (the API checks them again),
-    so that what it raises once training began is a failure and not bad input: budgets, epochs, --out, the model's
-    source and tokenizer (no weights loaded), the files, their columns and labels. Returns (budgets, epochs)."""
-    import warnings
-
-    from bab.api.fit import check_budget_min, read_inputs
-    from bab.api.heads import BudgetedClassifier
-    from bab.api.run_folder import check_out
-    from bab.core.budget import parse_budgets, validate_budget
-    from bab.heads.recipe import Recipe
-
-    epochs = parse_epochs(args.epochs, "dense,budgeted,hard", "2,1,1")
-    budgets = parse_budgets(args.budgets)
-    if args.prune:
-        validate_budget(args.prune)
-    check_out(Path(args.out), args.overwrite)
-    recipe = Recipe().overridden(max_len=args.max_len, batch_size=args.batch_size, lr=args.lr, dense_lr=args.dense_lr,
-                                 seed=args.seed, budget_min=args.budget_min, dense_epochs=epochs[0],
-                                 budgeted_epochs=epochs[1], hard_epochs=epochs[2])
-    check_budget_min(budgets, recipe.budget_min)
-    BudgetedClassifier.from_pretrained(args.model)  # the source and its tokenizer; the weights load when it trains
-    with warnings.catch_warnings():  # the API reports the data's warnings when it reads the files again
-        warnings.simplefilter("ignore")
-        read_inputs(args.train, args.val, args.test, args.text_column, args.label_column, args.skip_malformed)
-    return budgets, epochs
 
 
 def _add_fit_sparsifiner(sub) -> None:
@@ -151,31 +122,16 @@ def _add_fit_sparsifiner(sub) -> None:
 
 def _fit_sparsifiner(args) -> int:
     from bab.api.fit_sparsifiner import fit_sparsifiner
-
-    with checking():
-        keep_rates, epochs = check_fit_sparsifiner(args)
-    fit_sparsifiner(args.train, args.out, args.test, keep_rates, args.image_size, args.patch_size, args.channels,
-                    model=args.model, epochs=epochs, batch_size=args.batch_size, seed=args.seed,
-                    overwrite=args.overwrite, progress=not args.quiet, threads=args.threads)
-    return 0
-
-
-def check_fit_sparsifiner(args) -> tuple[list[float], tuple[int, ...] | None]:
-    """What ``bab.api.fit_sparsifiner.fit_sparsifiner`` checks before it trains, checked here first: the keep rates,
-    the epochs, --out, both folders and their labels (images indexed, no model built). Returns (keep rates, epochs)."""
-    from bab.api.run_folder import check_out
-    from bab.api.vit import SparsifinerClassifier
     from bab.core.budget import parse_fractions
     from bab.sparsifiner.predictor import validate_keep_rate
 
-    keep_rates = parse_fractions(args.keep_rates, "--keep-rates", "keep rate", validate_keep_rate,
-                                 "0.5,0.25,0.1")
-    epochs = None if args.epochs is None else parse_epochs(args.epochs, "dense,phase1,phase2", "10,2,8")
-    check_out(Path(args.out), args.overwrite)
-    clf = SparsifinerClassifier.from_folder(args.train, image_size=args.image_size, patch_size=args.patch_size,
-                                            channels=args.channels, model=args.model)
-    clf.dataset(args.test)  # a label the training folder lacks
-    return keep_rates, epochs
+    with checking():  # the flags; fit_sparsifiner checks the rest before it trains
+        keep_rates = parse_fractions(args.keep_rates, "--keep-rates", "keep rate", validate_keep_rate, "0.5,0.25,0.1")
+        epochs = None if args.epochs is None else parse_epochs(args.epochs, "dense,phase1,phase2", "10,2,8")
+    fit_sparsifiner(args.train, args.out, args.test, keep_rates, args.image_size, args.patch_size, args.channels,
+                    model=args.model, epochs=epochs, batch_size=args.batch_size, seed=args.seed,
+                    overwrite=args.overwrite, progress=not args.quiet, threads=args.threads, checks=checking)
+    return 0
 
 
 def _add_fit_context(sub) -> None:
@@ -212,27 +168,10 @@ def _fit_context(args) -> int:
 
     overrides = {k: v for k, v in (("batch_size", args.batch_size), ("lr", args.lr), ("pruning_lr", args.pruning_lr),
                                    ("seed", args.seed)) if v is not None}
-    with checking():
-        check_fit_context(args)
     fit_context(args.train, args.out, args.test, model=args.model, steps=args.steps, gamma=args.gamma,
                 context=args.context, r=args.r, prompt=args.prompt, max_windows=args.max_windows,
-                overwrite=args.overwrite, progress=not args.quiet, threads=args.threads, **overrides)
+                overwrite=args.overwrite, progress=not args.quiet, threads=args.threads, checks=checking, **overrides)
     return 0
-
-
-def check_fit_context(args) -> None:
-    """What ``bab.api.fit_context.fit_context`` checks before it trains, checked here first: --out, both files, the
-    decoder and that each text fills a window (the decoder is loaded for it; the API loads it again to train)."""
-    from bab.api.context import ContextPruner
-    from bab.api.run_folder import check_out
-
-    check_out(Path(args.out), args.overwrite)
-    for name, path in (("--train", args.train), ("--test", args.test)):
-        if not Path(path).is_file():
-            raise BadInput(f"{name} {path} is not a file; give a text file (.txt) to {name}")
-    pruner = ContextPruner.from_pretrained(args.model, r=args.r, context=args.context)
-    pruner.token_ids(Path(args.test))
-    pruner.token_ids(Path(args.train))
 
 
 def parse_epochs(text: str, stages: str, example: str) -> tuple[int, ...]:
