@@ -99,7 +99,7 @@ def pytest_report_header(config):
     """The CPU in the session header: the smoke regression check compares rows only between machines that round
     alike, and a CI log should say which machine it ran on."""
     from bab.core.blas import describe_preload
-    from bab.report.regression import SMOKE_NUMERICS_ENV, cpu_name, smoke_kernel_env
+    from bab.report.compare.regression import SMOKE_NUMERICS_ENV, cpu_name, smoke_kernel_env
 
     pins = ", ".join(f"{k}={v}" for k, v in SMOKE_NUMERICS_ENV.items())
     return (f"cpu: {cpu_name()}, {os.cpu_count()} cores; nbval's kernels: {pins}; "
@@ -109,9 +109,9 @@ def pytest_report_header(config):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """nbval's kernels run at the thread count and instruction sets the stored smoke outputs and rows were made
-    with (``bab.report.regression.smoke_kernel_env``), on an AMD CPU with AVX-512 with bab.core.blas's library in
-    their LD_PRELOAD: the explicit opt-in for the kernels bab starts, as the report's; ``import bab`` loads nothing,
-    so the unit tests themselves run MKL as it chooses.
+    with (``bab.report.compare.regression.smoke_kernel_env``), on an AMD CPU with AVX-512 with bab.core.blas's
+    library in their LD_PRELOAD: the explicit opt-in for the kernels bab starts, as the report's; ``import bab``
+    loads nothing, so the unit tests themselves run MKL as it chooses.
 
     Set around each notebook cell, so the kernel (started at the first cell's setup) inherits it, and restored
     after: a unit test run next by the same worker keeps the environment it was given (the pinned MKL_CBWR=AVX2
@@ -119,7 +119,7 @@ def pytest_runtest_protocol(item, nextitem):
     """
     if Path(str(item.fspath)).suffix != ".ipynb":
         return (yield)
-    from bab.report.regression import smoke_kernel_env
+    from bab.report.compare.regression import smoke_kernel_env
 
     with mock.patch.dict(os.environ, smoke_kernel_env()):
         return (yield)

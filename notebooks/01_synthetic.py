@@ -25,7 +25,7 @@
 #
 # One run is one optimisation seed (the `seed` parameter). The paper's Table 1 averages three, so at profile
 # `paper` the report runs this notebook at seeds 7, 13 and 21 and its front page reads the mean and standard
-# deviation of each row (`bab.report.seeds`); each seed's page stays beside it.
+# deviation of each row (`bab.report.results.seeds`); each seed's page stays beside it.
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these; see run_all.sh)
@@ -51,9 +51,8 @@ from bab.experiments.synthetic import SyntheticExperiment, synthetic_rows
 from bab.heads import plots
 from bab.heads.evaluate import evaluate, gates_are_monotone, gates_by_budget, spearman, topk_nested
 from bab.heads.interactive import budget_explorer
-from bab.report import paper
 from bab.report.claims import judgement_table
-from bab.report.results import save_results
+from bab.report.results.notebook_end import finish_notebook
 
 notebook_start = time.perf_counter()
 threads = set_threads()  # $BAB_THREADS (run_all.sh --jobs divides the cores), else every core
@@ -286,15 +285,12 @@ budget_explorer(warm, val_set, interactive=interactive)
 # %% [markdown]
 # ## Our numbers beside the paper's
 #
-# Joined on (experiment, method, budget); paper numbers come from `bab.report.paper`, typed once from the papers' tables.
+# Joined on (experiment, method, budget); paper numbers come from `bab.report.results.paper`, typed once from the papers' tables.
 # Differences are expected: a smaller CPU model, our filler background, and at profiles other than
 # `paper` fewer examples, epochs and seeds.
 
 # %%
-comparison = paper.comparison_table(rows)
-display(comparison)
-save_results(rows, results_path)
-print(f"notebook run time {time.perf_counter() - notebook_start:.0f} s")
+comparison = finish_notebook(rows, results_path, notebook_start)
 
 # %%
 # NBVAL_CHECK_OUTPUT

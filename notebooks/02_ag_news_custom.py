@@ -22,7 +22,7 @@
 #
 # One run is one seed (the `seed` parameter: the split and the optimisation). Tables 3 and 4 average seeds 7, 13
 # and 21, so at profile `paper` the report runs this notebook at each and its front page reads the mean and
-# standard deviation of each row (`bab.report.seeds`); each seed's page stays beside it.
+# standard deviation of each row (`bab.report.results.seeds`); each seed's page stays beside it.
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these; see run_all.sh)
@@ -58,9 +58,8 @@ from bab.heads import plots
 from bab.heads.bench import latency_table
 from bab.heads.evaluate import evaluate, gates_by_budget, spearman, topk_nested
 from bab.heads.interactive import budget_explorer
-from bab.report import paper
 from bab.report.claims import judgement_table
-from bab.report.results import save_results
+from bab.report.results.notebook_end import finish_notebook
 
 notebook_start = time.perf_counter()
 threads = set_threads()  # $BAB_THREADS (run_all.sh --jobs divides the cores), else every core
@@ -285,10 +284,7 @@ plt.show()
 display(deployment_accounting(len(P.static_budgets)))
 
 # %%
-comparison = paper.comparison_table(rows)
-display(comparison)
-save_results(rows, results_path)
-print(f"notebook run time {time.perf_counter() - notebook_start:.0f} s")
+comparison = finish_notebook(rows, results_path, notebook_start)
 
 # %% [markdown]
 # ## Turn the knob yourself

@@ -58,9 +58,8 @@ from bab.heads.compute import pruning_compute_table
 from bab.heads.evaluate import evaluate, gate_ranking, gates_by_budget
 from bab.heads.hf_encoder import ModelUnavailableError
 from bab.heads.interactive import budget_explorer
-from bab.report import paper
 from bab.report.claims import judgement_table
-from bab.report.results import save_results
+from bab.report.results.notebook_end import finish_notebook
 
 notebook_start = time.perf_counter()
 threads = set_threads()  # $BAB_THREADS (run_all.sh --jobs divides the cores), else every core
@@ -323,10 +322,7 @@ points = points[points.experiment == "bert_ag_news"]
 fig = plots.pareto_plot(points[points.method != M.soft_sweep.name], sweep=soft_sweep,
                         title=f"AG News, {cfg.model_type} {L}x{H}, profile {P.name}")
 plt.show()
-comparison = paper.comparison_table(rows)
-display(comparison)
-save_results(rows, results_path)
-print(f"notebook run time {time.perf_counter() - notebook_start:.0f} s")
+comparison = finish_notebook(rows, results_path, notebook_start)
 
 # %% [markdown]
 # ## Turn the knob yourself

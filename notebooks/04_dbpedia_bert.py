@@ -39,9 +39,9 @@ from bab.experiments.profiles import get_profile
 from bab.heads import plots
 from bab.heads.evaluate import evaluate, gate_ranking, gates_by_budget
 from bab.heads.interactive import budget_explorer
-from bab.report import paper
 from bab.report.claims import judgement_table
-from bab.report.results import save_results
+from bab.report.results import paper
+from bab.report.results.notebook_end import finish_notebook
 
 notebook_start = time.perf_counter()
 threads = set_threads()  # $BAB_THREADS (run_all.sh --jobs divides the cores), else every core
@@ -183,10 +183,7 @@ points = pd.DataFrame(rows)
 fig = plots.pareto_plot(points[points.method != M.soft_sweep.name], sweep=soft_sweep,
                         title=f"DBpedia14, {cfg.model_type} {L}x{H}, profile {P.name}")
 plt.show()
-comparison = paper.comparison_table(rows)
-display(comparison)
-save_results(rows, results_path)
-print(f"notebook run time {time.perf_counter() - notebook_start:.0f} s")
+comparison = finish_notebook(rows, results_path, notebook_start)
 
 # %% [markdown]
 # ## Turn the knob yourself

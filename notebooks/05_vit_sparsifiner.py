@@ -62,9 +62,8 @@ from bab.experiments.vit import (
 )
 from bab.heads.evaluate import evaluate as evaluate_heads
 from bab.heads.evaluate import is_monotone
-from bab.report import paper
 from bab.report.claims import judgement_table
-from bab.report.results import save_results
+from bab.report.results.notebook_end import finish_notebook
 from bab.sparsifiner import plots as plots_vit
 from bab.sparsifiner.bench import bench_sparse_attention, crossover
 from bab.sparsifiner.evaluate import (
@@ -480,10 +479,7 @@ rows = [
                                               f"{phase_seconds_197['phase 2']:.0f} s of training, 1 thread"),
     *study.attention_speed_rows(bench),
 ]
-comparison = paper.comparison_table(rows)
-display(comparison)
-save_results(rows, results_path)
-print(f"notebook run time {time.perf_counter() - notebook_start:.0f} s")
+comparison = finish_notebook(rows, results_path, notebook_start)
 
 # %%
 # NBVAL_CHECK_OUTPUT

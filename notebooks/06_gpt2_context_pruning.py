@@ -53,9 +53,8 @@ from bab.context.bench import cache_verdicts
 from bab.core.threads import set_threads
 from bab.experiments.context_pruning import ContextPruningStudy, closest_to, interpolate_specialists
 from bab.experiments.profiles import get_profile
-from bab.report import paper
 from bab.report.claims import judgement_table
-from bab.report.results import save_results
+from bab.report.results.notebook_end import finish_notebook
 
 notebook_start = time.perf_counter()
 threads = set_threads()  # $BAB_THREADS (run_all.sh --jobs divides the cores), else every core
@@ -364,10 +363,7 @@ rows = [
     *study.static_fine_tuned_rows(static_ft, static_ft_models),
     *study.token_kind_rows({study.texts[0]: kinds}, model80),
 ]
-comparison = paper.comparison_table(rows)
-display(comparison)
-save_results(rows, results_path)
-print(f"notebook run time {time.perf_counter() - notebook_start:.0f} s")
+comparison = finish_notebook(rows, results_path, notebook_start)
 
 # %%
 # NBVAL_CHECK_OUTPUT

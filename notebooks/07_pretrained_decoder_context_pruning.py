@@ -66,9 +66,8 @@ from bab.experiments.pretrained_context import (
     zero_shot_held,
 )
 from bab.experiments.profiles import get_profile
-from bab.report import paper
 from bab.report.claims import judgement_table
-from bab.report.results import save_results
+from bab.report.results.notebook_end import finish_notebook
 
 notebook_start = time.perf_counter()
 threads = set_threads()  # $BAB_THREADS (run_all.sh --jobs divides the cores), else every core
@@ -531,10 +530,7 @@ if ablation is not None:
     r = ablation[(ablation.text == "austen") & ablation["initial values"].str.startswith("official")].iloc[0]
     result_rows.append(study.result_row(M.init_ablation, None, dict(r), settings={"gamma": gamma80},
                                         models=official_model))
-comparison = paper.comparison_table(result_rows)
-display(comparison)
-save_results(result_rows, results_path)
-print(f"notebook run time {time.perf_counter() - notebook_start:.0f} s")
+comparison = finish_notebook(result_rows, results_path, notebook_start)
 
 # %%
 # NBVAL_CHECK_OUTPUT

@@ -39,7 +39,7 @@ def _run_item(path: str, during) -> None:
 
 
 def test_notebook_kernels_get_the_smoke_threads_and_instruction_sets_and_unit_tests_keep_theirs(monkeypatch):
-    from bab.report.regression import SMOKE_NUMERICS_ENV, SMOKE_THREADS
+    from bab.report.compare.regression import SMOKE_NUMERICS_ENV, SMOKE_THREADS
 
     monkeypatch.setenv("BAB_THREADS", "2")  # what a caller asked for
     monkeypatch.delenv("BAB_PRECISION", raising=False)  # restored (unset) after the test
@@ -66,7 +66,7 @@ def test_notebook_kernels_get_the_smoke_threads_and_instruction_sets_and_unit_te
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="the pinned instruction sets are x86's")
 def test_a_kernel_started_with_the_smoke_environment_runs_torch_on_the_pinned_instruction_set():
-    from bab.report.regression import smoke_kernel_env
+    from bab.report.compare.regression import smoke_kernel_env
 
     probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
     env = {**os.environ, **smoke_kernel_env()}

@@ -5,7 +5,7 @@
 
 ``numerics`` is why the run cache keys every run by its thread count (bab.core.threads); ``speed`` is why
 ``./run_all.sh`` runs two notebooks of one thread each on 2 cores rather than one of two threads
-(bab.report.build.DEFAULT_JOBS). Each measurement runs in a fresh process per thread count.
+(bab.report.runner.build.DEFAULT_JOBS). Each measurement runs in a fresh process per thread count.
 """
 
 import statistics

@@ -3,7 +3,7 @@ import math
 import pytest
 
 from bab.experiments.profiles import EXPERIMENTS, PROFILE_NAMES, get_profile, profiles_of
-from bab.report.paper import PAPER_RESULTS, check_paper_rows, comparison_table
+from bab.report.results.paper import PAPER_RESULTS, check_paper_rows, comparison_table
 
 
 def test_paper_rows_name_declared_methods_with_fitting_budgets_and_unique_keys():

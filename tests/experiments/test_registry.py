@@ -12,8 +12,8 @@ from bab.experiments import registry
 from bab.experiments.methods import DECLARING_MODULES
 from bab.experiments.profiles import EXPERIMENTS, PROFILE_NAMES, profiles_of
 from bab.experiments.steps import NOTEBOOKS as STEPS
-from bab.report.figures import PANELS, PAPER_OF_MODULE, paper_of
-from bab.report.seeds import SEEDED_NOTEBOOKS
+from bab.report.pages.figures import PANELS, PAPER_OF_MODULE, paper_of
+from bab.report.results.seeds import SEEDED_NOTEBOOKS
 
 ROOT = Path(__file__).resolve().parents[2]
 

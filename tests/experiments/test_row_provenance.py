@@ -11,7 +11,7 @@ import bab.core.runs as runs
 from bab.core.provenance import git_commit
 from bab.core.runs import RunCache, as_downloaded, config_key, train_cached
 from bab.experiments.synthetic import SYNTHETIC, SyntheticExperiment
-from bab.report.results import save_results, validate_rows, with_provenance
+from bab.report.results.contract import save_results, validate_rows, with_provenance
 
 
 def trained(cache, seed, lineage=None):
@@ -41,7 +41,7 @@ def test_save_results_adds_the_training_commit_and_cache_hits(tmp_path, study, m
     rows = [study.result_row(study.methods.warm, 0.5, {"cost": 0.5, "accuracy": 90.0}, models=model)]
     saved = json.loads(save_results(rows, tmp_path / "01.json").read_text())
     assert saved["rows"][0]["trained_at"] == [git_commit()] and saved["rows"][0]["cache_hits"] == 0
-    assert saved["code"]["bab/report/results.py"]  # the digests of the bab modules this process loaded
+    assert saved["code"]["bab/report/results/contract.py"]  # the digests of the bab modules this process loaded
 
     monkeypatch.setattr(runs, "_MODELS_USED", {})  # the next kernel finds the model in the cache
     model, _ = trained(cache, seed=7)

@@ -7,7 +7,7 @@ import pytest
 
 from bab.experiments.profiles import get_profile
 from bab.experiments.vit import VIT, VIT_METHODS
-from bab.report.results import validate_rows
+from bab.report.results.contract import validate_rows
 from bab.sparsifiner.evaluate import evaluate_vit
 from bab.sparsifiner.train import ViTTrainConfig
 
@@ -91,7 +91,7 @@ def test_every_profile_fine_tunes_a_few_epochs_and_the_paper_profile_as_long_as_
 
 
 def test_the_papers_table_1_numbers_stand_beside_the_fine_tuned_rows():
-    from bab.report import paper
+    from bab.report.results import paper
 
     paper.check_paper_rows(paper.SPARSIFINER)
     ours = [{"experiment": "vit_sparsifiner", "method": "token pruning (EViT), fine-tuned", "budget": 0.7,

@@ -8,7 +8,7 @@ import pytest
 import conftest
 from bab.data import images
 from bab.experiments.profiles import get_profile
-from bab.report import paper
+from bab.report.results import paper
 from bab.sparsifiner.predictor import num_connections
 from bab.sparsifiner.vit import ViTClassifierConfig
 

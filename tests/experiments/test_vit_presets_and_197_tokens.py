@@ -26,7 +26,7 @@ from bab.experiments.vit import (
     token_count_control,
     two_standard_errors,
 )
-from bab.report.results import validate_rows
+from bab.report.results.contract import validate_rows
 from bab.sparsifiner import plots
 from bab.sparsifiner.attach import sparsifiner_state
 from bab.sparsifiner.predictor import ConnectivityConfig

@@ -16,8 +16,8 @@ from bab.experiments.synthetic import SYNTHETIC_METHODS as SYN
 from bab.experiments.text import AG_NEWS_METHODS as AGN
 from bab.experiments.vit import VIT_METHODS as VIT
 from bab.report import claims as C
-from bab.report.index import judged_claims, write_index
-from bab.report.results import RESULTS_CONTRACT
+from bab.report.pages.index import judged_claims, write_index
+from bab.report.results.contract import RESULTS_CONTRACT
 
 
 def row(method, budget, **values):
@@ -265,7 +265,7 @@ def test_the_index_judges_current_rows_only_and_writes_the_claims_into_results_j
 
 def test_cost_axis_points_are_relative_to_each_experiments_own_dense(tmp_path):
     from bab.experiments.context_pruning import GPT2_METHODS as GPT2
-    from bab.report.figures import cost_axis_figure, cost_axis_points
+    from bab.report.pages.figures import cost_axis_figure, cost_axis_points
 
     rows = [row(AGN.dense, 1.0, accuracy=90.0, cost=1.0), row(AGN.warm, 0.5, accuracy=81.0, cost=0.5),
             row(AGN.hard_adapted_ours, 0.5, accuracy=85.5, cost=0.5, speedup=1.25),

@@ -9,8 +9,8 @@ from bab.experiments.context_pruning import GPT2_METHODS as GPT2
 from bab.experiments.pretrained_context import PRETRAINED_METHODS as DECODER
 from bab.experiments.synthetic import SYNTHETIC_METHODS as SYN
 from bab.experiments.vit import VIT_METHODS as VIT
-from bab.report import figures
-from bab.report.figures import clip_to_scale, cost_axis_figure, cost_axis_points, panel_scale
+from bab.report.pages import figures
+from bab.report.pages.figures import clip_to_scale, cost_axis_figure, cost_axis_points, panel_scale
 
 
 def row(method, budget, **values):

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-import bab.report.build
+import bab.report.runner.build
 from bab.__main__ import main
-from bab.report.merge import merge_report
+from bab.report.compare.merge import merge_report
 
 
 def report(folder, profile, runs: dict, finished_at=None):
@@ -36,7 +36,7 @@ def rebuilt(monkeypatch):
         calls.append(sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()))
         return folder / "index.html"
 
-    monkeypatch.setattr(bab.report.build, "rebuild_pages", record)
+    monkeypatch.setattr(bab.report.runner.build, "rebuild_pages", record)
     return calls
 
 
@@ -90,7 +90,7 @@ def test_a_failed_rebuild_leaves_the_record_as_it_was(tmp_path, monkeypatch):
     def fail(folder, notebooks_dir="notebooks"):
         raise ValueError("the comparison table failed")
 
-    monkeypatch.setattr(bab.report.build, "rebuild_pages", fail)
+    monkeypatch.setattr(bab.report.runner.build, "rebuild_pages", fail)
     with pytest.raises(ValueError, match="comparison table failed"):
         merge_report(source, target)
     assert sorted(p.name for p in target.rglob("*")) == before
@@ -101,7 +101,7 @@ def test_the_command_refuses_other_profiles_and_empty_merges_with_advice(tmp_pat
     report(tmp_path / "record" / "paper", "paper", {"03_bert_ag_news": "ok"})
     report(tmp_path / "quick" / "quick", "quick", {"03_bert_ag_news": "ok"})
     report(tmp_path / "build" / "paper", "paper", {"04_dbpedia_bert": "failed"})
-    argv = ["report", "--profile", "paper", "--reports-dir", str(tmp_path / "record"), "--merge"]
+    argv = ["report", "merge", "--profile", "paper", "--reports-dir", str(tmp_path / "record")]
     assert main([*argv, str(tmp_path / "quick" / "quick")]) == 2
     assert "merge only reports of the same profile" in capsys.readouterr().err
     assert main([*argv, str(tmp_path / "build" / "paper")]) == 2

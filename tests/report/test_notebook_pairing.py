@@ -15,8 +15,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from bab.report.build import discover_notebooks
-from bab.report.notebooks import pair_differences, paired_script, prepare_pairs
+from bab.report.runner.build import discover_notebooks
+from bab.report.runner.notebooks import pair_differences, paired_script, prepare_pairs
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = discover_notebooks(ROOT / "notebooks")

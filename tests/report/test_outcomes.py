@@ -10,8 +10,8 @@ from bab.core import outcomes
 from bab.core.statistics import paired_difference, unpaired_difference
 from bab.experiments.text import AG_NEWS_METHODS as AGN
 from bab.report import claims as C
-from bab.report.index import collect_outcomes, judged_claims
-from bab.report.results import RESULTS_CONTRACT, outcomes_path, save_results
+from bab.report.pages.index import collect_outcomes, judged_claims
+from bab.report.results.contract import RESULTS_CONTRACT, outcomes_path, save_results
 
 
 def row(method, budget, **values):
@@ -309,7 +309,7 @@ def _two_seed_perplexity_runs(rng, ids_order=None):
     """Dense and pruned rows of two seed runs on the same 40 windows (different models at each seed), their stored
     per-window outcomes, and the merged rows the report judges."""
     from bab.experiments.context_pruning import GPT2_METHODS as GPT2
-    from bab.report.seeds import average_seed_rows
+    from bab.report.results.seeds import average_seed_rows
 
     tokens = rng.integers(100, 160, 40).astype(float)
     ids = rng.permutation(40).astype(np.int64) * 7919  # unsorted ids: pairing must follow them, not positions

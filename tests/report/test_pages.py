@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bab.report.index import format_number, ours_with_interval, region_text, render_index
-from bab.report.pages import (
+from bab.report.pages.index import format_number, ours_with_interval, region_text, render_index
+from bab.report.pages.notebook_pages import (
     MATHJAX_URL,
     PAGE_VERSION,
     install_mathjax,
@@ -318,7 +318,7 @@ def test_the_front_page_lists_the_amendments_and_marks_stale_runs():
 def test_a_notebook_page_is_titled_by_its_notebook(tmp_path):
     import nbformat
 
-    from bab.report.pages import notebook_page
+    from bab.report.pages.notebook_pages import notebook_page
 
     ipynb = tmp_path / "05_vit_sparsifiner-seed13.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# ViT")]), ipynb)
@@ -332,8 +332,8 @@ def test_a_notebook_page_ends_with_its_claims_judged_by_the_rules_now(tmp_path, 
     import nbformat
 
     from bab.experiments.text import AG_NEWS_METHODS as AGN
-    from bab.report import pages
     from bab.report.claims import claim_by_id, judge_all
+    from bab.report.pages import notebook_pages as pages
 
     folder = tmp_path / "report"
     (folder / "results").mkdir(parents=True)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from bab.__main__ import main as bab_main
-from bab.report.record import RECORD_NAME, code_digest, cost_table, current_code, record_markdown, write_record
-from bab.report.seeds import split_seed_stem
+from bab.report.results.record import RECORD_NAME, code_digest, cost_table, current_code, record_markdown, write_record
+from bab.report.results.seeds import split_seed_stem
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,7 +19,7 @@ def test_the_committed_paper_record_is_what_its_files_give(tmp_path):
     shutil.copytree(committed, copy)
     write_record(copy)
     assert (copy / RECORD_NAME).read_text() == (committed / RECORD_NAME).read_text(), (
-        "reports/paper/RECORD.md is stale: run `python -m bab report --record-only reports/paper`")
+        "reports/paper/RECORD.md is stale: run `python -m bab report pages --record-only reports/paper`")
 
 
 def test_reports_readme_shows_what_the_committed_record_cost():
@@ -37,7 +37,7 @@ def test_rewriting_a_records_files_rewrites_the_cost_table_in_the_readme_beside_
     readme = tmp_path / "README.md"
     readme.write_text("# Before\n\n| notebook | wall time | models | their training time |\n|---|---|---|---|\n"
                       "| 01_old | 1 s | 1 | 1 s |\n| all | 1 s | 1 | 1 s |\n\n# After\n")
-    assert bab_main(["report", "--record-only", str(copy)]) == 0
+    assert bab_main(["report", "pages", "--record-only", str(copy)]) == 0
     results = json.loads((copy / "results.json").read_text())
     runs = [json.loads(p.read_text()) for p in sorted((copy / "runs").glob("*.json"))]
     table = "\n".join(cost_table(results.get("models") or {}, runs))
@@ -47,7 +47,7 @@ def test_rewriting_a_records_files_rewrites_the_cost_table_in_the_readme_beside_
     shutil.copytree(copy, quick)
     (quick / "results.json").write_text(json.dumps({**results, "profile": "quick"}))
     readme.write_text("| notebook | wall time | models | their training time |\n| all | 1 s | 1 | 1 s |\n")
-    assert bab_main(["report", "--record-only", str(quick)]) == 0
+    assert bab_main(["report", "pages", "--record-only", str(quick)]) == 0
     assert readme.read_text() == "| notebook | wall time | models | their training time |\n| all | 1 s | 1 | 1 s |\n"
 
 
@@ -88,9 +88,9 @@ def test_a_record_lists_claims_with_counts_and_every_notebook_run(tmp_path):
     (folder / "runs").mkdir(parents=True)
     (folder / "results.json").write_text(json.dumps(results))
     (folder / "runs" / "02.json").write_text(json.dumps(runs[0]))
-    assert bab_main(["report", "--record-only", str(folder)]) == 0
+    assert bab_main(["report", "pages", "--record-only", str(folder)]) == 0
     assert (folder / RECORD_NAME).read_text() == text
-    assert bab_main(["report", "--record-only", str(tmp_path / "missing")]) == 2
+    assert bab_main(["report", "pages", "--record-only", str(tmp_path / "missing")]) == 2
 
 
 def test_a_record_says_which_commits_trained_each_notebooks_models():
@@ -169,7 +169,7 @@ def test_pages_only_rebuilds_a_committed_records_pages_from_its_files(tmp_path, 
     for page in copy.glob("*_*.html"):  # every notebook page written again, whatever the clone's file times say
         page.unlink()
     monkeypatch.setenv("BAB_DATA_DIR", str(tmp_path / "data"))
-    assert bab_main(["report", "--pages-only", str(copy), "--notebooks-dir", str(ROOT / "notebooks")]) == 0
+    assert bab_main(["report", "pages", str(copy), "--notebooks-dir", str(ROOT / "notebooks")]) == 0
     page = (copy / "index.html").read_text()
     assert "old page" not in page and "Which of the papers' claims hold" in page
     assert str(tmp_path) not in page and str(ROOT) not in page  # no path of this machine in the pages
@@ -182,5 +182,5 @@ def test_pages_only_rebuilds_a_committed_records_pages_from_its_files(tmp_path, 
     differing = [str(p.relative_to(copy)) for p in sorted(copy.rglob("*")) if p.is_file()
                  and p.read_bytes() != (committed / p.relative_to(copy)).read_bytes()]
     assert not differing, (f"{differing} differ from the committed record's: rebuild its pages with `python -m bab "
-                           f"report --pages-only reports/paper`, then commit them")
-    assert bab_main(["report", "--pages-only", str(tmp_path / "missing")]) == 2
+                           f"report pages reports/paper`, then commit them")
+    assert bab_main(["report", "pages", str(tmp_path / "missing")]) == 2

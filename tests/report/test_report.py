@@ -16,17 +16,17 @@ import pandas as pd
 import pytest
 import torch
 
-import bab.report.build as report
-import bab.report.schedule as schedule
+import bab.report.runner.build as report
+import bab.report.runner.schedule as schedule
 from bab.__main__ import main as bab_main
-from bab.report import progress
-from bab.report.results import ROWS_DIR_ENV, save_results
+from bab.report.results.contract import ROWS_DIR_ENV, save_results
+from bab.report.runner import progress
 
 ROOT = Path(__file__).resolve().parents[2]
 
 OK_CODE = """\
 import os
-from bab.report.results import ROWS_DIR_ENV, save_results
+from bab.report.results.contract import ROWS_DIR_ENV, save_results
 note = (f"profile={profile} headless={os.environ.get('BAB_HEADLESS')} mpl={os.environ.get('MPLBACKEND')} "
         f"in_its_folder={os.path.exists('01_ok.ipynb')}")
 save_results([{"experiment": "synthetic", "method": "dense", "budget": 1.0, "cost": 1.0,
@@ -46,7 +46,7 @@ def write_notebook(path, code):
 
 
 def fake_paper(rows_seen=None, fail=False):
-    """Stand-in for bab.report.paper with a comparison_table that echoes our rows next to a 'paper' column."""
+    """Stand-in for bab.report.results.paper with a comparison_table that echoes our rows next to a 'paper' column."""
 
     def comparison_table(rows):
         if fail:
@@ -57,7 +57,7 @@ def fake_paper(rows_seen=None, fail=False):
         df.insert(4, "paper accuracy", 98.0)
         return df.rename(columns={"accuracy": "our accuracy", "cost": "our cost"})
 
-    module = types.ModuleType("bab.report.paper")
+    module = types.ModuleType("bab.report.results.paper")
     module.comparison_table = comparison_table
     return module
 
@@ -91,7 +91,7 @@ def first_run(tmp_path_factory):
             real_chdir(path)
 
         mp.setattr(os, "chdir", chdir)
-        mp.setitem(sys.modules, "bab.report.paper", fake_paper(seen))
+        mp.setitem(sys.modules, "bab.report.results.paper", fake_paper(seen))
         with contextlib.redirect_stdout(out):
             code = report.build_report("smoke", nb_dir, tmp / "reports")
     return types.SimpleNamespace(code=code, nb_dir=nb_dir, reports=tmp / "reports", stdout=out.getvalue(), seen=seen,
@@ -151,7 +151,7 @@ def test_index_names_both_notebooks_and_shows_the_error(first_run):
 
 
 def test_the_pages_read_offline_and_name_no_folder_of_the_machine(first_run):
-    from bab.report.pages import MATHJAX_URL
+    from bab.report.pages.notebook_pages import MATHJAX_URL
 
     out = first_run.reports / "smoke"
     assert (out / MATHJAX_URL).is_file()  # beside the pages, which load it by a relative URL
@@ -197,7 +197,7 @@ def test_run_records_and_results(first_run):
 def test_only_reruns_selected_and_keeps_the_others(first_run, tmp_path, monkeypatch):
     reports = copy_reports(first_run, tmp_path)
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    monkeypatch.setitem(sys.modules, "bab.report.paper", fake_paper())
+    monkeypatch.setitem(sys.modules, "bab.report.results.paper", fake_paper())
     old_record = json.loads((reports / "smoke" / "runs" / "01_ok.json").read_text())
     code = report.build_report("smoke", first_run.nb_dir, reports, only="01")
     assert code == 0  # only the selected notebook counts
@@ -268,7 +268,7 @@ def test_a_rerun_shows_the_last_runs_time(first_run, tmp_path, monkeypatch, caps
     reports = copy_reports(first_run, tmp_path)
     monkeypatch.setattr(report, "execute_notebook", fake_execute)
     monkeypatch.setattr(report, "convert_to_html", lambda ipynb, out: Path(out).write_text("<html></html>"))
-    monkeypatch.setitem(sys.modules, "bab.report.paper", fake_paper())
+    monkeypatch.setitem(sys.modules, "bab.report.results.paper", fake_paper())
     runs = reports / "smoke" / "runs"
     ok, failed = (json.loads((runs / f"{stem}.json").read_text())["seconds"] for stem in ("01_ok", "02_fail"))
     report.build_report("smoke", first_run.nb_dir, reports)
@@ -336,7 +336,7 @@ def test_cli_reports_interrupt_and_keeps_report(first_run, tmp_path, monkeypatch
 def test_new_report_without_previous_and_broken_comparison_table(notebooks, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(report, "execute_notebook", fake_execute)
     monkeypatch.setattr(report, "convert_to_html", lambda ipynb, out: Path(out).write_text("<html></html>"))
-    monkeypatch.setitem(sys.modules, "bab.report.paper", fake_paper(fail=True))
+    monkeypatch.setitem(sys.modules, "bab.report.results.paper", fake_paper(fail=True))
     code = report.build_report("quick", notebooks, tmp_path / "reports", only="01")
     assert code == 1  # notebook fine, but the comparison table could not be built
     index = (tmp_path / "reports" / "quick" / "index.html").read_text()
@@ -350,7 +350,7 @@ def test_index_escapes_error_text(notebooks, tmp_path, monkeypatch):
         raise ValueError("<script>alert(1)</script>")
 
     monkeypatch.setattr(report, "execute_notebook", execute)
-    monkeypatch.setitem(sys.modules, "bab.report.paper", fake_paper())
+    monkeypatch.setitem(sys.modules, "bab.report.results.paper", fake_paper())
     assert report.build_report("smoke", notebooks, tmp_path / "reports") == 1
     index = (tmp_path / "reports" / "smoke" / "index.html").read_text()
     assert "<script>alert" not in index and "&lt;script&gt;alert(1)" in index
@@ -389,7 +389,7 @@ def test_two_jobs_run_notebooks_at_once_with_the_cores_divided(tmp_path, monkeyp
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setattr(report, "available_cores", lambda: 4)
     monkeypatch.setattr(schedule, "available_cores", lambda: 4)
-    monkeypatch.setitem(sys.modules, "bab.report.paper", fake_paper())
+    monkeypatch.setitem(sys.modules, "bab.report.results.paper", fake_paper())
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = report.build_report("smoke", nb_dir, tmp_path / "reports", jobs=2)
@@ -442,7 +442,7 @@ def test_threads_override_the_cores_divided_among_the_jobs(tmp_path, monkeypatch
     write_notebook(nb_dir / "01_a.ipynb", THREADS_CODE)
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setattr(report, "available_cores", lambda: 4)
-    monkeypatch.setitem(sys.modules, "bab.report.paper", fake_paper())
+    monkeypatch.setitem(sys.modules, "bab.report.results.paper", fake_paper())
     out = io.StringIO()
     with contextlib.redirect_stdout(out):  # one notebook alone would get all 4 cores; --threads 1 gives it one
         code = report.build_report("smoke", nb_dir, tmp_path / "reports", only="01", threads=1)
@@ -473,7 +473,7 @@ def test_the_report_precision_reaches_the_kernels_training_configs_and_the_run_r
         monkeypatch.delenv("BAB_PRECISION", raising=False)
     else:
         monkeypatch.setenv("BAB_PRECISION", env)
-    monkeypatch.setitem(sys.modules, "bab.report.paper", fake_paper())
+    monkeypatch.setitem(sys.modules, "bab.report.results.paper", fake_paper())
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = report.build_report("smoke", nb_dir, tmp_path / "reports", threads=1, precision=asked)
@@ -498,7 +498,7 @@ def test_the_report_device_reaches_the_kernels_and_the_run_record(tmp_path, monk
     write_notebook(nb_dir / "01_a.ipynb", DEVICE_CODE)
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("BAB_DEVICE", "auto")
-    monkeypatch.setitem(sys.modules, "bab.report.paper", fake_paper())
+    monkeypatch.setitem(sys.modules, "bab.report.results.paper", fake_paper())
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = report.build_report("smoke", nb_dir, tmp_path / "reports", threads=1, device="cpu")
@@ -567,8 +567,8 @@ def refresh_dir(tmp_path):
 
 
 def test_refresh_stores_outputs_keeps_pairs_and_leaves_a_failed_notebook_untouched(refresh_dir, monkeypatch, capsys):
-    from bab.report.notebooks import pair_differences
-    from bab.report.regression import SMOKE_NUMERICS_ENV, SMOKE_THREADS
+    from bab.report.compare.regression import SMOKE_NUMERICS_ENV, SMOKE_THREADS
+    from bab.report.runner.notebooks import pair_differences
 
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("BAB_CACHE_DIR", "/nonexistent/cache")
@@ -609,7 +609,7 @@ def edit_refresh_script(ipynb, newer):
 
 
 def test_refresh_refuses_a_pair_that_disagrees_with_the_notebook_newer(refresh_dir, monkeypatch, capsys):
-    import bab.report.notebooks as notebooks
+    import bab.report.runner.notebooks as notebooks
 
     edit_refresh_script(refresh_dir / "03_ok.ipynb", newer=False)
     monkeypatch.setattr(notebooks, "refresh_notebook", lambda *a, **k: pytest.fail("ran a notebook"))
@@ -621,7 +621,7 @@ def test_refresh_refuses_a_pair_that_disagrees_with_the_notebook_newer(refresh_d
 
 
 def test_refresh_takes_the_sources_of_a_newer_edited_script_first(refresh_dir, monkeypatch, capsys):
-    import bab.report.notebooks as notebooks
+    import bab.report.runner.notebooks as notebooks
 
     ipynb = refresh_dir / "03_ok.ipynb"
     edit_refresh_script(ipynb, newer=True)

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from bab.report.paper import CONTEXT_PRUNING, PAPER_RESULTS, comparison_table
-from bab.report.results import validate_rows
+from bab.report.results.contract import validate_rows
+from bab.report.results.paper import CONTEXT_PRUNING, PAPER_RESULTS, comparison_table
 
 LM_ROW = {"experiment": "gpt2_context_pruning", "method": "context pruning, ~80% of context pruned", "budget": 0.2,
           "cost": 0.19, "accuracy": None, "speedup": 2.3, "perplexity": 61.5, "memory_ratio": 3.9}

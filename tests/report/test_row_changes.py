@@ -1,4 +1,4 @@
-"""Two builds of a report row by row (``python -m bab report --rows-against``): accuracies paired on the same test
+"""Two builds of a report row by row (``python -m bab report compare --rows``): accuracies paired on the same test
 examples, perplexities on the same windows, matched by unit id whatever order each build scored them in; the
 intervals here are worked out by hand from the bootstrap's draw probabilities."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from bab.__main__ import main as bab_main
 from bab.core import outcomes
-from bab.report.row_changes import changes_summary, row_changes
+from bab.report.compare.row_changes import changes_summary, row_changes
 
 ACCURACY = {"experiment": "synthetic", "method": "dense", "budget": 1.0, "seeds": [7]}
 SURE = {"experiment": "synthetic", "method": "hard", "budget": 0.5, "seeds": [7]}
@@ -80,12 +80,12 @@ def test_the_command_prints_the_table_and_a_folder_without_results_says_what_to_
     reports = tmp_path / "reports"
     reports.mkdir()
     (reports / "quick").symlink_to(now)
-    assert bab_main(["report", "--profile", "quick", "--reports-dir", str(reports), "--rows-against",
+    assert bab_main(["report", "compare", "--profile", "quick", "--reports-dir", str(reports), "--rows",
                      str(before)]) == 0
     out = capsys.readouterr().out
     assert ("| 01_x | synthetic | dense | 1.0 |  | accuracy | 50.0 | 75.0 | +25.00 [+0.00, +75.00] points | yes | yes |"
             in out)
     assert out.strip().endswith("2 of 4 new values lie inside the earlier value's interval")
-    assert bab_main(["report", "--profile", "quick", "--reports-dir", str(reports), "--rows-against",
+    assert bab_main(["report", "compare", "--profile", "quick", "--reports-dir", str(reports), "--rows",
                      str(tmp_path / "nothing")]) == 2
     assert "holds no results/*.json: give a built report folder" in capsys.readouterr().err

@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-import bab.report.build as report
-import bab.report.schedule as schedule
+import bab.report.runner.build as report
+import bab.report.runner.schedule as schedule
 from bab.__main__ import main as bab_main
 
 
@@ -50,9 +50,9 @@ def test_a_build_with_a_failed_notebook_or_none_is_not_saved(tmp_path):
 
 def test_save_plan_on_the_command_line(tmp_path, capsys):
     write_runs(tmp_path, "quick", {"01_a": ok(500.0)})
-    assert bab_main(["report", "--profile", "quick", "--reports-dir", str(tmp_path), "--save-plan"]) == 0
+    assert bab_main(["report", "timings", "--profile", "quick", "--reports-dir", str(tmp_path), "--save-plan"]) == 0
     assert "planned_seconds.json (quick)" in capsys.readouterr().out
-    assert bab_main(["report", "--profile", "smoke", "--reports-dir", str(tmp_path), "--save-plan"]) == 2
+    assert bab_main(["report", "timings", "--profile", "smoke", "--reports-dir", str(tmp_path), "--save-plan"]) == 2
     assert "build the report first" in capsys.readouterr().err
 
 

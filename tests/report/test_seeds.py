@@ -10,11 +10,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-import bab.report.build as report
+import bab.report.runner.build as report
 from bab.experiments.profiles import get_profile
 from bab.experiments.synthetic import SyntheticExperiment
-from bab.report import seeds
-from bab.report.record import write_record
+from bab.report.results import seeds
+from bab.report.results.record import write_record
 from tests.report.test_report import ROOT, fake_paper
 
 
@@ -140,7 +140,7 @@ def test_runs_at_different_seeds_train_their_own_seeds_dense_models_first(monkey
 
 
 SEEDED_CODE = """\
-from bab.report.results import write_json_atomic
+from bab.report.results.contract import write_json_atomic
 accuracy = {None: 70.0, 7: 80.0, 13: 82.0, 21: 90.0}[seed]
 rows = [{"experiment": "synthetic", "method": "warm-start budgeted", "budget": 0.5, "cost": 0.5,
          "accuracy": accuracy, "speedup": None, "runs": [f"warm-{seed}"], "seeds": [seed]}]
@@ -164,7 +164,7 @@ def test_a_report_runs_a_seeded_notebook_once_per_seed_and_reads_the_mean(tmp_pa
     nb_dir.mkdir()
     write_seeded_notebook(nb_dir / "01_ok.ipynb")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    monkeypatch.setitem(sys.modules, "bab.report.paper", fake_paper())
+    monkeypatch.setitem(sys.modules, "bab.report.results.paper", fake_paper())
     monkeypatch.setattr(report, "notebook_seeds", lambda stem, profile: (7, 13, 21) if profile == "paper" else ())
     out = tmp_path / "reports" / "paper"
     (out / "runs").mkdir(parents=True)  # a single-seed run left from before: replaced by the seed runs

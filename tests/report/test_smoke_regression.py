@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bab.report.regression import (
+from bab.report.compare.regression import (
     TOLERANCES,
     compare_rows,
     metric_count,
@@ -20,7 +20,7 @@ from bab.report.regression import (
     split_by_numerics,
     store_numerics,
 )
-from bab.report.results import ROWS_DIR_ENV
+from bab.report.results.contract import ROWS_DIR_ENV
 
 BASE = {"experiment": "synthetic", "method": "warm-start budgeted", "budget": 0.5, "cost": 0.5, "accuracy": 97.0,
         "speedup": None}
@@ -114,7 +114,7 @@ def test_smoke_rows_written_in_this_session_match_the_reference():
 
 def test_the_smoke_kernels_and_the_numerics_probe_take_mkls_intel_paths_where_bab_core_blas_applies():
     from bab.core import blas
-    from bab.report.regression import smoke_kernel_env
+    from bab.report.compare.regression import smoke_kernel_env
 
     if not blas.wants_vendor_shim() or blas.shim_library() is None:
         pytest.skip("bab.core.blas leaves MKL alone here (not an AMD CPU with AVX-512, or no C compiler)")

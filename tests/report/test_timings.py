@@ -1,10 +1,10 @@
-"""`python -m bab report --timings`: an executed notebook's seconds by kind of cell, from papermill's records."""
+"""`python -m bab report timings`: an executed notebook's seconds by kind of cell, from papermill's records."""
 
 import json
 
 import pytest
 
-from bab.report import timings
+from bab.report.runner import timings
 
 
 def executed(path, cells, start="2026-01-01T00:00:00+00:00", duration=100.0):

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from bab.__main__ import main
-from bab.report.verdict_changes import changes_markdown, estimate_text, verdict_changes
+from bab.report.compare.verdict_changes import changes_markdown, estimate_text, verdict_changes
 
 
 def claim(claim_id, verdict, ours=None, low=None, high=None, recipe="paper", why=""):
@@ -52,7 +52,7 @@ def test_the_report_command_prints_the_table_and_refuses_a_missing_file(tmp_path
     folder.mkdir(parents=True)
     (folder / "results.json").write_text(json.dumps(NOW))
     (tmp_path / "before.json").write_text(json.dumps(BEFORE))
-    argv = ["report", "--profile", "paper", "--reports-dir", str(tmp_path / "reports"), "--verdicts-against"]
+    argv = ["report", "compare", "--profile", "paper", "--reports-dir", str(tmp_path / "reports"), "--verdicts"]
     assert main([*argv, str(tmp_path / "before.json")]) == 0
     assert capsys.readouterr().out.strip().endswith("4 claims: 1 same, 1 changed, 1 new, 1 gone.")
     assert main([*argv, str(tmp_path / "missing.json")]) == 2
@@ -64,6 +64,6 @@ def test_the_report_command_takes_an_earlier_report_folder(tmp_path, capsys):
     for path, results in ((folder, NOW), (before, BEFORE)):
         path.mkdir(parents=True)
         (path / "results.json").write_text(json.dumps(results))
-    argv = ["report", "--profile", "paper", "--reports-dir", str(tmp_path / "reports"), "--verdicts-against"]
+    argv = ["report", "compare", "--profile", "paper", "--reports-dir", str(tmp_path / "reports"), "--verdicts"]
     assert main([*argv, str(before)]) == 0
     assert capsys.readouterr().out.strip().endswith("4 claims: 1 same, 1 changed, 1 new, 1 gone.")

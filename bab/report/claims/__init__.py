@@ -2,7 +2,7 @@
 
 A claim names where a paper makes it, says it in one sentence, and points at the rows that test it by typed
 ids: our rows by the ``Method`` objects the experiments declare (``bab.experiments.methods``), the paper's by the
-same objects in ``bab.report.paper``. Each claim is restated as a *region* our number must lie in (``Region``):
+same objects in ``bab.report.results.paper``. Each claim is restated as a *region* our number must lie in (``Region``):
 "keeps dense accuracy" is retention >= -delta, "costs about two points" is within -2 +- delta, "beats" is a margin
 > 0. Each delta is written once, beside the claim, with its reason from the paper's wording (its rounding or its
 reported spread), never after seeing our number.

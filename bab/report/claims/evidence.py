@@ -12,7 +12,7 @@ from bab.core.outcomes import align, outcome_key
 from bab.core.statistics import Interval
 from bab.experiments.profiles import held_out_size
 from bab.report.claims.verdicts import _value
-from bab.report.seeds import row_key
+from bab.report.results.seeds import row_key
 
 # ----------------------------------------------------------------------------- evidence: what intervals come from
 
@@ -31,17 +31,17 @@ class Evidence:
     outcomes: dict = field(default_factory=dict)  # {outcome_key(row): per-example outcomes} (bab.core.outcomes)
 
     def series(self, row: dict | None, kind: str):
-        """``row``'s per-unit measurements of ``kind`` (``bab.core.outcomes.KINDS``), or None. A row averaging its
-        seed runs' rows (``bab.report.seeds``) has those rows' measurements, [seeds, units], where every seed's run
-        kept them on the same units."""
+        """``row``'s per-unit measurements of ``kind`` (``bab.core.outcomes.KINDS``), or None. A row averaging
+        its seed runs' rows (``bab.report.results.seeds``) has those rows' measurements, [seeds, units], where every
+        seed's run kept them on the same units."""
         if row is None:
             return None
         own = self.outcomes.get(outcome_key(row, kind))
         return own if own is not None else self._over_seed_runs(row, kind)
 
     def seed_run_rows(self, row: dict) -> list[dict] | None:
-        """The rows of each seed run that ``row`` averages (``bab.report.seeds.average_seed_rows``), in its seeds'
-        order, or None for a row of one seed or of runs not at hand."""
+        """The rows of each seed run that ``row`` averages (``bab.report.results.seeds.average_seed_rows``), in its
+        seeds' order, or None for a row of one seed or of runs not at hand."""
         seeds = sorted(row.get("seeds") or [])
         if len(seeds) < 2:
             return None

@@ -12,7 +12,7 @@ written ``"experiment: method name @ budget {key=value, ...}"`` (budget and sett
 ``"experiment: method name"``, regions ``{low, high, strict, reason}``, a claim's parts as a list of mappings
 with a ``name``. ``retention`` (a row's accuracy minus its own dense model's) and ``margin`` (one row's accuracy
 minus another's) are the two common accuracy claims; ``accuracy`` takes explicit ``terms`` ([coefficient, row]).
-A value ``{paper: NAME}`` reads ``NAME`` from the papers' numbers (``bab.report.paper``).
+A value ``{paper: NAME}`` reads ``NAME`` from the papers' numbers (``bab.report.results.paper``).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from functools import cache
 from importlib import resources
 
 from bab.experiments.methods import method_of
-from bab.report import paper as paper_numbers
 from bab.report.claims import kinds, more_kinds
 from bab.report.claims.verdicts import PAPERS, Region, Row
+from bab.report.results import paper as paper_numbers
 
 RULE_FILES = {paper: f"{paper.replace(' ', '-')}.yaml" for paper in PAPERS}
 LEDGER = "ledger.yaml"

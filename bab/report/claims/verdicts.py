@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from bab.core.statistics import Interval
 from bab.experiments.methods import Method, registry, settings_text
-from bab.report import paper as paper_numbers
+from bab.report.results import paper as paper_numbers
 
 VERDICTS = ("reproduced", "partly", "not reproduced", "inconclusive", "not testable", "not informative",
             "not comparable", "not run")

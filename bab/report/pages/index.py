@@ -14,15 +14,15 @@ from importlib import resources
 from pathlib import Path
 
 from bab.report.claims.counts import claims_summary, verdict_label
-from bab.report.results import RESULTS_CONTRACT, now_iso, read_json, write_json_atomic
-from bab.report.seeds import combine_seed_results, split_seed_stem
+from bab.report.results.contract import RESULTS_CONTRACT, now_iso, read_json, write_json_atomic
+from bab.report.results.seeds import combine_seed_results, split_seed_stem
 
 COST_AXIS_FIGURE = "cost_axis.png"
 
 
 def collect_runs(staging, notebooks):
-    """One record per run of a notebook (one per seed for a notebook run at several, ``bab.report.seeds``) and per
-    earlier run record without a notebook file; 'not run' for a notebook without any."""
+    """One record per run of a notebook (one per seed for a notebook run at several, ``bab.report.results.seeds``) and
+    per earlier run record without a notebook file; 'not run' for a notebook without any."""
     recorded: dict[str, list[tuple[int, str]]] = {}  # notebook -> [(seed, saved name)], seed -1 for none
     for path in (staging / "runs").glob("*.json"):
         notebook, seed = split_seed_stem(path.stem)
@@ -57,7 +57,7 @@ def results_files(staging):
 
 def collect_results_with_contract(staging, files=None):
     """{notebook stem: (results contract version or None, rows)} from the results files (read here unless
-    ``files``), a notebook run at several seeds as its rows averaged over them (``bab.report.seeds``)."""
+    ``files``), a notebook run at several seeds as its rows averaged over them (``bab.report.results.seeds``)."""
     return collect_seeded_results(staging, files)[0]
 
 
@@ -129,9 +129,9 @@ def judged_rules(rows, seed_rows, profile, outcomes, repo_dir) -> dict:
 
 
 def comparison_html(rows):
-    """The paper-vs-reproduction table as HTML via bab.report.paper.comparison_table; (html, error)."""
+    """The paper-vs-reproduction table as HTML via bab.report.results.paper.comparison_table; (html, error)."""
     try:
-        paper = importlib.import_module("bab.report.paper")
+        paper = importlib.import_module("bab.report.results.paper")
         table = paper.comparison_table(rows)
         text = table.to_html(index=False, na_rep="–", float_format=lambda x: f"{x:.4g}", border=0, classes="data")
         return text, None
@@ -264,9 +264,9 @@ def committed_record(repo_dir, profile) -> dict:
 
 def mark_stale(runs, results, notebooks_dir) -> list[dict]:
     """``runs`` with ``stale``: whether the notebook's code or the ``bab`` modules its kernel loaded changed since
-    it ran (``bab.report.record``'s rule, so the front page and RECORD.md agree)."""
+    it ran (``bab.report.results.record``'s rule, so the front page and RECORD.md agree)."""
     from bab.core.provenance import changed_code
-    from bab.report.record import current_code
+    from bab.report.results.record import current_code
 
     code_now = current_code(notebooks_dir)
     package = results.get("code") or {}
@@ -306,7 +306,7 @@ def render_index(profile, generated_at, runs, table_html, table_error, env, clai
     were judged with, "amendments": ``amendments_judged``, "record": ``committed_record``}."""
     import jinja2
 
-    source = resources.files("bab.report").joinpath("template.html").read_text(encoding="utf-8")
+    source = resources.files("bab.report.pages").joinpath("template.html").read_text(encoding="utf-8")
     template = jinja2.Environment(autoescape=True).from_string(source)
     count = lambda status: sum(r["status"] == status for r in runs)  # noqa: E731
     claims = list(claims)
@@ -334,9 +334,9 @@ def render_index(profile, generated_at, runs, table_html, table_error, env, clai
 
 def write_index(staging, profile, notebooks, repo_dir):
     """Write index.html and results.json into staging, and the notebook pages that are missing or were written
-    by an older converter (``bab.report.pages.write_pages``: MathJax beside them, no machine path); return the
-    comparison-table error (or None)."""
-    from bab.report.pages import write_pages
+    by an older converter (``bab.report.pages.notebook_pages.write_pages``: MathJax beside them, no machine path);
+    return the comparison-table error (or None)."""
+    from bab.report.pages.notebook_pages import write_pages
 
     write_pages(staging, repo_dir, profile)
     runs = collect_runs(staging, notebooks)
@@ -353,7 +353,7 @@ def write_index(staging, profile, notebooks, repo_dir):
         rows_judged, _ = current_rows(with_contract)
         rules = judged_rules(rows_judged, seed_rows, profile, outcomes, repo_dir)
         if rows_judged:
-            from bab.report.figures import cost_axis_figure
+            from bab.report.pages.figures import cost_axis_figure
 
             cost_axis_figure(rows_judged, staging / COST_AXIS_FIGURE)
             figure = COST_AXIS_FIGURE
@@ -377,7 +377,7 @@ def write_index(staging, profile, notebooks, repo_dir):
     runs = mark_stale(runs, merged, Path(repo_dir) / "notebooks")
     page = render_index(profile, generated_at, runs, table_html, table_error, environment_info(profile, runs),
                         claims, older, claims_error, figure, rules)
-    from bab.report.pages import scrub_paths
+    from bab.report.pages.notebook_pages import scrub_paths
 
     (staging / "index.html").write_text(scrub_paths(page, repo_dir), encoding="utf-8")
     return table_error

@@ -65,7 +65,7 @@ def install_mathjax(folder) -> Path:
     from importlib import resources
 
     target = Path(folder) / MATHJAX_DIR
-    with resources.as_file(resources.files("bab.report") / "static" / MATHJAX_DIR) as source:
+    with resources.as_file(resources.files("bab.report.pages") / "static" / MATHJAX_DIR) as source:
         shutil.copytree(source, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("README.md"))
     return Path(folder) / MATHJAX_URL
 
@@ -80,7 +80,7 @@ def scrub_paths(text: str, checkout=None, report=None) -> str:
     injects) as ``results/<notebook>.json``, installed packages as ``site-packages/<package>/...``, the checkout's
     other files relative to it, temporary folders and home folders by neutral names. ``checkout``: the checkout's
     absolute path, ``report``: the report folder's, wherever it is; their ``<checkout>`` and ``<report>`` stand-ins
-    (``bab.report.build.scrub_machine_paths``) are handled either way."""
+    (``bab.report.runner.build.scrub_machine_paths``) are handled either way."""
     for form in ([str(Path(report).resolve())] if report is not None else []) + ["<report>", "&lt;report&gt;"]:
         text = text.replace(form + "/", "")  # the report folder's own files: relative to it
     forms = ["<checkout>", "&lt;checkout&gt;"]
@@ -123,7 +123,7 @@ def judged_now(ipynb, profile=None) -> str:
     for the test-set sizes of rows that do not carry theirs."""
     from bab.core import outcomes
     from bab.report.claims import Evidence, judgement_table, registry_digest
-    from bab.report.results import read_json
+    from bab.report.results.contract import read_json
 
     results = Path(ipynb).parent / "results"
     data = read_json(results / f"{Path(ipynb).stem}.json") or {}

@@ -1,7 +1,7 @@
 """Two builds of a report row by row: what a change that should not move a result (training in bfloat16, a faster
 kernel) did to every accuracy and perplexity both builds measured, each change with its paired interval.
 
-    python -m bab report --profile quick --rows-against /tmp/float32/reports/quick
+    python -m bab report compare --profile quick --rows /tmp/float32/reports/quick
 
 Rows are matched by experiment, method, budget, settings and seeds (``bab.core.outcomes.outcome_key``) across the
 notebooks' results (``results/<notebook>.json``) and paired on the per-unit outcomes kept beside them: an accuracy
@@ -20,8 +20,8 @@ import pandas as pd
 from bab.core import outcomes
 from bab.core.statistics import Interval, accuracy_interval, paired_difference, perplexity_ratio
 from bab.experiments.methods import settings_text
-from bab.report.index import collect_outcomes
-from bab.report.results import read_json
+from bab.report.pages.index import collect_outcomes
+from bab.report.results.contract import read_json
 
 COLUMNS = ["notebook", "experiment", "method", "budget", "settings", "metric", "before", "now", "change", "holds",
            "inside before's interval"]
@@ -33,7 +33,7 @@ def report_rows(folder) -> tuple[list[dict], dict[str, np.ndarray]]:
     paths = sorted((folder / "results").glob("*.json"))
     if not paths:
         raise FileNotFoundError(f"{folder} holds no results/*.json: give a built report folder "
-                                f"(reports/<profile>, after ./run_all.sh or python -m bab report)")
+                                f"(reports/<profile>, after ./run_all.sh or python -m bab report run)")
     rows = [{**row, "notebook": path.stem} for path in paths for row in read_json(path)["rows"]]
     return rows, collect_outcomes(folder)
 

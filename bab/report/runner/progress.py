@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from bab.report.results import read_json
+from bab.report.results.contract import read_json
 
 PROGRESS_ENGINE = "bab-cell-progress"
 RESUME_PREFIX = "resuming "  # how bab.core.training.run_training announces a resumed run

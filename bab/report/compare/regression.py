@@ -20,7 +20,7 @@ from pathlib import Path
 
 from bab.experiments.methods import settings_text
 
-REFERENCE = Path(__file__).resolve().parents[2] / "tests" / "reference" / "smoke_rows.json"
+REFERENCE = Path(__file__).resolve().parents[3] / "tests" / "reference" / "smoke_rows.json"
 # the numerics fingerprint of the machine that made each notebook's reference rows (``numerics_fingerprint``)
 NUMERICS_REFERENCE = REFERENCE.with_name("smoke_numerics.json")
 # The torch thread count of every smoke run whose outputs or rows are stored (``notebooks refresh``) or checked

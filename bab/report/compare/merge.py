@@ -1,11 +1,11 @@
 """Merge the notebooks another build finished into a report folder, and rebuild its pages.
 
-The paper record is built in pieces: each build (``report --only NN --reports-dir /tmp/recNN``) writes a whole
+The paper record is built in pieces: each build (``report run --only NN --reports-dir /tmp/recNN``) writes a whole
 report folder of its own, so two builds can run at once and each lands as soon as it ends. Merging copies a
 finished run's files (its notebook and page, its run record, its rows and per-example outcomes, the stylesheet its
 page links) into the record and rebuilds the record's index, results.json and RECORD.md from what it then holds:
 
-    python -m bab report --profile paper --merge /tmp/rec04/paper --only 04
+    python -m bab report merge /tmp/rec04/paper --profile paper --only 04
 
 Only runs whose record says "ok" are merged. A run replaces the record's run of the same name, and a seeded run
 (``<stem>-seed<N>``) also the notebook's one unseeded run from before it ran at seeds (and the other way round), so no
@@ -21,9 +21,9 @@ import shutil
 from pathlib import Path
 
 from bab.core.folders import swap_into_place
-from bab.report.pages import linked_stylesheets
-from bab.report.results import read_json
-from bab.report.seeds import split_seed_stem
+from bab.report.pages.notebook_pages import linked_stylesheets
+from bab.report.results.contract import read_json
+from bab.report.results.seeds import split_seed_stem
 
 
 def finished_runs(source: Path, only=None) -> tuple[list[str], list[str]]:
@@ -78,16 +78,16 @@ def newer_runs(source: Path, target: Path, names: list[str]) -> tuple[list[str],
 
 def merge_report(source, target, only=None, notebooks_dir="notebooks") -> tuple[list[str], list[str]]:
     """Copy the runs ``source`` finished (``only``: a list of two-digit notebook prefixes) into ``target`` and rebuild
-    ``target``'s pages (``bab.report.build.rebuild_pages``). Returns (the merged run names, those left out because
-    ``target`` holds a run of theirs as new or newer); a ValueError when the two folders hold reports of different
-    profiles or nothing new finished to merge."""
-    from bab.report.build import rebuild_pages, scrub_machine_paths
+    ``target``'s pages (``bab.report.runner.build.rebuild_pages``). Returns (the merged run names, those left out
+    because ``target`` holds a run of theirs as new or newer); a ValueError when the two folders hold reports of
+    different profiles or nothing new finished to merge."""
+    from bab.report.runner.build import rebuild_pages, scrub_machine_paths
 
     source, target = Path(source).resolve(), Path(target).resolve()
     for folder in (source, target):
         if read_json(folder / "results.json") is None or not (folder / "runs").is_dir():
             raise FileNotFoundError(f"{folder} holds no results.json and runs/: give report folders, e.g. "
-                                    f"--merge /tmp/rec04/paper into reports/paper")
+                                    f"report merge /tmp/rec04/paper into reports/paper")
     profiles = {folder: read_json(folder / "results.json").get("profile") for folder in (source, target)}
     if profiles[source] != profiles[target]:
         raise ValueError(f"{source} is a report at profile {profiles[source]!r} and {target} one at "

@@ -179,7 +179,7 @@ def _keyed(row: dict) -> dict:
 
 
 # how each row of ours was obtained: the seeds it averages (with the accuracy's sample std over them), the commits
-# that trained its models and how many of them came from the run cache (bab.report.results.with_provenance)
+# that trained its models and how many of them came from the run cache (bab.report.results.contract.with_provenance)
 SETUP_COLUMNS = ("seeds", "± std", "trained at", "from cache")
 
 

@@ -1,7 +1,7 @@
 """RECORD.md: a report folder's claims, verdicts, setup, commits and wall times as Markdown, from its files only.
 
-Written beside ``index.html`` by every report run (``bab.report.build``), from ``results.json`` and
-``runs/*.json``; ``python -m bab report --record-only <folder>`` rewrites it from those files, and a test
+Written beside ``index.html`` by every report run (``bab.report.runner.build``), from ``results.json`` and
+``runs/*.json``; ``python -m bab report pages --record-only <folder>`` rewrites it from those files, and a test
 regenerates the committed paper record's and compares. Nothing in it is typed by hand.
 
 A record goes stale when the code behind it changes after it ran: each run stores a digest of its notebook's code
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bab.core.provenance import PACKAGE_ROOT, changed_code
 from bab.report.claims.counts import claims_summary
-from bab.report.seeds import seed_table, split_seed_stem
+from bab.report.results.seeds import seed_table, split_seed_stem
 
 RECORD_NAME = "RECORD.md"
 
@@ -95,7 +95,7 @@ def record_markdown(results: dict, runs: list[dict], code_now: dict[str, str] | 
     contracts = results.get("contracts") or {}
     lines = [f"# Reproduction record: profile `{results.get('profile', '?')}`", "",
              f"Generated from `results.json` ({results.get('generated_at', '?')}) and `runs/`; rewrite it with "
-             f"`python -m bab report --record-only <this folder>`, do not edit it.", ""]
+             f"`python -m bab report pages --record-only <this folder>`, do not edit it.", ""]
     lines += ["## Claims", ""]
     if not claims:
         with_rows = {row.get("notebook") for row in results.get("rows", [])}

@@ -3,7 +3,7 @@
 A notebook calls ``save_results(rows, results_path)`` with ``results_path`` the parameter that
 papermill injects; each row names an experiment, a method, a budget, the cost, the accuracy
 and the measured speed-up (optional: perplexity, memory ratio, a note). The report merges the
-rows and puts them next to the papers' numbers (``bab.report.paper.comparison_table``).
+rows and puts them next to the papers' numbers (``bab.report.results.paper.comparison_table``).
 """
 
 import contextlib
@@ -25,7 +25,7 @@ from bab.core.runs import measurements_used, models_used
 RESULTS_CONTRACT = 2
 
 # Where a notebook run without a results_path (nbval, a notebook refresh) still writes its rows, when set: the
-# smoke regression check compares them with tests/reference/smoke_rows.json (bab.report.regression).
+# smoke regression check compares them with tests/reference/smoke_rows.json (bab.report.compare.regression).
 ROWS_DIR_ENV = "BAB_RESULTS_DIR"
 
 # one result row: required keys and their types (float columns may be None)

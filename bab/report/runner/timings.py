@@ -1,4 +1,4 @@
-"""Where a report's seconds went: ``python -m bab report --profile quick --timings``.
+"""Where a report's seconds went: ``python -m bab report timings --profile quick``.
 
 papermill stores each executed cell's duration in the notebook it writes (``reports/<profile>/<notebook>.ipynb``),
 and the notebook's own start and end. Each code cell is put in one kind by what it calls, the first that fits:
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bab.report.results import read_json
+from bab.report.results.contract import read_json
 
 KINDS = {
     "training": r"\.(dense|warm_start_budgeted|warm_start_static|hard_adapted|static_hard_adapted|"
@@ -109,7 +109,7 @@ def report_timings(folder) -> tuple[pd.DataFrame, pd.DataFrame]:
     paths = sorted(Path(folder).glob("[0-9][0-9]_*.ipynb"))
     if not paths:
         raise FileNotFoundError(f"{folder} holds no executed notebook (NN_*.ipynb); build the report first "
-                                f"(./run_all.sh or python -m bab report --profile <name>)")
+                                f"(./run_all.sh or python -m bab report run --profile <name>)")
     table = pd.DataFrame([notebook_timings(p) for p in paths]).set_index("notebook")
     table.loc["all notebooks"] = table.sum(numeric_only=True, min_count=1)
     cells = pd.concat([cell_timings(p).assign(notebook=p.stem) for p in paths], ignore_index=True)

@@ -9,7 +9,7 @@ import itertools
 from pathlib import Path
 
 from bab.core.threads import available_cores
-from bab.report.results import read_json, write_json_atomic
+from bab.report.results.contract import read_json, write_json_atomic
 
 # Notebooks at once on a 2-core machine, measured: the quick report from an empty cache took 38.3 min as 2 jobs of
 # 1 thread and 48.7 min as 1 job of 2 threads (commit 61620cb, README "Run time at quick"); a notebook is only
@@ -86,11 +86,11 @@ def save_plan(reports_dir, profile: str) -> Path:
     records = {path.stem: read_json(path) for path in runs}
     if not records:
         raise FileNotFoundError(f"no runs in {reports_dir / profile / 'runs'}: build the report first "
-                                f"(python -m bab report --profile {profile})")
+                                f"(python -m bab report run --profile {profile})")
     failed = [stem for stem, r in records.items() if not isinstance(r, dict) or r.get("status") != "ok"]
     if failed:
         raise ValueError(f"not planning on a build whose runs did not all end ok ({', '.join(failed)}): rebuild them "
-                         f"first (python -m bab report --profile {profile} --only ...)")
+                         f"first (python -m bab report run --profile {profile} --only ...)")
     path = reports_dir / PLAN_FILE
     plan = read_json(path) or {}
     plan[profile] = {stem: {key: r.get(key) for key in ("seconds", "commit", "jobs", "threads")}

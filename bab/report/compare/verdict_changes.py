@@ -1,7 +1,7 @@
 """Each claim's verdict in a report beside its verdict in an earlier report: what a rebuild changed.
 
     git show <commit>:reports/paper/results.json > /tmp/before.json
-    python -m bab report --profile paper --verdicts-against /tmp/before.json
+    python -m bab report compare --profile paper --verdicts /tmp/before.json
 
 Claims are matched by id (the paper's recipe and ours have ids of their own). A claim only one of the two reports
 judges is listed too, as "new" or "gone". Nothing is recomputed: both sides are read from the results.json files.

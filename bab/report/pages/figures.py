@@ -21,7 +21,7 @@ import pandas as pd
 
 from bab.experiments.methods import MECHANISMS, registry
 from bab.experiments.registry import NOTEBOOKS, PAPERS
-from bab.report import paper as paper_numbers
+from bab.report.results import paper as paper_numbers
 
 # the mechanisms' markers; triangles are kept for the points off a panel's scale
 MARKERS = dict(zip(MECHANISMS, ("*", "o", "s", "p", "D", "P", "h"), strict=True))

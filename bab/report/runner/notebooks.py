@@ -30,10 +30,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bab.report.build import discover_notebooks, error_info, kernel_env, one_line, select_notebooks
-from bab.report.progress import CellProgress, kernel_folder, progress_engine
-from bab.report.regression import numerics_fingerprint, smoke_kernel_env, store_numerics, store_reference
-from bab.report.results import ROWS_DIR_ENV
+from bab.report.compare.regression import numerics_fingerprint, smoke_kernel_env, store_numerics, store_reference
+from bab.report.results.contract import ROWS_DIR_ENV
+from bab.report.runner.build import discover_notebooks, error_info, kernel_env, one_line, select_notebooks
+from bab.report.runner.progress import CellProgress, kernel_folder, progress_engine
 
 DEFAULT_NOTEBOOKS = Path("notebooks")
 PAIRED_FORMAT = "py:percent"
@@ -131,16 +131,33 @@ def strip_volatile_metadata(nb):
     return nb
 
 
+def opens_unmodified(nb, kernel_name: str = "python3"):
+    """The metadata JupyterLab writes as it opens a notebook, stored already, so a tab opens unmodified: the
+    kernelspec of the kernel it starts (a differing one, e.g. papermill's "Python 3" against ipykernel's "Python 3
+    (ipykernel)", or none, is replaced as the kernel starts, which marks the tab modified before the reader did
+    anything), and no widget state that no output shows (the models of a progress bar the outputs dropped)."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    with contextlib.suppress(NoSuchKernel):
+        spec = KernelSpecManager().get_kernel_spec(kernel_name)
+        nb.metadata["kernelspec"] = {"display_name": spec.display_name, "language": spec.language, "name": kernel_name}
+    shown = any("application/vnd.jupyter.widget-view+json" in (output.get("data") or {})
+                for cell in nb.cells for output in cell.get("outputs", []))
+    if not shown:
+        nb.metadata.pop("widgets", None)
+    return nb
+
+
 # a progress bar's text as tqdm draws it: "  0%|          | 0/272 [00:00<?, ?it/s]"
 _PROGRESS_BAR = re.compile(r"\d+%\|.*\|\s*\d+/\d+")
 
 
 def clean_outputs(nb, checkout=None):
     """Stored outputs a reader on another machine can read: this machine's paths replaced by neutral names
-    (``bab.report.pages.scrub_paths``: the data folder as ``$BAB_DATA_DIR``, installed packages as
+    (``bab.report.pages.notebook_pages.scrub_paths``: the data folder as ``$BAB_DATA_DIR``, installed packages as
     ``site-packages/...``, the checkout's files relative to it) and progress bars dropped (a bar stored mid-way
     shows a frozen 0% to every reader)."""
-    from bab.report.pages import scrub_paths
+    from bab.report.pages.notebook_pages import scrub_paths
 
     def is_bar(output) -> bool:
         text = output.get("text") or (output.get("data") or {}).get("text/plain") or ""
@@ -168,7 +185,7 @@ def clean_outputs(nb, checkout=None):
 
 def refresh_notebook(path, cache_dir, on_cell=None) -> float:
     """Execute ``path`` at profile smoke with run cache ``cache_dir``; store its outputs in place, and the result
-    rows it saves as its entry of the smoke regression reference (``bab.report.regression``). Seconds taken.
+    rows it saves as its entry of the smoke regression reference (``bab.report.compare.regression``). Seconds taken.
 
     On any error the stored notebook (and its .py) and its reference rows stay as they were.
     """
@@ -188,8 +205,8 @@ def refresh_notebook(path, cache_dir, on_cell=None) -> float:
                                    **kernel_folder(path.parent),
                                    engine_name=progress_engine(), on_cell=on_cell, progress_bar=False,
                                    extra_arguments=["--IPKernelApp.log_level=CRITICAL"])
-        nbformat.write(clean_outputs(strip_volatile_metadata(nbformat.read(out, as_version=4)), path.parent.parent),
-                       out)
+        executed = strip_volatile_metadata(nbformat.read(out, as_version=4))
+        nbformat.write(opens_unmodified(clean_outputs(executed, path.parent.parent)), out)
         if script.exists():
             differences = pair_differences(out, script)
             if differences:

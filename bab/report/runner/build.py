@@ -1,11 +1,11 @@
 """Build the HTML report: run the numbered notebooks, convert them, write index.html.
 
-    python -m bab report --profile smoke|quick|paper [--only 01,03] [--jobs N]
+    python -m bab report run --profile smoke|quick|paper [--only 01,03] [--jobs N]
 
 Every notebook `notebooks/NN_name.ipynb` is executed with papermill, which injects three
 parameters: `profile`, `results_path` and `interactive`. A notebook hands its numbers to the
 report by calling `save_results(rows, results_path)`; the report merges them and puts them
-next to the papers' own numbers (`bab.report.paper.comparison_table`).
+next to the papers' own numbers (`bab.report.results.paper.comparison_table`).
 
 Progress: a line per notebook with the last report's run time for it as an estimate, then a line
 per code cell as it starts (plain lines, so a log file reads like the terminal):
@@ -44,12 +44,19 @@ from bab.core.provenance import git_commit
 from bab.core.threads import THREADS_ENV, available_cores
 from bab.experiments.profiles import PROFILE_NAMES as PROFILES
 from bab.experiments.study import refuse_uncommitted_training
-from bab.report.index import run_environment, write_index
-from bab.report.progress import CellProgress, estimate_line, kernel_folder, last_run, last_run_note, progress_engine
-from bab.report.record import code_digest, write_record
-from bab.report.results import now_iso, read_json, write_json_atomic
-from bab.report.schedule import check_jobs, check_threads, plan_note, planned_runs, start_order, threads_per_job
-from bab.report.seeds import SEED_SUFFIX, notebook_seeds, seed_stem
+from bab.report.pages.index import run_environment, write_index
+from bab.report.results.contract import now_iso, read_json, write_json_atomic
+from bab.report.results.record import code_digest, write_record
+from bab.report.results.seeds import SEED_SUFFIX, notebook_seeds, seed_stem
+from bab.report.runner.progress import (
+    CellProgress,
+    estimate_line,
+    kernel_folder,
+    last_run,
+    last_run_note,
+    progress_engine,
+)
+from bab.report.runner.schedule import check_jobs, check_threads, plan_note, planned_runs, start_order, threads_per_job
 
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 # the inline backend renders figures as PNG outputs without a display; plain Agg would drop them
@@ -87,7 +94,7 @@ def select_notebooks(notebooks, only=None):
 @dataclass(frozen=True)
 class NotebookRun:
     """One execution of a notebook: at its profile's own seed (``seed`` None), or at one of the seeds its profile
-    averages (``bab.report.seeds``), saved as ``<stem>-seed<N>``."""
+    averages (``bab.report.results.seeds``), saved as ``<stem>-seed<N>``."""
 
     notebook: Path
     seed: int | None = None
