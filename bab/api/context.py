@@ -8,7 +8,7 @@
 
 It chains ``bab.context``: ``load_decoder`` with a ``PruningConfig``, ``train_lm`` (objective
 ``context_pruning``, or ``budget_context`` for a budget-conditioned model) through the run cache
-(``bab.api.own_text``) and ``evaluate_lm`` (hard keep decisions). Text: a .txt file, a string, a list of
+(``OwnTextStudy``) and ``evaluate_lm`` (hard keep decisions). Text: a .txt file, a string, a list of
 strings, or a ``datasets.Dataset`` with a text column; it becomes one token stream, cut into windows of ``context``
 tokens.
 """
@@ -20,8 +20,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from torch.utils.data import TensorDataset
 
-from bab.api.own_text import OwnTextStudy
+import bab.context
 from bab.context.attach import attach
 from bab.context.evaluate import evaluate_lm
 from bab.context.interaction import PruningConfig
@@ -29,9 +30,13 @@ from bab.context.lm import check_length, settings
 from bab.context.pretrained import load_decoder
 from bab.context.pruned_cache import PrunedCache
 from bab.context.recipe import fit_config
-from bab.context.train import LMTrainConfig
+from bab.context.train import LMTrainConfig, train_lm
 from bab.core.budget import validate_budget
+from bab.core.digest import state_digest
+from bab.core.runs import RunCache
+from bab.core.step_clock import fit_plan
 from bab.core.threads import apply_threads
+from bab.experiments.study import Study, tensors_digest
 
 
 def read_text(text, text_column: str = "text") -> str:
@@ -104,7 +109,7 @@ class ContextPruner:
         """Fine-tune on ``text``; ``overrides`` change the LMTrainConfig (gamma=, lr=, batch_size=, seed= ...).
 
         gamma (the keep-mass weight) sets how much context is dropped: larger prunes more. The fit is a study step
-        (``bab.api.own_text.OwnTextStudy``) as the other methods' fits are: ``cache`` is where the fitted
+        (``OwnTextStudy``, below) as the other methods' fits are: ``cache`` is where the fitted
         weights are kept (a ``bab.core.runs.RunCache`` or a folder; default the run cache, ``$BAB_CACHE_DIR``;
         ``False``: nowhere), keyed by the starting weights, the text and the config, so a fit that was killed
         continues where it stopped and a repeated one is loaded. ``threads``: torch threads (default
@@ -146,3 +151,34 @@ class ContextPruner:
 
     def __repr__(self) -> str:
         return f"ContextPruner({type(self.model).__name__}, objective={self.config.objective!r})"
+
+
+class OwnTextStudy(Study):
+    """The study ``ContextPruner.fit`` runs: one fine-tune (``train_lm``) through the run cache, keyed by the starting
+    weights' digest, the token stream's and the training config, so an interrupted fit resumes and a repeated one
+    loads. ``model``: a causal LM with context pruning attached (fine-tuned in place); ``ids``: the token stream [N]."""
+
+    experiment = "own_text"
+    method = "context"
+    method_code = bab.context
+
+    def __init__(self, model: torch.nn.Module, ids: torch.Tensor, config: LMTrainConfig,
+                 cache: RunCache | None = None, progress: bool = True):
+        super().__init__(config, cache, progress)
+        self.model, self.ids, self.config = model, ids, config
+
+    def data_lineage(self) -> dict:
+        return {"text": tensors_digest(TensorDataset(self.ids))}
+
+    def fine_tune(self) -> tuple[torch.nn.Module, dict]:
+        """The fine-tuned model (``self.model``, trained or loaded in place) and the run's metrics (``history`` the
+        training loop's rows)."""
+        lineage = {"weights": state_digest(self.model), "class": type(self.model).__name__, "train": self.config}
+
+        def fit(model, checkpoint):
+            with fit_plan("fit", [(self.config.objective, self.config.steps)], self.progress):
+                result = train_lm(model, self.ids, self.config, progress=self.progress, checkpoint=checkpoint)
+            return {"history": result.history}
+
+        model, metrics, _ = self.train_cached("fit", self.model, fit, lineage, seed=self.config.seed)
+        return model, metrics

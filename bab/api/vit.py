@@ -13,7 +13,7 @@ trained from scratch (no pretrained ViT is available offline), or a transformers
 (``model=``: the object, a hub id or a saved folder) is fine-tuned, with notebook 05's recipe: its
 Sparsifiner's recipe (``bab.sparsifiner.recipe.RECIPE``: the three training phases and the official code's predictor
 options; notebook 05's profiles size the same recipe, and tuning them never changes this one), run as notebook 05's
-study steps over your images (``bab.api.own_images.OwnImagesStudy``), each through the run cache, so an
+study steps over your images (``OwnImagesStudy``, below), each through the run cache, so an
 interrupted fit resumes and a repeated one is loaded. Images: one folder per class, read with Pillow,
 converted to grayscale (``channels=1``) or RGB (3), resized to ``image_size`` and standardised with the training
 set's mean and std.
@@ -21,6 +21,7 @@ set's mean and std.
 
 from __future__ import annotations
 
+import copy
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -31,14 +32,18 @@ import torch
 from torch.utils.data import TensorDataset
 
 from bab.api.data import LabelMap
-from bab.api.own_images import OwnImagesStudy
+from bab.core.digest import state_digest
+from bab.core.runs import RunCache
 from bab.core.step_clock import fit_plan, steps_per_epoch
 from bab.core.threads import apply_threads
-from bab.experiments.pipelines.vit_profile import recipe_profile
+from bab.experiments.pipelines.vit import ViTStudy
+from bab.experiments.pipelines.vit_profile import ViTProfile, recipe_profile
+from bab.experiments.study import tensors_digest
+from bab.sparsifiner.attach import attach
 from bab.sparsifiner.evaluate import evaluate_vit
 from bab.sparsifiner.predictor import validate_keep_rate
 from bab.sparsifiner.recipe import RECIPE, SparsifinerRecipe
-from bab.sparsifiner.vit import ViTClassifierConfig, vit_forward
+from bab.sparsifiner.vit import ViTClassifierConfig, build_vit, vit_forward
 
 IMAGE_MODEL_TYPES = ("vit", "deit")
 
@@ -250,3 +255,40 @@ def _fit_classifier(model: torch.nn.Module, num_labels: int) -> None:
     if model.classifier.out_features != num_labels:
         model.classifier = torch.nn.Linear(model.classifier.in_features, num_labels)
         model.config.num_labels = num_labels
+
+
+class OwnImagesStudy(ViTStudy):
+    """The dense -> phase 1 -> phase 2 steps on a caller's own training images (``SparsifinerClassifier.fit``):
+    ``config`` is the Sparsifiner model (the dense one is it without predictors), ``train`` a TensorDataset of
+    (pixels, label ids). No validation split: the last epoch is kept. Runs are keyed by the digest of ``train``.
+
+    ``base_model``: a transformers ViT / DeiT image classifier of the caller's, whose copies (Sparsifiner attached)
+    every step starts from instead of a random ViT of ``config``'s shape; its weights' digest keys the runs."""
+
+    experiment = "own_images"
+
+    def __init__(self, profile: ViTProfile, config: ViTClassifierConfig, train, cache: RunCache | None = None,
+                 progress: bool = True, base_model=None):
+        super().__init__(profile, cache, progress)
+        self.config, self.train_set, self.base_model = config, train, base_model
+
+    def splits(self) -> dict:
+        return {"train": self.train_set}
+
+    def data_lineage(self) -> dict:
+        lineage = {"train": tensors_digest(self.train_set)}
+        if self.base_model is not None:
+            lineage["base_model"] = {"class": type(self.base_model).__name__, "weights": state_digest(self.base_model)}
+        return lineage
+
+    def build(self, model_config: ViTClassifierConfig):
+        if self.base_model is None:
+            return build_vit(model_config)
+        return attach(copy.deepcopy(self.base_model), model_config.connectivity, core="dense",
+                      linformer_len=model_config.linformer_len)
+
+    def model_config(self, **extra) -> ViTClassifierConfig:
+        return replace(self.config, connectivity=None, **extra)
+
+    def sparsifiner_config(self) -> ViTClassifierConfig:
+        return self.config

@@ -4,13 +4,8 @@ A study owns one profile (sizes, epochs, hyperparameters), a run cache and a pro
 model of its paper's comparison through the run cache (``train_cached``), keyed by the model's whole lineage:
 the experiment, the data, the model, the training config, the run it started from and the method's code
 version, so a notebook re-runs in seconds once its models exist and an interrupted run resumes. It writes
-its report rows in one shape (``result_row``). The subclasses hold only their experiments:
-
-- ``bab.experiments.pipelines.heads.BudgetedStudy``: budgeted heads (notebooks 01-04, and ``bab.api``'s
-  ``BudgetedClassifier``);
-- ``bab.experiments.pipelines.vit.ViTStudy``: Sparsifiner and its baselines on a ViT (notebook 05, and
-  ``SparsifinerClassifier``);
-- ``bab.experiments.pipelines.decoder.DecoderStudy``: dynamic context pruning on a decoder (notebooks 06, 07).
+its report rows in one shape (``result_row``). The subclasses, one per method, hold only their experiments
+(``bab.experiments.pipelines``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,22 @@
-"""Sparsifiner and its baselines on a ViT: ``ViTStudy``, the steps notebook 05 trains through the run cache (dense ->
-phase 1 -> phase 2, once per predictor preset; EViT and Sparsif-EViT; Linformer; budgeted head gates) and the result
-rows it builds, and ``cached_sparsifiner``, its phase-2 model read back from the run cache."""
+"""Sparsifiner and its baselines on a ViT: ``ViTStudy``, the steps notebook 05 trains and the result rows it builds,
+and ``cached_sparsifiner``, its phase-2 model read back from the run cache.
+
+Every trained model goes through the run cache (``bab.experiments.study.Study``), keyed by its whole lineage
+(data, model, training, and the run it started from), so the notebook re-runs in seconds once its models exist:
+
+    dense teacher -> Sparsifiner phase 1 (predictor) -> phase 2 (joint), once per predictor preset
+                                                     -> Sparsif-EViT: phase 2 with its tokens pruned (Table 1)
+                  -> Linformer at the same budget (warm start, same recipe as phase 2)
+                  -> budgeted head gates (warm start, Eq. 5) -> hard top-k heads (Eq. 6, straight-through)
+                  -> EViT fine-tuned with its tokens pruned (warm start, CE; Table 1)
+
+and the dense -> phase 1 -> phase 2 chain again at 197 tokens (``bab.experiments.vit.ViT197Study``), beside the
+50-token model trained with the same recipe (``token_count_control``).
+
+Every model is transformers' ``ViTForImageClassification`` with the methods attached: Sparsifiner, Linformer and
+EViT by ``bab.sparsifiner`` (``build_vit``), the head gates by the heads method (``bab.heads.attach`` through
+``GatedHFClassifier``), trained by its own loop and recipe options (``bab.heads.train.TrainConfig``).
+"""
 
 from __future__ import annotations
 

@@ -1,21 +1,5 @@
 """Notebook 05's study: a small ViT on Fashion-MNIST, Sparsifiner, and its baselines on one cost axis.
 
-Every trained model goes through the run cache (``bab.experiments.study.Study``), keyed by its whole lineage
-(data, model, training, and the run it started from), so the notebook re-runs in seconds once its models exist:
-
-    dense teacher -> Sparsifiner phase 1 (predictor) -> phase 2 (joint), once per predictor preset
-                                                     -> Sparsif-EViT: phase 2 with its tokens pruned (Table 1)
-                  -> Linformer at the same budget (warm start, same recipe as phase 2)
-                  -> budgeted head gates (warm start, Eq. 5) -> hard top-k heads (Eq. 6, straight-through)
-                  -> EViT fine-tuned with its tokens pruned (warm start, CE; Table 1)
-
-and the dense -> phase 1 -> phase 2 chain again at 197 tokens (``ViT197Study``), beside the 50-token model trained
-with the same recipe (``token_count_control``).
-
-Every model is transformers' ``ViTForImageClassification`` with the methods attached: Sparsifiner, Linformer and
-EViT by ``bab.sparsifiner`` (``build_vit``), the head gates by the heads method (``bab.heads.attach`` through
-``GatedHFClassifier``), trained by its own loop and recipe options (``bab.heads.train.TrainConfig``).
-
 Modules: ``profiles`` (``VIT``: the sizes of ``ViTProfile``, ``bab.experiments.pipelines.vit_profile``), ``study``
 (the rows, the 197-token variant of ``bab.experiments.pipelines.vit.ViTStudy``), ``analysis`` (preset choice, the
 197-token carry-over, the ablations).
