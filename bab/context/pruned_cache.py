@@ -278,20 +278,24 @@ class PrunedLayer(RowMappedLayer):
     def _first_drops(self, staged: _Staged, int_keys, positions, valid, seen: int) -> torch.Tensor:
         """[B, K]: the first of the call's queries (positions seen .. seen + T - 1) that drops each slot of
         ``int_keys`` [B, K, r] (``seen + T``: none). Query n drops slot j when it scores it <= 0 and j is live and
-        earlier than n (a token never drops itself). The queries go in chunks, so a long call (the prompt) never
-        holds a [B, T, K] score tensor."""
+        earlier than n (a token never drops itself). The queries go in chunks, each scoring only the slots before
+        its last query (the later new tokens are not earlier than any of them), so a long call (the prompt) never
+        holds a [B, T, K] score tensor and scores about the causal half of it."""
         T = staged.q_int.shape[1]
         never = seen + T
         first = torch.full_like(positions, never)
         for start in range(0, T, self.PREFILL_CHUNK):
             q_int = staged.q_int[:, start:start + self.PREFILL_CHUNK]
-            queries = torch.arange(seen + start, seen + start + q_int.shape[1], device=positions.device)
-            scores = staged.interaction.scores(q_int, int_keys, staged.budget)  # [B, t, K]
-            drops = (scores <= 0) & (positions[:, None, :] < queries[None, :, None])
+            stop = start + q_int.shape[1]
+            keys = positions.shape[1] - T + stop  # the cached slots and the new tokens up to this chunk's last
+            queries = torch.arange(seen + start, seen + stop, device=positions.device)
+            scores = staged.interaction.scores(q_int, int_keys[:, :keys], staged.budget)  # [B, t, keys]
+            drops = (scores <= 0) & (positions[:, None, :keys] < queries[None, :, None])
             # argmax finds the first True along the queries (or 0 when there is none, which the gather tells)
-            index = drops.view(torch.uint8).argmax(dim=1, keepdim=True)  # [B, 1, K]
-            dropped_here = drops.gather(1, index)[:, 0] & (first == never)  # an earlier chunk's drop stands
-            first = torch.where(dropped_here, queries[index[:, 0]], first)
+            index = drops.view(torch.uint8).argmax(dim=1, keepdim=True)  # [B, 1, keys]
+            earlier = first[:, :keys]
+            dropped_here = drops.gather(1, index)[:, 0] & (earlier == never)  # an earlier chunk's drop stands
+            first[:, :keys] = torch.where(dropped_here, queries[index[:, 0]], earlier)
         return first.masked_fill_(~valid, never)  # dead and spare slots are not dropped again
 
     def _compaction_due(self) -> bool:
