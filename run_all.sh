@@ -225,5 +225,5 @@ args=(--profile "$profile")
 [[ -n "$threads" ]] && args+=(--threads "$threads")
 [[ -n "$precision" ]] && args+=(--precision "$precision")
 [[ -n "$device" ]] && args+=(--device "$device")
-say "building the report: $PY -m bab report ${args[*]}"
-exec "$PY" -m bab report "${args[@]}"
+say "building the report: $PY -m bab report run ${args[*]}"
+exec "$PY" -m bab report run "${args[@]}"
