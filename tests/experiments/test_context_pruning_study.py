@@ -50,7 +50,7 @@ def test_every_step_runs_and_the_cache_is_reused(tiny_study):
     for ablation in (study.pruned(1.0, r=4)[0], study.pruned(1.0, irreversible=False)[0]):
         assert study.evaluate(ablation)["perplexity"] > 1.0
     table = study.throughput({"g1": model, "budget 0.2": (budget_model, 0.2)}, prompt_len=64)
-    assert list(table.index) == ["dense", "g1", "budget 0.2"]
+    assert list(table.index) == ["dense", "dense, DynamicCache", "g1", "budget 0.2"]
     kinds = study.token_kinds(model)
     assert set(kinds.index) == {"punctuation", "stop word", "other"}
     assert token_drop_times(model, study.passage()).shape == (2, 1, 16)
