@@ -47,37 +47,18 @@ def check_timings(reports: Path, profile: str) -> None:
 
 def check_plan(reports: Path, profile: str) -> None:
     """What ``bab.report.runner.schedule.save_plan`` refuses: no runs, or a run that did not end ok."""
-    from bab.report.results.contract import read_json
+    from bab.report.runner.schedule import finished_records
 
-    records = {path.stem: read_json(path) for path in sorted((reports / "runs").glob("*.json"))}
-    if not records:
-        raise BadInput(f"no runs in {reports / 'runs'}: build the report first (python -m bab report run --profile "
-                       f"{profile})")
-    failed = [stem for stem, r in records.items() if not isinstance(r, dict) or r.get("status") != "ok"]
-    if failed:
-        raise BadInput(f"not planning on a build whose runs did not all end ok ({', '.join(failed)}): rebuild them "
-                       f"first (python -m bab report run --profile {profile} --only ...)")
+    with checking():
+        finished_records(reports.parent, profile)
 
 
 def check_merge(source: Path, target: Path, only) -> None:
     """What ``bab.report.compare.merge.merge_report`` refuses: not two report folders, two profiles, nothing new."""
-    from bab.report.compare.merge import finished_runs, newer_runs
-    from bab.report.results.contract import read_json
+    from bab.report.compare.merge import runs_to_merge
 
-    for folder in (source, target):
-        check_report_folder(folder, "give report folders, e.g. report merge /tmp/rec04/paper into reports/paper")
-    profiles = {folder: read_json(folder / "results.json").get("profile") for folder in (source, target)}
-    if profiles[source] != profiles[target]:
-        raise BadInput(f"{source} is a report at profile {profiles[source]!r} and {target} one at "
-                       f"{profiles[target]!r}: merge only reports of the same profile")
-    names, unfinished = finished_runs(source, only)
-    if not names:
-        chosen = "" if only is None else f" among notebooks {', '.join(only)}"
-        raise BadInput(f"no run in {source} ended ok{chosen}" + (
-            f" ({', '.join(unfinished)} did not)" if unfinished else "") + ": nothing to merge")
-    names, older = newer_runs(source, target, names)
-    if not names:
-        raise BadInput(f"{target} already holds runs as new as {', '.join(older)} (or newer): nothing to merge")
+    with checking():
+        runs_to_merge(source, target, only)
 
 
 def compare_verdicts(before: Path, folder: Path) -> str:

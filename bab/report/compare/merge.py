@@ -76,14 +76,10 @@ def newer_runs(source: Path, target: Path, names: list[str]) -> tuple[list[str],
     return newer, older
 
 
-def merge_report(source, target, only=None, notebooks_dir="notebooks") -> tuple[list[str], list[str]]:
-    """Copy the runs ``source`` finished (``only``: a list of two-digit notebook prefixes) into ``target`` and rebuild
-    ``target``'s pages (``bab.report.runner.build.rebuild_pages``). Returns (the merged run names, those left out
-    because ``target`` holds a run of theirs as new or newer); a ValueError when the two folders hold reports of
-    different profiles or nothing new finished to merge."""
-    from bab.report.runner.build import rebuild_pages, scrub_machine_paths
-
-    source, target = Path(source).resolve(), Path(target).resolve()
+def runs_to_merge(source: Path, target: Path, only=None) -> tuple[list[str], list[str]]:
+    """The runs ``source`` finished that are newer than ``target``'s (``only``: a list of two-digit notebook
+    prefixes), and those left out because ``target`` holds a run of theirs as new or newer; a FileNotFoundError or
+    ValueError when the two folders are not reports of one profile or nothing new finished to merge."""
     for folder in (source, target):
         if read_json(folder / "results.json") is None or not (folder / "runs").is_dir():
             raise FileNotFoundError(f"{folder} holds no results.json and runs/: give report folders, e.g. "
@@ -100,6 +96,17 @@ def merge_report(source, target, only=None, notebooks_dir="notebooks") -> tuple[
     names, older = newer_runs(source, target, names)
     if not names:
         raise ValueError(f"{target} already holds runs as new as {', '.join(older)} (or newer): nothing to merge")
+    return names, older
+
+
+def merge_report(source, target, only=None, notebooks_dir="notebooks") -> tuple[list[str], list[str]]:
+    """Copy the runs ``source`` finished (``only``: a list of two-digit notebook prefixes) into ``target`` and rebuild
+    ``target``'s pages (``bab.report.runner.build.rebuild_pages``). Returns (the merged run names, those left out
+    because ``target`` holds a run of theirs as new or newer); refused as ``runs_to_merge`` says."""
+    from bab.report.runner.build import rebuild_pages, scrub_machine_paths
+
+    source, target = Path(source).resolve(), Path(target).resolve()
+    names, older = runs_to_merge(source, target, only)
     staging = target.with_name(f".merging-{target.name}")
     if staging.exists():
         shutil.rmtree(staging)

@@ -9,13 +9,13 @@ ruff. ``pair_differences`` says where the two disagree (tests/report/test_notebo
 Refresh runs each notebook with papermill at its default profile (smoke) against an empty run
 cache, so the stored outputs are what CI's nbval run recomputes. Timestamps papermill and the kernel
 add are stripped, so a re-run changes only lines whose content changed; this machine's paths and progress bars
-are cleaned from the outputs (``clean_outputs``). A notebook is executed
-into a temporary file and replaces the stored one only when it ran without error; a failed one is
-left as it was and the others still run. Before anything runs, a notebook whose paired .py was
-edited (the .py is newer and disagrees) takes the .py's cell sources, as `jupytext --sync` would;
-a pair that disagrees with the .ipynb newer stops the refresh. Executing never changes sources: the
-pair is checked again, and the .py is touched so that it is not older than its new .ipynb (jupytext
-in JupyterLab refuses a pair whose text file is older).
+are cleaned from the outputs (``clean_outputs``), and the kernelspec JupyterLab writes is stored, so a
+notebook opens unmodified (``opens_unmodified``). A notebook is executed into a temporary file and replaces the
+stored one only when it ran without error; a failed one is left as it was and the others still run. Before anything
+runs, a notebook whose paired .py was edited (the .py is newer and disagrees) takes the .py's cell sources, as
+`jupytext --sync` would; a pair that disagrees with the .ipynb newer stops the refresh. Executing never changes
+sources: the pair is checked again, and the .py is touched so that it is not older than its new .ipynb (jupytext in
+JupyterLab refuses a pair whose text file is older).
 """
 
 from __future__ import annotations

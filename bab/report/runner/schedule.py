@@ -82,8 +82,19 @@ def save_plan(reports_dir, profile: str) -> Path:
     ``profile`` (the other profiles' entries kept), each with the commit and jobs x threads it ran at. Refused unless
     every run of that build ended ok: a failed notebook's seconds say nothing about a whole run."""
     reports_dir = Path(reports_dir)
-    runs = sorted((reports_dir / profile / "runs").glob("*.json"))
-    records = {path.stem: read_json(path) for path in runs}
+    records = finished_records(reports_dir, profile)
+    path = reports_dir / PLAN_FILE
+    plan = read_json(path) or {}
+    plan[profile] = {stem: {key: r.get(key) for key in ("seconds", "commit", "jobs", "threads")}
+                     for stem, r in records.items()}
+    write_json_atomic(path, plan)
+    return path
+
+
+def finished_records(reports_dir: Path, profile: str) -> dict[str, dict]:
+    """The run records of ``reports/<profile>/runs/`` by stem; refused (FileNotFoundError, ValueError) where there
+    are none or one did not end ok."""
+    records = {path.stem: read_json(path) for path in sorted((reports_dir / profile / "runs").glob("*.json"))}
     if not records:
         raise FileNotFoundError(f"no runs in {reports_dir / profile / 'runs'}: build the report first "
                                 f"(python -m bab report run --profile {profile})")
@@ -91,12 +102,7 @@ def save_plan(reports_dir, profile: str) -> Path:
     if failed:
         raise ValueError(f"not planning on a build whose runs did not all end ok ({', '.join(failed)}): rebuild them "
                          f"first (python -m bab report run --profile {profile} --only ...)")
-    path = reports_dir / PLAN_FILE
-    plan = read_json(path) or {}
-    plan[profile] = {stem: {key: r.get(key) for key in ("seconds", "commit", "jobs", "threads")}
-                     for stem, r in records.items()}
-    write_json_atomic(path, plan)
-    return path
+    return records
 
 
 def planned_runs(reports_dir, profile: str, stems) -> list[dict | None]:
