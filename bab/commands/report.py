@@ -136,10 +136,14 @@ def run_build(args) -> int:
     from bab.report.runner.build import build_report
 
     check_build(args)
-    return _interrupted_keeps_report(lambda: _after(build_report(
-        args.profile, args.notebooks_dir, args.reports_dir, only=args.only, jobs=args.jobs, threads=args.threads,
-        seeds=seed_list(args.seeds), precision=args.precision, device=args.device, mkl_override=args.mkl_override),
-        Path(args.reports_dir) / args.profile))
+    try:
+        code = build_report(args.profile, args.notebooks_dir, args.reports_dir, only=args.only, jobs=args.jobs,
+                            threads=args.threads, seeds=seed_list(args.seeds), precision=args.precision,
+                            device=args.device, mkl_override=args.mkl_override)
+    except KeyboardInterrupt:
+        print("\ninterrupted: the previous report was kept", file=sys.stderr)
+        return 130
+    return code if code != 0 else _cost_table_beside(Path(args.reports_dir) / args.profile)
 
 
 def run_pages(args) -> int:
@@ -205,18 +209,6 @@ def print_timings(folder: Path) -> None:
         print(table.round(0).to_string())
         print("\nthe slowest cells:")
         print(slowest.round(1).to_string(index=False))
-
-
-def _interrupted_keeps_report(work) -> int:
-    try:
-        return work()
-    except KeyboardInterrupt:
-        print("\ninterrupted: the previous report was kept", file=sys.stderr)
-        return 130
-
-
-def _after(code: int, folder: Path) -> int:
-    return code if code != 0 else _cost_table_beside(folder)
 
 
 def _cost_table_beside(folder) -> int:

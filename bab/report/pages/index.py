@@ -44,11 +44,6 @@ def collect_runs(staging, notebooks):
     return runs
 
 
-def collect_results(staging):
-    """{stem: rows} from every results/<stem>.json in the staging folder."""
-    return {stem: rows for stem, (_, rows) in collect_results_with_contract(staging).items()}
-
-
 def results_files(staging):
     """{stem: contents} of every readable results/<stem>.json in the staging folder (``save_results``)."""
     files = {path.stem: read_json(path) for path in sorted((staging / "results").glob("*.json"))}
