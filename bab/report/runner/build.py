@@ -44,7 +44,7 @@ from bab.core.provenance import git_commit
 from bab.core.threads import THREADS_ENV, available_cores
 from bab.experiments.profiles import PROFILE_NAMES as PROFILES
 from bab.experiments.study import refuse_uncommitted_training
-from bab.report.pages.index import run_environment, write_index
+from bab.report.pages.index import error_line, run_environment, write_index
 from bab.report.results.contract import now_iso, read_json, write_json_atomic
 from bab.report.results.record import code_digest, write_record
 from bab.report.results.seeds import SEED_SUFFIX, notebook_seeds, seed_stem
@@ -163,12 +163,6 @@ def error_info(exc):
         tb = "\n".join(exc.traceback) if isinstance(exc.traceback, list) else str(exc.traceback)
         return {"ename": exc.ename, "evalue": strip_ansi(str(exc.evalue)), "traceback": strip_ansi(tb)}
     return {"ename": type(exc).__name__, "evalue": str(exc), "traceback": "".join(traceback.format_exception(exc))}
-
-
-def one_line(error, limit=200):
-    text = f"{error['ename']}: {error['evalue']}".strip()
-    text = text.splitlines()[0] if text else "error"
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def execute_notebook(src, out, profile, results_path, cwd, label="", seed=None):
@@ -393,7 +387,7 @@ def run_all_notebooks(selected, previous, plan, staging, profile, jobs, threads)
             if record["status"] == "ok":
                 print(f"{tag} ok ({record['seconds']:.1f} s)", flush=True)
             else:
-                print(f"{tag} FAILED ({record['seconds']:.1f} s): {one_line(record['error'])}", flush=True)
+                print(f"{tag} FAILED ({record['seconds']:.1f} s): {error_line(record['error'], 200)}", flush=True)
         return record["status"] != "ok"
 
     if jobs == 1:

@@ -31,8 +31,9 @@ import time
 from pathlib import Path
 
 from bab.report.compare.regression import numerics_fingerprint, smoke_kernel_env, store_numerics, store_reference
+from bab.report.pages.index import error_line
 from bab.report.results.contract import ROWS_DIR_ENV
-from bab.report.runner.build import discover_notebooks, error_info, kernel_env, one_line, select_notebooks
+from bab.report.runner.build import discover_notebooks, error_info, kernel_env, select_notebooks
 from bab.report.runner.progress import CellProgress, kernel_folder, progress_engine
 
 DEFAULT_NOTEBOOKS = Path("notebooks")
@@ -241,7 +242,7 @@ def refresh(notebooks_dir=DEFAULT_NOTEBOOKS, only=None) -> dict[str, float | Non
             except Exception as exc:  # the stored notebook is unchanged; go on with the others
                 times[path.stem] = None
                 seconds = time.perf_counter() - t0
-                print(f"{tag} FAILED ({seconds:.0f} s), stored notebook unchanged: {one_line(error_info(exc))}",
+                print(f"{tag} FAILED ({seconds:.0f} s), stored notebook unchanged: {error_line(error_info(exc), 200)}",
                       flush=True)
     return times
 
