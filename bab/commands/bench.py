@@ -369,7 +369,7 @@ def _trained_vit(profile_name: str):
         label = f"notebook 05's trained Sparsifiner (profile {profile.name}, phase 2, run cache {study.cache.root})"
     except CacheMiss as miss:
         print(f"notebook 05's {profile.name} Sparsifiner is not in the run cache ({miss}); loading with {threads} "
-              f"thread(s). Not training it here: run notebook 05 (python -m bab report --only 05 --profile "
+              f"thread(s). Not training it here: run notebook 05 (python -m bab report run --only 05 --profile "
               f"{profile.name}) with the $BAB_THREADS it ran with, or point $BAB_CACHE_DIR at its cache. Timing a "
               f"RANDOM model of the same shape instead (predictors in the realistic state).")
         torch.manual_seed(profile.seed)

@@ -19,7 +19,7 @@ C compiler (``cc``) into the user's cache folder; without a compiler nothing cha
 Who gets it. Importing bab (this module included) compiles, loads and preloads nothing: it would change every
 float32 product of the importing process. Only processes bab starts itself get it, each saying so: the report's
 notebook kernels (``python -m bab report``; its ``--no-mkl-override`` refuses it), the smoke kernels that make and
-check the stored smoke outputs (``bab.report.regression.smoke_kernel_env``), and the CLI's computing commands
+check the stored smoke outputs (``bab.report.compare.regression.smoke_kernel_env``), and the CLI's computing commands
 (``bench``, ``fit``, ``train``, ``evaluate``; each takes ``--no-mkl-override``), which load it at start-up before
 they import torch, so that ``python -m bab train`` trains under the key the report's kernels then look up.
 

@@ -2,9 +2,9 @@
 
 Each notebook's package declares a ``MethodSet`` per experiment (``SYNTHETIC_METHODS``, ...), and its notebook
 builds rows from those ``Method`` objects (``Study.result_row(METHODS.dense, ...)``). The results contract
-(``bab.report.results``) rejects a row whose method is not declared for its experiment, whose budget does not
+(``bab.report.results.contract``) rejects a row whose method is not declared for its experiment, whose budget does not
 fit the method, or whose settings are not the declared ones; the claims (``bab.report.claims``) and the papers'
-rows (``bab.report.paper``) point at the same objects. So a renamed method fails loudly where it is used, never
+rows (``bab.report.results.paper``) point at the same objects. So a renamed method fails loudly where it is used, never
 as an empty cell in a silent join.
 
 A method's *settings* are the values that tell its rows apart beyond the budget (the gamma of a context-pruning

@@ -4,8 +4,8 @@ reproduces, whether the report runs it once per seed, and the steps ``python -m 
 Adding a notebook means adding its folder under ``bab/experiments/`` and one ``Notebook`` in ``NOTEBOOKS``. What
 the rest of bab needs is derived from it: the profiles by experiment name (``bab.experiments.profiles``), the
 packages that declare method sets (``bab.experiments.methods``), the train and evaluate commands' notebooks
-(``bab.experiments.steps``), the seeded notebooks (``bab.report.seeds``) and the front page's panel of each
-experiment (``bab.report.figures``). Modules are named by strings and imported on first use, so asking for the
+(``bab.experiments.steps``), the seeded notebooks (``bab.report.results.seeds``) and the front page's panel of each
+experiment (``bab.report.pages.figures``). Modules are named by strings and imported on first use, so asking for the
 synthetic profile does not import transformers for the BERT studies.
 """
 
@@ -35,7 +35,7 @@ class Notebook:
     module: str
     paper: str
     profiles: tuple[tuple[str, str], ...]
-    seeded: bool = False  # the report runs it once per seed of its profile's ``report_seeds`` (bab.report.seeds)
+    seeded: bool = False  # run once per seed of its profile's ``report_seeds`` (bab.report.results.seeds)
     study: str = ""
     training_steps: str = ""
     evaluation_steps: str = ""

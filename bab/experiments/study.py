@@ -121,7 +121,7 @@ class Study:
 
     def result_row(self, method: Method, budget: float | None, stats: dict, speedup: float | None = None,
                    settings: dict | None = None, *, models, **extra) -> dict:
-        """One row of the results contract (``bab.report.results``): the declared ``method`` of this study's
+        """One row of the results contract (``bab.report.results.contract``): the declared ``method`` of this study's
         experiment (``bab.experiments.methods``) at ``budget`` (None for a method without one), the measured
         columns of ``stats`` (``row_columns``), the speed-up, the method's ``settings`` and ``extra`` optional
         columns (``perplexity``, ``memory_ratio``, ``analytic_limit``, ``value``, ``accuracy_std``, ``note``; left

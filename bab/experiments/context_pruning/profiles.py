@@ -37,8 +37,8 @@ class ContextPruningProfile:
     bench_repeats: int | Repeats = 3  # a count, or Repeats: until the throughput ratios' intervals are tight
     bench_warmup: int = 1
     view_tokens: int = 48  # length of the passage in the dropped-token view
-    # the seeds the report runs the notebook at (bab.report.seeds; () : once, at the training configs' own seed):
-    # each seed pretrains its own dense model and fine-tunes its own specialists from it
+    # the seeds the report runs the notebook at (bab.report.results.seeds; () : once, at the training configs' own
+    # seed): each seed pretrains its own dense model and fine-tunes its own specialists from it
     report_seeds: tuple[int, ...] = ()
 
 

@@ -25,8 +25,8 @@ class SyntheticProfile:
     data_seeds: tuple[int, ...] = (0,)  # the dense calibration grid: data seeds x optimisation seeds
     opt_seeds: tuple[int, ...] = (0,)
     scratch_seeds: tuple[int, ...] = (0,)
-    # the optimisation seeds the report runs notebook 01 at, once each, averaging the rows (bab.report.seeds); ():
-    # once, at the first of `opt_seeds`
+    # the optimisation seeds the report runs notebook 01 at, once each, averaging the rows
+    # (bab.report.results.seeds); (): once, at the first of `opt_seeds`
     report_seeds: tuple[int, ...] = ()
     static_budgets: tuple[float, ...] = (0.25, 0.50)
     posthoc_budgets: tuple[float, ...] = (0.50, 0.75)

@@ -28,7 +28,8 @@ class TextProfile:
     hard_adapt: TrainConfig
     scratch: TrainConfig | None = None
     seed: int = 13  # split and optimisation seed
-    # the seeds the report runs notebook 02 at, once each, averaging the rows (bab.report.seeds); (): once, at `seed`
+    # the seeds the report runs notebook 02 at, once each, averaging the rows (bab.report.results.seeds);
+    # (): once, at `seed`
     report_seeds: tuple[int, ...] = ()
     max_vocab: int = 20000
     budgets: tuple[float, ...] = (0.25, 0.50, 0.75)  # warm-start budgeted evaluation points (one checkpoint)
