@@ -69,8 +69,8 @@ def own_verdicts(text: str) -> list[str]:
 
 
 def judgement_cells(text: str) -> tuple[set[str], list[tuple[str, bool]]]:
-    """The names of the rows passed to save_results, and (rows name, whether the cell is checked by nbval) for each
-    display(judgement_table(<name>)) in the script."""
+    """The names of the rows passed to save_results (or to finish_notebook, which saves them), and (rows name,
+    whether the cell is checked by nbval) for each display(judgement_table(<name>)) in the script."""
     saved, shown = set(), []
     for cell in jupytext.reads(text, fmt="py:percent").cells:
         if cell.cell_type != "code":
@@ -80,7 +80,7 @@ def judgement_cells(text: str) -> tuple[set[str], list[tuple[str, bool]]]:
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or not node.args:
                 continue
             first = node.args[0]
-            if node.func.id == "save_results" and isinstance(first, ast.Name):
+            if node.func.id in ("save_results", "finish_notebook") and isinstance(first, ast.Name):
                 saved.add(first.id)
             if (node.func.id == "display" and isinstance(first, ast.Call) and isinstance(first.func, ast.Name)
                     and first.func.id == "judgement_table" and first.args and isinstance(first.args[0], ast.Name)):
@@ -187,7 +187,7 @@ def test_no_notebook_prints_a_verdict_of_its_own(script):
 def test_every_notebook_shows_the_claims_engines_judgement_of_its_own_rows(script):
     text = script.read_text()
     saved, shown = judgement_cells(text)
-    assert saved, f"{script.name} saves no result rows with save_results"
+    assert saved, f"{script.name} saves no result rows with save_results or finish_notebook"
     assert "from bab.report.claims import judgement_table" in text
     assert {name for name, _ in shown} == saved, (
         f"{script.name} saves {sorted(saved)} but displays judgement_table of {[name for name, _ in shown]}")

@@ -68,7 +68,8 @@ def test_every_step_runs_and_the_cache_is_reused(tiny_study):
     assert set(kinds.index) == {"punctuation", "stop word", "other"}
     assert token_drop_times(model, study.passage()).shape == (2, 1, 16)
     table = study.throughput(prompt_len=32, new_tokens=4, batch=2, repeats=1, warmup=0)
-    assert list(table.index) == ["dense", "gamma=1"]  # the profile's bench_gammas default: the largest gamma
+    # the profile's bench_gammas default: the largest gamma; dense with the in-place and the dynamic cache
+    assert list(table.index) == ["dense", "dense, DynamicCache", "gamma=1"]
     assert table.loc["dense", "decode_limit"] == 1.0 and table.loc["dense", "throughput_ratio"] == 1.0
     # a second study loads the fine-tunes from the cache: same interactions, nothing trained
     again = tiny_study()
@@ -271,7 +272,7 @@ def test_eviction_steps_compare_with_learned_pruning_at_the_same_fraction_kept(t
     assert set(zero_shot.task) == {"cloze", "ending", "topic"} and set(zero_shot.policy) == set(policies)
     bench = study.throughput({"gamma=1": model, **policies}, prompt_len=32, new_tokens=4, batch=1, repeats=1,
                              warmup=0)
-    assert list(bench.index) == ["dense", "gamma=1", "StreamingLLM", "TOVA", "H2O"]
+    assert list(bench.index) == ["dense", "dense, DynamicCache", "gamma=1", "StreamingLLM", "TOVA", "H2O"]
     assert (bench.loc[list(policies)].memory_ratio > 1).all()  # every evicting cache ends smaller than dense's
     learned = pd.DataFrame([{"gamma": 1.0, "text": t, **study.evaluate(model, text=t)} for t in study.texts])
     dense_eval = {t: study.evaluate(dense, prune=False, text=t) for t in study.texts}
