@@ -9,7 +9,7 @@ whether MKL's vendor check is answered in its process (``bab.core.blas``), which
 
 import importlib
 
-NAMES = ("report", "notebooks", "claims", "cache", "bench", "fit", "train", "evaluate", "mkl_override")
+NAMES = ("report", "record", "notebooks", "claims", "cache", "bench", "fit", "train", "evaluate", "mkl_override")
 
 
 def __getattr__(name: str):

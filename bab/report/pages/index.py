@@ -274,6 +274,19 @@ def mark_stale(runs, results, notebooks_dir) -> list[dict]:
     return marked
 
 
+def waiting_claim(claim: dict, waiting) -> dict:
+    """``claim`` (a judged claim's dict) as "not run" when ``waiting(its experiments)`` names lanes not landed: a claim
+    is judged on all of its rows or not at all."""
+    from bab.report.claims import claim_by_id
+
+    lanes = waiting(claim_by_id(claim["id"]).experiments())
+    if not lanes:
+        return claim
+    return {**claim, "verdict": "not run", "ours": None, "low": None, "high": None, "covers": None,
+            "decided_by": None, "indicative": False, "why": f"waits for lane{'s' if len(lanes) > 1 else ''} "
+                                                               f"{', '.join(lanes)} of the record"}
+
+
 def wall_time(seconds) -> str:
     """"12.3 s", "4 min 05 s", "2 h 26 min"; "" when not recorded."""
     if seconds is None:
@@ -294,11 +307,12 @@ def error_line(error, limit: int = 240) -> str:
 
 
 def render_index(profile, generated_at, runs, table_html, table_error, env, claims=(), older=(), claims_error=None,
-                 figure=None, rules=None):
+                 figure=None, rules=None, lanes=None):
     """The index page as a string (jinja2, autoescaped): the claim counts per paper (the papers' recipes apart
     from this package's), the claims in two tables, a glossary, the cost-axis figure, the notebooks, the long
     paper-vs-reproduction table (collapsed), then the machine. ``rules``: {"digest": the rules' digest the claims
-    were judged with, "amendments": ``amendments_judged``, "record": ``committed_record``}."""
+    were judged with, "amendments": ``amendments_judged``, "record": ``committed_record``}. ``lanes``: a record's
+    lanes (``bab.report.lanes.plan.LaneState.as_dict``), shown in place of the notebooks' table."""
     import jinja2
 
     source = resources.files("bab.report.pages").joinpath("template.html").read_text(encoding="utf-8")
@@ -324,13 +338,17 @@ def render_index(profile, generated_at, runs, table_html, table_error, env, clai
         n_ok=count("ok"),
         n_failed=count("failed"),
         n_not_run=count("not run"),
+        lanes=[{**lane, "wall_time": wall_time(lane.get("seconds"))} for lane in lanes or []],
+        n_landed=sum(lane["state"] == "landed" for lane in lanes or []),
     )
 
 
-def write_index(staging, profile, notebooks, repo_dir):
+def write_index(staging, profile, notebooks, repo_dir, lanes=None, waiting=None):
     """Write index.html and results.json into staging, and the notebook pages that are missing or were written
     by an older converter (``bab.report.pages.notebook_pages.write_pages``: MathJax beside them, no machine path);
-    return the comparison-table error (or None)."""
+    return the comparison-table error (or None). A record built lane by lane passes its ``lanes``
+    (``LaneState.as_dict``: they decide which runs are stale) and ``waiting(experiments)``: the lanes not landed that
+    a claim reading those experiments waits for; such a claim is "not run" whatever rows have landed."""
     from bab.report.pages.notebook_pages import write_pages
 
     write_pages(staging, repo_dir, profile)
@@ -345,6 +363,8 @@ def write_index(staging, profile, notebooks, repo_dir):
     try:
         outcomes = collect_outcomes(staging)
         claims, older = judged_claims(with_contract, seed_rows, profile, outcomes)
+        if waiting is not None:
+            claims = [waiting_claim(claim, waiting) for claim in claims]
         rows_judged, _ = current_rows(with_contract)
         rules = judged_rules(rows_judged, seed_rows, profile, outcomes, repo_dir)
         if rows_judged:
@@ -368,10 +388,16 @@ def write_index(staging, profile, notebooks, repo_dir):
         "measurements": collect_measurements(files),
         "code": collect_code(files),
     }
+    if lanes is not None:
+        merged["lanes"] = lanes
     write_json_atomic(staging / "results.json", merged)
-    runs = mark_stale(runs, merged, Path(repo_dir) / "notebooks")
+    if lanes is None:
+        runs = mark_stale(runs, merged, Path(repo_dir) / "notebooks")
+    else:  # a lane is stale when the fingerprints that decide its numbers changed, not any code it loaded
+        stale = {lane["stem"] for lane in lanes if lane["state"] == "stale"}
+        runs = [{**run, "stale": run.get("notebook") in stale} for run in runs]
     page = render_index(profile, generated_at, runs, table_html, table_error, environment_info(profile, runs),
-                        claims, older, claims_error, figure, rules)
+                        claims, older, claims_error, figure, rules, lanes)
     from bab.report.pages.notebook_pages import scrub_paths
 
     (staging / "index.html").write_text(scrub_paths(page, repo_dir), encoding="utf-8")

@@ -1,0 +1,82 @@
+"""Landing a finished lane in the record folder, and the record's front page from what has landed.
+
+A lane that ended ok in its staging folder lands by copying what its pages and claims need into the record folder
+(each file written beside its target and renamed over it: a reader never sees half a file, and a lane that failed
+lands nothing): the executed notebook and its page, the rows (``results/<stem>.json``), their per-example outcomes
+(``results/<stem>.outcomes.npz``), the run record (``runs/<stem>.json``); then ``lanes/<stem>.json`` (commit,
+seconds, machine, fingerprints) and the front page. Weights never land: they stay in the run cache.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from bab.report.lanes.plan import LANES, RECORD_PROFILE, Lane, LaneState, waiting_for
+from bab.report.results.contract import now_iso, read_json, write_json_atomic
+
+LANDED_FILES = ("{stem}.ipynb", "{stem}.html", "runs/{stem}.json", "results/{stem}.json", "results/{stem}.outcomes.npz")
+
+
+def land(staging: Path, folder: Path, lane: Lane, fingerprints: dict) -> dict:
+    """Copy ``lane``'s files from ``staging`` (where ``run_notebook`` wrote them) into the record ``folder`` and write
+    its lane record; returns that record. Raises ValueError when the lane did not end ok (nothing is copied)."""
+    staging, folder = Path(staging), Path(folder)
+    run = read_json(staging / "runs" / f"{lane.stem}.json")
+    if not run or run.get("status") != "ok":
+        raise ValueError(f"lane {lane.label} did not end ok in {staging}; nothing landed")
+    for pattern in LANDED_FILES:
+        source = staging / pattern.format(stem=lane.stem)
+        if source.is_file():
+            target = folder / pattern.format(stem=lane.stem)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(f".{target.name}.landing")
+            shutil.copyfile(source, partial)
+            os.replace(partial, target)
+    record = {"lane": lane.label, "notebook": lane.notebook.stem, "seed": lane.seed, "profile": RECORD_PROFILE,
+              "commit": run.get("commit"), "seconds": run.get("seconds"), "finished_at": run.get("finished_at"),
+              "landed_at": now_iso(), "threads": run.get("threads"), "jobs": run.get("jobs"),
+              "machine": (run.get("environment") or {}).get("cpu"), "precision": run.get("precision"),
+              "fingerprints": fingerprints}
+    write_json_atomic(folder / LANES / f"{lane.stem}.json", record)
+    return record
+
+
+def front_page(folder: Path, states: list[LaneState], checkout: Path) -> Path:
+    """Rebuild the record's index.html and results.json from the lanes that have landed: the lane table, and each
+    claim judged on the landed rows, or "not run" naming the lanes its rows wait for."""
+    from bab.report.pages.index import write_index
+    from bab.report.runner.build import discover_notebooks, scrub_machine_paths
+
+    folder = Path(folder)
+    for sub in ("runs", "results"):
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+    lanes = [s.as_dict() for s in states]
+    write_index(folder, RECORD_PROFILE, discover_notebooks(checkout / "notebooks"), checkout, lanes=lanes,
+                waiting=lambda experiments: waiting_for(experiments, states, _owners()))
+    scrub_machine_paths(folder, checkout)
+    return folder / "index.html"
+
+
+def _owners() -> dict[str, str]:
+    from bab.report.lanes.plan import experiment_notebooks
+
+    return experiment_notebooks()
+
+
+def commit_lane(checkout: Path, folder: Path, lane: Lane, record: dict) -> str:
+    """Commit the record folder (what the lane landed and the front page) with a message naming the lane; returns
+    the new commit's short hash."""
+    minutes = (record.get("seconds") or 0) / 60
+    message = (f"record: lane {lane.label} landed ({minutes:.0f} min on {record.get('machine') or 'this machine'}, "
+               f"trained at {record.get('commit')})")
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=checkout, check=True, capture_output=True, text=True).stdout
+
+    relative = Path(folder).resolve().relative_to(Path(checkout).resolve())
+    git("add", "--", str(relative))
+    git("commit", "-q", "-m", message, "--", str(relative))
+    return git("rev-parse", "--short", "HEAD").strip()

@@ -1,0 +1,154 @@
+"""The record built lane by lane (bab.report.lanes): the plan, the fingerprints that keep a lane valid, landing and
+the front page of a partial record, checked on the committed paper record's files of notebook 02."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bab.experiments.registry import NOTEBOOKS
+from bab.report.lanes import plan
+from bab.report.lanes.fingerprints import differences, lane_fingerprints, profile_digest, summarise
+from bab.report.lanes.landing import front_page, land
+from bab.report.lanes.plan import LANDED, NOT_RUN, STALE, Lane, lane_states, next_lanes, record_lanes
+
+ROOT = Path(__file__).resolve().parents[2]
+PAPER = ROOT / "reports" / "paper"
+BY_STEM = {notebook.stem: notebook for notebook in NOTEBOOKS}
+AG_NEWS = BY_STEM["02_ag_news_custom"]
+
+
+@pytest.fixture
+def three_seeds(monkeypatch):
+    """Every notebook at seeds 7, 13, 21 (the record profile's), whatever the profiles say."""
+    monkeypatch.setattr(plan, "notebook_seeds", lambda stem, profile: (7, 13, 21))
+
+
+def summary(rng="r0", history=(0.5, 0.25), norms=(1.0, 2.0)):
+    return {"rng": rng, "selected_epoch": None, "history": list(history), "norms": list(norms)}
+
+
+def fingerprints(**changes):
+    base = {"profile": "p0", "method": {"package": "bab.heads", "training": 3, "evaluation": 1,
+                                        "results_contract": 2},
+            "objectives": {"heads-dense": summary()}, "libraries": {"torch": "2.13.0", "transformers": "5.23"}}
+    return {**base, **changes}
+
+
+def test_the_lanes_run_seed_by_seed_so_a_partial_record_reaches_every_notebook_early(three_seeds):
+    lanes = record_lanes()
+    assert len(lanes) == 3 * len(NOTEBOOKS)
+    assert [lane.seed for lane in lanes[:len(NOTEBOOKS)]] == [7] * len(NOTEBOOKS)
+    assert [lane.notebook.stem for lane in lanes[:len(NOTEBOOKS)]] == [nb.stem for nb in NOTEBOOKS]
+    assert lanes[len(NOTEBOOKS)].label == "01 seed 13" and lanes[0].stem == "01_synthetic-seed7"
+
+
+def test_a_notebook_run_at_one_seed_is_refused_by_the_record(monkeypatch):
+    monkeypatch.setattr(plan, "notebook_seeds", lambda stem, profile: () if stem.startswith("05") else (7, 13))
+    with pytest.raises(ValueError, match="05_vit_sparsifiner at one seed"):
+        record_lanes()
+
+
+def test_a_lane_stays_valid_while_its_fingerprints_agree_and_turns_stale_when_one_moves():
+    landed = fingerprints()
+    assert differences(landed, fingerprints()) == []
+    # another CPU rounding a kernel otherwise: the losses and norms agree to ~1e-7, the draws exactly
+    nearby = fingerprints(objectives={"heads-dense": summary(history=(0.5 * (1 + 3e-7), 0.25), norms=(1.0, 2.0))})
+    assert differences(landed, nearby) == []
+    moved = fingerprints(objectives={"heads-dense": summary(history=(0.5 * (1 + 1e-3), 0.25))})
+    assert differences(landed, moved) == ["objective heads-dense"]
+    assert differences(landed, fingerprints(objectives={"heads-dense": summary(rng="r1")})) == [
+        "objective heads-dense"]  # one random draw more or fewer
+    assert differences(landed, fingerprints(profile="p1")) == ["profile"]
+    method = {**landed["method"], "evaluation": 2}
+    assert differences(landed, fingerprints(method=method)) == ["method"]
+    assert differences(landed, fingerprints(objectives={})) == ["objectives (other runs)"]
+
+
+def test_the_profile_digest_follows_every_field_of_the_notebooks_profile(monkeypatch):
+    import bab.experiments.profiles as profiles
+
+    before = profile_digest(AG_NEWS, "quick")
+    assert profile_digest(AG_NEWS, "quick") == before and profile_digest(AG_NEWS, "smoke") != before
+    real = profiles.get_profile
+    monkeypatch.setattr(profiles, "get_profile", lambda e, p: real(e, p).__class__(**{
+        **real(e, p).__dict__, "num_test": real(e, p).num_test + 1}))
+    assert profile_digest(AG_NEWS, "quick") != before
+
+
+def test_a_lane_takes_only_its_own_methods_objective_runs():
+    objectives = {"heads-dense": summary(), "lm-lm": summary(), "vit-dense": summary()}
+    taken = lane_fingerprints(AG_NEWS, "quick", objectives)
+    assert list(taken["objectives"]) == ["heads-dense"]
+    assert taken["method"]["package"] == "bab.heads" and taken["method"]["training"] is not None
+    assert list(lane_fingerprints(BY_STEM["06_gpt2_context_pruning"], "quick", objectives)["objectives"]) == ["lm-lm"]
+
+
+def test_the_summary_of_an_objective_run_is_its_draws_losses_and_norms():
+    import torch
+
+    run = {"state": {"w": torch.tensor([3.0, 4.0]), "steps": torch.tensor([2])}, "selected_epoch": 1,
+           "history": [{"epoch": 1, "loss": 0.5, "train_accuracy": 50.0, "selection": 0.75}],
+           "rng": {"torch": torch.tensor([1, 2], dtype=torch.uint8), "python": "p", "numpy": "n"}}
+    got = summarise({"x": run})["x"]
+    assert got["history"] == [0.5] and got["norms"] == [5.0] and got["selected_epoch"] == 1
+    other = {**run, "rng": {**run["rng"], "torch": torch.tensor([1, 3], dtype=torch.uint8)}}
+    assert summarise({"x": other})["x"]["rng"] != got["rng"]
+
+
+def staged_lane(tmp_path: Path, seed: int, status: str = "ok") -> Path:
+    """A staging folder holding what ``run_notebook`` writes for notebook 02 at ``seed`` (the paper record's)."""
+    staging = tmp_path / f"staging-{seed}"
+    stem = f"02_ag_news_custom-seed{seed}"
+    for name in (f"{stem}.ipynb", f"{stem}.html", f"results/{stem}.json", f"results/{stem}.outcomes.npz"):
+        (staging / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(PAPER / name, staging / name)
+    run = json.loads((PAPER / "runs" / f"{stem}.json").read_text())
+    (staging / "runs").mkdir(exist_ok=True)
+    (staging / "runs" / f"{stem}.json").write_text(json.dumps({**run, "status": status}))
+    return staging
+
+
+def test_a_lane_lands_its_pages_rows_and_outcomes_and_a_failed_one_lands_nothing(tmp_path):
+    folder = tmp_path / "record"
+    lane = Lane(AG_NEWS, 7)
+    with pytest.raises(ValueError, match="did not end ok"):
+        land(staged_lane(tmp_path, 7, status="failed"), folder, lane, fingerprints())
+    assert not folder.exists()
+    record = land(staged_lane(tmp_path, 7), folder, lane, fingerprints())
+    stem = lane.stem
+    for name in (f"{stem}.ipynb", f"{stem}.html", f"runs/{stem}.json", f"results/{stem}.json",
+                 f"results/{stem}.outcomes.npz"):
+        assert (folder / name).read_bytes() == (PAPER / name).read_bytes() or name.startswith("runs/")
+    assert record["commit"] == "1eefc67" and record["seconds"] == 2943.84 and record["seed"] == 7
+    assert json.loads((folder / "lanes" / f"{stem}.json").read_text())["fingerprints"] == fingerprints()
+    assert not list(folder.rglob(".*.landing"))
+
+
+def test_the_front_page_of_a_partial_record_judges_landed_claims_and_names_the_lanes_others_wait_for(
+        tmp_path, three_seeds):
+    folder = tmp_path / "record"
+    for seed in (7, 13, 21):
+        land(staged_lane(tmp_path, seed), folder, Lane(AG_NEWS, seed), fingerprints())
+    now = {nb.stem: fingerprints() for nb in NOTEBOOKS}
+    now["02_ag_news_custom"] = fingerprints()
+    states = lane_states(folder, lambda notebook: now[notebook.stem], record_lanes())
+    assert [s.lane.label for s in states if s.state == LANDED] == ["02 seed 7", "02 seed 13", "02 seed 21"]
+    assert next_lanes(states, 2) == [Lane(BY_STEM["01_synthetic"], 7), Lane(BY_STEM["03_bert_ag_news"], 7)]
+    front_page(folder, states, ROOT)
+    results = json.loads((folder / "results.json").read_text())
+    claims = {c["id"]: c for c in results["claims"]}
+    agnews_only = claims["baa-agnews-skip-speed"]  # reads notebook 02's rows alone
+    assert agnews_only["verdict"] not in ("not run",) and agnews_only["seeds"] == 3
+    synthetic = claims["baa-cost-tracks-budget"]  # notebook 01's rows
+    assert synthetic["verdict"] == "not run" and "01 seed 7, 01 seed 13, 01 seed 21" in synthetic["why"]
+    assert [lane["state"] for lane in results["lanes"]].count(LANDED) == 3
+    page = (folder / "index.html").read_text()
+    assert "Lanes: 3 of 21 landed" in page and NOT_RUN in page and "1eefc67" in page
+    # a fingerprint moved since: the lane is stale, and runs again first
+    now["02_ag_news_custom"] = fingerprints(profile="p1")
+    states = lane_states(folder, lambda notebook: now[notebook.stem], record_lanes())
+    assert {s.state for s in states if s.lane.notebook is AG_NEWS} == {STALE}
+    assert next_lanes(states, 1) == [Lane(BY_STEM["01_synthetic"], 7)]
+    assert states[1].changed == ["profile"]
