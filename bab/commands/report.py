@@ -26,6 +26,7 @@ from bab.commands.report_checks import (
     compare_rows,
     compare_verdicts,
     only_prefixes,
+    refuse_lanes_folder,
     seed_list,
 )
 from bab.commands.report_legacy import LEGACY_MODES, add_legacy_arguments, new_spelling
@@ -153,6 +154,7 @@ def run_pages(args) -> int:
 
     check_report_folder(Path(args.folder), "point at a report folder (e.g. reports/paper)",
                         needs_runs=not args.record_only)
+    refuse_lanes_folder(Path(args.folder), "report pages")
     written = write_record(args.folder) if args.record_only else rebuild_pages(args.folder, args.notebooks_dir)
     print(f"wrote {written}")
     return _cost_table_beside(args.folder)

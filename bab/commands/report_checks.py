@@ -91,6 +91,14 @@ def compare_rows(before: Path, folder: Path) -> str:
     return f"{markdown_table(table)}\n\n{changes_summary(table)}"
 
 
+def refuse_lanes_folder(folder: Path, doing: str) -> None:
+    """A record built lane by lane (its ``lanes/``) is written by ``python -m bab record`` alone: a report run would
+    replace it whole, and its pages show its lanes."""
+    if (folder / "lanes").is_dir():
+        raise BadInput(f"{folder} is the record built lane by lane: `{doing}` would not keep its lanes; use python -m "
+                       f"bab record next (or record pages), or pass another --reports-dir")
+
+
 def check_build(args) -> None:
     """What ``bab.report.runner.build.build_report`` checks before it runs a notebook, here, so that an error it
     raises once the notebooks run is a failure and not bad input."""
@@ -103,6 +111,7 @@ def check_build(args) -> None:
 
     with checking():
         check_profile(args.profile)
+        refuse_lanes_folder(Path(args.reports_dir) / args.profile, "report run")
         seeds = seed_list(args.seeds)
         notebooks_dir = Path(args.notebooks_dir).resolve()
         refuse_uncommitted_training(args.profile, git_commit(notebooks_dir.parent), doing="run the report")

@@ -152,3 +152,37 @@ def test_the_front_page_of_a_partial_record_judges_landed_claims_and_names_the_l
     assert {s.state for s in states if s.lane.notebook is AG_NEWS} == {STALE}
     assert next_lanes(states, 1) == [Lane(BY_STEM["01_synthetic"], 7)]
     assert states[1].changed == ["profile"]
+
+
+def test_the_record_commands_refuse_bad_input_in_one_line(tmp_path, capsys, three_seeds, monkeypatch):
+    from bab.__main__ import main
+
+    assert main(["record", "plan", "--checkout", str(tmp_path)]) == 2
+    assert "not a bab source checkout" in capsys.readouterr().err
+    assert main(["record", "next", "--lanes", "0"]) == 2
+    assert "--lanes must be at least 1" in capsys.readouterr().err
+    assert main(["record", "pages", "--folder", str(tmp_path)]) == 2
+    assert "holds no landed lane" in capsys.readouterr().err
+    # a record built lane by lane is written by the record command alone
+    (tmp_path / "smoke" / "lanes").mkdir(parents=True)
+    assert main(["report", "run", "--profile", "smoke", "--reports-dir", str(tmp_path)]) == 2
+    assert "built lane by lane" in capsys.readouterr().err
+
+
+def test_record_next_names_the_lanes_it_would_run_and_refuses_an_unknown_one(tmp_path, capsys, three_seeds,
+                                                                              monkeypatch):
+    from bab.__main__ import main
+    from bab.report.lanes import run
+
+    monkeypatch.setattr(run.Fingerprints, "__call__", lambda self, notebook: fingerprints())
+    folder = tmp_path / "record"
+    land(staged_lane(tmp_path, 7), folder, Lane(AG_NEWS, 7), fingerprints())
+    assert main(["record", "next", "--folder", str(folder), "--dry-run"]) == 0
+    assert "next: 01 seed 7, 03 seed 7" in capsys.readouterr().out
+    assert main(["record", "next", "--folder", str(folder), "--only", "02/7,05/13", "--dry-run"]) == 0
+    assert "next: 02 seed 7, 05 seed 13" in capsys.readouterr().out
+    assert main(["record", "next", "--folder", str(folder), "--only", "02/8"]) == 2
+    assert "lanes are named NN/SEED" in capsys.readouterr().err
+    assert main(["record", "plan", "--folder", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "02 seed 7    landed" in out and "1 of 21 lanes landed" in out and "1eefc67" in out
