@@ -20,7 +20,7 @@ from bab.report.results.contract import now_iso, read_json, write_json_atomic
 LANDED_FILES = ("{stem}.ipynb", "{stem}.html", "runs/{stem}.json", "results/{stem}.json", "results/{stem}.outcomes.npz")
 
 
-def land(staging: Path, folder: Path, lane: Lane, fingerprints: dict) -> dict:
+def land(staging: Path, folder: Path, lane: Lane, fingerprints: dict, profile: str = RECORD_PROFILE) -> dict:
     """Copy ``lane``'s files from ``staging`` (where ``run_notebook`` wrote them) into the record ``folder`` and write
     its lane record; returns that record. Raises ValueError when the lane did not end ok (nothing is copied)."""
     staging, folder = Path(staging), Path(folder)
@@ -35,7 +35,7 @@ def land(staging: Path, folder: Path, lane: Lane, fingerprints: dict) -> dict:
             partial = target.with_name(f".{target.name}.landing")
             shutil.copyfile(source, partial)
             os.replace(partial, target)
-    record = {"lane": lane.label, "notebook": lane.notebook.stem, "seed": lane.seed, "profile": RECORD_PROFILE,
+    record = {"lane": lane.label, "notebook": lane.notebook.stem, "seed": lane.seed, "profile": profile,
               "commit": run.get("commit"), "seconds": run.get("seconds"), "finished_at": run.get("finished_at"),
               "landed_at": now_iso(), "threads": run.get("threads"), "jobs": run.get("jobs"),
               "machine": (run.get("environment") or {}).get("cpu"), "precision": run.get("precision"),
@@ -44,7 +44,7 @@ def land(staging: Path, folder: Path, lane: Lane, fingerprints: dict) -> dict:
     return record
 
 
-def front_page(folder: Path, states: list[LaneState], checkout: Path) -> Path:
+def front_page(folder: Path, states: list[LaneState], checkout: Path, profile: str = RECORD_PROFILE) -> Path:
     """Rebuild the record's index.html and results.json from the lanes that have landed: the lane table, and each
     claim judged on the landed rows, or "not run" naming the lanes its rows wait for."""
     from bab.report.pages.index import write_index
@@ -54,7 +54,7 @@ def front_page(folder: Path, states: list[LaneState], checkout: Path) -> Path:
     for sub in ("runs", "results"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     lanes = [s.as_dict() for s in states]
-    write_index(folder, RECORD_PROFILE, discover_notebooks(checkout / "notebooks"), checkout, lanes=lanes,
+    write_index(folder, profile, discover_notebooks(checkout / "notebooks"), checkout, lanes=lanes,
                 waiting=lambda experiments: waiting_for(experiments, states, _owners()))
     scrub_machine_paths(folder, checkout)
     return folder / "index.html"

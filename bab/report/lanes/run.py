@@ -20,8 +20,8 @@ from bab.report.lanes.plan import RECORD_PROFILE, Lane, lane_states, record_lane
 class Fingerprints:
     """Each notebook's lane fingerprints at a checkout, computed on first use."""
 
-    def __init__(self, checkout: Path):
-        self.checkout, self._objectives, self._by_notebook = Path(checkout), None, {}
+    def __init__(self, checkout: Path, profile: str = RECORD_PROFILE):
+        self.checkout, self.profile, self._objectives, self._by_notebook = Path(checkout), profile, None, {}
 
     def __call__(self, notebook) -> dict:
         from bab.report.lanes.fingerprints import lane_fingerprints, objective_summaries
@@ -29,14 +29,15 @@ class Fingerprints:
         if notebook.stem not in self._by_notebook:
             if self._objectives is None:
                 self._objectives = objective_summaries(self.checkout)
-            self._by_notebook[notebook.stem] = lane_fingerprints(notebook, RECORD_PROFILE, self._objectives)
+            self._by_notebook[notebook.stem] = lane_fingerprints(notebook, self.profile, self._objectives)
         return self._by_notebook[notebook.stem]
 
 
 def run_lanes(lanes: list[Lane], checkout: Path, folder: Path, jobs: int = 2, commit: bool = False,
-              mkl_override: bool = True) -> int:
-    """Run ``lanes`` from the notebooks of ``checkout`` and land each that ends ok in ``folder`` (committing it
-    when ``commit``); returns the number that failed."""
+              mkl_override: bool = True, profile: str = RECORD_PROFILE) -> int:
+    """Run ``lanes`` from the notebooks of ``checkout`` at ``profile`` (the record's; another one only to try the
+    machinery) and land each that ends ok in ``folder`` (committing it when ``commit``); returns the number that
+    failed."""
     from bab.core.blas import describe_preload, kernel_preload
     from bab.core.device import DEVICE_ENV
     from bab.core.precision import PRECISION_ENV
@@ -48,8 +49,8 @@ def run_lanes(lanes: list[Lane], checkout: Path, folder: Path, jobs: int = 2, co
     from bab.report.runner.build import kernel_env, make_staging, run_notebook, scrub_machine_paths
 
     checkout, folder = Path(checkout).resolve(), Path(folder).resolve()
-    refuse_uncommitted_training(RECORD_PROFILE, git_commit(checkout), doing="run the record's lanes")
-    fingerprints = Fingerprints(checkout)
+    refuse_uncommitted_training(profile, git_commit(checkout), doing="run the record's lanes")
+    fingerprints = Fingerprints(checkout, profile)
     for lane in lanes:  # before any lane starts: the code the kernels will load
         fingerprints(lane.notebook)
     lock = threading.Lock()
@@ -59,9 +60,9 @@ def run_lanes(lanes: list[Lane], checkout: Path, folder: Path, jobs: int = 2, co
             print(text, flush=True)
 
     def one(lane: Lane) -> int:
-        staging = make_staging(folder.parent, f"{RECORD_PROFILE}-{lane.stem}")
+        staging = make_staging(folder.parent, f"{profile}-{lane.stem}")
         say(f"[{lane.label}] {lane.stem} ... (staging {staging.name})")
-        record = run_notebook(checkout / "notebooks" / f"{lane.notebook.stem}.ipynb", staging, RECORD_PROFILE,
+        record = run_notebook(checkout / "notebooks" / f"{lane.notebook.stem}.ipynb", staging, profile,
                               label=f"{lane.notebook.number}/{lane.seed} ", jobs=jobs, threads=1, seed=lane.seed)
         if record["status"] != "ok":
             say(f"[{lane.label}] FAILED after {wall_time(record['seconds'])}: {error_line(record['error'], 200)}; "
@@ -69,8 +70,8 @@ def run_lanes(lanes: list[Lane], checkout: Path, folder: Path, jobs: int = 2, co
             return 1
         scrub_machine_paths(staging, checkout)
         with lock:
-            landed = land(staging, folder, lane, fingerprints(lane.notebook))
-            front_page(folder, lane_states(folder, fingerprints, record_lanes()), checkout)
+            landed = land(staging, folder, lane, fingerprints(lane.notebook), profile)
+            front_page(folder, lane_states(folder, fingerprints, record_lanes()), checkout, profile)
             committed = f", committed {commit_lane(checkout, folder, lane, landed)}" if commit else ""
             print(f"[{lane.label}] landed in {folder.name}/ ({wall_time(record['seconds'])}{committed})", flush=True)
         shutil.rmtree(staging, ignore_errors=True)
