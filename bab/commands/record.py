@@ -16,7 +16,8 @@ def register(sub) -> None:
     p = sub.add_parser("record", help="the committed record, reports/record/: its lanes (a notebook at a seed, an "
                                       "hour on one core each), which have landed, and running the next ones")
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    plan = actions.add_parser("plan", help="every lane and where it stands; what is left, in core-hours")
+    plan = actions.add_parser("plan", help="every lane and where it stands: landed (commit, seconds, machine), stale "
+                                           "(which fingerprint changed) or not run yet")
     _add_folder(plan)
     plan.set_defaults(run=run_plan)
     step = actions.add_parser("next", help="run the next lanes not landed (or stale), each landing in the record "
