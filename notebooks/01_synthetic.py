@@ -290,7 +290,7 @@ budget_explorer(warm, val_set, interactive=interactive)
 # `paper` fewer examples, epochs and seeds.
 
 # %%
-comparison = finish_notebook(rows, results_path, notebook_start)
+comparison = finish_notebook(rows, results_path, notebook_start, exp.ledger)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -304,4 +304,4 @@ print(f"comparison table columns: {list(comparison.columns[:3])}")
 # so they are shown, not checked.
 
 # %%
-display(judgement_table(rows))
+display(judgement_table(rows, ledger=exp.ledger))

@@ -284,7 +284,7 @@ plt.show()
 display(deployment_accounting(len(P.static_budgets)))
 
 # %%
-comparison = finish_notebook(rows, results_path, notebook_start)
+comparison = finish_notebook(rows, results_path, notebook_start, study.ledger)
 
 # %% [markdown]
 # ## Turn the knob yourself
@@ -304,4 +304,4 @@ print(f"comparison table columns: {list(comparison.columns[:3])}")
 # so they are shown, not checked.
 
 # %%
-display(judgement_table(rows))
+display(judgement_table(rows, ledger=study.ledger))

@@ -268,7 +268,7 @@ pilot_rows = []
 try:
     n_train, n_val, n_test = P.pilot_sizes
     pilot_profile = replace(P, model=pilot_model or P.distilbert, num_train=n_train, num_val=n_val, num_test=n_test)
-    pilot = BertStudy(pilot_profile, experiment="distilbert_ag_news", seed=seed, progress=False)
+    pilot = BertStudy(pilot_profile, experiment="distilbert_ag_news", seed=seed, progress=False, ledger=study.ledger)
     pilot_test = pilot.splits()["test"]
     pilot_dense, _, _ = pilot.dense()
     pilot_warm, _, _ = pilot.warm_start_budgeted()
@@ -322,7 +322,7 @@ points = points[points.experiment == "bert_ag_news"]
 fig = plots.pareto_plot(points[points.method != M.soft_sweep.name], sweep=soft_sweep,
                         title=f"AG News, {cfg.model_type} {L}x{H}, profile {P.name}")
 plt.show()
-comparison = finish_notebook(rows, results_path, notebook_start)
+comparison = finish_notebook(rows, results_path, notebook_start, study.ledger)
 
 # %% [markdown]
 # ## Turn the knob yourself
@@ -342,4 +342,4 @@ print(f"comparison table columns: {list(comparison.columns[:3])}")
 # so they are shown, not checked.
 
 # %%
-display(judgement_table(rows))
+display(judgement_table(rows, ledger=study.ledger))

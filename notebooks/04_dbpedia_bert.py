@@ -145,7 +145,7 @@ print(f"latency table configurations: {list(latency.index)}")
 
 # %%
 ag_study = BertStudy(get_profile("bert_ag_news", profile), experiment="bert_ag_news", seed=seed, model=model,
-                     progress=False)
+                     progress=False, ledger=study.ledger)
 ag_warm, _, _ = ag_study.warm_start_budgeted()
 ranking = pd.DataFrame({"AG News": gate_ranking(ag_warm, 0.25, 0.75), "DBpedia14": gate_ranking(warm, 0.25, 0.75)}).T
 paper_spearman = paper.paper_frame().query("method == 'gate ranking'").set_index("experiment")["value"]
@@ -183,7 +183,7 @@ points = pd.DataFrame(rows)
 fig = plots.pareto_plot(points[points.method != M.soft_sweep.name], sweep=soft_sweep,
                         title=f"DBpedia14, {cfg.model_type} {L}x{H}, profile {P.name}")
 plt.show()
-comparison = finish_notebook(rows, results_path, notebook_start)
+comparison = finish_notebook(rows, results_path, notebook_start, study.ledger)
 
 # %% [markdown]
 # ## Turn the knob yourself
@@ -203,4 +203,4 @@ print(f"comparison table columns: {list(comparison.columns[:3])}")
 # so they are shown, not checked.
 
 # %%
-display(judgement_table(rows))
+display(judgement_table(rows, ledger=study.ledger))

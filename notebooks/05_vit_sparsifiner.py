@@ -414,8 +414,8 @@ print(f"fewer FLOPs at every point (FLOP ratio > 1): {bool((bench['FLOP ratio'] 
 
 # %%
 V = P.variant_197
-study197 = ViT197Study(V, progress=False)
-control = ViTStudy(token_count_control(P), progress=False)
+study197 = ViT197Study(V, progress=False, ledger=study.ledger)
+control = ViTStudy(token_count_control(P), progress=False, ledger=study.ledger)
 core_197 = "fused" if fused_available() else "masked"
 start_197 = time.perf_counter()
 token_tables = {
@@ -479,7 +479,7 @@ rows = [
                                               f"{phase_seconds_197['phase 2']:.0f} s of training, 1 thread"),
     *study.attention_speed_rows(bench),
 ]
-comparison = finish_notebook(rows, results_path, notebook_start)
+comparison = finish_notebook(rows, results_path, notebook_start, study.ledger)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -493,4 +493,4 @@ print(f"comparison table columns: {list(comparison.columns[:3])}")
 # so they are shown, not checked.
 
 # %%
-display(judgement_table(rows))
+display(judgement_table(rows, ledger=study.ledger))

@@ -367,7 +367,7 @@ rows = [
     *study.static_fine_tuned_rows(static_ft, static_ft_models),
     *study.token_kind_rows({study.texts[0]: kinds}, model80),
 ]
-comparison = finish_notebook(rows, results_path, notebook_start)
+comparison = finish_notebook(rows, results_path, notebook_start, study.ledger)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -381,4 +381,4 @@ print(f"comparison table columns: {list(comparison.columns[:3])}")
 # so they are shown, not checked.
 
 # %%
-display(judgement_table(rows))
+display(judgement_table(rows, ledger=study.ledger))

@@ -530,7 +530,7 @@ if ablation is not None:
     r = ablation[(ablation.text == "austen") & ablation["initial values"].str.startswith("official")].iloc[0]
     result_rows.append(study.result_row(M.init_ablation, None, dict(r), settings={"gamma": gamma80},
                                         models=official_model))
-comparison = finish_notebook(result_rows, results_path, notebook_start)
+comparison = finish_notebook(result_rows, results_path, notebook_start, study.ledger)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -544,4 +544,4 @@ print(f"comparison table columns: {list(comparison.columns[:3])}")
 # so they are shown, not checked.
 
 # %%
-display(judgement_table(result_rows))
+display(judgement_table(result_rows, ledger=study.ledger))

@@ -2,11 +2,10 @@
 
 An evaluation that scores test examples one by one (``bab.heads.evaluate.evaluate``, ``evaluate_vit``) returns
 ``outcomes``: whether each example was right, in the data's order. When a study turns that evaluation into a
-result row it records the outcomes here under the row's key (``outcome_key``); ``save_results`` writes those of
-the rows it saves beside them (``<notebook>.outcomes.npz``), and the claims pair two rows on the same examples
-(``bab.core.statistics.paired_difference``). A perplexity row keeps each window's log-likelihood and a speed row each
-repeat's times (``KINDS``), for intervals over windows and repeats. The register lives for the kernel, as the run
-cache's record of the models it used does.
+result row it records the outcomes in its ledger under the row's key (``outcome_key``, ``bab.core.ledger``);
+``save_results`` writes those of the rows it saves beside them (``<notebook>.outcomes.npz``), and the claims pair two
+rows on the same examples (``bab.core.statistics.paired_difference``). A perplexity row keeps each window's
+log-likelihood and a speed row each repeat's times (``KINDS``), for intervals over windows and repeats.
 """
 
 from __future__ import annotations
@@ -17,9 +16,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-
-_RECORDED: dict[str, np.ndarray] = {}
-
 
 # What a row's per-unit measurements can be, besides whether each test example was right ("correct", bool): the
 # summed negative log-likelihood and the token count of each held-out window (a perplexity), the dense and the
@@ -121,27 +117,6 @@ def outcome_key(row: dict, kind: str = "correct") -> str:
     key = [row["experiment"], row["method"], None if budget is None else round(float(budget), 4),
            sorted((row.get("settings") or {}).items()), sorted(row.get("seeds") or [])]
     return json.dumps(key if kind == "correct" else [*key, kind])
-
-
-def record(row: dict, outcomes, kind: str = "correct") -> int:
-    """Keep ``outcomes`` ([units], or [seeds, units] for a row averaging several models on the same units) of
-    ``kind`` for ``row``; returns the number of units (test examples, windows, repeats)."""
-    dtype = {"correct": bool, "unit_ids": np.int64}.get(kind, float)
-    array = np.asarray(outcomes, dtype=dtype)
-    if array.ndim not in (1, 2) or array.shape[-1] == 0:
-        raise ValueError(f"outcomes must be [units] or [seeds, units], got shape {array.shape}")
-    _RECORDED[outcome_key(row, kind)] = array
-    return int(array.shape[-1])
-
-
-def recorded_for(rows) -> dict[str, np.ndarray]:
-    """The recorded outcomes of every kind of ``rows`` (those that have any), by key."""
-    keys = [outcome_key(row, kind) for row in rows for kind in KINDS]
-    return {key: _RECORDED[key] for key in keys if key in _RECORDED}
-
-
-def clear() -> None:
-    _RECORDED.clear()
 
 
 def write(path, outcomes: dict[str, np.ndarray]) -> Path | None:

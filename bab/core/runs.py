@@ -47,6 +47,7 @@ from bab.core.blas import blas_key
 from bab.core.checkpoints import Checkpointer
 from bab.core.device import device_key
 from bab.core.folders import share
+from bab.core.ledger import RunLedger
 from bab.core.provenance import git_commit, now_iso
 from bab.core.training import distributed_state, seed_everything
 
@@ -60,38 +61,9 @@ CONVERTED = "converted"  # the folder of downloaded models converted for faster 
 # field is added, and never edited afterwards.
 FIRST_DEFAULTS = Path(__file__).with_name("first_defaults.json")
 
-# Every model this process trained or loaded through a run cache, first use first: its provenance for the report
-# (a notebook's results name the commits that trained its models, and which came from the cache).
-_MODELS_USED: dict[str, dict] = {}
-# Every measurement this process computed or took from a run cache (RunCache.measured), first use first.
-_MEASUREMENTS_USED: dict[str, dict] = {}
-
-
 # The attribute ``train_cached`` sets on the model it returns: {"run": the cache folder's name, "seed": the seed it
 # was built and trained with}. A result row names the models it measured by it (``run_of``).
 RUN_TAG = "bab_run"
-
-
-def models_used() -> list[dict]:
-    """The models this process trained or took from a run cache, in order of first use: ``run`` (the cache
-    folder's name), ``cached`` (True: trained by an earlier process), ``commit`` and ``started_at`` (of the run
-    that trained it; None for a run stored before they were recorded), ``train_seconds`` and ``seed`` (None when
-    not trained through ``train_cached``)."""
-    return [dict(record) for record in _MODELS_USED.values()]
-
-
-def measurements_used() -> list[dict]:
-    """The measurements this process computed or took from a run cache (``RunCache.measured``), in order of first
-    use: ``measurement`` (the file's name), ``cached`` (True: measured by an earlier process), ``commit``,
-    ``measured_at`` and ``seconds`` (of the process that measured it)."""
-    return [dict(record) for record in _MEASUREMENTS_USED.values()]
-
-
-def _note_model(folder: Path, metrics: dict, cached: bool) -> None:
-    trained_by = metrics.get("trained_by") or {}
-    _MODELS_USED.setdefault(folder.name, {  # a model trained here and loaded again later stays "trained here"
-        "run": folder.name, "cached": cached, "commit": trained_by.get("commit"),
-        "started_at": trained_by.get("started_at"), "train_seconds": metrics.get("train_seconds"), "seed": None})
 
 
 def run_of(model: torch.nn.Module) -> dict:
@@ -268,8 +240,10 @@ class RunCache:
             raise
         return folder
 
-    def get_or_train(self, name: str, config, model: torch.nn.Module, train_fn) -> dict:
-        """Load ``model`` from the cache, or run ``train_fn(model, checkpoint) -> metrics`` and store the result.
+    def get_or_train(self, name: str, config, model: torch.nn.Module, train_fn,
+                     ledger: RunLedger | None = None) -> dict:
+        """Load ``model`` from the cache, or run ``train_fn(model, checkpoint) -> metrics`` and store the result;
+        ``ledger`` notes which it was.
 
         ``checkpoint`` is this run's ``Checkpointer`` in the partial area (None when the cache is off): a
         training loop given it resumes an interrupted run. It is cleared once the finished run is stored.
@@ -282,9 +256,8 @@ class RunCache:
             with self.training_lock(name, config):
                 metrics = self.load(name, config, model)  # stored by the process this one waited for
                 if metrics is None:
-                    return self._train(name, config, model, train_fn)
-        _note_model(folder, metrics, cached=True)
-        return {**metrics, "cached": True}
+                    return _noted(ledger, folder, self._train(name, config, model, train_fn))
+        return _noted(ledger, folder, {**metrics, "cached": True})
 
     def _train(self, name: str, config, model: torch.nn.Module, train_fn) -> dict:
         checkpoint = self.checkpointer(name, config)
@@ -300,7 +273,6 @@ class RunCache:
             if checkpoint is not None:
                 checkpoint.clear()
         state.wait_for_everyone()
-        _note_model(self.path(name, config), metrics, cached=False)
         return {**metrics, "cached": False}
 
     @contextlib.contextmanager
@@ -328,7 +300,7 @@ class RunCache:
     def measurement_path(self, name: str, config) -> Path:
         return self.root / MEASUREMENTS / f"{self.path(name, config).name}.json"
 
-    def measured(self, name: str, config, measure) -> dict:
+    def measured(self, name: str, config, measure, ledger: RunLedger | None = None) -> dict:
         """``measure() -> dict`` (plain JSON data: numbers, strings, lists, dicts), or its stored result for the same
         ``name`` and ``config``.
 
@@ -336,7 +308,7 @@ class RunCache:
         whole lineage), the data, what is measured and how, and the code's version. The result always comes back
         as its JSON round trip, so a measurement reads the same whether computed now or loaded (tuples as lists).
         With the cache off it is computed every time. The stored file also says which commit measured it and
-        when (``measurements_used``)."""
+        when, and ``ledger`` notes it (``RunLedger.measurements_used``)."""
         if not self.enabled:
             return json.loads(strict_json.dumps(measure()))
         path = self.measurement_path(name, config)
@@ -345,8 +317,8 @@ class RunCache:
         except (FileNotFoundError, json.JSONDecodeError):
             stored = None
         if stored is not None and canonical(stored.get("config")) == canonical(config):
-            record = {"measurement": path.name, "cached": True, **stored["measured_by"]}
-            _MEASUREMENTS_USED.setdefault(path.name, record)
+            if ledger is not None:
+                ledger.note_measurement({"measurement": path.name, "cached": True, **stored["measured_by"]})
             return stored["result"]
         commit, started, t0 = git_commit(), now_iso(), time.perf_counter()  # the checkout as the measurement starts
         result = json.loads(strict_json.dumps(measure()))
@@ -363,9 +335,9 @@ class RunCache:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
                 raise
-        _MEASUREMENTS_USED.setdefault(path.name, {"measurement": path.name, "cached": False, **measured_by})
+        if ledger is not None:
+            ledger.note_measurement({"measurement": path.name, "cached": False, **measured_by})
         return result
-
 
 
 def _acquire(path: Path, name: str):
@@ -404,17 +376,24 @@ class LoadOnlyRunCache(RunCache):
     as a side effect would take minutes and write into the cache, and a user asking for "the trained model"
     should hear that it is not there rather than wait for it."""
 
-    def get_or_train(self, name: str, config, model: torch.nn.Module, train_fn) -> dict:
+    def get_or_train(self, name: str, config, model: torch.nn.Module, train_fn,
+                     ledger: RunLedger | None = None) -> dict:
         folder = self.path(name, config)
         metrics = self.load(name, config, model)
         if metrics is None:
             raise CacheMiss(f"no run {folder.name} in the run cache {self.root} (not trained yet for this config, "
                             f"code version and thread count, or another cache folder: $BAB_CACHE_DIR)")
-        _note_model(folder, metrics, cached=True)
-        return {**metrics, "cached": True}
+        return _noted(ledger, folder, {**metrics, "cached": True})
+
+
+def _noted(ledger: RunLedger | None, folder: Path, metrics: dict) -> dict:
+    if ledger is not None:
+        ledger.note_model(folder.name, metrics, cached=metrics["cached"])
+    return metrics
+
 
 def train_cached(cache: RunCache, name: str, lineage: dict, build, fit, *, seed: int, method: str,
-                 version: int) -> tuple[torch.nn.Module, dict, dict]:
+                 version: int, ledger: RunLedger | None = None) -> tuple[torch.nn.Module, dict, dict]:
     """Train one model through the run cache, or load it: ``(model in eval mode, metrics, lineage)``.
 
     ``lineage``: everything that determines the run (data, model, training, the run it started from).
@@ -427,7 +406,7 @@ def train_cached(cache: RunCache, name: str, lineage: dict, build, fit, *, seed:
     ``build() -> model`` is called after seeding with ``seed``, so the initialisation is reproducible
     (an already built model is used as it is). ``fit(model, checkpoint) -> metrics`` trains in place, passing
     ``checkpoint`` (a ``Checkpointer``, or None) to its training loop so an interrupted run resumes; it runs
-    only on a cache miss.
+    only on a cache miss. ``ledger`` notes the model, its provenance and seed.
     """
     if not isinstance(version, int) or isinstance(version, bool):
         raise TypeError(f"version must be the method's TRAINING_VERSION integer, got {version!r}")
@@ -435,9 +414,10 @@ def train_cached(cache: RunCache, name: str, lineage: dict, build, fit, *, seed:
                                    **device_key(), **blas_key()}}
     seed_everything(seed)
     model = build if isinstance(build, torch.nn.Module) else build()
-    metrics = cache.get_or_train(name, lineage, model, fit)
+    metrics = cache.get_or_train(name, lineage, model, fit, ledger)
     model.cpu()  # where a cached model loads, and where every evaluation and benchmark runs
     run = cache.path(name, lineage).name
-    _MODELS_USED[run]["seed"] = seed
+    if ledger is not None:
+        ledger.note_seed(run, seed)
     setattr(model, RUN_TAG, {"run": run, "seed": seed})
     return model.eval(), metrics, plain(lineage)

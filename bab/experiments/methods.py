@@ -148,6 +148,8 @@ def methods(experiment: str, *declared: tuple) -> MethodSet:
 DECLARING_MODULES = MODULES
 
 
+# A cached lookup, not a register: the method sets are declared as constants in code, so the result is a pure
+# function of the code and no run, row or import fills it.
 @cache
 def registry() -> dict[str, MethodSet]:
     """{experiment: MethodSet} over every declaring module."""

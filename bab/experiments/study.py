@@ -1,6 +1,7 @@
 """The one Study base: what every notebook's study shares, whatever its method and data.
 
-A study owns one profile (sizes, epochs, hyperparameters), a run cache and a progress flag. It trains each
+A study owns one profile (sizes, epochs, hyperparameters), a run cache, a ledger of what it used and measured
+(``bab.core.ledger``, handed to ``save_results``) and a progress flag. It trains each
 model of its paper's comparison through the run cache (``train_cached``), keyed by the model's whole lineage:
 the experiment, the data, the model, the training config, the run it started from and the method's code
 version, so a notebook re-runs in seconds once its models exist and an interrupted run resumes. It writes
@@ -21,6 +22,7 @@ from bab.core import outcomes
 from bab.core.blas import blas_key
 from bab.core.digest import state_digest
 from bab.core.errors import BadInput
+from bab.core.ledger import RunLedger
 from bab.core.provenance import git_commit
 from bab.core.runs import RUN_TAG, RunCache, run_of, train_cached
 from bab.core.timing import repeat_times
@@ -36,12 +38,15 @@ class Study:
     # runs and its EVALUATION_VERSION the kept measurements, read at every call so a bump retrains.
     method_code = None
 
-    def __init__(self, profile, cache: RunCache | str | os.PathLike | bool | None = None, progress: bool = True):
+    def __init__(self, profile, cache: RunCache | str | os.PathLike | bool | None = None, progress: bool = True,
+                 ledger: RunLedger | None = None):
         """``cache``: a RunCache, a folder for one, None or True for the default one (``$BAB_CACHE_DIR``), or False
-        for none (every model trained, nothing stored)."""
+        for none (every model trained, nothing stored). ``ledger``: another study's, for one record of the models,
+        measurements and outcomes of several studies (one notebook's); a new one by default."""
         self.profile = profile
         self.cache = as_run_cache(cache)
         self.progress = progress
+        self.ledger = RunLedger() if ledger is None else ledger
 
     def data_lineage(self) -> dict:
         """Everything that determines the data, for the run-cache key."""
@@ -73,7 +78,7 @@ class Study:
             return fit(model, checkpoint)
 
         return train_cached(self.cache, f"{self.experiment}-{name}", lineage, build, warm_fit, seed=seed,
-                            method=self.method, version=self.method_code.TRAINING_VERSION)
+                            method=self.method, version=self.method_code.TRAINING_VERSION, ledger=self.ledger)
 
     # -- slow measurements through the cache -------------------------------------------------------------
 
@@ -106,7 +111,7 @@ class Study:
                   "data": self.measurement_data(), "what": what,
                   "settings": settings, "code": {"method": self.method, "version": version,
                                                  "threads": torch.get_num_threads(), **blas_key()}}
-        return self.cache.measured(f"{self.experiment}-{what}", config, measure)
+        return self.cache.measured(f"{self.experiment}-{what}", config, measure, self.ledger)
 
     # -- rows for the report -----------------------------------------------------------------------------
 
@@ -127,10 +132,10 @@ class Study:
         columns (``perplexity``, ``memory_ratio``, ``analytic_limit``, ``value``, ``accuracy_std``, ``note``; left
         out when None or empty).
 
-        ``stats`` may also hold the measurement's units, kept for the claims' intervals (``bab.core.outcomes``):
-        ``outcomes`` (whether each test example was right; the row gets ``accuracy_n``), ``window_nll`` and
-        ``window_tokens`` (each held-out window's summed log-likelihood and token count), ``dense_ms`` and ``ms``
-        (each interleaved repeat's times).
+        ``stats`` may also hold the measurement's units (``bab.core.outcomes.KINDS``), recorded in the study's ledger
+        for the claims' intervals: ``outcomes`` (whether each test example was right; the row gets ``accuracy_n``),
+        ``window_nll`` and ``window_tokens`` (each held-out window's summed log-likelihood and token count),
+        ``dense_ms`` and ``ms`` (each interleaved repeat's times).
 
         ``models``: the trained model (or models) the row measured, as ``train_cached`` returned them; the row
         names their runs and seeds, and ``save_results`` adds the commit that trained each and whether it came
@@ -153,10 +158,10 @@ class Study:
                     if value is not None and value != ""})
         row.update(measured_on(models))
         if stats.get("outcomes") is not None:  # per-example outcomes: paired intervals in the claims
-            row["accuracy_n"] = outcomes.record(row, stats["outcomes"])
+            row["accuracy_n"] = self.ledger.record(row, stats["outcomes"])
         for kind in outcomes.KINDS[1:]:  # per-window log-likelihoods, per-repeat times, unit ids
             if stats.get(kind) is not None:
-                outcomes.record(row, stats[kind], kind)
+                self.ledger.record(row, stats[kind], kind)
         return row
 
     def rows_of(self, method: Method, evaluations, *, models, **extra) -> list[dict]:
@@ -199,9 +204,9 @@ class Study:
         if all(o is not None for o in per_example):
             aligned = outcomes.align([np.asarray(o) for o in per_example], ids)
             if aligned is not None:
-                row["accuracy_n"] = outcomes.record(row, np.stack(aligned))  # [seeds, examples]
+                row["accuracy_n"] = self.ledger.record(row, np.stack(aligned))  # [seeds, examples]
                 if ids[0] is not None:
-                    outcomes.record(row, ids[0], "unit_ids")
+                    self.ledger.record(row, ids[0], "unit_ids")
         return row
 
 

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 import bab.context
+from bab.core.ledger import RunLedger
 from bab.core.provenance import git_commit
-from bab.core.runs import RUN_TAG, RunCache, measurements_used
+from bab.core.runs import RUN_TAG, RunCache
 from bab.experiments.study import Study
 
 
@@ -25,7 +26,8 @@ def counted(result):
 def test_a_measurement_is_computed_once_and_reads_back_as_its_json_round_trip(tmp_path):
     config = {"model": "run-abc", "what": "evaluate", "settings": {"text": "austen", "windows": 2}}
     measure, calls = counted({"perplexity": 12.5, "pair": (1, 2), "fraction_pruned": 1 / 3})
-    first = RunCache(tmp_path).measured("ppl", config, measure)
+    ledger = RunLedger()
+    first = RunCache(tmp_path).measured("ppl", config, measure, ledger)
     assert first == {"perplexity": 12.5, "pair": [1, 2], "fraction_pruned": 1 / 3}  # a tuple comes back a list
     again = RunCache(tmp_path).measured("ppl", config, measure)  # another cache object: as a new process would
     assert again == first and len(calls) == 1
@@ -34,7 +36,7 @@ def test_a_measurement_is_computed_once_and_reads_back_as_its_json_round_trip(tm
     assert content["config"] == json.loads(json.dumps(config)) and content["result"] == first
     assert content["measured_by"]["commit"] == git_commit() and content["measured_by"]["seconds"] >= 0
     assert not list((tmp_path / "measurements").glob(".*"))  # no temporary file left behind
-    records = [m for m in measurements_used() if m["measurement"] == stored.name]
+    records = [m for m in ledger.measurements_used() if m["measurement"] == stored.name]
     assert records and records[0]["cached"] is False  # first use in this process: measured here
 
 

@@ -248,26 +248,26 @@ def test_the_default_cache_is_never_inside_an_installed_package(tmp_path, monkey
     assert default_cache_root() == repository / ".bab_cache" / "runs"  # this checkout
 
 
-def test_the_process_keeps_which_models_it_trained_and_which_came_from_the_cache(tmp_path, monkeypatch):
-    import bab.core.runs as runs
+def test_a_ledger_keeps_which_models_it_trained_and_which_came_from_the_cache(tmp_path):
+    from bab.core.ledger import RunLedger
 
-    monkeypatch.setattr(runs, "_MODELS_USED", {})
+    ledger = RunLedger()
     cache = RunCache(tmp_path)
     cache.save("older", {"lr": 0.2}, tiny_model(1), {"train_seconds": 5.0})  # stored before commits were recorded
 
     def fit(model, checkpoint):
         return {"train_seconds": 2.0}
 
-    cache.get_or_train("dense", {"lr": 0.1}, tiny_model(0), fit)
-    cache.get_or_train("dense", {"lr": 0.1}, tiny_model(0), fit)  # loaded again: it was still trained here
-    cache.get_or_train("older", {"lr": 0.2}, tiny_model(0), fit)
-    used = runs.models_used()
+    cache.get_or_train("dense", {"lr": 0.1}, tiny_model(0), fit, ledger)
+    cache.get_or_train("dense", {"lr": 0.1}, tiny_model(0), fit, ledger)  # loaded again: it was still trained here
+    cache.get_or_train("older", {"lr": 0.2}, tiny_model(0), fit, ledger)
+    used = ledger.models_used()
     assert [m["run"] for m in used] == [f"dense-{config_key({'lr': 0.1})}", f"older-{config_key({'lr': 0.2})}"]
     assert [m["cached"] for m in used] == [False, True]
     assert used[0]["commit"] == git_commit() and used[1]["commit"] is None
     assert [m["train_seconds"] for m in used] == [2.0, 5.0]
     used[0]["run"] = "changed"
-    assert runs.models_used()[0]["run"] != "changed"  # callers get copies
+    assert ledger.models_used()[0]["run"] != "changed"  # callers get copies
 
 
 def test_code_digests_name_the_loaded_bab_modules_and_find_the_changed_ones(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import bab.experiments.bert.study as bert_study
-from bab.core.runs import RunCache, measurements_used
+from bab.core.runs import RunCache
 from bab.experiments.bert import BertStudy
 from bab.experiments.profiles import get_profile
 from bab.heads.hf_encoder import resolve_encoder_source
@@ -55,7 +55,7 @@ def test_head_importance_is_scored_once_and_read_back_from_the_run_cache(studies
     again = second.head_importance(second.dense()[0])
     assert calls == [6]  # read, not scored
     assert torch.equal(again, scores)  # the same ranking, to the bit
-    kept = [m for m in measurements_used() if "head-importance" in m["measurement"]]
+    kept = [m for m in first.ledger.measurements_used() if "head-importance" in m["measurement"]]
     assert kept[-1]["cached"] is False and kept[-1]["commit"]  # this process measured it, at a named commit
     other = make(importance_examples=4)
     other.head_importance(other.dense()[0])

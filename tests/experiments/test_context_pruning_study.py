@@ -153,16 +153,7 @@ def test_budget_calibration_finds_the_smallest_budget_that_keeps_the_target(tiny
     assert windows["window_nll"] == reported["window_nll"] and table.loc[0, "perplexity"] == reported["perplexity"]
 
 
-@pytest.fixture
-def recorded():
-    from bab.core import outcomes
-
-    outcomes.clear()
-    yield outcomes
-    outcomes.clear()
-
-
-def test_the_headline_row_records_its_windows_and_paired_repeats(tiny_study, recorded):
+def test_the_headline_row_records_its_windows_and_paired_repeats(tiny_study):
     """The rows the claims judge get their units: per-window log-likelihoods from evaluate, per-repeat decode times
     from the generation table, and the claims' intervals are built from them."""
     import numpy as np
@@ -188,12 +179,12 @@ def test_the_headline_row_records_its_windows_and_paired_repeats(tiny_study, rec
     dense = study.result_row(M.dense, 1.0, dense_eval, speedup=1.0, models=())
     headline = study.result_row(M.headline, 0.2, {**pruned_eval, **repeat_times(table, "pruned")},
                                 speedup=table.loc["pruned", "throughput_ratio"], models=())
-    kept = recorded.recorded_for([headline])
+    kept = study.ledger.outcomes_for([headline])
     kinds = {json.loads(key)[-1] for key in kept}
     assert kinds == {"window_nll", "window_tokens", "unit_ids", "dense_ms", "ms"}
-    dense_kinds = {json.loads(key)[-1] for key in recorded.recorded_for([dense])}
+    dense_kinds = {json.loads(key)[-1] for key in study.ledger.outcomes_for([dense])}
     assert dense_kinds == {"window_nll", "window_tokens", "unit_ids"}
-    evidence = Evidence(outcomes=recorded.recorded_for([dense, headline]))
+    evidence = Evidence(outcomes=study.ledger.outcomes_for([dense, headline]))
     ratio = evidence.perplexity_ratio(headline, dense)
     assert ratio.value == pytest.approx(headline["perplexity"] / dense["perplexity"], rel=1e-6)
     assert ratio.low <= ratio.value <= ratio.high
@@ -202,7 +193,7 @@ def test_the_headline_row_records_its_windows_and_paired_repeats(tiny_study, rec
     assert np.isfinite([speed.low, speed.high]).all()
 
 
-def test_a_measurement_stored_before_windows_were_kept_gives_none_not_nan(tiny_study, recorded, monkeypatch):
+def test_a_measurement_stored_before_windows_were_kept_gives_none_not_nan(tiny_study, monkeypatch):
     import pandas as pd
     import torch
 
@@ -216,7 +207,7 @@ def test_a_measurement_stored_before_windows_were_kept_gives_none_not_nan(tiny_s
                           {"gamma": 2.0, **result, "window_nll": [1.0], "window_tokens": [4]}])
     assert table.loc[0, "window_nll"] is None
     row = study.result_row(study.methods.headline, 0.2, dict(table.loc[0]), models=())
-    assert recorded.recorded_for([row]) == {}
+    assert study.ledger.outcomes_for([row]) == {}
 
 
 def _run_config(study, model) -> dict:
@@ -226,7 +217,7 @@ def _run_config(study, model) -> dict:
     return json.loads((study.cache.root / run_of(model)["run"] / "config.json").read_text())["config"]
 
 
-def test_static_masks_and_dense_fine_tuned_with_the_specialists_recipe(tiny_study, recorded):
+def test_static_masks_and_dense_fine_tuned_with_the_specialists_recipe(tiny_study):
     """The like-for-like baselines: the dense model continued, plain and under each matched static mask, with the
     specialists' data, steps, recipe and parent; each row prunes exactly its mask's fraction, measured under it."""
     import torch
@@ -276,7 +267,7 @@ def test_static_masks_and_dense_fine_tuned_with_the_specialists_recipe(tiny_stud
     assert {r["method"] for r in rows} == {"static context mask, fine-tuned"}
     assert [r["settings"] for r in rows] == [{"kind": k, "gamma": g} for g in (0.1, 1.0) for k in ("local", "strided")]
     assert [r["cost"] for r in rows] == pytest.approx([1 - f for f in table.fraction_pruned])
-    kinds = {json.loads(key)[-1] for key in recorded.recorded_for(rows[:1])}
+    kinds = {json.loads(key)[-1] for key in study.ledger.outcomes_for(rows[:1])}
     assert kinds == {"window_nll", "window_tokens", "unit_ids"}
     method = study.methods.static_finetuned
     assert (method.settings, method.origin, method.budget) == (("kind", "gamma"), "baseline", "none")

@@ -7,25 +7,24 @@ import statistics
 import pytest
 import torch
 
-import bab.core.runs as runs
+from bab.core.ledger import RunLedger
 from bab.core.provenance import git_commit
 from bab.core.runs import RunCache, as_downloaded, config_key, train_cached
 from bab.experiments.synthetic import SYNTHETIC, SyntheticExperiment
 from bab.report.results.contract import save_results, validate_rows, with_provenance
 
 
-def trained(cache, seed, lineage=None):
-    """A one-layer model trained (or loaded) through ``cache``: (model, its run folder's name)."""
+def trained(cache, seed, lineage=None, ledger=None):
+    """A one-layer model trained (or loaded) through ``cache``, noted in ``ledger``: (model, its run folder's name)."""
     lineage = lineage or {"seed": seed}
     model, _, full = train_cached(cache, "tiny", lineage, lambda: torch.nn.Linear(2, 2),
                                   lambda model, checkpoint: {"train_seconds": 1.0}, seed=seed, method="heads",
-                                  version=1)
+                                  version=1, ledger=ledger)
     return model, f"tiny-{config_key(full)}"
 
 
 @pytest.fixture
-def study(monkeypatch):
-    monkeypatch.setattr(runs, "_MODELS_USED", {})  # a fresh kernel: nothing trained or loaded yet
+def study():
     return SyntheticExperiment(SYNTHETIC["smoke"], cache=False)
 
 
@@ -35,18 +34,18 @@ def test_a_row_names_the_run_and_seed_of_the_model_it_measured(tmp_path, study):
     assert (row["runs"], row["seeds"]) == ([run], [13])
 
 
-def test_save_results_adds_the_training_commit_and_cache_hits(tmp_path, study, monkeypatch):
+def test_save_results_adds_the_training_commit_and_cache_hits(tmp_path, study):
     cache = RunCache(tmp_path / "cache")
-    model, run = trained(cache, seed=7)
+    model, run = trained(cache, seed=7, ledger=study.ledger)
     rows = [study.result_row(study.methods.warm, 0.5, {"cost": 0.5, "accuracy": 90.0}, models=model)]
-    saved = json.loads(save_results(rows, tmp_path / "01.json").read_text())
+    saved = json.loads(save_results(rows, tmp_path / "01.json", study.ledger).read_text())
     assert saved["rows"][0]["trained_at"] == [git_commit()] and saved["rows"][0]["cache_hits"] == 0
     assert saved["code"]["bab/report/results/contract.py"]  # the digests of the bab modules this process loaded
 
-    monkeypatch.setattr(runs, "_MODELS_USED", {})  # the next kernel finds the model in the cache
-    model, _ = trained(cache, seed=7)
+    ledger = RunLedger()  # the next kernel's: it finds the model in the cache
+    model, _ = trained(cache, seed=7, ledger=ledger)
     rows = [study.result_row(study.methods.warm, 0.5, {"cost": 0.5, "accuracy": 90.0}, models=model)]
-    saved = json.loads(save_results(rows, tmp_path / "01.json").read_text())
+    saved = json.loads(save_results(rows, tmp_path / "01.json", ledger).read_text())
     assert saved["rows"][0]["cache_hits"] == 1 and saved["rows"][0]["runs"] == [run]
 
 

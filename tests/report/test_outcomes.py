@@ -27,13 +27,6 @@ def _agreeing(n=2000, seed=0):
     return dense, method
 
 
-@pytest.fixture(autouse=True)
-def _empty_register():
-    outcomes.clear()
-    yield
-    outcomes.clear()
-
-
 def test_outcomes_survive_a_write_and_a_read(tmp_path):
     dense, method = _agreeing(37)
     stored = {"a": dense, "b": np.stack([method, dense])}
@@ -84,11 +77,11 @@ def test_a_study_row_records_its_evaluations_outcomes_and_their_count(tmp_path, 
     built = study.result_row(AGN.dense, 1.0, {"cost": 1.0, "accuracy": 100 * dense.mean(), "outcomes": dense},
                              models=())
     assert built["accuracy_n"] == 50 and "outcomes" not in built
-    assert np.array_equal(outcomes.recorded_for([built])[outcomes.outcome_key(built)], dense)
+    assert np.array_equal(study.ledger.outcomes_for([built])[outcomes.outcome_key(built)], dense)
     # saved beside the results file and read back by the report under the same key
     path = tmp_path / "results" / "02_ag_news_custom.json"
     path.parent.mkdir()
-    save_results([built], path)
+    save_results([built], path, study.ledger)
     assert outcomes_path(path).is_file()
     merged = collect_outcomes(tmp_path)
     assert np.array_equal(merged[outcomes.outcome_key(json.loads(path.read_text())["rows"][0])], dense)
@@ -237,7 +230,7 @@ def test_a_notebooks_judgement_table_pairs_on_the_outcomes_its_kernel_recorded()
                              models=()),
             study.result_row(AGN.warm, 0.5, {"cost": 0.5, "accuracy": 100 * method.mean(), "outcomes": method},
                              models=())]
-    table = C.judgement_table(rows).set_index("where")
+    table = C.judgement_table(rows, ledger=study.ledger).set_index("where")
     expected = paired_difference(100.0 * method, 100.0 * dense)
     shown = table.loc["Section 6.3, Table 3", "ours [95% interval]"]
     shown = shown.iloc[0] if hasattr(shown, "iloc") else shown

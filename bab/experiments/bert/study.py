@@ -61,10 +61,11 @@ def pilot_unavailable_row(note: str) -> dict:
 
 class BertStudy(TextStudy):
     def __init__(self, profile, experiment: str, cache: RunCache | None = None, progress: bool = True,
-                 seed: int | None = None, data_path=None, model: str | None = None):
+                 seed: int | None = None, data_path=None, model: str | None = None, ledger=None):
         if model is not None:
             profile = replace(profile, model=model)
-        super().__init__(profile, experiment, cache=cache, progress=progress, seed=seed, data_path=data_path)
+        super().__init__(profile, experiment, cache=cache, progress=progress, seed=seed, data_path=data_path,
+                         ledger=ledger)
 
     # -- data: the model's own tokenizer, evaluation splits sorted by length -------------------
 

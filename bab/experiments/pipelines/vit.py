@@ -59,8 +59,8 @@ class ViTStudy(Study):
     method = "sparsifiner"
     method_code = bab.sparsifiner
 
-    def __init__(self, profile, cache: RunCache | None = None, progress: bool = True, data_path=None):
-        super().__init__(profile, cache, progress)
+    def __init__(self, profile, cache: RunCache | None = None, progress: bool = True, data_path=None, ledger=None):
+        super().__init__(profile, cache, progress, ledger)
         self.data_path = data_path
 
     # -- data and shapes --------------------------------------------------------------------

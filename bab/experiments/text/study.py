@@ -40,10 +40,10 @@ class TextStudy(BudgetedStudy):
     eval_split = "test"
 
     def __init__(self, profile: TextProfile, experiment: str, cache: RunCache | None = None, progress: bool = True,
-                 seed: int | None = None, data_path=None):
+                 seed: int | None = None, data_path=None, ledger=None):
         if seed is not None:
             profile = replace(profile, seed=seed)
-        super().__init__(profile, cache, progress)
+        super().__init__(profile, cache, progress, ledger)
         self.experiment = experiment
         self.data_path = data_path
 

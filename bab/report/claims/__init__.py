@@ -133,14 +133,13 @@ def judge_all(rows, claims=CLAIMS, evidence: Evidence | None = None) -> list[Jud
             for claim in claims]
 
 
-def judgement_table(rows, evidence: Evidence | None = None, claims=CLAIMS):
+def judgement_table(rows, evidence: Evidence | None = None, claims=CLAIMS, *, ledger=None):
     """The claims that ``rows`` (one notebook's, or a report's) test, judged on them, as a table for a notebook to
     display: claim, where, recipe, ours with its interval, the paper's, where ours must lie, the verdict and why.
     Claims none of whose experiments appear in ``rows`` are left out. Without ``evidence``, the intervals pair
-    the rows on the per-unit outcomes this kernel recorded for them (``bab.core.outcomes``), as the report will."""
-    from bab.core import outcomes as recorded
-
-    evidence = evidence or Evidence(outcomes=recorded.recorded_for(rows))
+    the rows on the per-unit outcomes ``ledger`` (the study's, ``bab.core.ledger``) recorded for them, as the report
+    will."""
+    evidence = evidence or Evidence(outcomes={} if ledger is None else ledger.outcomes_for(rows))
     columns = ["claim", "where", "recipe", "ours [95% interval]", "paper", "holds if", "verdict", "seeds", "why"]
     experiments = {row.get("experiment") for row in rows}
     shown = [c for c in claims if not experiments.isdisjoint(c.experiments())]

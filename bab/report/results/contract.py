@@ -1,6 +1,6 @@
 """The results contract: the rows a notebook hands to the report.
 
-A notebook calls ``save_results(rows, results_path)`` with ``results_path`` the parameter that
+A notebook calls ``save_results(rows, results_path, study.ledger)`` with ``results_path`` the parameter that
 papermill injects; each row names an experiment, a method, a budget, the cost, the accuracy
 and the measured speed-up (optional: perplexity, memory ratio, a note). The report merges the
 rows and puts them next to the papers' numbers (``bab.report.results.paper.comparison_table``).
@@ -17,8 +17,8 @@ from pathlib import Path
 
 from bab.core import outcomes, strict_json
 from bab.core.folders import current_umask
+from bab.core.ledger import RunLedger
 from bab.core.provenance import loaded_code_digests
-from bab.core.runs import measurements_used, models_used
 
 # The version of the rows' meaning: 2 = methods are declared typed ids (bab.experiments.methods), the papers'
 # method names hold the papers' recipes, settings are typed values. Rows of an older version are not judged.
@@ -41,7 +41,7 @@ ROW_OPTIONAL_FLOAT_KEYS = ("perplexity", "memory_ratio", "analytic_limit", "accu
                            "accuracy_high", "accuracy_n")
 # which trained models a row measured (``bab.experiments.study.measured_on``): their run-cache folders and seeds
 ROW_RUNS_KEY, ROW_SEEDS_KEY = "runs", "seeds"
-# added by save_results from the kernel's run-cache record: the commit that trained each of the row's models
+# added by save_results from the study's ledger: the commit that trained each of the row's models
 # (None: stored before commits were recorded) and how many of them came from the cache rather than this run
 ROW_PROVENANCE_KEYS = ("trained_at", "cache_hits")
 # the values that tell a method's rows apart beyond the budget (a dict; the method declares its keys)
@@ -137,8 +137,8 @@ def _checked_provenance(row) -> dict:
 
 def with_provenance(rows: list[dict], used: list[dict]) -> list[dict]:
     """``rows`` with, for each row that names its runs, the commits that trained them (``trained_at``, first use
-    first, without repeats) and how many came from the run cache (``cache_hits``), looked up in ``used`` (the
-    kernel's ``bab.core.runs.models_used()``). ValueError when a row names a run this kernel never used."""
+    first, without repeats) and how many came from the run cache (``cache_hits``), looked up in ``used`` (a
+    ledger's ``models_used()``). ValueError when a row names a run the ledger never noted."""
     by_run = {model["run"]: model for model in used}
     out = []
     for i, row in enumerate(rows):
@@ -148,8 +148,9 @@ def with_provenance(rows: list[dict], used: list[dict]) -> list[dict]:
             continue
         unknown = [run for run in runs if run not in by_run]
         if unknown:
-            raise ValueError(f"row {i} ({row['method']}) names run {unknown[0]!r}, which this kernel neither trained "
-                             f"nor loaded from the run cache; pass result_row the models this kernel trained")
+            raise ValueError(f"row {i} ({row['method']}) names run {unknown[0]!r}, which the studies of this ledger "
+                             f"neither trained nor loaded from the run cache; pass the ledger of the study that "
+                             f"trained it (study.ledger), or result_row the models this study trained")
         commits = list(dict.fromkeys(by_run[run]["commit"] for run in runs))
         out.append({**row, "trained_at": commits, "cache_hits": sum(bool(by_run[run]["cached"]) for run in runs)})
     return out
@@ -172,14 +173,15 @@ def write_json_atomic(path, obj):
     return path
 
 
-def save_results(rows, path):
+def save_results(rows, path, ledger: RunLedger | None = None):
     """Write a notebook's result rows to `path` as {"notebook": <stem>, "contract": RESULTS_CONTRACT, "rows": rows,
-    "models": ..., "measurements": ..., "code": ...}: "models" are the models this kernel trained or took from the
-    run cache, with the commit that trained each (``bab.core.runs.models_used``), and each row that names its
-    models gets their commits and cache hits (``with_provenance``); "measurements" are the slow measurements it
-    computed or read from the run cache, with the commit that measured each (``measurements_used``); "code" holds
-    the digests of the ``bab`` modules the kernel loaded (``bab.core.provenance.loaded_code_digests``), so a record
-    can tell when that code changed after the run.
+    "models": ..., "measurements": ..., "code": ...}, and the per-unit outcomes ``ledger`` recorded for the rows
+    beside it (``outcomes_path``). From ``ledger`` (the study's, ``bab.core.ledger``; None: an empty one, for rows
+    that name no trained model): "models", the models the study trained or took from the run cache, with the commit
+    that trained each, and each row that names its models gets their commits and cache hits (``with_provenance``);
+    "measurements", the slow measurements it computed or read from the run cache, with the commit that measured
+    each. "code" holds the digests of the ``bab`` modules the kernel loaded
+    (``bab.core.provenance.loaded_code_digests``), so a record can tell when that code changed after the run.
 
     `path` is the `results_path` parameter papermill injects. When it is None (the notebook runs interactively,
     or under nbval) the rows go to `$BAB_RESULTS_DIR/<experiments>.json` if that variable is set, else nothing is
@@ -192,13 +194,14 @@ def save_results(rows, path):
         rows = validate_rows(rows)
         path = Path(folder) / ("+".join(sorted({row["experiment"] for row in rows})) + ".json")
     path = Path(path)
-    used = models_used()
+    ledger = RunLedger() if ledger is None else ledger
+    used = ledger.models_used()
     clean = validate_rows(rows)
     written = write_json_atomic(path, {"notebook": path.stem, "contract": RESULTS_CONTRACT,
                                        "rows": with_provenance(clean, used), "models": used,
-                                       "measurements": measurements_used(), "code": loaded_code_digests()})
+                                       "measurements": ledger.measurements_used(), "code": loaded_code_digests()})
     stale = outcomes_path(path)
-    if outcomes.write(stale, outcomes.recorded_for(clean)) is None:
+    if outcomes.write(stale, ledger.outcomes_for(clean)) is None:
         stale.unlink(missing_ok=True)  # no row of this run has outcomes: an older run's must not pair with them
     return written
 
