@@ -42,14 +42,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import AttentionInterface
-from transformers.cache_utils import Cache
 from transformers.masking_utils import AttentionMaskInterface
 
 from bab.context.attach import is_attached
 from bab.context.attention_arguments import decoder_attentions
 from bab.context.eviction import EvictionPolicy, SlotView
 from bab.context.masking import allowed_mask, always_materialised_mask, attend, open_empty_rows
-from bab.context.pruned_cache import RowMappedLayer
+from bab.context.pruned_cache import RowMappedCache, RowMappedLayer
 from bab.core.outcomes import unit_ids
 from bab.data.lm import lm_windows
 
@@ -65,9 +64,9 @@ class EvictingLayer(RowMappedLayer):
     policy that accumulates attention (H2O), mass [B, N, S] (attention each slot received so far, mean over heads).
     Every head holds as many tokens as the others (a policy keeps the same count per row in each)."""
 
-    is_compileable = False
-    is_sliding = False
-    is_croppable = False  # an evicted token cannot come back, so a rollback cannot restore the cache
+    BUFFERS = ("keys", "values", "positions", "valid", "mass")
+    PER_ROW = ("real_seen",)
+    NAME, GONE = "an EvictingCache", "evicted"
 
     def __init__(self, policy: EvictionPolicy | None = None, **kwargs):
         super().__init__()
@@ -83,17 +82,14 @@ class EvictingLayer(RowMappedLayer):
         self.full_pairs = 0  # ... and earlier tokens there were
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        B, G, _, Dh = key_states.shape
-        self.dtype, self.device = key_states.dtype, key_states.device
-        self.keys = key_states.new_zeros(B, G, 0, Dh)
-        self.values = value_states.new_zeros(B, value_states.shape[1], 0, value_states.shape[3])
+        super().lazy_initialization(key_states, value_states)
+        B, G = key_states.shape[:2]
         sets = G if self.policy.per_head else 1
         self.positions = torch.zeros(B, sets, 0, dtype=torch.long, device=self.device)
         self.valid = torch.zeros(B, sets, 0, dtype=torch.bool, device=self.device)
         self.real_seen = torch.zeros(B, dtype=torch.long, device=self.device)
         if self.policy.accumulates_attention:
             self.mass = torch.zeros(B, sets, 0, dtype=torch.float32, device=self.device)
-        self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         """key_states, value_states [B, G, T, Dh] of T new tokens -> keys, values [B, G, S + T, Dh] to attend to."""
@@ -178,29 +174,13 @@ class EvictingLayer(RowMappedLayer):
         """[B] tokens each row holds (in each head: heads hold equally many)."""
         return self.valid.sum(dim=2).amax(dim=1)
 
-    def tensors(self) -> list[torch.Tensor]:
-        return [t for t in (self.keys, self.values, self.positions, self.valid, self.mass) if t is not None]
-
-    def _map_batch(self, fn) -> None:
-        """Apply fn to the batch axis of every per-row tensor (beam search, num_return_sequences)."""
-        if not self.is_initialized:
-            return
-        self.keys, self.values = fn(self.keys), fn(self.values)
-        self.positions, self.valid, self.real_seen = fn(self.positions), fn(self.valid), fn(self.real_seen)
-        if self.mass is not None:
-            self.mass = fn(self.mass)
-
-    def crop(self, tokens_to_remove: int) -> None:
-        raise NotImplementedError("an EvictingCache cannot be cropped: evicted tokens are gone, so no earlier state "
-                                  "can be restored (assisted decoding needs a croppable cache)")
-
     def reset(self) -> None:
         self.__init__(self.policy)
 
 
-class EvictingCache(Cache):
-    """Per-layer ``EvictingLayer`` caches sharing one policy, added as the layers first run (no config needed).
-    A cache is for one sequence batch: make a new one per generate call."""
+class EvictingCache(RowMappedCache):
+    """Per-layer ``EvictingLayer`` caches sharing one policy. A cache is for one sequence batch: make a new one per
+    generate call."""
 
     def __init__(self, policy: EvictionPolicy):
         if not isinstance(policy, EvictionPolicy):
@@ -209,17 +189,8 @@ class EvictingCache(Cache):
         super().__init__(layer_class_to_replicate=EvictingLayer)  # the pre-hook adds the layers, with the policy
         self.policy = policy
 
-    def _layer(self, layer_idx: int) -> EvictingLayer:
-        while len(self.layers) <= layer_idx:
-            self.layers.append(EvictingLayer(self.policy))
-        return self.layers[layer_idx]
-
-    def nbytes(self) -> int:
-        return sum(layer.nbytes() for layer in self.layers)
-
-    def live_tokens(self) -> torch.Tensor:
-        """[L, B] tokens each layer holds for each row."""
-        return torch.stack([layer.live_tokens() for layer in self.layers])
+    def new_layer(self) -> EvictingLayer:
+        return EvictingLayer(self.policy)
 
     def fraction_kept(self) -> float:
         """Share of (real query, earlier token) pairs whose key and value the queries still saw, over all layers and

@@ -12,28 +12,15 @@ or ``model(ids, past_key_values=cache)``. Each call of a layer (the prompt, then
    queries follows) for the attention function; every token that some query of this call dropped then becomes a
    dead slot, invisible to every later query;
 3. the "bab_context" attention function attends with that mask, a block of queries at a time (``PREFILL_CHUNK``),
-   each block over the slots up to its last query: the prompt's attention costs about what causal attention costs,
-   and no [B, T, K] mask is ever built.
+   each block over the slots up to its last query, so no [B, T, K] mask is ever built.
 
-Sliding windows: a layer whose attention has a window W (``stage(window=W)``) also lets go of the tokens the next
-query can no longer see (position <= next - W), as transformers' sliding-window cache layers do. Until a layer drops
-a token its slots hold consecutive positions, so it keeps no per-slot positions or validity (computed when asked),
-and with nothing pruned it holds transformers' bytes plus at most 1/SLACK spare slots (none in a window layer).
-
-Memory: the dead slots are gathered out (compaction) once they are ``PrunedLayer.COMPACT_AT`` of the slots in use,
-into new buffers, and the old ones, with the dropped tokens, are released; a full buffer grows by 1/``SLACK``.
-So a decode step writes only its own token (a gather or concatenation per step would copy the whole cache at every
-token), and a layer holds at most its live tokens plus that share of dead slots plus the spare ones. ``nbytes()``
-counts the buffers as allocated, ``live_nbytes()`` only the live tokens.
-
-Rows of a batch drop different tokens: after a compaction each row keeps its live tokens at the front of buffers
-sized to the longest row, and ``valid`` [B, C] marks the live slots (padding, dead and spare slots are False),
-which the visibility mask hides. Every slot remembers its position in the sequence (``positions``, -1 where no
-live token is), which maps transformers' padding mask (built over the tokens seen) onto the slots.
-
-Positions: ``get_seq_length`` is the number of tokens *seen* (not kept), and ``get_mask_sizes`` sizes the mask over
-the tokens seen, so the position ids (learned positions, RoPE) that transformers derives from them stay those of
-the full sequence; ``generate`` counts positions itself from the attention mask.
+docs/context-pruning.md ("Generation with a cache that really shrinks") says the rest: the preallocated buffers,
+grown by 1/``SLACK`` and compacted once dead slots are ``COMPACT_AT`` of those in use (``SLIDE_AT`` for the tokens a
+sliding window passed, ``stage(window=W)``), so a decode step writes only its own token; a layer that keeps no
+per-slot positions until its first drop; rows of a batch that drop different tokens (``valid`` [B, C] marks each
+row's live slots, ``positions`` their place in the sequence, -1 where none); ``nbytes()`` (as allocated) against
+``live_nbytes()``; and the positions: ``get_seq_length`` and ``get_mask_sizes`` count the tokens seen, not kept, so
+position ids (learned, RoPE) stay those of the full sequence.
 
 Depth propagation (``PruningConfig.propagate_in_depth``): each layer publishes, per position, the first query that
 dropped it (``first_by_position``), and the layer above takes the earlier of its own and that.
@@ -49,7 +36,7 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
-__all__ = ["PrunedCache", "PrunedLayer", "Visibility"]
+__all__ = ["PrunedCache", "PrunedLayer", "RowMappedCache", "RowMappedLayer", "Visibility"]
 
 
 @dataclass
@@ -93,14 +80,40 @@ class _Staged:
 class RowMappedLayer(CacheLayerMixin):
     """A cache layer that holds some of the tokens it has seen (``seen``) in slots, each row's marked by ``valid``
     [B, S]. Positions and masks count the tokens seen, so position ids stay those of the full sequence. Its per-row
-    tensors (``tensors()``) follow beam search and batch expansion through one ``_map_batch(fn)``, which applies
-    ``fn`` to every tensor with a batch dimension first."""
+    tensors follow beam search and batch expansion through one ``_map_batch(fn)``, which applies ``fn`` to every
+    tensor with a batch dimension first: the slot buffers named in ``BUFFERS`` (``tensors()``, what ``nbytes``
+    counts) and the other per-row tensors named in ``PER_ROW``; a name whose tensor is None is passed over. A
+    dropped token cannot come back, so a rollback (``crop``) cannot restore the cache."""
 
-    def _map_batch(self, fn) -> None:
-        raise NotImplementedError
+    is_compileable = False
+    is_sliding = False
+    is_croppable = False
+    BUFFERS: tuple[str, ...] = ("keys", "values")
+    PER_ROW: tuple[str, ...] = ()
+    NAME, GONE = "a PrunedCache", "dropped"  # the cache and what it does to a token, for ``crop``'s message
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Empty key and value buffers [B, G, 0, Dh] of the states' batch, heads, width, dtype and device."""
+        B, G, _, Dh = key_states.shape
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.keys = key_states.new_zeros(B, G, 0, Dh)
+        self.values = value_states.new_zeros(B, value_states.shape[1], 0, value_states.shape[3])
+        self.is_initialized = True
 
     def tensors(self) -> list[torch.Tensor]:
-        raise NotImplementedError
+        return [t for t in (getattr(self, name) for name in self.BUFFERS) if t is not None]
+
+    def _map_batch(self, fn) -> None:
+        """Apply fn to the batch axis of every per-row tensor (beam search, num_return_sequences)."""
+        if not self.is_initialized:
+            return
+        for name in self.BUFFERS + self.PER_ROW:
+            if getattr(self, name) is not None:
+                setattr(self, name, fn(getattr(self, name)))
+
+    def crop(self, tokens_to_remove: int) -> None:
+        raise NotImplementedError(f"{self.NAME} cannot be cropped: {self.GONE} tokens are gone, so no earlier state "
+                                  f"can be restored (assisted decoding needs a croppable cache)")
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         """The mask spans every token seen plus the new ones (the attention maps it onto the kept slots)."""
@@ -143,9 +156,9 @@ class PrunedLayer(RowMappedLayer):
     [B, G, C, Dh], interaction keys [B, C, r], positions [B, C] (-1: no live token) and valid [B, C]. A dropped
     token stays as a dead slot (invalid, position -1) until a compaction (see the module docstring)."""
 
-    is_compileable = False
-    is_sliding = False
-    is_croppable = False  # a dropped token cannot come back, so a rollback cannot restore the cache
+    # (positions and validity are None while the layer has dropped nothing)
+    BUFFERS = ("keys", "values", "int_keys", "_positions", "_valid")
+    PER_ROW = ("first_by_position",)
 
     # A new buffer holds 1/SLACK more slots than it needs (at least one; none in a sliding-window layer, whose
     # tokens leave as fast as they come): room for that many appends before a copy, at most 3% over the tokens held.
@@ -172,13 +185,6 @@ class PrunedLayer(RowMappedLayer):
         self.staged: _Staged | None = None
         self.first_by_position: torch.Tensor | None = None  # [B, seen]: first query that dropped each position
         self._visibility: Visibility | None = None  # of the last update, until the attention takes it
-
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        B, G, _, Dh = key_states.shape
-        self.dtype, self.device = key_states.dtype, key_states.device
-        self.keys = key_states.new_zeros(B, G, 0, Dh)
-        self.values = value_states.new_zeros(B, value_states.shape[1], 0, value_states.shape[3])
-        self.is_initialized = True
 
     @property
     def in_order(self) -> bool:
@@ -360,39 +366,42 @@ class PrunedLayer(RowMappedLayer):
             raise RuntimeError("no visibility: the attention ran without this cache layer's update")
         return visibility
 
-    def tensors(self) -> list[torch.Tensor]:
-        return [t for t in (self.keys, self.values, self.int_keys, self._positions, self._valid) if t is not None]
-
-    def _map_batch(self, fn) -> None:
-        """Apply fn to the batch axis of every per-row tensor (beam search, num_return_sequences)."""
-        if not self.is_initialized:
-            return
-        self.keys, self.values = fn(self.keys), fn(self.values)
-        if not self.in_order:
-            self._positions, self._valid = fn(self._positions), fn(self._valid)
-        if self.int_keys is not None:
-            self.int_keys = fn(self.int_keys)
-        if self.first_by_position is not None:
-            self.first_by_position = fn(self.first_by_position)
-
-    def crop(self, tokens_to_remove: int) -> None:
-        raise NotImplementedError("a PrunedCache cannot be cropped: dropped tokens are gone, so no earlier state can "
-                                  "be restored (assisted decoding needs a croppable cache)")
-
     def reset(self) -> None:
         self.__init__()
 
 
-class PrunedCache(Cache):
-    """Per-layer ``PrunedLayer`` caches, added as the layers first run (no model config needed)."""
+class RowMappedCache(Cache):
+    """Per-layer ``RowMappedLayer`` caches, added as the layers first run (``new_layer()``; no model config needed)."""
+
+    def new_layer(self) -> RowMappedLayer:
+        raise NotImplementedError
+
+    def _layer(self, layer_idx: int) -> RowMappedLayer:
+        while len(self.layers) <= layer_idx:
+            self.layers.append(self.new_layer())
+        return self.layers[layer_idx]
+
+    def nbytes(self) -> int:
+        """Bytes the layers' buffers hold, as allocated."""
+        return sum(layer.nbytes() for layer in self.layers)
+
+    def live_nbytes(self) -> int:
+        """Bytes of the live tokens in them (``nbytes()`` less the dead, padding and spare slots)."""
+        return sum(layer.live_nbytes() for layer in self.layers)
+
+    def live_tokens(self) -> torch.Tensor:
+        """[L, B] tokens each layer holds for each row."""
+        return torch.stack([layer.live_tokens() for layer in self.layers])
+
+
+class PrunedCache(RowMappedCache):
+    """Per-layer ``PrunedLayer`` caches."""
 
     def __init__(self):
         super().__init__(layer_class_to_replicate=PrunedLayer)
 
-    def _layer(self, layer_idx: int) -> PrunedLayer:
-        while len(self.layers) <= layer_idx:
-            self.layers.append(PrunedLayer())
-        return self.layers[layer_idx]
+    def new_layer(self) -> PrunedLayer:
+        return PrunedLayer()
 
     def stage(self, layer_idx: int, x: torch.Tensor, interaction, budget: float | None, propagate: bool,
               window: int | None = None) -> None:
@@ -411,15 +420,3 @@ class PrunedCache(Cache):
         if propagate and layer_idx > 0:
             inherited = self.layers[layer_idx - 1].first_by_position  # updated earlier in this forward
         layer.staged = _Staged(*interaction.project(x), interaction, budget, inherited, propagate)
-
-    def nbytes(self) -> int:
-        """Bytes the layers' buffers hold, as allocated."""
-        return sum(layer.nbytes() for layer in self.layers)
-
-    def live_nbytes(self) -> int:
-        """Bytes of the live tokens in them (``nbytes()`` less the dead, padding and spare slots)."""
-        return sum(layer.live_nbytes() for layer in self.layers)
-
-    def live_tokens(self) -> torch.Tensor:
-        """[L, B] tokens each layer holds for each row."""
-        return torch.stack([layer.live_tokens() for layer in self.layers])
