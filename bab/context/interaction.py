@@ -226,10 +226,6 @@ class ContextInteraction(nn.Module):
             return torch.cumsum(log_p, dim=1), k_int  # sum over n = j+1..k of log p_nj
         return log_p, k_int
 
-    def step_keep(self, q_int: torch.Tensor, k_int: torch.Tensor, budget: float | None) -> torch.Tensor:
-        """Hard decisions of one new token: keep [B, S] bool from q_int [B, 1, r] and cached k_int [B, S, r]."""
-        return self.scores(q_int, k_int, budget)[:, 0] > 0
-
 
 def _wide(t: torch.Tensor) -> torch.Tensor:
     """t in float32 at least (bfloat16, float16 -> float32; float32 and float64 as they are)."""

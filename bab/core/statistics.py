@@ -125,13 +125,6 @@ def group_difference(values, errors, reference, reference_errors, n: int) -> Int
                     f"{a.size} + {b.size} training seeds, each group resampled, x {examples_text(n)}, unpaired")
 
 
-def difference_standard_error(accuracy: float, n: int, reference: float, n_reference: int) -> float:
-    """The unpaired standard error, in points, of a difference of two accuracies in % (Newcombe's interval's
-    half-width over z), for ``seed_differences``."""
-    interval = unpaired_difference(accuracy, n, reference, n_reference)
-    return (interval.high - interval.low) / (2 * Z)
-
-
 # ----------------------------------------------------------------------------- from per-example outcomes
 
 

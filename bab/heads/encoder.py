@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bab.heads.gates import attention_cost, head_weights, make_gates, scale_heads, soft_gates_of, topk_head_mask
+from bab.heads.gates import attention_cost, head_weights, make_gates, scale_heads, topk_head_mask
 
 MODES = ("dense", "soft", "hard", "skip")
 GATE_KINDS = (None, "budget", "static")
@@ -307,9 +307,6 @@ class EncoderClassifier(nn.Module):
         logits = self.head(self.ln_f(x[:, 0]))
         cost = attention_cost(weights, mode, logits.device)
         return EncoderOutput(logits=logits, gates=gates, head_mask=weights, cost=cost)
-
-    def _soft_gates(self, budget: float) -> torch.Tensor:
-        return soft_gates_of(self.gates, budget)
 
     def _head_weights(self, budget, mode, head_mask):
         """Returns (weights that multiply the heads [L, H] or None, soft gates [L, H] or None)."""

@@ -14,54 +14,21 @@ attend to; attention is then computed over those keys only. Per example b and he
 After token pruning every example has its own surviving tokens: ``positions`` [B, n] selects example b's
 columns of W_down[h] and W_up[h]. Nothing in the predictor mixes heads or examples.
 
-Options that switch to what the official code (github.com/lim142857/Sparsifiner, ``MaskPredictor``) does
-instead; the defaults are the paper's text as we read it (docs/sparsifiner.md, "Paper text vs official code
-vs ours"):
+Each choice where the official code (github.com/lim142857/Sparsifiner, ``MaskPredictor``) differs from the paper's
+text is an option of ``ConnectivityConfig`` (its fields say what each does; the defaults are the paper's text as we
+read it, ``ConnectivityConfig.official()`` turns every official choice on); docs/sparsifiner.md, "Paper text vs
+official code vs ours", compares them side by side.
 
-- ``cls_dense``: no prediction for the CLS query (row 0); it attends to every key. The predictor's outputs
-  then cover queries 1..n-1 only (``first_query`` = 1).
-- ``coefficients="topm"``: keep the ``top_m`` largest coefficients of each query instead of thresholding at
-  tau (the official default config: top 8).
-- ``basis_threshold_abs``: the basis is |W_up| * 1[|W_up| >= up_prune] (the official ``Threshold(abs(W))``).
-- ``predictor_scale="num_heads"``: A_down = softmax(Q K_down^T / sqrt(num_heads)) (the official
-  ``scale = num_heads ** -0.5``) instead of 1/sqrt(d).
-- ``basis="shared"``: one W_down and one W_up per layer, shared by its heads (the official ``proj_n`` and
-  ``proj_back_n``), stored as [1, n_down, max_tokens] so that they broadcast over the head axis.
-- ``connectivity_projections``: learned Linear(d -> d // 2) maps, with bias and shared by the heads, applied to
-  q and k before A_down (the official ``proj_c_q`` and ``proj_c_k``): Q and K above become Q P_q^T + b_q and
-  K P_k^T + b_k, and the "head_dim" scale uses their width d // 2.
-- ``phase1_scores="raw"``: the scores phase 1 distils (``forward``'s "phase1_scores") are A_down W_up, the
-  softmax coefficients before tau / top-m times the signed, unpruned W_up (the official code while it
-  reconstructs attention), instead of S = A~_down W~_up. Only what phase 1 learns from changes: the
-  connections are always ranked by S.
+Two implementations of the last line, which must agree numerically: ``masked_dense_attention``, the reference (and
+what the official code does: the full n x n scores, entries outside M at -inf; saves FLOPs on paper only), and
+``gathered_sparse_attention``, whose work really is proportional to n * k (plus the gather).
 
-``ConnectivityConfig`` holds all of these (validated, frozen); ``ConnectivityConfig.official()`` turns every
-official choice on.
-
-Two implementations of the last line, which must agree numerically:
-
-- ``masked_dense_attention``: the reference (and what the official code does): the full n x n score
-  matrix, entries outside M set to -inf, softmax, times V. Saves FLOPs on paper only.
-- ``gathered_sparse_attention``: gathers the k selected keys and values of each query and computes
-  k scores per query, so its work really is proportional to n * k (plus the gather).
-
-Exactly k per query: the paper's text "discards zero values" of S before binarising, so a query could keep
-fewer than k connections (none, when all its coefficients fall below tau). The official code does not: its
-``torch.topk`` keeps exactly ceil(keep_rate * n) per row, zero scores included, ties in whatever order topk
-returns. We keep exactly k as the official code does, so every query has the same number of keys and the sparse
-kernels can use one [n, k] layout. The ranking rule (``ConnectivityPredictor.connections``):
-
-1. the k largest S, where S = A~_down W~_up is summed in float64 in the order m = 0, 1, ..., n_down - 1
-   (``ranking_scores``). Wherever the k-th largest S is unique (larger than the (k+1)-th), the kept set is
-   ``torch.topk(S, k)``'s and nothing else plays a part;
-2. only where the k-th and (k+1)-th largest S are equal, the keys tied at that value compete for the places
-   left, by the unthresholded score T = A_down W~_up (summed the same way; larger first), so that a query
-   whose coefficients all fall below tau (S all zero) is not filled by token index;
-3. then by the lower token index (ties of T too, e.g. keys whose basis columns are all zero).
-
-T is a second key, compared only among keys tied in S, never added into S. The fused C++ kernel
-(``bab.sparsifiner.fused``) computes S and T with the same additions in the same order and applies the same
-rule, so the two paths keep the same sets bit for bit.
+Exactly k per query, as the official code keeps (the paper's text may keep fewer), so every query has the same
+number of keys and the sparse kernels use one [n, k] layout. The ranking rule: the k largest S; among keys tied at
+the k-th place, the largest T = A_down W~_up; then the lower token index (``ConnectivityPredictor.connections``;
+docs/sparsifiner.md, "Exactly k, and how ties break"). The
+fused C++ kernel (``bab.sparsifiner.fused``) computes the same scores with the same additions in the same order
+(``ranking_scores``), so the two paths keep the same sets bit for bit.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ The values and their reasons (docs/sparsifiner.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from bab.sparsifiner.predictor import ConnectivityConfig
 from bab.sparsifiner.train import ViTTrainConfig
@@ -47,12 +47,6 @@ class SparsifinerRecipe:
                                             weight_decay=0.05)
     phase2: ViTTrainConfig = ViTTrainConfig(objective="joint", epochs=8, lr=3e-4, batch_size=128,
                                             keep_rates=(0.1, 0.25, 0.5, 1.0))
-
-    def sized(self, dense_epochs: int, phase1_epochs: int, phase2_epochs: int) -> SparsifinerRecipe:
-        """The same recipe with other epoch counts (what a notebook profile changes)."""
-        return replace(self, dense=replace(self.dense, epochs=dense_epochs),
-                       phase1=replace(self.phase1, epochs=phase1_epochs),
-                       phase2=replace(self.phase2, epochs=phase2_epochs))
 
 
 RECIPE = SparsifinerRecipe()
