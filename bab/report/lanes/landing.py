@@ -74,7 +74,11 @@ def commit_lane(checkout: Path, folder: Path, lane: Lane, record: dict) -> str:
                f"trained at {record.get('commit')})")
 
     def git(*args):
-        return subprocess.run(["git", *args], cwd=checkout, check=True, capture_output=True, text=True).stdout
+        done = subprocess.run(["git", *args], cwd=checkout, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"git {' '.join(args)} failed in {checkout} (the lane has landed in {folder}; commit it "
+                               f"by hand): {done.stderr.strip()}")
+        return done.stdout
 
     relative = Path(folder).resolve().relative_to(Path(checkout).resolve())
     git("add", "--", str(relative))
