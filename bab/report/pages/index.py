@@ -283,7 +283,7 @@ def waiting_claim(claim: dict, waiting) -> dict:
     if not lanes:
         return claim
     return {**claim, "verdict": "not run", "ours": None, "low": None, "high": None, "covers": None,
-            "decided_by": None, "indicative": False, "why": f"waits for lane{'s' if len(lanes) > 1 else ''} "
+            "decided_by": None, "indicative": False, "seeds": None, "why": f"waits for lane{'s' if len(lanes) > 1 else ''} "
                                                                f"{', '.join(lanes)} of the record"}
 
 
