@@ -228,15 +228,16 @@ def measured_on(models) -> dict:
     return {"runs": runs, "seeds": sorted(seeds)}
 
 
-RECORD_PROFILE = "paper"  # the profile of the committed record (reports/paper/): its models name their commit
+# the committed records' profiles (reports/record/, reports/paper/): their models name their commit
+RECORD_PROFILES = ("record", "paper")
 
 
 def refuse_uncommitted_training(profile_name: str, commit: str | None = None, doing: str = "train") -> None:
-    """At the record's profile (``RECORD_PROFILE``, and its variants such as "paper, 197 tokens") every model and
+    """At a record's profile (``RECORD_PROFILES``, and their variants such as "paper, 197 tokens") every model and
     result must name the commit that made it, so training (or running the report) from a checkout whose code differs
     from its commit ("+dirty": ``bab.core.provenance.git_commit``) raises ``BadInput`` (a ValueError) saying how to fix
     it, before any work. Loading a cached model is never refused."""
-    if profile_name.split(",")[0] != RECORD_PROFILE:
+    if profile_name.split(",")[0] not in RECORD_PROFILES:
         return
     commit = git_commit() if commit is None else commit
     if commit.endswith("+dirty"):
