@@ -1,4 +1,5 @@
-"""Output folders that appear whole or not at all: built in a staging folder beside, then renamed into place.
+"""Output folders (and files) that appear whole or not at all: built in a staging folder beside, then renamed into
+place.
 
 A run that is killed, or fails, half-way leaves its final folder as it was (absent, or the previous
 one); only a complete staging folder replaces it, by renames within one parent folder.
@@ -6,6 +7,7 @@ one); only a complete staging folder replaces it, by renames within one parent f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -37,6 +39,24 @@ def share(folder: Path) -> Path:
             os.chmod(os.path.join(root, name), 0o777 & ~mask)
     os.chmod(folder, 0o777 & ~mask)
     return folder
+
+
+def write_atomic(path, text: str) -> Path:
+    """Write ``text`` to ``path`` (its parent folders created) through a temporary file beside it and a rename, with
+    the usual permissions: a reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
 
 
 def staging_beside(final: Path) -> Path:

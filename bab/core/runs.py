@@ -46,7 +46,7 @@ from bab.core import strict_json
 from bab.core.blas import blas_key
 from bab.core.checkpoints import Checkpointer
 from bab.core.device import device_key
-from bab.core.folders import share
+from bab.core.folders import share, write_atomic
 from bab.core.ledger import RunLedger
 from bab.core.provenance import git_commit, now_iso
 from bab.core.training import distributed_state, seed_everything
@@ -324,17 +324,8 @@ class RunCache:
         result = json.loads(strict_json.dumps(measure()))
         measured_by = {"commit": commit, "measured_at": started, "seconds": round(time.perf_counter() - t0, 1)}
         if distributed_state().is_main_process:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", dir=path.parent)
-            try:
-                with os.fdopen(fd, "w") as f:
-                    f.write(strict_json.dumps({"config": plain(config), "result": result, "measured_by": measured_by},
-                                              indent=1, sort_keys=True))
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                raise
+            write_atomic(path, strict_json.dumps({"config": plain(config), "result": result,
+                                                  "measured_by": measured_by}, indent=1, sort_keys=True))
         if ledger is not None:
             ledger.note_measurement({"measurement": path.name, "cached": False, **measured_by})
         return result

@@ -12,11 +12,10 @@ import json
 import math
 import numbers
 import os
-import tempfile
 from pathlib import Path
 
 from bab.core import outcomes, strict_json
-from bab.core.folders import current_umask
+from bab.core.folders import write_atomic
 from bab.core.ledger import RunLedger
 from bab.core.provenance import loaded_code_digests
 
@@ -158,19 +157,7 @@ def with_provenance(rows: list[dict], used: list[dict]) -> list[dict]:
 
 def write_json_atomic(path, obj):
     """Write obj as JSON to path via a temporary file and os.replace; create parent dirs."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; give the usual permissions
-        with os.fdopen(fd, "w") as f:
-            f.write(strict_json.dumps(obj, indent=2) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return path
+    return write_atomic(path, strict_json.dumps(obj, indent=2) + "\n")
 
 
 def save_results(rows, path, ledger: RunLedger | None = None):
