@@ -127,7 +127,11 @@ def test_a_lane_lands_its_pages_rows_and_outcomes_and_a_failed_one_lands_nothing
 
 
 def test_the_front_page_of_a_partial_record_judges_landed_claims_and_names_the_lanes_others_wait_for(
-        tmp_path, three_seeds):
+        tmp_path, three_seeds, monkeypatch):
+    from bab.report.lanes import landing
+
+    monkeypatch.setattr(landing, "_reductions", lambda notebook, profile: (
+        ("3 of the paper's 6 dense epochs",) if notebook is AG_NEWS else ()))
     folder = tmp_path / "record"
     for seed in (7, 13, 21):
         land(staged_lane(tmp_path, seed), folder, Lane(AG_NEWS, seed), fingerprints())
@@ -141,6 +145,7 @@ def test_the_front_page_of_a_partial_record_judges_landed_claims_and_names_the_l
     claims = {c["id"]: c for c in results["claims"]}
     agnews_only = claims["baa-agnews-skip-speed"]  # reads notebook 02's rows alone
     assert agnews_only["verdict"] not in ("not run",) and agnews_only["seeds"] == 3
+    assert agnews_only["setup"].endswith("record: 3 of the paper's 6 dense epochs")
     synthetic = claims["baa-cost-tracks-budget"]  # notebook 01's rows
     assert synthetic["verdict"] == "not run" and "01 seed 7, 01 seed 13, 01 seed 21" in synthetic["why"]
     assert [lane["state"] for lane in results["lanes"]].count(LANDED) == 3

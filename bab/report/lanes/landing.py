@@ -14,7 +14,16 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from bab.report.lanes.plan import LANES, RECORD_PROFILE, Lane, LaneState, waiting_for
+from bab.experiments.registry import NOTEBOOKS
+from bab.report.lanes.plan import (
+    LANES,
+    RECORD_PROFILE,
+    Lane,
+    LaneState,
+    experiment_notebooks,
+    notebook_of,
+    waiting_for,
+)
 from bab.report.results.contract import now_iso, read_json, write_json_atomic
 
 LANDED_FILES = ("{stem}.ipynb", "{stem}.html", "runs/{stem}.json", "results/{stem}.json", "results/{stem}.outcomes.npz")
@@ -54,16 +63,42 @@ def front_page(folder: Path, states: list[LaneState], checkout: Path, profile: s
     for sub in ("runs", "results"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
     lanes = [s.as_dict() for s in states]
+    owners = experiment_notebooks()
+    reductions = {notebook.stem: _reductions(notebook, profile) for notebook in NOTEBOOKS}
     write_index(folder, profile, discover_notebooks(checkout / "notebooks"), checkout, lanes=lanes,
-                waiting=lambda experiments: waiting_for(experiments, states, _owners()))
+                claim_view=lambda claim: record_claim(claim, states, owners, reductions))
     scrub_machine_paths(folder, checkout)
     return folder / "index.html"
 
 
-def _owners() -> dict[str, str]:
-    from bab.report.lanes.plan import experiment_notebooks
+def record_claim(claim: dict, states: list[LaneState], owners: dict[str, str], reductions: dict) -> dict:
+    """A judged claim (its dict) as the record shows it: "not run" while a lane its rows come from has not landed
+    (a claim is judged on all of its rows or not at all), and the reductions of its notebooks' record profile against
+    the papers' protocols added to its setup."""
+    from bab.report.claims import claim_by_id
 
-    return experiment_notebooks()
+    experiments = claim_by_id(claim["id"]).experiments()
+    notebooks = dict.fromkeys(notebook_of(e, owners) for e in sorted(experiments))
+    reduced = [text for stem in notebooks if stem for text in reductions.get(stem, ())]
+    if reduced:
+        setup = "; ".join(part for part in (claim.get("setup"), "record: " + "; ".join(reduced)) if part)
+        claim = {**claim, "setup": setup, "setting": "; ".join(p for p in (claim.get("setting"), setup) if p)}
+    lanes = waiting_for(experiments, states, owners)
+    if not lanes:
+        return claim
+    return {**claim, "verdict": "not run", "ours": None, "low": None, "high": None, "covers": None,
+            "decided_by": None, "indicative": False, "seeds": None,
+            "why": f"waits for lane{'s' if len(lanes) > 1 else ''} {', '.join(lanes)} of the record"}
+
+
+def _reductions(notebook, profile: str) -> tuple[str, ...]:
+    """What the notebook's profile runs less than its paper's protocol (its ``reductions``; () where it names none)."""
+    from bab.experiments.profiles import get_profile
+
+    try:
+        return tuple(getattr(get_profile(notebook.experiment, profile), "reductions", ()))
+    except (KeyError, ValueError):  # a profile this notebook does not define
+        return ()
 
 
 def commit_lane(checkout: Path, folder: Path, lane: Lane, record: dict) -> str:

@@ -274,19 +274,6 @@ def mark_stale(runs, results, notebooks_dir) -> list[dict]:
     return marked
 
 
-def waiting_claim(claim: dict, waiting) -> dict:
-    """``claim`` (a judged claim's dict) as "not run" when ``waiting(its experiments)`` names lanes not landed: a claim
-    is judged on all of its rows or not at all."""
-    from bab.report.claims import claim_by_id
-
-    lanes = waiting(claim_by_id(claim["id"]).experiments())
-    if not lanes:
-        return claim
-    return {**claim, "verdict": "not run", "ours": None, "low": None, "high": None, "covers": None,
-            "decided_by": None, "indicative": False, "seeds": None, "why": f"waits for lane{'s' if len(lanes) > 1 else ''} "
-                                                               f"{', '.join(lanes)} of the record"}
-
-
 def wall_time(seconds) -> str:
     """"12.3 s", "4 min 05 s", "2 h 26 min"; "" when not recorded."""
     if seconds is None:
@@ -343,12 +330,12 @@ def render_index(profile, generated_at, runs, table_html, table_error, env, clai
     )
 
 
-def write_index(staging, profile, notebooks, repo_dir, lanes=None, waiting=None):
+def write_index(staging, profile, notebooks, repo_dir, lanes=None, claim_view=None):
     """Write index.html and results.json into staging, and the notebook pages that are missing or were written
     by an older converter (``bab.report.pages.notebook_pages.write_pages``: MathJax beside them, no machine path);
     return the comparison-table error (or None). A record built lane by lane passes its ``lanes``
-    (``LaneState.as_dict``: they decide which runs are stale) and ``waiting(experiments)``: the lanes not landed that
-    a claim reading those experiments waits for; such a claim is "not run" whatever rows have landed."""
+    (``LaneState.as_dict``: they decide which runs are stale) and ``claim_view``, which gives each judged claim (a
+    dict) as that record shows it (``bab.report.lanes.landing.record_claim``)."""
     from bab.report.pages.notebook_pages import write_pages
 
     write_pages(staging, repo_dir, profile)
@@ -363,8 +350,8 @@ def write_index(staging, profile, notebooks, repo_dir, lanes=None, waiting=None)
     try:
         outcomes = collect_outcomes(staging)
         claims, older = judged_claims(with_contract, seed_rows, profile, outcomes)
-        if waiting is not None:
-            claims = [waiting_claim(claim, waiting) for claim in claims]
+        if claim_view is not None:
+            claims = [claim_view(claim) for claim in claims]
         rows_judged, _ = current_rows(with_contract)
         rules = judged_rules(rows_judged, seed_rows, profile, outcomes, repo_dir)
         if rows_judged:
