@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up .venv when missing, then regenerate the report or run the tests.
 #
-#   ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N] [--threads N] [--precision P]
+#   ./run_all.sh [--profile smoke|quick|record|paper] [--only 01,03] [--jobs N] [--threads N] [--precision P]
 #                [--device D]                                   build reports/<profile>/
 #   ./run_all.sh test [extra pytest args]                       unit tests + nbval over notebooks/
 #   ./run_all.sh setup                                          .venv only
@@ -10,15 +10,16 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 
 usage() {
     cat <<'USAGE'
-usage: ./run_all.sh [--profile smoke|quick|paper] [--only 01,03] [--jobs N] [--threads N] [--precision P]
+usage: ./run_all.sh [--profile smoke|quick|record|paper] [--only 01,03] [--jobs N] [--threads N] [--precision P]
                     [--device D]
        ./run_all.sh test [extra pytest args]
        ./run_all.sh setup
 
   setup         make .venv (the exact pins of requirements.txt, the offline decoder, bab) and nothing else
 
-  --profile P   smoke (CI-sized), quick (default; about an hour on 2 cores, README "Run time at quick") or paper
-                (the papers' protocols, hours; 01 and 02 run once per seed 7 / 13 / 21, rows averaged)
+  --profile P   smoke (CI-sized), quick (default; about an hour on 2 cores, README "Run time at quick"), record
+                (every notebook once per seed 7 / 13 / 21, each run at most an hour on one core, docs/record.md)
+                or paper (the papers' protocols, hours; 01-04 and 06 run once per seed 7 / 13 / 21, rows averaged)
   --only LIST   re-run only the notebooks with these two-digit prefixes; keep the others' results
   --jobs N      notebooks run at once, the cores divided among them (default on 2 cores: 2 jobs of 1
                 thread each; never more jobs than cores)
@@ -69,7 +70,7 @@ else
         esac
     done
     case "$profile" in
-        smoke|quick|paper) ;;
+        smoke|quick|record|paper) ;;
         *) printf 'unknown profile: %s\n' "$profile" >&2; usage >&2; exit 2 ;;
     esac
     if [[ -n "$jobs" && ! "$jobs" =~ ^[1-9][0-9]*$ ]]; then

@@ -1,6 +1,6 @@
 """The one command line of bab.
 
-    python -m bab report run --profile smoke|quick|paper [--only 01,03]   run the notebooks into reports/<profile>/
+    python -m bab report run --profile smoke|quick|record|paper [--only 01,03]  notebooks into reports/<profile>/
     python -m bab notebooks refresh [--only 05]                       re-run notebooks/ at profile smoke, in place
     python -m bab bench heads --batch-sizes 1,64                      custom encoder: dense vs hard head skipping
     python -m bab bench bert --budgets 0.25,0.5,0.75                  pretrained encoder: dense vs structurally pruned

@@ -24,7 +24,7 @@ def add_bench_generation(sub) -> None:
                        formatter_class=DefaultsFormatter)
     p.add_argument("--model", choices=sorted(GENERATION_MODELS), default="gpt2",
                    help="; ".join(f"{k}: {v[1]}" for k, v in GENERATION_MODELS.items()))
-    p.add_argument("--profile", default="quick", help="whose checkpoints (smoke, quick, paper)")
+    p.add_argument("--profile", default="quick", help="whose checkpoints (smoke, quick, record, paper)")
     p.add_argument("--prompt", type=int, nargs="+", default=None,
                    help="prompt lengths (default: the profile's; smollm2: 1024 2048)")
     p.add_argument("--gamma", type=float, nargs="+", default=None,

@@ -115,7 +115,7 @@ def step_lines(kind: str, notebook: str, profile_name: str) -> list[str]:
 def add_steps_parser(sub, notebook: str, kind: str, help: str, run) -> argparse.ArgumentParser:
     """The parser of ``train NN`` / ``evaluate NN``: STEP names, --profile, and a help listing the steps."""
     p = sub.add_parser(notebook, help=help, add_help=False, formatter_class=DefaultsFormatter)
-    p.add_argument("--profile", default="paper", help="the notebook's profile (smoke, quick, paper)")
+    p.add_argument("--profile", default="paper", help="the notebook's profile (smoke, quick, record, paper)")
     p.add_argument("-h", "--help", action=StepsHelp, kind=kind, notebook=notebook)
     p.add_argument("steps", nargs="+", metavar="STEP", help="what to run, in the order given (listed below)")
     p.set_defaults(run=run, notebook=notebook)

@@ -1,6 +1,6 @@
 """``report``: run the notebooks into reports/<profile>/, or, running nothing, work on a report folder.
 
-    python -m bab report run --profile smoke|quick|paper [--only 01,03] [--seeds 7,13]
+    python -m bab report run --profile smoke|quick|record|paper [--only 01,03] [--seeds 7,13]
     python -m bab report pages reports/paper [--record-only]
     python -m bab report merge /tmp/rec04/paper --profile paper --only 04
     python -m bab report timings --profile quick [--save-plan]

@@ -1,9 +1,14 @@
-"""The smoke / quick / paper profiles of every notebook, found by experiment name.
+"""The smoke / quick / record / paper profiles of every notebook, found by experiment name.
 
 - ``smoke``: what CI and nbval run; 2.5-7.5 min a notebook on one thread with the instruction sets pinned
   (docs/testing.md, "Measured").
 - ``quick``: the default of ``run_all.sh``; one seed, sizes where the papers' claims show; 9.5-40 min a notebook
   on one thread, 66 min for the report with two at once (README, "Run time at quick").
+- ``record``: the profile of the committed record, built one (notebook, seed) run at a time: every notebook at
+  seeds 7, 13 and 21, each run (its trainings from an empty run cache and its build together) sized to at most an
+  hour on one core (estimated 30-45 min, docs/record.md). The papers' protocols where they fit; elsewhere the largest
+  scale that does, each profile naming every reduction against the paper it reproduces (``reductions``), and every
+  row a registered claim reads computed.
 - ``paper``: the papers' protocols (sizes, epochs, seeds). Hours on CPU.
 
 Each profile lives in its notebook's folder (``bab.experiments.synthetic.SYNTHETIC``, ...), with the reason
@@ -17,7 +22,7 @@ import importlib
 
 from bab.experiments.registry import NOTEBOOKS
 
-PROFILE_NAMES = ("smoke", "quick", "paper")
+PROFILE_NAMES = ("smoke", "quick", "record", "paper")
 
 # experiment -> (module, attribute) holding its {profile name: profile}, from the notebooks' registry. Looked up on
 # first use, so asking for the synthetic profile does not import transformers for the BERT studies.
@@ -34,7 +39,7 @@ def profiles_of(experiment: str) -> dict:
 
 
 def get_profile(experiment: str, profile: str):
-    """The settings of ``experiment`` (e.g. "synthetic") at ``profile`` (smoke, quick or paper)."""
+    """The settings of ``experiment`` (e.g. "synthetic") at ``profile`` (smoke, quick, record or paper)."""
     profiles = profiles_of(experiment)
     if profile not in PROFILE_NAMES:
         raise ValueError(f"unknown profile {profile!r}; choose one of {PROFILE_NAMES}")

@@ -1,6 +1,6 @@
 """Sparsifiner's recipe: the ViT shape, the connectivity predictor and the three training steps with their
 defaults, as ``SparsifinerClassifier.fit`` trains them on a user's images. Notebook 05's profiles size this recipe
-(epochs, data) for smoke / quick / paper; tuning a profile never changes what ``fit`` trains.
+(epochs, data) for smoke / quick / record / paper; tuning a profile never changes what ``fit`` trains.
 
 The values and their reasons (docs/sparsifiner.md):
 

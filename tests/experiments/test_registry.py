@@ -27,6 +27,19 @@ def test_every_registered_notebook_exists_with_its_package_profiles_and_rows():
         assert notebook.experiment in {s.experiment for s in importlib.import_module(notebook.module).METHOD_SETS}
 
 
+def test_every_experiment_has_a_record_profile_at_three_seeds_naming_its_reductions():
+    assert PROFILE_NAMES == ("smoke", "quick", "record", "paper")
+    for experiment in EXPERIMENTS:
+        profiles = profiles_of(experiment)
+        record = profiles["record"]
+        assert record.name == "record" and record.report_seeds == (7, 13, 21), experiment
+        # each reduction against the paper's protocol named once, in words
+        assert record.reductions and len(set(record.reductions)) == len(record.reductions), experiment
+        assert all(isinstance(r, str) and r.strip() for r in record.reductions), experiment
+        # the other profiles keep their seeds: smoke and quick run once
+        assert profiles["smoke"].report_seeds == profiles["quick"].report_seeds == (), experiment
+
+
 def test_the_derived_lists_follow_the_registry():
     assert EXPERIMENTS == {
         "synthetic": ("bab.experiments.synthetic", "SYNTHETIC"),

@@ -7,7 +7,7 @@ import pytest
 
 import conftest
 from bab.data import images
-from bab.experiments.profiles import get_profile
+from bab.experiments.profiles import PROFILE_NAMES, get_profile
 from bab.report.results import paper
 from bab.sparsifiner.predictor import num_connections
 from bab.sparsifiner.vit import ViTClassifierConfig
@@ -35,7 +35,7 @@ def test_sparsifiner_rows_are_valid_and_reach_the_comparison_table():
 
 
 def test_vit_profiles_build_valid_models_and_the_paper_budgets():
-    for name in ("smoke", "quick", "paper"):
+    for name in PROFILE_NAMES:
         p = get_profile("vit_sparsifiner", name)
         config = ViTClassifierConfig(**p.model, connectivity=p.connectivity)
         assert config.num_tokens == 50

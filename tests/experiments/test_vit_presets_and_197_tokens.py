@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from bab.experiments.profiles import get_profile
+from bab.experiments.profiles import PROFILE_NAMES, get_profile
 from bab.experiments.vit import (
     PREDICTOR_PRESETS,
     VIT,
@@ -163,7 +163,7 @@ def test_pick_preset_takes_the_higher_mean_and_a_tie_keeps_the_first():
 
 
 def test_every_profile_has_a_197_token_variant_with_the_papers_predictor_sizes():
-    for name in ("smoke", "quick", "paper"):
+    for name in PROFILE_NAMES:
         profile = VIT[name]
         variant = profile.variant_197
         config = ViT197Study(variant, progress=False).sparsifiner_config()

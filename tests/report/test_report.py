@@ -360,7 +360,7 @@ def test_index_escapes_error_text(notebooks, tmp_path, monkeypatch):
 
 
 def test_unknown_profile_and_prefix_raise_clear_errors(notebooks, tmp_path, capsys):
-    with pytest.raises(ValueError, match="unknown profile 'fast'.*smoke, quick, paper"):
+    with pytest.raises(ValueError, match="unknown profile 'fast'.*smoke, quick, record, paper"):
         report.build_report("fast", notebooks, tmp_path / "reports")
     with pytest.raises(ValueError, match="unknown notebook prefix '07'.*available prefixes: 01, 02"):
         report.build_report("smoke", notebooks, tmp_path / "reports", only="01,07")

@@ -61,6 +61,11 @@ class ViTProfile:
     # Why a profile that stands for the paper's protocol trains less than it does ("" where it does not): the
     # claims' setup column and the dense row's note say "smaller than the paper" with this reason.
     smaller_than_paper: str = ""
+    # the seeds the report runs notebook 05 at, once each (bab.report.results.seeds); (): once, at ``seed``
+    report_seeds: tuple[int, ...] = ()
+    # what this profile trains or measures less than the paper's protocol (or, where the paper's ImageNet protocol
+    # has no counterpart, than the paper profile), each named once: the record's claims say so in their setup column
+    reductions: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.heads.objective != "budgeted":

@@ -1,6 +1,6 @@
 """Build the HTML report: run the numbered notebooks, convert them, write index.html.
 
-    python -m bab report run --profile smoke|quick|paper [--only 01,03] [--jobs N]
+    python -m bab report run --profile smoke|quick|record|paper [--only 01,03] [--jobs N]
 
 Every notebook `notebooks/NN_name.ipynb` is executed with papermill, which injects three
 parameters: `profile`, `results_path` and `interactive`. A notebook hands its numbers to the
