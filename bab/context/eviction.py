@@ -14,22 +14,13 @@ kept):
 
 A budget at least the sequence length keeps everything: the model then decodes exactly as with a DynamicCache.
 
-Policies (each ``scores`` a call's slots; the ``keep_count`` highest-scoring real slots stay, ties to the earlier):
-
-- ``StreamingLLM`` (Xiao et al. 2023, "Efficient Streaming Language Models with Attention Sinks"): the first
-  ``sinks`` tokens and the most recent ones;
-- ``TOVA`` (Oren et al. 2024, "Transformers are Multi-State RNNs"): the newest token and the tokens with the highest
-  attention weight from the call's last query, averaged over heads;
-- ``H2O`` (Zhang et al. 2023, "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language
-  Models"): the most recent tokens plus the heavy hitters, the tokens with the most attention accumulated over all
-  queries so far (mean over heads). The paper keeps a set per head; here a layer's heads share one set, as TOVA's;
-- ``SnapKV`` (Li et al. 2024, "SnapKV: LLM Knows What You are Looking for Before Generation"): the prompt only (a
-  call of several tokens; a prompt fed in chunks is cut after each) is cut to its last ``window`` tokens plus the
-  tokens those queries attend to most (pooled along the keys), selected per key/value head (or per layer, an
-  option); decoding keeps every new token.
-
-StreamingLLM, TOVA and SnapKV follow the definitions of NVIDIA's kvpress (``kvpress/presses/streaming_llm_press.py``,
-``tova_press.py``, ``snapkv_press.py``, ``scorer_press.py``): each class's docstring writes its formula out.
+Policies (each ``scores`` a call's slots; the ``keep_count`` highest-scoring real slots stay, ties to the earlier),
+each class's docstring saying what it keeps: ``StreamingLLM`` (Xiao et al. 2023, "Efficient Streaming Language
+Models with Attention Sinks"), ``TOVA`` (Oren et al. 2024, "Transformers are Multi-State RNNs"), ``H2O`` (Zhang et
+al. 2023, "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language Models"; the paper keeps a
+set per head, here a layer's heads share one, as TOVA's) and ``SnapKV`` (Li et al. 2024, "SnapKV: LLM Knows What You
+are Looking for Before Generation"). StreamingLLM, TOVA and SnapKV follow the definitions of NVIDIA's kvpress
+(``kvpress/presses/streaming_llm_press.py``, ``tova_press.py``, ``snapkv_press.py``, ``scorer_press.py``).
 
 Shapes: B batch, H query heads, G key/value heads, T the call's queries, K slots after the call (cached, then the
 call's new tokens). A per-layer policy sees positions and real [B, K]; a per-head one [B, G, K].
