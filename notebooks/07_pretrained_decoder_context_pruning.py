@@ -32,19 +32,27 @@
 #
 # At profile `quick` the pretrained weights stay frozen and only the interaction modules train (30 steps of
 # 2 × 128 tokens per γ), with our sparsity normalisation and initial values (an ablation below shows the
-# official ones). Profile `paper` is the record: the whole decoder fine-tuned as in the paper, 300 steps of
-# 2 × 512 tokens per γ, with the official code's sparsity normalisation (so γ means its `sparsity_loss_weight`)
-# and initial values, each beside the same protocol with the weights frozen. Each of its fine-tunes is a
-# resumable cached run: `python -m bab train 07 --profile paper gamma-3 [gamma-3-frozen]`, and its evaluations
-# can run ahead of the notebook into the same cache: `python -m bab evaluate 07 --profile paper gamma-3`.
+# official ones). Profile `record` fine-tunes the whole decoder as the paper does, beside the dense and static
+# fine-tunes of the same protocol, at quick's size (32 steps of 2 × 128 tokens per γ), so that a run fits an hour
+# on one core. Profile `paper` fine-tunes for 300 steps of 2 × 512 tokens per γ, with the official code's sparsity
+# normalisation (so γ means its `sparsity_loss_weight`) and initial values, each beside the same protocol with the
+# weights frozen. Each fine-tune is a resumable cached run: `python -m bab train 07 --profile paper gamma-3
+# [gamma-3-frozen]`, and its evaluations can run ahead of the notebook into the same cache: `python -m bab
+# evaluate 07 --profile paper gamma-3`.
+#
+# One run is one seed (the `seed` parameter: every fine-tune's; the held-out text and the zero-shot items stay the
+# same). At profile `record` the report runs this notebook at seeds 7, 13 and 21 and its front page reads the mean
+# and standard deviation of each row (`bab.report.results.seeds`); each seed's page stays beside it.
 
 # %% tags=["parameters"]
 # Parameters (papermill overrides these; see run_all.sh)
-# smoke: CI, a few minutes; quick: the default report, ~16 min on 1 thread; paper: the record, full fine-tunes
-# (~1.3 h each on 1 thread, trained beforehand with python -m bab train 07) and ~2 h of evaluation
+# smoke: CI, a few minutes; quick: the default report, ~16 min on 1 thread; record: a seed's run within an hour on
+# one core; paper: full fine-tunes (1.3-5.5 h each on 1 thread, trained beforehand with python -m bab train 07) and
+# ~2 h of evaluation
 profile = "smoke"
 results_path = None  # where the report wants this notebook's result rows (JSON); None: don't write
 interactive = None  # unused here (no widget); the report passes it to every notebook
+seed = None  # None: the profile's training seed; the report at record runs seeds 7, 13 and 21, each its own fine-tunes
 
 # %%
 import math
@@ -75,11 +83,12 @@ print(f"torch threads: {threads} (part of every trained run's cache key: bab.cor
 pd.set_option("display.precision", 3)
 
 P = get_profile("pretrained_context_pruning", profile)
-study = PretrainedContextStudy(P, progress=False)
+study = PretrainedContextStudy(P, progress=False, seed=seed)
+P = study.profile  # its fine-tunes at the run's seed
 dense, dense_info = study.dense()
 data, ood = study.build(), study.ood()
 c = dense.config
-print(f"profile {P.name}; decoder {dense_info['source']}")
+print(f"profile {P.name}, training seed {P.finetune.seed}; decoder {dense_info['source']}")
 print(f"{c.num_hidden_layers} layers, {c.num_attention_heads} query / {c.num_key_value_heads} key-value heads, "
       f"width {c.hidden_size}, {sum(p.numel() for p in dense.parameters()) / 1e6:.1f} M parameters")
 print(f"Austen: {data.info['train_tokens']:,} training / {data.info['val_tokens']:,} held-out tokens; "
@@ -139,10 +148,11 @@ print("training hours per gamma (summed over resumed sittings):",
 #
 # Where the profile fine-tunes the whole decoder (smoke, paper), the same protocol runs again with the pretrained
 # weights frozen, so that only the interaction modules learn. At equal γ, how much does each prune, at what
-# perplexity? (At `quick` the specialists are the frozen ones, and there is no twin.)
+# perplexity? (At `quick` the specialists are the frozen ones, and there is no twin; `record` fine-tunes the whole
+# decoder without twins, which no claim reads.)
 
 # %%
-if twins:
+if not P.finetune.freeze_pretrained:
     # the like-for-like dense reference: the same fine-tune without interactions, so that adapting to Austen is
     # not read as a gain from pruning
     dense_ft, dense_ft_metrics = study.dense_fine_tuned()
@@ -153,6 +163,9 @@ if twins:
           + f"; {dense_ft_metrics['train_seconds'] / 3600:.2f} h of training")
     learned["perplexity / dense fine-tune"] = learned.perplexity / learned.text.map(
         lambda t: dense_ft_eval[t]["perplexity"])
+else:
+    dense_ft = None
+if twins:
     frozen = pd.DataFrame(twin_rows)
     frozen["perplexity / dense"] = frozen.perplexity / frozen.text.map(lambda t: dense_eval[t]["perplexity"])
     both = pd.concat([learned.assign(weights="fine-tuned"), frozen.assign(weights="frozen")], ignore_index=True)
@@ -160,10 +173,9 @@ if twins:
                              values=["fraction_pruned", "perplexity / dense"]).round(3))
     print("frozen-twin training hours:", {g: round(h, 2) for g, h in frozen.groupby("gamma")["train h"].first().items()})
 else:
-    dense_ft = None
     frozen = pd.DataFrame(columns=learned.columns)
     print(f"profile {P.name}: the specialists are frozen already; no twin, and the pretrained decoder is the dense "
-          "reference")
+          "reference" if dense_ft is None else f"profile {P.name}: no frozen twins")
 
 # %% [markdown]
 # ## The static baselines at equal sparsity

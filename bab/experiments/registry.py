@@ -70,13 +70,13 @@ NOTEBOOKS = (
     Notebook("04_dbpedia_bert", "bab.experiments.bert", BUDGETED_ATTENTION, (("bert_dbpedia14", "BERT_DBPEDIA"),),
              seeded=True, study="BertStudy", training_steps="bab.experiments.steps:bert_training_steps"),
     Notebook("05_vit_sparsifiner", "bab.experiments.vit", SPARSIFINER, (("vit_sparsifiner", "VIT"),),
-             study="ViTStudy", training_steps="bab.experiments.steps:vit_training_steps"),
+             seeded=True, study="ViTStudy", training_steps="bab.experiments.steps:vit_training_steps"),
     Notebook("06_gpt2_context_pruning", "bab.experiments.context_pruning", DYNAMIC_CONTEXT_PRUNING,
              (("gpt2_context_pruning", "GPT2_CONTEXT_PRUNING"),), seeded=True, study="ContextPruningStudy",
              training_steps="bab.experiments.steps:gpt2_training_steps"),
     Notebook("07_pretrained_decoder_context_pruning", "bab.experiments.pretrained_context", DYNAMIC_CONTEXT_PRUNING,
-             (("pretrained_context_pruning", "PRETRAINED_CONTEXT_PRUNING"),), study="PretrainedContextStudy",
-             training_steps="bab.experiments.steps:decoder_training_steps",
+             (("pretrained_context_pruning", "PRETRAINED_CONTEXT_PRUNING"),), seeded=True,
+             study="PretrainedContextStudy", training_steps="bab.experiments.steps:decoder_training_steps",
              evaluation_steps="bab.experiments.steps:decoder_evaluation_steps"),
 )
 

@@ -203,17 +203,22 @@ def _static_fine_tune_steps(study, steps: dict) -> None:
 
 
 def decoder_training_steps(study) -> dict[str, Step]:
-    """Notebook 07's fine-tunes: the dense one (the like-for-like reference), the budget-conditioned one, and per
-    gamma of the profile the specialist, its frozen twin and the static masks fine-tuned at its sparsity."""
-    steps = {"dense": Step("the dense fine-tune (same protocol, no pruning)", (("dense fine-tune",
-                                                                               study.dense_fine_tuned),)),
-             "budgeted": Step("the budget-conditioned fine-tune", (("budget-conditioned", study.budget_conditioned),))}
-    for gamma in study.profile.gammas:
+    """Notebook 07's fine-tunes: the dense one (the like-for-like reference, where the specialists fine-tune the
+    decoder's weights), the budget-conditioned one, and per gamma of the profile the specialist, its frozen twin
+    (where the profile has one) and the static masks fine-tuned at its sparsity."""
+    p = study.profile
+    steps = {}
+    if not p.finetune.freeze_pretrained:
+        steps["dense"] = Step("the dense fine-tune (same protocol, no pruning)", (("dense fine-tune",
+                                                                                  study.dense_fine_tuned),))
+    steps["budgeted"] = Step("the budget-conditioned fine-tune", (("budget-conditioned", study.budget_conditioned),))
+    for gamma in p.gammas:
         steps[f"gamma-{gamma:g}"] = Step(f"the gamma = {gamma:g} specialist",
                                          ((f"gamma={gamma:g}", lambda g=gamma: study.pruned(g)),))
-        steps[f"gamma-{gamma:g}-frozen"] = Step(
-            "its frozen twin (pretrained weights fixed)",
-            ((f"gamma={gamma:g} (frozen)", lambda g=gamma: study.pruned(g, frozen=True)),))
+        if p.frozen_finetune is not None:
+            steps[f"gamma-{gamma:g}-frozen"] = Step(
+                "its frozen twin (pretrained weights fixed)",
+                ((f"gamma={gamma:g} (frozen)", lambda g=gamma: study.pruned(g, frozen=True)),))
     _static_fine_tune_steps(study, steps)
     return steps
 
@@ -241,17 +246,20 @@ def decoder_evaluation_steps(study) -> dict[str, Step]:
         model, _ = study.budget_conditioned()
         return study.budget_table(model, study.profile.budgets).round(3).to_string(index=False)
 
-    steps = {"pretrained": Step("the pretrained decoder itself", (("pretrained", evaluated(study.dense, False)),)),
-             "dense": Step("the dense fine-tune", (("dense fine-tune", evaluated(study.dense_fine_tuned, False)),)),
-             "budgeted": Step("the budget-conditioned fine-tune's budget table", (("budget-conditioned",
-                                                                                   budget_table),))}
-    for gamma in study.profile.gammas:
+    p = study.profile
+    steps = {"pretrained": Step("the pretrained decoder itself", (("pretrained", evaluated(study.dense, False)),))}
+    if not p.finetune.freeze_pretrained:
+        steps["dense"] = Step("the dense fine-tune", (("dense fine-tune", evaluated(study.dense_fine_tuned, False)),))
+    steps["budgeted"] = Step("the budget-conditioned fine-tune's budget table", (("budget-conditioned",
+                                                                                 budget_table),))
+    for gamma in p.gammas:
         steps[f"gamma-{gamma:g}"] = Step(
             f"the gamma = {gamma:g} specialist, with the static baselines at its sparsity",
             ((f"gamma={gamma:g}", evaluated(lambda g=gamma: study.pruned(g), True, static=True)),))
-        steps[f"gamma-{gamma:g}-frozen"] = Step(
-            "its frozen twin", ((f"gamma={gamma:g} (frozen)",
-                                 evaluated(lambda g=gamma: study.pruned(g, frozen=True), True)),))
+        if p.frozen_finetune is not None:
+            steps[f"gamma-{gamma:g}-frozen"] = Step(
+                "its frozen twin", ((f"gamma={gamma:g} (frozen)",
+                                     evaluated(lambda g=gamma: study.pruned(g, frozen=True), True)),))
     return steps
 
 

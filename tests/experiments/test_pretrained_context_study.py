@@ -244,7 +244,8 @@ def test_the_evaluate_command_stores_what_the_notebook_reads_and_never_trains(ti
     assert len(again.static_baselines(again.dense()[0], fractions)) == 4  # the static baselines too
     assert main(["evaluate", "07", "--profile", "smoke", "dense-frozen"]) == 2
     err = capsys.readouterr().err
-    assert "no step 'dense-frozen'" in err and "gamma-1-frozen" in err
+    # the steps of this profile, whose specialists are frozen already: no dense fine-tune and no twins
+    assert "no step 'dense-frozen'" in err and "choose among pretrained, budgeted, gamma-1" in err
 
 
 def test_eviction_steps_compare_with_learned_pruning_at_the_same_fraction_kept(tiny_study, monkeypatch):

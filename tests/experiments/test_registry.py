@@ -53,7 +53,9 @@ def test_the_derived_lists_follow_the_registry():
     assert DECLARING_MODULES == tuple(dict.fromkeys(module for module, _ in EXPERIMENTS.values()))
     assert SEEDED_NOTEBOOKS == {"01_synthetic": "synthetic", "02_ag_news_custom": "ag_news_custom",
                                 "03_bert_ag_news": "bert_ag_news", "04_dbpedia_bert": "bert_dbpedia14",
-                                "06_gpt2_context_pruning": "gpt2_context_pruning"}
+                                "05_vit_sparsifiner": "vit_sparsifiner",
+                                "06_gpt2_context_pruning": "gpt2_context_pruning",
+                                "07_pretrained_decoder_context_pruning": "pretrained_context_pruning"}
     assert PANELS == ("budgeted attention", "dynamic context pruning", "sparsifiner")
     assert set(PAPER_OF_MODULE) == set(DECLARING_MODULES)
     assert [paper_of(e) for e in ("synthetic", "bert_dbpedia14", "distilbert_ag_news", "vit_sparsifiner_197",

@@ -92,8 +92,8 @@ def test_names_and_the_profiles_seeds():
     assert seeds.split_seed_stem("02_ag_news_custom-seed21") == ("02_ag_news_custom", 21)
     assert seeds.split_seed_stem("07_pretrained_decoder_context_pruning") == ("07_pretrained_decoder_context_pruning",
                                                                               None)
-    # the paper averages seeds 7 / 13 / 21 for the synthetic and the custom AG News tables; the record runs the
-    # pretrained encoders and the GPT-2 study at the same seeds, and the two longest notebooks once
+    # the paper averages seeds 7 / 13 / 21 for the synthetic and the custom AG News tables; the paper profile runs
+    # the pretrained encoders and the GPT-2 study at the same seeds, and the two longest notebooks once
     for stem in ("01_synthetic", "02_ag_news_custom", "03_bert_ag_news", "04_dbpedia_bert", "06_gpt2_context_pruning"):
         assert seeds.notebook_seeds(stem, "paper") == (7, 13, 21)
         assert seeds.notebook_seeds(stem, "quick") == ()
@@ -101,6 +101,13 @@ def test_names_and_the_profiles_seeds():
     assert seeds.notebook_seeds("07_pretrained_decoder_context_pruning", "paper") == ()
     notebooks = sorted(p.stem for p in (ROOT / "notebooks").glob("0*.ipynb"))
     assert set(seeds.SEEDED_NOTEBOOKS) <= set(notebooks)
+    # the record runs every notebook at the three seeds, one run per (notebook, seed)
+    assert len(notebooks) == 7
+    for stem in notebooks:
+        assert seeds.notebook_seeds(stem, "record") == (7, 13, 21), stem
+        assert seeds.notebook_seeds(stem, "smoke") == ()
+    record = report.notebook_runs([ROOT / "notebooks" / f"{stem}.ipynb" for stem in notebooks], "record")
+    assert [r.stem for r in record] == [f"{stem}-seed{seed}" for stem in notebooks for seed in (7, 13, 21)]
     runs = report.notebook_runs([ROOT / "notebooks" / f"{stem}.ipynb" for stem in notebooks], "paper")
     assert [r.stem for r in runs][:4] == ["01_synthetic-seed7", "01_synthetic-seed13", "01_synthetic-seed21",
                                           "02_ag_news_custom-seed7"]

@@ -59,7 +59,12 @@ class ViTStudy(Study):
     method = "sparsifiner"
     method_code = bab.sparsifiner
 
-    def __init__(self, profile, cache: RunCache | None = None, progress: bool = True, data_path=None, ledger=None):
+    def __init__(self, profile, cache: RunCache | None = None, progress: bool = True, data_path=None, ledger=None,
+                 seed: int | None = None):
+        """``seed``: the split seed and every training's seed, of the profile and of its 197-token variant (a run of
+        notebook 05 at one of the record's seeds trains its own models); None keeps the profile's ``seed``."""
+        if seed is not None:
+            profile = with_seed(profile, seed)
         super().__init__(profile, cache, progress, ledger)
         self.data_path = data_path
 
@@ -364,6 +369,14 @@ class ViTStudy(Study):
                 note="one MHSA layer, DeiT-S shape, 1 thread; cost = counted FLOP fraction; "
                      + ("fused kernel" if fused else "torch path (no fused build)")))
         return rows
+
+
+def with_seed(profile: ViTProfile, seed: int) -> ViTProfile:
+    """``profile`` (and its 197-token variant) at ``seed``: the data split and every training of the study."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be a whole number (e.g. 7, 13 or 21) or None for the profile's, got {seed!r}")
+    variant = None if profile.variant_197 is None else replace(profile.variant_197, seed=seed)
+    return replace(profile, seed=seed, variant_197=variant)
 
 
 def cached_sparsifiner(profile: ViTProfile, cache: RunCache | str | None = None):

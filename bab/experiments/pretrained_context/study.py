@@ -41,7 +41,18 @@ class _Interactions(nn.Module):
 class PretrainedContextStudy(DecoderStudy):
     experiment = EXPERIMENT
 
-    def __init__(self, profile: PretrainedContextProfile, cache: RunCache | None = None, progress: bool = True):
+    def __init__(self, profile: PretrainedContextProfile, cache: RunCache | None = None, progress: bool = True,
+                 seed: int | None = None):
+        """``seed``: every fine-tune's seed (the fresh interactions, the batch order and the draws; the dense and static
+        fine-tunes take the specialists'); the held-out text and the zero-shot items stay the profile's, so runs at
+        several seeds score the same items. None keeps the profile's training configs as they are."""
+        if seed is not None:
+            if isinstance(seed, bool) or not isinstance(seed, int):
+                raise ValueError(f"seed must be a whole number (e.g. 7, 13 or 21) or None for the profile's, "
+                                 f"got {seed!r}")
+            profile = replace(profile, **{phase: replace(getattr(profile, phase), seed=seed)
+                                          for phase in ("finetune", "frozen_finetune", "budgeted")
+                                          if getattr(profile, phase) is not None})
         super().__init__(profile, cache, progress)
         self._base = None  # (the pretrained decoder, LMTokenizer, source)
         self._data = None
