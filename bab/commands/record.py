@@ -2,6 +2,7 @@
 
     python -m bab record plan                   # every lane: landed (commit, seconds, machine), stale or not run yet
     python -m bab record next --lanes 2 --commit  # run the next two lanes beside each other, landing each as it ends
+    python -m bab record next --lanes 6 --jobs 2 --commit  # six, two at a time: the next starts as one lands
     python -m bab record pages                  # rebuild the front page from the landed lanes (after a claims change)
 """
 
@@ -23,7 +24,9 @@ def register(sub) -> None:
     step = actions.add_parser("next", help="run the next lanes not landed (or stale), each landing in the record "
                                            "folder as it ends")
     _add_folder(step)
-    step.add_argument("--lanes", type=int, default=2, help="lanes to run, at once, one core each (default: 2)")
+    step.add_argument("--lanes", type=int, default=2, help="how many of the next lanes to run (default: 2)")
+    step.add_argument("--jobs", type=int, default=None,
+                      help="lanes at once, one core each; the next starts as one lands (default: --lanes, at most 2)")
     step.add_argument("--only", default=None, help="comma-separated lanes to run instead, e.g. 02/7,05/13")
     step.add_argument("--commit", action="store_true", help="commit the record folder after each lane lands")
     step.add_argument("--dry-run", action="store_true", help="say which lanes would run, run none")
@@ -84,6 +87,9 @@ def run_next(args) -> int:
         checkout, folder = _where(args)
         if args.lanes < 1:
             raise BadInput(f"--lanes must be at least 1, got {args.lanes}")
+        jobs = min(args.lanes, 2) if args.jobs is None else args.jobs
+        if jobs < 1:
+            raise BadInput(f"--jobs must be at least 1, got {args.jobs}")
     states = _states(checkout, folder)
     with checking():
         lanes = _chosen(states, args.only) if args.only else next_lanes(states, args.lanes)
@@ -93,7 +99,7 @@ def run_next(args) -> int:
     print("next: " + ", ".join(lane.label for lane in lanes))
     if args.dry_run:
         return 0
-    return 1 if run_lanes(lanes, checkout, folder, jobs=len(lanes), commit=args.commit,
+    return 1 if run_lanes(lanes, checkout, folder, jobs=jobs, commit=args.commit,
                           mkl_override=args.mkl_override) else 0
 
 
