@@ -282,7 +282,7 @@ def test_the_committed_images_of_the_pages_are_1280_pixels_wide_and_small():
     from PIL import Image
 
     images = Path(__file__).resolve().parents[2] / "docs" / "images"
-    for name in ("report-front-page.png", "report-notebook-page.png"):
+    for name in ("record-front-page.png", "report-notebook-page.png"):
         path = images / name
         assert path.stat().st_size < 400 * 1024, name
         assert Image.open(path).size[0] == 1280, name
