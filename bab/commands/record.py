@@ -76,7 +76,25 @@ def run_plan(args) -> int:
     left = len(states) - len(landed)
     print(f"\n{len(landed)} of {len(states)} lanes landed ({seconds / 3600:.1f} core-hours); {left} to run"
           + (": python -m bab record next --lanes 2 --commit" if left else ""))
+    if left:
+        print(time_left(states))
     return 0
+
+
+def time_left(states) -> str:
+    """The core-hours the lanes not landed should take, each at its notebook's landed lanes' median."""
+    import statistics
+
+    by_notebook: dict[str, list[float]] = {}
+    for s in states:
+        if s.record.get("seconds"):
+            by_notebook.setdefault(s.lane.notebook.stem, []).append(s.record["seconds"])
+    waiting = [s for s in states if s.state != "landed"]
+    known = [statistics.median(by_notebook[s.lane.notebook.stem]) for s in waiting
+             if s.lane.notebook.stem in by_notebook]
+    unknown = len(waiting) - len(known)
+    return (f"about {sum(known) / 3600:.1f} core-hours for {len(known)} of them, at their notebooks' landed lanes' "
+            f"median" + (f"; {unknown} of notebooks with no lane landed yet" if unknown else ""))
 
 
 def run_next(args) -> int:
