@@ -94,7 +94,7 @@ def time_left(states) -> str:
              if s.lane.notebook.stem in by_notebook]
     unknown = len(waiting) - len(known)
     return (f"about {sum(known) / 3600:.1f} core-hours for {len(known)} of them, at their notebooks' landed lanes' "
-            f"median" + (f"; {unknown} of notebooks with no lane landed yet" if unknown else ""))
+            f"median" + (f"; {unknown} more, of notebooks with no lane landed yet" if unknown else ""))
 
 
 def run_next(args) -> int:

@@ -191,7 +191,7 @@ def test_record_next_names_the_lanes_it_would_run_and_refuses_an_unknown_one(tmp
     assert main(["record", "plan", "--folder", str(folder)]) == 0
     out = capsys.readouterr().out
     assert "02 seed 7    landed" in out and "1 of 21 lanes landed" in out and "1eefc67" in out
-    assert "about 1.6 core-hours for 2 of them" in out and "18 of notebooks with no lane landed yet" in out
+    assert "about 1.6 core-hours for 2 of them" in out and "18 more, of notebooks with no lane landed yet" in out
 
 
 def test_record_next_refuses_a_job_count_below_one(capsys):
