@@ -146,11 +146,15 @@ def test_the_front_page_of_a_partial_record_judges_landed_claims_and_names_the_l
     agnews_only = claims["baa-agnews-skip-speed"]  # reads notebook 02's rows alone
     assert agnews_only["verdict"] not in ("not run",) and agnews_only["seeds"] == 3
     assert agnews_only["setup"].endswith("record: 3 of the paper's 6 dense epochs")
+    assert agnews_only["setting"].endswith("record: the reductions of 02")
+    ours = claims["baa-agnews-budgeted-our-recipe"]  # its own setup stays in the setting shown, before the record's
+    assert ours["setting"].startswith("our recipe") and ours["setting"].endswith("record: the reductions of 02")
     synthetic = claims["baa-cost-tracks-budget"]  # notebook 01's rows
     assert synthetic["verdict"] == "not run" and "01 seed 7, 01 seed 13, 01 seed 21" in synthetic["why"]
     assert [lane["state"] for lane in results["lanes"]].count(LANDED) == 3
     page = (folder / "index.html").read_text()
     assert "Lanes: 3 of 21 landed" in page and NOT_RUN in page and "1eefc67" in page
+    assert "<tr><td>02_ag_news_custom</td><td>3 of the paper&#39;s 6 dense epochs</td></tr>" in page
     # a fingerprint moved since: the lane is stale, and runs again first
     now["02_ag_news_custom"] = fingerprints(profile="p1")
     states = lane_states(folder, lambda notebook: now[notebook.stem], record_lanes())

@@ -62,9 +62,9 @@ def front_page(folder: Path, states: list[LaneState], checkout: Path, profile: s
     folder = Path(folder)
     for sub in ("runs", "results"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
-    lanes = [s.as_dict() for s in states]
-    owners = experiment_notebooks()
     reductions = {notebook.stem: _reductions(notebook, profile) for notebook in NOTEBOOKS}
+    lanes = [{**s.as_dict(), "reductions": reductions.get(s.lane.notebook.stem, ())} for s in states]
+    owners = experiment_notebooks()
     write_index(folder, profile, discover_notebooks(checkout / "notebooks"), checkout, lanes=lanes,
                 claim_view=lambda claim: record_claim(claim, states, owners, reductions))
     scrub_machine_paths(folder, checkout)
@@ -78,11 +78,13 @@ def record_claim(claim: dict, states: list[LaneState], owners: dict[str, str], r
     from bab.report.claims import claim_by_id
 
     experiments = claim_by_id(claim["id"]).experiments()
-    notebooks = dict.fromkeys(notebook_of(e, owners) for e in sorted(experiments))
-    reduced = [text for stem in notebooks if stem for text in reductions.get(stem, ())]
-    if reduced:
+    notebooks = [stem for stem in dict.fromkeys(notebook_of(e, owners) for e in sorted(experiments)) if stem]
+    reduced = [text for stem in notebooks for text in reductions.get(stem, ())]
+    if reduced:  # results.json keeps them in full; the page names them once, in its lanes section
         setup = "; ".join(part for part in (claim.get("setup"), "record: " + "; ".join(reduced)) if part)
-        claim = {**claim, "setup": setup, "setting": "; ".join(p for p in (claim.get("setting"), setup) if p)}
+        shown = "record: the reductions of " + ", ".join(stem[:2] for stem in notebooks if reductions.get(stem))
+        own = claim.get("setting") or claim.get("setup")  # what the page's setting column showed before
+        claim = {**claim, "setup": setup, "setting": "; ".join(p for p in (own, shown) if p)}
     lanes = waiting_for(experiments, states, owners)
     if not lanes:
         return claim
