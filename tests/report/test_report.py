@@ -714,6 +714,19 @@ def test_a_report_keeps_no_absolute_path_of_the_machine(tmp_path, monkeypatch):
     assert json.loads((pages / "03.ipynb").read_text()) == {"results_path": "<report>/results/03.json"}
     assert (pages / "index.html").read_text() == "<td>$BAB_DATA_DIR</td><td><checkout>/notebooks/02.ipynb</td>"
     assert str(tmp_path) not in (pages / "02.ipynb").read_text() + (pages / "index.html").read_text()
+    # the Python environment of another checkout (lanes run from a second clone with the first one's .venv)
+    elsewhere = tmp_path / "other" / ".venv"
+    monkeypatch.setattr(sys, "prefix", str(elsewhere))
+    monkeypatch.setattr(sys, "base_prefix", "/usr")
+    (pages / "04.ipynb").write_text(json.dumps({"note": f"{elsewhere}/lib/model", "own": f"{checkout}/.venv/x"}))
+    report.scrub_machine_paths(pages, checkout)
+    assert json.loads((pages / "04.ipynb").read_text()) == {"note": "<environment>/lib/model",
+                                                             "own": "<checkout>/.venv/x"}
+    monkeypatch.setattr(sys, "prefix", "/")  # a system Python: its prefix is no path to hide
+    monkeypatch.setattr(sys, "base_prefix", "/")
+    (pages / "05.ipynb").write_text(json.dumps({"note": "/usr/lib/model"}))
+    report.scrub_machine_paths(pages, checkout)
+    assert json.loads((pages / "05.ipynb").read_text()) == {"note": "/usr/lib/model"}
 
 
 def test_the_paper_report_refuses_a_checkout_with_uncommitted_code(notebooks, tmp_path, monkeypatch, capsys):

@@ -28,6 +28,7 @@ import contextlib
 import os
 import re
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -352,11 +353,15 @@ def scrub_machine_paths(folder, checkout, report=None) -> None:
     """Replace this machine's absolute paths in a report's pages and notebooks (papermill records the injected
     ``results_path`` and the input path; the index shows ``$BAB_DATA_DIR``) by names a reader can place:
     ``<report>`` (the report folder the notebooks wrote into: ``report``, by default ``folder`` itself),
-    ``$BAB_DATA_DIR`` and ``<checkout>``. A committed record then says nothing about the machine's folders."""
+    ``$BAB_DATA_DIR``, ``<environment>`` (the Python environment, where it lies outside the checkout) and
+    ``<checkout>``. A committed record then says nothing about the machine's folders."""
     replacements = [(str(Path(report if report is not None else folder).resolve()), "<report>")]
     data_dir = os.environ.get("BAB_DATA_DIR")
     if data_dir:
         replacements.append((str(Path(data_dir).resolve()), "$BAB_DATA_DIR"))
+    environment = Path(sys.prefix).resolve()  # a virtual environment outside the checkout (a second clone's lanes)
+    if sys.prefix != sys.base_prefix and not environment.is_relative_to(Path(checkout).resolve()):
+        replacements.append((str(environment), "<environment>"))
     replacements.append((str(Path(checkout).resolve()), "<checkout>"))
     for path in Path(folder).rglob("*"):
         if path.suffix in (".html", ".ipynb", ".json") and path.is_file():
