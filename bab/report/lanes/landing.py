@@ -85,7 +85,7 @@ def record_claim(claim: dict, states: list[LaneState], owners: dict[str, str], r
         shown = "record: the reductions of " + ", ".join(stem[:2] for stem in notebooks if reductions.get(stem))
         own = claim.get("setting") or claim.get("setup")  # what the page's setting column showed before
         claim = {**claim, "setup": setup, "setting": "; ".join(p for p in (own, shown) if p)}
-    lanes = waiting_for(experiments, states, owners)
+    lanes = waiting_for(notebooks, states)
     if not lanes:
         return claim
     return {**claim, "verdict": "not run", "ours": None, "low": None, "high": None, "covers": None,

@@ -103,7 +103,6 @@ def notebook_of(experiment: str, owners: dict[str, str]) -> str | None:
     return owners[max(prefixes, key=len)] if prefixes else None
 
 
-def waiting_for(claim_experiments: set[str], states: list[LaneState], owners: dict[str, str]) -> list[str]:
-    """Labels of the lanes not landed whose notebooks write the rows of a claim reading ``claim_experiments``."""
-    notebooks = {notebook_of(e, owners) for e in claim_experiments} - {None}
-    return [s.lane.label for s in states if s.state != LANDED and s.lane.notebook.stem in notebooks]
+def waiting_for(notebooks, states: list[LaneState]) -> list[str]:
+    """Labels of the lanes not landed of ``notebooks`` (stems): what a claim whose rows they write waits for."""
+    return [s.lane.label for s in states if s.state != LANDED and s.lane.notebook.stem in set(notebooks)]
