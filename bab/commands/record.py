@@ -65,14 +65,15 @@ def run_plan(args) -> int:
     with checking():
         checkout, folder = _where(args)
     states = _states(checkout, folder)
-    print(f"{'lane':12s} {'state':12s} {'wall time':>14s}  {'trained at':12s} machine")
+    print(f"{'lane':12s} {'state':12s} {'wall time':>14s} {'core time':>14s}  {'trained at':12s} machine")
     for s in states:
         record = s.record
-        print(f"{s.lane.label:12s} {s.state:12s} {wall_time(record.get('seconds')):>14s}  "
+        print(f"{s.lane.label:12s} {s.state:12s} {wall_time(record.get('seconds')):>14s} "
+              f"{wall_time(record.get('cpu_seconds')):>14s}  "
               f"{record.get('commit') or '':12s} {record.get('machine') or ''}"
               + (f"  (changed: {', '.join(s.changed)})" if s.changed else ""))
     landed = [s for s in states if s.state == "landed"]
-    seconds = sum(s.record.get("seconds") or 0 for s in landed)
+    seconds = sum(core_seconds(s.record) for s in landed)
     left = len(states) - len(landed)
     print(f"\n{len(landed)} of {len(states)} lanes landed ({seconds / 3600:.1f} core-hours); {left} to run"
           + (": python -m bab record next --lanes 2 --commit" if left else ""))
@@ -81,14 +82,19 @@ def run_plan(args) -> int:
     return 0
 
 
+def core_seconds(record: dict) -> float:
+    """A landed lane's time on one core: its kernel's CPU time, or its wall time where that was not measured."""
+    return record.get("cpu_seconds") or record.get("seconds") or 0
+
+
 def time_left(states) -> str:
     """The core-hours the lanes not landed should take, each at its notebook's landed lanes' median."""
     import statistics
 
     by_notebook: dict[str, list[float]] = {}
     for s in states:
-        if s.record.get("seconds"):
-            by_notebook.setdefault(s.lane.notebook.stem, []).append(s.record["seconds"])
+        if core_seconds(s.record):
+            by_notebook.setdefault(s.lane.notebook.stem, []).append(core_seconds(s.record))
     waiting = [s for s in states if s.state != "landed"]
     known = [statistics.median(by_notebook[s.lane.notebook.stem]) for s in waiting
              if s.lane.notebook.stem in by_notebook]

@@ -106,7 +106,7 @@ def staged_lane(tmp_path: Path, seed: int, status: str = "ok") -> Path:
         shutil.copyfile(PAPER / name, staging / name)
     run = json.loads((PAPER / "runs" / f"{stem}.json").read_text())
     (staging / "runs").mkdir(exist_ok=True)
-    (staging / "runs" / f"{stem}.json").write_text(json.dumps({**run, "status": status}))
+    (staging / "runs" / f"{stem}.json").write_text(json.dumps({**run, "status": status, "cpu_seconds": 2718.5}))
     return staging
 
 
@@ -122,6 +122,7 @@ def test_a_lane_lands_its_pages_rows_and_outcomes_and_a_failed_one_lands_nothing
                  f"results/{stem}.outcomes.npz"):
         assert (folder / name).read_bytes() == (PAPER / name).read_bytes() or name.startswith("runs/")
     assert record["commit"] == "1eefc67" and record["seconds"] == 2943.84 and record["seed"] == 7
+    assert record["cpu_seconds"] == 2718.5  # the kernel's time on its core, beside the wall time
     assert json.loads((folder / "lanes" / f"{stem}.json").read_text())["fingerprints"] == fingerprints()
     assert not list(folder.rglob(".*.landing"))
 
@@ -154,6 +155,7 @@ def test_the_front_page_of_a_partial_record_judges_landed_claims_and_names_the_l
     assert [lane["state"] for lane in results["lanes"]].count(LANDED) == 3
     page = (folder / "index.html").read_text()
     assert "Lanes: 3 of 21 landed" in page and NOT_RUN in page and "1eefc67" in page
+    assert "<td>49 min 04 s</td>\n<td>45 min 18 s</td>" in page  # wall time, then core time
     assert "<tr><td>02_ag_news_custom</td><td>3 of the paper&#39;s 6 dense epochs</td></tr>" in page
     # a fingerprint moved since: the lane is stale, and runs again first
     now["02_ag_news_custom"] = fingerprints(profile="p1")
@@ -195,7 +197,8 @@ def test_record_next_names_the_lanes_it_would_run_and_refuses_an_unknown_one(tmp
     assert main(["record", "plan", "--folder", str(folder)]) == 0
     out = capsys.readouterr().out
     assert "02 seed 7    landed" in out and "1 of 21 lanes landed" in out and "1eefc67" in out
-    assert "about 1.6 core-hours for 2 of them" in out and "18 more, of notebooks with no lane landed yet" in out
+    # the two lanes of 02 left, each at the landed lane's core time (2718.5 s, not its 2943.84 s of wall time)
+    assert "about 1.5 core-hours for 2 of them" in out and "18 more, of notebooks with no lane landed yet" in out
 
 
 def test_record_next_refuses_a_job_count_below_one(capsys):

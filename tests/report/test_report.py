@@ -26,6 +26,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 OK_CODE = """\
 import os
+import time
+start = time.process_time()
+while time.process_time() - start < 0.5:  # half a second of CPU, which the run record must count
+    pass
 from bab.report.results.contract import ROWS_DIR_ENV, save_results
 note = (f"profile={profile} headless={os.environ.get('BAB_HEADLESS')} mpl={os.environ.get('MPLBACKEND')} "
         f"in_its_folder={os.path.exists('01_ok.ipynb')}")
@@ -104,7 +108,7 @@ def copy_reports(first_run, tmp_path):
     return dst
 
 
-def fake_execute(src, out, profile, results_path, cwd, label="", seed=None):
+def fake_execute(src, out, profile, results_path, cwd, label="", seed=None, usage=None):
     """Execution without a kernel: copy the input notebook as 'executed'."""
     shutil.copy(src, out)
 
@@ -182,6 +186,9 @@ def test_run_records_and_results(first_run):
     assert "\x1b[" not in failed["error"]["traceback"]
     ok = json.loads((out / "runs" / "01_ok.json").read_text())
     assert ok["status"] == "ok" and ok["error"] is None and ok["seconds"] > 0 and ok["finished_at"]
+    # the kernel's CPU time, measured from outside it: the notebook's busy half second and its start, not the waits
+    assert 0.5 <= ok["cpu_seconds"] < ok["seconds"] + 1
+    assert failed["cpu_seconds"] > 0
     assert ok["commit"] == "unknown"  # the notebooks folder of this test is no git checkout
     saved = json.loads((out / "results" / "01_ok.json").read_text())
     assert saved["notebook"] == "01_ok"
@@ -346,7 +353,7 @@ def test_new_report_without_previous_and_broken_comparison_table(notebooks, tmp_
 
 
 def test_index_escapes_error_text(notebooks, tmp_path, monkeypatch):
-    def execute(src, out, profile, results_path, cwd, label="", seed=None):
+    def execute(src, out, profile, results_path, cwd, label="", seed=None, usage=None):
         raise ValueError("<script>alert(1)</script>")
 
     monkeypatch.setattr(report, "execute_notebook", execute)

@@ -4,7 +4,7 @@ A lane that ended ok in its staging folder lands by copying what its pages and c
 (each file written beside its target and renamed over it: a reader never sees half a file, and a lane that failed
 lands nothing): the executed notebook and its page, the rows (``results/<stem>.json``), their per-example outcomes
 (``results/<stem>.outcomes.npz``), the run record (``runs/<stem>.json``); then ``lanes/<stem>.json`` (commit,
-seconds, machine, fingerprints) and the front page. Weights never land: they stay in the run cache.
+wall and CPU seconds, machine, fingerprints) and the front page. Weights never land: they stay in the run cache.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def land(staging: Path, folder: Path, lane: Lane, fingerprints: dict, profile: s
             shutil.copyfile(source, partial)
             os.replace(partial, target)
     record = {"lane": lane.label, "notebook": lane.notebook.stem, "seed": lane.seed, "profile": profile,
-              "commit": run.get("commit"), "seconds": run.get("seconds"), "finished_at": run.get("finished_at"),
+              "commit": run.get("commit"), "seconds": run.get("seconds"),
+              "cpu_seconds": run.get("cpu_seconds"), "finished_at": run.get("finished_at"),
               "landed_at": now_iso(), "threads": run.get("threads"), "jobs": run.get("jobs"),
               "machine": (run.get("environment") or {}).get("cpu"), "precision": run.get("precision"),
               "fingerprints": fingerprints}

@@ -51,7 +51,8 @@ class LaneState:
         record = self.record
         return {"stem": self.lane.stem, "notebook": self.lane.notebook.stem, "number": self.lane.notebook.number,
                 "seed": self.lane.seed, "label": self.lane.label, "state": self.state, "changed": self.changed,
-                **{key: record.get(key) for key in ("commit", "seconds", "machine", "finished_at", "threads")}}
+                **{key: record.get(key)
+                   for key in ("commit", "seconds", "cpu_seconds", "machine", "finished_at", "threads")}}
 
 
 def record_lanes(profile: str = RECORD_PROFILE, notebooks=NOTEBOOKS) -> list[Lane]:

@@ -166,9 +166,10 @@ def error_info(exc):
     return {"ename": type(exc).__name__, "evalue": str(exc), "traceback": "".join(traceback.format_exception(exc))}
 
 
-def execute_notebook(src, out, profile, results_path, cwd, label="", seed=None):
+def execute_notebook(src, out, profile, results_path, cwd, label="", seed=None, usage=None):
     """Execute src into out with papermill, injecting the report's parameters (and ``seed`` unless None); a line
-    per code cell on stdout (prefixed with ``label`` when several notebooks run at once)."""
+    per code cell on stdout (prefixed with ``label`` when several notebooks run at once). The kernel's CPU time
+    goes into ``usage["cpu_seconds"]`` as it is shut down, even when a cell failed."""
     import papermill
 
     parameters = {"profile": profile, "results_path": str(results_path), "interactive": False}
@@ -185,7 +186,25 @@ def execute_notebook(src, out, profile, results_path, cwd, label="", seed=None):
         progress_bar=False,
         log_output=False,
         extra_arguments=["--IPKernelApp.log_level=CRITICAL"],  # quiet kernel start/stop chatter on stderr
+        kernel_manager_class=usage_measuring_kernel_manager({} if usage is None else usage),
     )
+
+
+def usage_measuring_kernel_manager(usage: dict):
+    """A kernel manager class that writes its kernel's CPU seconds into ``usage`` as it shuts the kernel down: the
+    time the notebook had a core, whatever else ran beside it (its wall time counts the waits too)."""
+    import psutil
+    from jupyter_client.manager import KernelManager
+
+    class UsageMeasuringKernelManager(KernelManager):
+        def shutdown_kernel(self, now=False, restart=False):
+            with contextlib.suppress(psutil.Error, AttributeError, TypeError):  # a measurement never fails a run
+                times = psutil.Process(self.provisioner.pid).cpu_times()
+                usage["cpu_seconds"] = round(times.user + times.system + times.children_user + times.children_system,
+                                             2)
+            return super().shutdown_kernel(now=now, restart=restart)
+
+    return UsageMeasuringKernelManager
 
 
 def convert_to_html(ipynb, out):
@@ -209,9 +228,9 @@ def run_notebook(src, staging, profile, label="", jobs=1, threads=None, seed=Non
     t0 = time.perf_counter()
     commit = git_commit(src.parent.parent)  # before the run: the code it ran with
     code = code_digest(src)  # RECORD.md marks the run stale once the notebook's code changes
-    error = None
+    error, usage = None, {}
     try:
-        execute_notebook(src, out, profile, results_path, src.parent.resolve(), label=label, seed=seed)
+        execute_notebook(src, out, profile, results_path, src.parent.resolve(), label=label, seed=seed, usage=usage)
     except Exception as exc:  # a failed notebook is recorded; KeyboardInterrupt propagates
         error = error_info(exc)
     if out.exists():
@@ -224,6 +243,7 @@ def run_notebook(src, staging, profile, label="", jobs=1, threads=None, seed=Non
         "seed": seed,
         "status": "failed" if error else "ok",
         "seconds": round(time.perf_counter() - t0, 2),
+        "cpu_seconds": usage.get("cpu_seconds"),  # the kernel's own CPU time
         "error": error,
         "finished_at": now_iso(),
         "commit": commit,
