@@ -22,6 +22,7 @@ CONFIDENCE = 0.95
 RESAMPLES = 4000
 SEED = 0
 Z = float(stats.norm.ppf(0.5 + CONFIDENCE / 2))  # the normal quantile of CONFIDENCE
+QUANTILES = [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2]  # a percentile interval's ends
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,19 @@ def _covers(seeds: int, n: int, what: str, paired: bool) -> str:
     return f"1 training seed: test sampling only, {examples_text(n, what)}, {pairing}"
 
 
+def _around(value: float, low, high, covers: str) -> Interval:
+    """``value`` with the interval [low, high] widened to contain it (a percentile interval may miss its estimate)."""
+    return Interval(value, min(float(low), value), max(float(high), value), covers)
+
+
+def _paired_bootstrap(arrays, statistic, what: str) -> Interval:
+    """``statistic`` of the [units] ``arrays`` with its percentile bootstrap interval, the arrays resampled together."""
+    value = float(statistic(*arrays))
+    result = stats.bootstrap(tuple(arrays), statistic, paired=True, vectorized=True, confidence_level=CONFIDENCE,
+                             n_resamples=RESAMPLES, method="percentile", random_state=np.random.default_rng(SEED))
+    return _around(value, *result.confidence_interval, f"{arrays[0].size} {what}, paired")
+
+
 # ----------------------------------------------------------------------------- from stored counts
 
 
@@ -73,8 +87,7 @@ def accuracy_interval(accuracy: float, n: int, seeds: int = 1) -> Interval:
     """An accuracy in % measured on ``n`` test examples: its Wilson interval in %."""
     correct = round(accuracy / 100 * n)
     low, high = proportion_interval(correct, n)
-    low, high = min(low * 100, accuracy), max(high * 100, accuracy)
-    return Interval(accuracy, low, high, _covers(seeds, n, "test examples", paired=False))
+    return _around(accuracy, low * 100, high * 100, _covers(seeds, n, "test examples", paired=False))
 
 
 def unpaired_difference(accuracy: float, n: int, reference: float, n_reference: int) -> Interval:
@@ -100,9 +113,7 @@ def seed_differences(differences, standard_errors, n: int, paired: bool = False)
     rng = np.random.default_rng(SEED)
     picks = rng.integers(d.size, size=(RESAMPLES, d.size))
     draws = (d[picks] + rng.standard_normal(picks.shape) * se[picks]).mean(axis=1)
-    low, high = np.quantile(draws, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
-    value = float(d.mean())
-    return Interval(value, min(float(low), value), max(float(high), value), _covers(d.size, n, "test examples", paired))
+    return _around(float(d.mean()), *np.quantile(draws, QUANTILES), _covers(d.size, n, "test examples", paired))
 
 
 def group_difference(values, errors, reference, reference_errors, n: int) -> Interval:
@@ -119,10 +130,8 @@ def group_difference(values, errors, reference, reference_errors, n: int) -> Int
     pick_a, pick_b = rng.integers(a.size, size=(RESAMPLES, a.size)), rng.integers(b.size, size=(RESAMPLES, b.size))
     draws = ((a[pick_a] + rng.standard_normal(pick_a.shape) * sa[pick_a]).mean(axis=1)
              - (b[pick_b] + rng.standard_normal(pick_b.shape) * sb[pick_b]).mean(axis=1))
-    low, high = np.quantile(draws, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
-    value = float(a.mean() - b.mean())
-    return Interval(value, min(float(low), value), max(float(high), value),
-                    f"{a.size} + {b.size} training seeds, each group resampled, x {examples_text(n)}, unpaired")
+    return _around(float(a.mean() - b.mean()), *np.quantile(draws, QUANTILES),
+                   f"{a.size} + {b.size} training seeds, each group resampled, x {examples_text(n)}, unpaired")
 
 
 # ----------------------------------------------------------------------------- from per-example outcomes
@@ -165,8 +174,8 @@ def paired_difference(outcomes, reference, what: str = "test examples") -> Inter
         for r in range(RESAMPLES):
             chosen = d[rng.integers(seeds, size=seeds)]
             draws[r] = np.take_along_axis(chosen, rng.integers(n, size=chosen.shape), axis=1).mean()
-        low, high = np.quantile(draws, [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
-    return Interval(value, min(float(low), value), max(float(high), value), _covers(seeds, n, what, paired=True))
+        low, high = np.quantile(draws, QUANTILES)
+    return _around(value, low, high, _covers(seeds, n, what, paired=True))
 
 
 def ratio_of_medians(numerator, denominator, what: str = "interleaved repeats") -> Interval:
@@ -183,11 +192,7 @@ def ratio_of_medians(numerator, denominator, what: str = "interleaved repeats") 
 
     if a.ndim == 2:
         return _over_seeds(lambda x, y: ratio(x, y).mean(axis=-1), (a, b), what, crossed=False)
-    value = float(ratio(a, b))
-    result = stats.bootstrap((a, b), ratio, paired=True, vectorized=True, confidence_level=CONFIDENCE,
-                             n_resamples=RESAMPLES, method="percentile", random_state=np.random.default_rng(SEED))
-    low, high = result.confidence_interval
-    return Interval(value, min(float(low), value), max(float(high), value), f"{a.size} {what}, paired")
+    return _paired_bootstrap((a, b), ratio, what)
 
 
 def perplexity_ratio(nll, reference_nll, tokens, what: str = "windows") -> Interval:
@@ -208,11 +213,7 @@ def perplexity_ratio(nll, reference_nll, tokens, what: str = "windows") -> Inter
             return np.exp(x.sum(-1) / n.sum(-1)).mean(-1) / np.exp(y.sum(-1) / n.sum(-1)).mean(-1)
 
         return _over_seeds(seed_mean_ratio, (a, b, t), what, crossed=True)
-    value = float(ratio(a, b, t))
-    result = stats.bootstrap((a, b, t), ratio, paired=True, vectorized=True, confidence_level=CONFIDENCE,
-                             n_resamples=RESAMPLES, method="percentile", random_state=np.random.default_rng(SEED))
-    low, high = result.confidence_interval
-    return Interval(value, min(float(low), value), max(float(high), value), f"{a.size} {what}, paired")
+    return _paired_bootstrap((a, b, t), ratio, what)
 
 
 def share_difference(pruned, pairs, other_pruned, other_pairs, what: str = "windows") -> Interval:
@@ -228,11 +229,7 @@ def share_difference(pruned, pairs, other_pruned, other_pairs, what: str = "wind
 
     if arrays[0].ndim == 2:
         return _over_seeds(lambda *x: difference(*x).mean(axis=-1), arrays, what, crossed=True)
-    value = float(difference(*arrays))
-    result = stats.bootstrap(tuple(arrays), difference, paired=True, vectorized=True, confidence_level=CONFIDENCE,
-                             n_resamples=RESAMPLES, method="percentile", random_state=np.random.default_rng(SEED))
-    low, high = result.confidence_interval
-    return Interval(value, min(float(low), value), max(float(high), value), f"{arrays[0].size} {what}, paired")
+    return _paired_bootstrap(arrays, difference, what)
 
 
 def _as_units(values, what: str) -> np.ndarray:
@@ -274,6 +271,5 @@ def _over_seeds(statistic, arrays, what: str, crossed: bool) -> Interval:
         chosen = rng.integers(seeds, size=(size, seeds, 1))
         units = rng.integers(n, size=(size, 1, n) if crossed else (size, seeds, n))
         draws.append(statistic(*(a[chosen, units] for a in arrays)))
-    low, high = np.quantile(np.concatenate(draws), [(1 - CONFIDENCE) / 2, (1 + CONFIDENCE) / 2])
-    return Interval(value, min(float(low), value), max(float(high), value),
-                    f"{seeds} seeds x {examples_text(n, what)}, paired" + ("" if crossed else " within each seed"))
+    return _around(value, *np.quantile(np.concatenate(draws), QUANTILES),
+                   f"{seeds} seeds x {examples_text(n, what)}, paired" + ("" if crossed else " within each seed"))

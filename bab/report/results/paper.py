@@ -115,8 +115,6 @@ SPARSIFINER = [
     _row("vit_sparsifiner", "linformer (equal budget)", None, round(246.73 / _DEIT_S_MHSA_MFLOPS, 4), 77.54,
          note="Table 4; keep rate not stated; Sparsifiner-S there: 224.04 MFLOPs, 79.79"),
 ]
-# Table 4's Sparsifiner-S beside that Linformer (224.04 MHSA MFLOPs; its keep rate is not stated either)
-SPARSIFINER_S_TABLE4_ACCURACY = 79.79
 
 # Dynamic Context Pruning (arXiv 2305.15805; docs/context-pruning.md). The text we have
 # states the headline claims only, without a perplexity table: GPT-2 fine-tuned with up to 80% of the
