@@ -3,43 +3,19 @@
     python -m bab bench sparse                       # n = 197, 577, 1025; keep rates 0.5, 0.25, 0.1
     python -m bab bench sparse --tokens 577 --keep-rates 0.1 --repeats 30
 
-Times the attention core of one MHSA layer (DeiT-S shape: 6 heads of width 64, batch 1; the q/k/v/o
-projections are excluded, as in the paper's "MHSA FLOPs"), with the ``bab.core.timing`` protocol: one
-intra-op and one inter-op thread, ``no_grad``, warm-up, then the median of repeats with every variant
-interleaved round by round, all in one process. Variants:
+Times the attention core of one MHSA layer (DeiT-S shape: 6 heads of width 64, batch 1; q/k/v/o projections
+excluded) with the ``bab.core.timing`` protocol, every variant interleaved in one process: ``dense`` (SDPA),
+``sparse`` (the whole Sparsifiner path in torch: predictor, top-k, ``csr_sparse_attention``), ``fused`` (the same
+path in ``bab.sparsifiner.fused``'s C++ kernel; empty where it cannot be built) and ``attention only`` (the sparse
+attention given the indices). Each measured ratio stands beside the FLOP ratio ``FlopCounterMode`` counts (the
+sparse attention on ``gathered_sparse_attention``, the same arithmetic) and the analytic limit in the paper's
+convention (multiply-adds only: no cost for selection, gathers or exponentials).
 
-- ``dense``: ``F.scaled_dot_product_attention`` (the fastest dense kernel torch has on CPU);
-- ``sparse``: the whole Sparsifiner path: connectivity predictor (down-projection, low-rank softmax,
-  threshold, dense up-projection), top-k per query, then attention over the k selected keys only
-  (``csr_sparse_attention``: SDDMM for the k scores per query, softmax, SpMM with V);
-- ``fused``: the same whole path with one C++ kernel (``bab.sparsifiner.fused``): A_down and the
-  coefficients from the predictor (torch), then in the kernel the pruned basis, the ranking scores S from the
-  nonzero coefficients' basis rows only (sparse x sparse), the top k by the predictor's ranking rule (ties
-  at the k-th place by the unthresholded scores, then by index), then gather, softmax and weighted sum over
-  the k keys. Same index sets and outputs as ``sparse`` (tests/sparsifiner/
-  test_fused.py); its columns stay empty where the kernel cannot be built (no compiler or ninja);
-- ``attention only``: that sparse attention given the top-k indices (the predictor's share is the
-  difference).
-
-The predictor's state. Its freshly initialised weights are degenerate for timing: W_up starts below
-2.5 / n, under the prune threshold 0.01 for n >= 250, so the basis is all zero, every ranking key is
-zero, the top-k runs on constant rows and returns near-contiguous keys, and the CSR attention then
-reads K and V almost sequentially. That flattered the sparse path (the bench once measured this
-state). By default (``predictor_state="realistic"``) the bench sets the sparsities reported for the
-paper's trained predictor: about 90% of the basis W_up below the prune threshold (the rest spread over
-[up_prune, 4 up_prune)) and about 87% of the coefficients A_down at or below tau (W_down scaled by
-bisection until 87% fall below, or as close as n_down and tau allow). The keys each
-query keeps are then scattered over the sequence, as a trained predictor's are. ``"init"`` keeps the
-old state for comparison.
-
-Beside each measured ratio (dense time / variant time) it prints the FLOP ratio, dense FLOPs /
-variant FLOPs, counted by ``FlopCounterMode`` (matrix products only; it cannot see sparse kernels, so
-the sparse attention is counted on ``gathered_sparse_attention``, the same arithmetic as bmm), and
-the analytic limit in the paper's convention: dense multiply-adds over the sparse path's (sparse-sparse
-up-projection, no top-k or gather cost) for the whole path, n / k for the attention alone. The limit
-counts multiply-adds only: it has no cost for selecting the k keys, for reading k scattered rows of K and
-V per query (dense attention streams them, the sparse path gathers), or for the softmax's exponentials,
-which is what separates the fused path's measured speed-up from it (docs/speed.md, "bench sparse").
+The predictor's state: freshly initialised weights are degenerate for timing (an all-zero basis at n >= 250,
+near-contiguous keys that flatter the sparse path), so by default (``predictor_state="realistic"``) the bench sets
+the sparsities reported for the paper's trained predictor: ~90% of W_up under the prune threshold and ~87% of
+A_down at or below tau (``set_realistic_state``); ``"init"`` keeps the fresh state. docs/speed.md, "bench sparse",
+has the whole protocol and what limits the speed-up.
 """
 
 from __future__ import annotations

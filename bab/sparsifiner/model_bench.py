@@ -4,28 +4,14 @@ the fused Sparsifiner kernel.
     python -m bab bench sparse --model deit-s --tokens 197,577 --batch-sizes 1,64
     python -m bab bench sparse --model trained          # notebook 05's quick model, from the run cache
 
-``bench sparse`` without ``--model`` times one attention core (``bab.sparsifiner.bench``), where the paper's
-speed claims live. A user runs the whole model: the patch embedding, every layer's layer norms, q/k/v/o
-projections and MLP, and the classifier are the same in both variants, so only the attention cores' share of
-the time can shrink. This bench times that whole forward, images per second: transformers'
-``ViTForImageClassification`` (its own forward, ``model(pixel_values=...)``) with Sparsifiner attached
-(``bab.sparsifiner.attach``), once with the core ``dense`` (``F.scaled_dot_product_attention``: the unattached
-model's attention) and once with ``fused`` (predictor, top-k and sparse attention in one C++ kernel) at each keep
-rate, side by side in one process with the ``bab.core.timing`` protocol (one thread, ``no_grad``, warm-up, median
-of interleaved repeats). Notebook 05's trained model is such a ViT too, timed the same way.
-
-The analytic limit beside each measured speed-up is whole-model FLOPs dense / fused. ``FlopCounterMode`` counts
-the dense forward (matrix products, the patch convolution and the CPU SDPA kernel, 2 FLOPs per multiply-add); it
-cannot see inside the fused kernel, so the fused count is the dense count with the attention cores' share (2 x the
-multiply-adds the dense cores report) replaced by 2 x the multiply-adds the fused cores report (attention over the
-k kept keys, the predictor's down-projection and sparse up-projection). Like the core bench's limit it has no cost
-for selecting the k keys or gathering their rows, and the "attention share" column (the cores' fraction of the
-dense model's FLOPs) bounds what any attention speed-up can give.
-
-Models: ``deit_s_shaped(n)``, transformers' ViT with random weights in DeiT-S's shape with the paper's predictor
-(n_down 32, tau 0.05, prune threshold 0.01) attached and set to a trained predictor's sparsity
-(``set_realistic_model_state``, the core bench's "realistic" state layer by layer); ``attached_vit(config)`` the
-same for any ``ViTConfig``; or notebook 05's trained model (the CLI loads it from the run cache).
+Images per second of the whole forward of ``ViTForImageClassification`` with Sparsifiner attached, the core
+``dense`` against ``fused`` at each keep rate, interleaved in one process with the ``bab.core.timing`` protocol;
+beside each speed-up the analytic limit (whole-model FLOPs dense / fused: ``FlopCounterMode``'s dense count with
+the attention cores' multiply-adds replaced by the fused cores') and the cores' share of the dense FLOPs, which
+bounds any attention speed-up. Models: ``deit_s_shaped(n)`` (random weights in DeiT-S's shape, the paper's
+predictor in the core bench's "realistic" state layer by layer: ``set_realistic_model_state``),
+``attached_vit(config)`` for any ``ViTConfig``, or notebook 05's trained model. docs/speed.md, "Whole-model
+inference: dense against fused", has the protocol and what it shows.
 """
 
 from __future__ import annotations

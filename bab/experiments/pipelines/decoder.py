@@ -1,24 +1,12 @@
 """What notebooks 06 and 07 measure the same way on any decoder with dynamic context pruning.
 
 A subclass of this ``bab.experiments.study.Study`` provides the data (``build()`` -> LMData), the texts it
-evaluates on (``eval_ids(text)``), the evaluation window (``eval_context``), its profile (``eval_windows``,
-``view_tokens``) and ``experiment`` (the name its result rows carry). The rest is shared:
-
-- ``evaluate(model, text, budget, prune, attn_mask)``: perplexity and fraction of context pruned on
-  non-overlapping held-out windows, hard decisions (bab.context.evaluate);
-- ``static_baselines(dense, fractions)``: the paper's static patterns (a local window, a strided mask)
-  on the dense model, each matched to the fraction of context a pruning model dropped on that text;
-- ``static_fine_tuned_baselines(fractions)``: the same patterns, each fine-tuned under its mask with the
-  specialists' data, steps and recipe (``plain_fine_tune_config``; the subclass's ``static_fine_tuned``), so
-  learned and static pruning compare like for like, beside ``dense_fine_tuned``, the dense decoder fine-tuned so;
-- ``long_prompt`` / ``passage``: held-out prompts for generation and the dropped-token view;
-- ``throughput``: generation tokens/s, end-to-end time and KV-cache bytes against dense, beside the
-  analytic limit of a decode step (bab.context.bench; ``python -m bab bench generation``);
-- ``token_kinds``: which kinds of tokens the model drops (punctuation, stop words, others);
-- ``fine_tune(name, build, model_config, train_config, ...)``: one decoder trained on the training stream through
-  the run cache (``Study.train_cached``), under a static mask if given;
-- ``result_row(method, budget, metrics, ...)``: one row of the report's results contract, its cost the fraction
-  of context kept and its perplexity beside it.
+evaluates on (``eval_ids(text)``, ``texts``), the evaluation window (``eval_context``), its profile
+(``eval_windows``, ``view_tokens``), ``experiment`` (the name its result rows carry) and the fine-tunes the
+references need (``dense_fine_tuned``, ``static_fine_tuned``). The rest is shared: fine-tuning through the run
+cache, perplexity and fraction pruned on held-out windows (hard decisions), the static and training-free eviction
+baselines matched to a specialist's fraction pruned, budget calibration, generation speed and KV-cache bytes
+against dense, the dropped-token views, and the result rows (cost = fraction of context kept, perplexity beside it).
 """
 
 from __future__ import annotations
