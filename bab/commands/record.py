@@ -83,8 +83,9 @@ def run_plan(args) -> int:
 
 
 def core_seconds(record: dict) -> float:
-    """A landed lane's time on one core: its kernel's CPU time, or its wall time where that was not measured."""
-    return record.get("cpu_seconds") or record.get("seconds") or 0
+    """A landed lane's time on one core: its kernel's CPU time (its wall time where that was not measured), plus what
+    the models and measurements it took from the run cache cost the run that made them."""
+    return (record.get("cpu_seconds") or record.get("seconds") or 0) + (record.get("cached_seconds") or 0)
 
 
 def time_left(states) -> str:

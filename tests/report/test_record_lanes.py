@@ -116,13 +116,18 @@ def test_a_lane_lands_its_pages_rows_and_outcomes_and_a_failed_one_lands_nothing
     with pytest.raises(ValueError, match="did not end ok"):
         land(staged_lane(tmp_path, 7, status="failed"), folder, lane, fingerprints())
     assert not folder.exists()
-    record = land(staged_lane(tmp_path, 7), folder, lane, fingerprints())
-    stem = lane.stem
-    for name in (f"{stem}.ipynb", f"{stem}.html", f"runs/{stem}.json", f"results/{stem}.json",
-                 f"results/{stem}.outcomes.npz"):
+    staging, stem = staged_lane(tmp_path, 7), lane.stem
+    # its first model taken from the run cache: what it cost the run that trained it counts toward the lane's cost
+    rows = json.loads((staging / "results" / f"{stem}.json").read_text())
+    rows["models"][0]["cached"] = True
+    (staging / "results" / f"{stem}.json").write_text(json.dumps(rows))
+    record = land(staging, folder, lane, fingerprints())
+    for name in (f"{stem}.ipynb", f"{stem}.html", f"runs/{stem}.json", f"results/{stem}.outcomes.npz"):
         assert (folder / name).read_bytes() == (PAPER / name).read_bytes() or name.startswith("runs/")
+    assert json.loads((folder / "results" / f"{stem}.json").read_text()) == rows
     assert record["commit"] == "1eefc67" and record["seconds"] == 2943.84 and record["seed"] == 7
     assert record["cpu_seconds"] == 2718.5  # the kernel's time on its core, beside the wall time
+    assert record["cached_seconds"] == round(rows["models"][0]["train_seconds"], 2) == 305.82
     assert json.loads((folder / "lanes" / f"{stem}.json").read_text())["fingerprints"] == fingerprints()
     assert not list(folder.rglob(".*.landing"))
 

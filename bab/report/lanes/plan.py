@@ -52,7 +52,8 @@ class LaneState:
         return {"stem": self.lane.stem, "notebook": self.lane.notebook.stem, "number": self.lane.notebook.number,
                 "seed": self.lane.seed, "label": self.lane.label, "state": self.state, "changed": self.changed,
                 **{key: record.get(key)
-                   for key in ("commit", "seconds", "cpu_seconds", "machine", "finished_at", "threads")}}
+                   for key in ("commit", "seconds", "cpu_seconds", "cached_seconds", "machine", "finished_at",
+                               "threads")}}
 
 
 def record_lanes(profile: str = RECORD_PROFILE, notebooks=NOTEBOOKS) -> list[Lane]:

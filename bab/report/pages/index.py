@@ -325,8 +325,8 @@ def render_index(profile, generated_at, runs, table_html, table_error, env, clai
         n_ok=count("ok"),
         n_failed=count("failed"),
         n_not_run=count("not run"),
-        lanes=[{**lane, "wall_time": wall_time(lane.get("seconds")), "core_time": wall_time(lane.get("cpu_seconds"))}
-               for lane in lanes or []],
+        lanes=[{**lane, "wall_time": wall_time(lane.get("seconds")), "core_time": wall_time(lane.get("cpu_seconds")),
+                "cached_time": wall_time(lane.get("cached_seconds") or None)} for lane in lanes or []],
         n_landed=sum(lane["state"] == "landed" for lane in lanes or []),
     )
 

@@ -89,15 +89,16 @@ def notebook_timings(path) -> dict:
             **own_clocks(Path(path).parent / "results" / f"{stem}.json")}
 
 
-def own_clocks(results_path) -> dict:
+def own_clocks(results_path, cached: bool = False) -> dict:
     """``{"trained": s, "measured": s}``: the seconds the models and measurements a notebook's results file lists
-    as made in its run (not loaded from the run cache) recorded themselves; NaN without a readable results file."""
+    as made in its run (or, with ``cached``, as loaded from the run cache: made by an earlier process) recorded
+    themselves; NaN without a readable results file."""
     results = read_json(results_path)
     if results is None:
         return {"trained": float("nan"), "measured": float("nan")}
 
     def made_here(entries: list[dict], seconds: str) -> float:
-        return sum(float(entry[seconds] or 0.0) for entry in entries if not entry["cached"])
+        return sum(float(entry[seconds] or 0.0) for entry in entries if entry["cached"] == cached)
 
     return {"trained": made_here(results.get("models", []), "train_seconds"),
             "measured": made_here(results.get("measurements", []), "seconds")}
