@@ -23,6 +23,7 @@ from bab.report.claims.verdicts import (
     beats,
     dense_of,
     judged,
+    rows_of,
 )
 
 # ----------------------------------------------------------------------------- claim kinds
@@ -132,25 +133,29 @@ class Accuracy(Claim):
         if self.not_comparable:
             return replace(verdict, status="not comparable", why=f"{why}: {self.not_comparable}")
         if self.ceiling is not None and verdict.status != "reproduced":
-            best = ((self.ceiling, self.terms[0][1]), *self.terms[1:])
-            found = [p.find(rows) for p, _ in best]
-            if all(_value(m, "accuracy") is not None for m in found):
-                top = sum(c * float(m["accuracy"]) for (_, c), m in zip(best, found, strict=True))
-                if not self.region.contains(top):
-                    return replace(verdict, status="not informative", why=f"{verdict.why}; but even "
-                                   f"{self.ceiling.label()} in its place gives {top:+.2f}, outside the region: on "
-                                   f"these rows no pruned model could meet the claim")
+            top = _combination(((self.ceiling, self.terms[0][1]), *self.terms[1:]), rows)
+            if top is not None and not self.region.contains(top):
+                return replace(verdict, status="not informative", why=f"{verdict.why}; but even "
+                               f"{self.ceiling.label()} in its place gives {top:+.2f}, outside the region: on "
+                               f"these rows no pruned model could meet the claim")
         if self.baseline is not None and verdict.status == "reproduced":
             weaker = ((self.baseline, self.terms[0][1]), *self.terms[1:])
-            found = [p.find(rows) for p, _ in weaker]
-            if all(_value(m, "accuracy") is not None for m in found):
-                other = sum(c * float(m["accuracy"]) for (_, c), m in zip(weaker, found, strict=True))
+            other = _combination(weaker, rows)
+            if other is not None:
                 other = evidence.accuracy_combination(weaker, rows) or _exact(other, "")
                 if self.region.decide(other) != "not reproduced":  # the weaker method is not shown to fail
                     return replace(verdict, status="not informative", why=f"{verdict.why}; but "
                                    f"{self.baseline.label()} gives {other.text()} and is not shown to fall outside "
                                    f"the region either: on this task the claim cannot tell the method from it")
         return verdict
+
+
+def _combination(terms, rows) -> float | None:
+    """sum(coefficient x accuracy) of ``terms`` ((Row, coefficient) pairs) on ``rows``; None where a row is missing."""
+    found = [p.find(rows) for p, _ in terms]
+    if any(_value(m, "accuracy") is None for m in found):
+        return None
+    return sum(c * float(m["accuracy"]) for (_, c), m in zip(terms, found, strict=True))
 
 
 def retention(id, paper, where, statement, row: Row, region: Region, *, reference: Row | None = None,
@@ -312,9 +317,8 @@ class SeedCollapse(Claim):
     def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
         dense_row = dense_of(self.method)
         dense = _value(dense_row.find(rows), "accuracy")
-        seeds = {row["settings"]["seed"]: float(row["accuracy"]) for row in rows
-                 if row.get("experiment") == self.method.experiment and row.get("method") == self.method.name
-                 and _same_budget(row.get("budget"), self.budget) and row.get("accuracy") is not None}
+        seeds = {row["settings"]["seed"]: float(row["accuracy"]) for row in rows_of(self.method, rows, "accuracy")
+                 if _same_budget(row.get("budget"), self.budget)}
         if dense is None or not seeds:
             return _not_run(*([dense_row] if dense is None else []),
                             *([] if seeds else [Row(self.method, self.budget, (("seed", "any"),))]))

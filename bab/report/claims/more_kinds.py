@@ -19,6 +19,7 @@ from bab.report.claims.verdicts import (
     _same_budget,
     _value,
     judged,
+    rows_of,
 )
 
 
@@ -61,9 +62,8 @@ class BeatsOverSeeds(Claim):
     def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
         evidence = evidence or Evidence()
         found = self.better.find(rows)
-        worse = [row for row in rows if row.get("experiment") == self.worse.experiment
-                 and row.get("method") == self.worse.name and _same_budget(row.get("budget"), self.better.budget)
-                 and row.get("accuracy") is not None]
+        worse = [row for row in rows_of(self.worse, rows, "accuracy")
+                 if _same_budget(row.get("budget"), self.better.budget)]
         if _value(found, "accuracy") is None or not worse:
             return _not_run(*([self.better] if _value(found, "accuracy") is None else []),
                             *([] if worse else [Row(self.worse, self.better.budget, (("seed", "any"),))]))
@@ -101,9 +101,7 @@ class FollowsSetting(Claim):
         return float(row["budget"] if self.by == "budget" else row["settings"][self.by])
 
     def _steps(self, rows) -> list[tuple[dict, dict]]:
-        mine = sorted((r for r in rows if r.get("experiment") == self.method.experiment
-                       and r.get("method") == self.method.name and r.get(self.column) is not None),
-                      key=self._setting)
+        mine = sorted(rows_of(self.method, rows, self.column), key=self._setting)
         return list(zip(mine, mine[1:], strict=False))
 
     def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
@@ -156,9 +154,8 @@ class KindsFirst(Claim):
 
     def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
         evidence = evidence or Evidence()
-        found = {(row["settings"]["text"], row["settings"]["kind"]): row for row in rows
-                 if row.get("experiment") == self.method.experiment and row.get("method") == self.method.name
-                 and row.get("value") is not None}
+        found = {(row["settings"]["text"], row["settings"]["kind"]): row
+                 for row in rows_of(self.method, rows, "value")}
         texts = sorted({text for text, _ in found})
         if not texts:
             return _not_run(Row(self.method, None, (("kind", "any"), ("text", "any"))))
@@ -214,10 +211,8 @@ class ZeroShotHeld(Claim):
         return found
 
     def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
-        mine = [row for row in rows if row.get("experiment") == self.method.experiment
-                and row.get("method") == self.method.name and row.get("accuracy") is not None]
         by_weights = {}
-        for row in mine:
+        for row in rows_of(self.method, rows, "accuracy"):
             if row["settings"]["gamma"] == 0:
                 by_weights.setdefault(row["settings"]["weights"], {})[row["settings"]["task"]] = row
         reference_weights = next((w for w in self.references if w in by_weights), None)
@@ -288,9 +283,7 @@ class Dominates(Claim):
     region: Region = None
 
     def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
-        curve = [r for r in rows if r.get("experiment") == self.frontier.experiment
-                 and r.get("method") == self.frontier.name and r.get("accuracy") is not None
-                 and r.get("cost") is not None and not r.get("settings")]
+        curve = [r for r in rows_of(self.frontier, rows, "accuracy", "cost") if not r.get("settings")]
         missing = [p for p in self.points if _value(p.find(rows), "accuracy") is None]
         if missing or not curve:
             return _not_run(*missing, *([] if curve else [Row(self.frontier, None)]))
@@ -358,9 +351,7 @@ class Monotone(Claim):
 
     def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
         evidence = evidence or Evidence()
-        mine = sorted((r for r in rows if r.get("experiment") == self.method.experiment
-                       and r.get("method") == self.method.name and r.get("cost") is not None
-                       and r.get("perplexity") is not None), key=lambda r: -float(r["cost"]))
+        mine = sorted(rows_of(self.method, rows, "cost", "perplexity"), key=lambda r: -float(r["cost"]))
         if len(mine) < 3:
             return _not_run(Row(self.method, None, (("gamma", "any"),)))
         region = Region(low=1.0, reason="'perplexity rises smoothly with sparsity': a step to more pruning does not "
@@ -399,12 +390,9 @@ class BeatsStatic(Claim):
 
     def judge(self, rows, evidence: Evidence | None = None) -> Verdict:
         evidence = evidence or Evidence()
-        learned = {r["settings"]["gamma"]: r for r in rows
-                   if r.get("experiment") == self.method.experiment and r.get("method") == self.method.name
-                   and r.get("perplexity") is not None}
-        pairs = [(r, learned[r["settings"]["gamma"]]) for r in rows
-                 if r.get("experiment") == self.static.experiment and r.get("method") == self.static.name
-                 and r.get("perplexity") is not None and r["settings"]["gamma"] in learned]
+        learned = {r["settings"]["gamma"]: r for r in rows_of(self.method, rows, "perplexity")}
+        pairs = [(r, learned[r["settings"]["gamma"]]) for r in rows_of(self.static, rows, "perplexity")
+                 if r["settings"]["gamma"] in learned]
         if not pairs:
             return _not_run(Row(self.static, None, (("kind", "any"), ("gamma", "any"))))
         region = Region(high=1.0, strict=True,

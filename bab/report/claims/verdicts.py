@@ -168,11 +168,14 @@ class Row:
 
 
 def _find(rows, experiment, method, budget, settings) -> dict | None:
-    for row in rows:
-        if (row.get("experiment") == experiment and row.get("method") == method
-                and _same_budget(row.get("budget"), budget) and (row.get("settings") or {}) == settings):
-            return row
-    return None
+    return next((row for row in rows if row.get("experiment") == experiment and row.get("method") == method
+                 and _same_budget(row.get("budget"), budget) and (row.get("settings") or {}) == settings), None)
+
+
+def rows_of(method: Method, rows, *present: str) -> list[dict]:
+    """``method``'s rows among ``rows`` (its experiment's and its name's) that have a value in each of ``present``."""
+    return [row for row in rows if row.get("experiment") == method.experiment and row.get("method") == method.name
+            and all(row.get(column) is not None for column in present)]
 
 
 def _same_budget(a, b) -> bool:
@@ -191,8 +194,6 @@ def _value(row: dict | None, metric: str) -> float | None:
 def _not_run(*missing: Row) -> Verdict:
     return Verdict("not run", None, None, "no row of ours: " + "; ".join(
         f"{r.method.experiment} / {r.label()}" for r in missing))
-
-
 
 
 def _from_parts(parts, region: str | None = None, prefix: str = "") -> Verdict:
