@@ -21,6 +21,7 @@ from bab.report.lanes.plan import (
     RECORD_PROFILE,
     Lane,
     LaneState,
+    cached_seconds,
     experiment_notebooks,
     notebook_of,
     waiting_for,
@@ -47,22 +48,13 @@ def land(staging: Path, folder: Path, lane: Lane, fingerprints: dict, profile: s
             os.replace(partial, target)
     record = {"lane": lane.label, "notebook": lane.notebook.stem, "seed": lane.seed, "profile": profile,
               "commit": run.get("commit"), "seconds": run.get("seconds"),
-              "cpu_seconds": run.get("cpu_seconds"), "cached_seconds": _cached_seconds(staging, lane),
+              "cpu_seconds": run.get("cpu_seconds"), "cached_seconds": cached_seconds(staging, lane),
               "finished_at": run.get("finished_at"),
               "landed_at": now_iso(), "threads": run.get("threads"), "jobs": run.get("jobs"),
               "machine": (run.get("environment") or {}).get("cpu"), "precision": run.get("precision"),
               "fingerprints": fingerprints}
     write_json_atomic(folder / LANES / f"{lane.stem}.json", record)
     return record
-
-
-def _cached_seconds(staging: Path, lane: Lane) -> float | None:
-    """The seconds that the models and measurements the lane took from the run cache cost the earlier process that
-    made them (0 for a lane that made everything itself): part of the lane's cost its own clocks do not show."""
-    from bab.report.runner.timings import own_clocks
-
-    total = sum(own_clocks(staging / "results" / f"{lane.stem}.json", cached=True).values())
-    return None if total != total else round(total, 2)  # NaN: no readable results file
 
 
 def front_page(folder: Path, states: list[LaneState], checkout: Path, profile: str = RECORD_PROFILE) -> Path:

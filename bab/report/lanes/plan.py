@@ -80,11 +80,22 @@ def lane_states(folder: Path, fingerprints_now, lanes: list[Lane]) -> list[LaneS
         if not record:
             states.append(LaneState(lane, NOT_RUN))
             continue
+        record.setdefault("cached_seconds", cached_seconds(folder, lane))  # landed before it was recorded
         if lane.notebook.stem not in now:
             now[lane.notebook.stem] = fingerprints_now(lane.notebook)
         changed = differences(record.get("fingerprints") or {}, now[lane.notebook.stem])
         states.append(LaneState(lane, STALE if changed else LANDED, record, changed))
     return states
+
+
+def cached_seconds(folder: Path, lane: Lane) -> float | None:
+    """The seconds that the models and measurements ``lane`` took from the run cache cost the earlier process that
+    made them, from its rows in ``folder`` (0 for a lane that made everything itself; None without its rows): part
+    of the lane's cost that its own clocks do not show."""
+    from bab.report.runner.timings import own_clocks
+
+    total = sum(own_clocks(Path(folder) / "results" / f"{lane.stem}.json", cached=True).values())
+    return None if total != total else round(total, 2)  # NaN: no readable results file
 
 
 def next_lanes(states: list[LaneState], count: int) -> list[Lane]:
