@@ -1,15 +1,6 @@
 """``bench``: measured speed against dense, one protocol (``bab.core.timing``: one process, one thread, warm-up,
-median of interleaved repeats, the analytic limit printed beside the measured ratio).
-
-    python -m bab bench heads --batch-sizes 1,64          custom encoder: dense vs hard head skipping
-    python -m bab bench bert --budgets 0.25,0.5,0.75      pretrained encoder: dense vs structurally pruned
-    python -m bab bench sparse [--breakdown]              Sparsifiner attention core vs dense SDPA
-    python -m bab bench sparse --model trained|deit-s     whole ViT: dense vs the fused kernel, images/s
-    python -m bab bench sparse --training                 a phase-2 training step: torch vs fused top-k selection,
-                                                          explicit vs fused masked softmax, teacher vs memo
-    python -m bab bench generation [--model smollm2]      context-pruned decoding vs dense
-    python -m bab bench precision [--only 01,07]          a training step: float32 vs bfloat16 autocast
-    python -m bab bench blas [--only 03,05,07]            MKL's AVX2 vs AVX-512 kernels on an AMD CPU
+median of interleaved repeats, the analytic limit printed beside the measured ratio). The targets (heads, bert,
+sparse, generation, precision, blas) are listed by ``python -m bab bench --help`` and described in docs/speed.md.
 """
 
 from __future__ import annotations

