@@ -23,9 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
@@ -35,6 +32,7 @@ from safetensors.torch import load_file, save_file
 
 from bab.api.data import LabeledTexts, LabelMap, encode, holdout, read_labeled, warn_if_few
 from bab.api.own_data import OwnDataProfile, OwnDataStudy
+from bab.api.run_folder import write_whole
 from bab.core import strict_json
 from bab.core.budget import validate_budget
 from bab.core.digest import state_digest
@@ -75,17 +73,13 @@ def _encoder_folder(model: torch.nn.Module, tokenizer) -> Path:
         raise TypeError(f"expected a transformers encoder (BERT, RoBERTa, DistilBERT), got {type(model).__name__}")
     digest = hashlib.sha256((state_digest(model) + model.config.to_json_string()).encode()).hexdigest()[:16]
     folder = RunCache().root / "encoders" / f"{model.config.model_type}-{digest}"
+
+    def write(staging: Path) -> None:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+
     if not (folder / "config.json").is_file():
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))  # a folder whole, or none
-        try:
-            model.save_pretrained(staging)
-            tokenizer.save_pretrained(staging)
-            share(staging)
-            os.replace(staging, folder)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+        write_whole(folder, write)  # a folder whole, or none
     return folder
 
 
