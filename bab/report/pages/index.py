@@ -50,15 +50,10 @@ def results_files(staging):
     return {stem: data for stem, data in files.items() if data is not None}
 
 
-def collect_results_with_contract(staging, files=None):
-    """{notebook stem: (results contract version or None, rows)} from the results files (read here unless
-    ``files``), a notebook run at several seeds as its rows averaged over them (``bab.report.results.seeds``)."""
-    return collect_seeded_results(staging, files)[0]
-
-
 def collect_seeded_results(staging, files=None):
-    """(``collect_results_with_contract``'s dict, {notebook stem: {seed: rows}} of the notebooks run at several
-    seeds)."""
+    """({notebook stem: (results contract version or None, rows)} from the results files (read here unless
+    ``files``), a notebook run at several seeds as its rows averaged over them (``bab.report.results.seeds``);
+    {notebook stem: {seed: rows}} of the notebooks run at several seeds)."""
     files = results_files(staging) if files is None else files
     return combine_seed_results({stem: (data.get("contract"), data.get("rows", [])) for stem, data in files.items()})
 
