@@ -1,36 +1,17 @@
 """Intel MKL's AVX-512 kernels on AMD CPUs, for torch's float32 matrix products: an opt-in, never a side effect.
 
-torch's CPU wheels multiply float32 matrices with Intel MKL, which chooses its kernels by vendor: on an AMD CPU it
-takes its AVX2 code path even where the CPU has AVX-512. On the 2-core AMD EPYC this project is developed on, one
-thread multiplies 2048 x 2048 matrices at about 106 GFLOPS on that path and about 241 on the AVX-512 one; SmolLM2's
-forward takes 2.3 ms a token instead of 1.1 (``python -m bab bench blas``). MKL asks one exported function,
-``mkl_serv_intel_cpu_true``, whether the CPU is Intel's. A one-line library that defines it to return 1, loaded
-into the global symbol scope before torch, answers first, and MKL then chooses among its kernels by the
-instructions the CPU has, as it does on Intel's CPUs.
+On an AMD CPU MKL takes its AVX2 path even where the CPU has AVX-512; a one-line library defining
+``mkl_serv_intel_cpu_true`` to return 1, loaded into the global symbol scope before torch, makes it choose by the
+instructions the CPU has (about 2.3x on the products of the 2-core AMD EPYC this project is developed on). The
+products then sum in another order, so a run trained this way has its own run-cache key (``blas_key``).
 
-The arithmetic is the same float32 products summed in another order, so results differ from the AVX2 path's by
-rounding, as they do between thread counts: a run trained this way has its own run-cache key
-(``blas_key``), and one trained without keeps the key it had before.
-
-Where it applies: Linux on an x86-64 CPU whose vendor is AMD and which has AVX-512 (``wants_vendor_shim``),
-unless ``$BAB_MKL_VENDOR_SHIM=0``. Elsewhere every function here is a no-op. The library is compiled once with the
-C compiler (``cc``) into the user's cache folder; without a compiler nothing changes.
-
-Who gets it. Importing bab (this module included) compiles, loads and preloads nothing: it would change every
-float32 product of the importing process. Only processes bab starts itself get it, each saying so: the report's
-notebook kernels (``python -m bab report``; its ``--no-mkl-override`` refuses it), the smoke kernels that make and
-check the stored smoke outputs (``bab.report.compare.regression.smoke_kernel_env``), and the CLI's computing commands
-(``bench``, ``fit``, ``train``, ``evaluate``; each takes ``--no-mkl-override``), which load it at start-up before
-they import torch, so that ``python -m bab train`` trains under the key the report's kernels then look up.
-
-A user opts in by hand, for a process of their own:
-
-    LD_PRELOAD="$(python -m bab mkl-override)" python my_script.py    # the library first, $LD_PRELOAD after it
-    LD_PRELOAD="$(python -m bab mkl-override)" jupyter lab            # every kernel it starts
-
-(``python -m bab mkl-override`` prints ``$LD_PRELOAD`` unchanged where the shim does not apply), or in Python, before
-anything imports torch: ``from bab.core.blas import load_vendor_shim; load_vendor_shim()``. ``describe()`` and
-``blas_key()`` say what a process runs. This module imports no torch.
+It applies on Linux, an x86-64 AMD CPU with AVX-512 (``wants_vendor_shim``), unless ``$BAB_MKL_VENDOR_SHIM=0``;
+elsewhere, or without a C compiler (``cc`` builds the library once into the user's cache folder), every function
+here is a no-op. Importing bab compiles, loads and preloads nothing: only the processes bab starts (the report's and
+the smoke notebooks' kernels) and the CLI's computing commands get it, each saying so. A user opts in with
+``LD_PRELOAD="$(python -m bab mkl-override)" CMD`` or, before anything imports torch, ``load_vendor_shim()``;
+``describe()`` and ``blas_key()`` say what a process runs. docs/speed.md, "bench blas", has the whole story. This
+module imports no torch.
 """
 
 from __future__ import annotations
