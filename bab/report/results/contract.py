@@ -7,7 +7,6 @@ rows and puts them next to the papers' numbers (``bab.report.results.paper.compa
 """
 
 import contextlib
-import datetime
 import json
 import math
 import numbers
@@ -18,6 +17,7 @@ from bab.core import outcomes, strict_json
 from bab.core.folders import write_atomic
 from bab.core.ledger import RunLedger
 from bab.core.provenance import loaded_code_digests
+from bab.core.provenance import now_iso as now_iso  # a run record's timestamps, for the report's modules
 
 # The version of the rows' meaning: 2 = methods are declared typed ids (bab.experiments.methods), the papers'
 # method names hold the papers' recipes, settings are typed values. Rows of an older version are not judged.
@@ -197,10 +197,6 @@ def outcomes_path(results_path) -> Path:
     """Where the per-example outcomes of a results file's rows are kept: beside it, ``<stem>.outcomes.npz``."""
     results_path = Path(results_path)
     return results_path.with_name(f"{results_path.stem}.outcomes.npz")
-
-
-def now_iso():
-    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def read_json(path):
