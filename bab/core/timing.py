@@ -109,7 +109,7 @@ def speedup_columns(timing: dict[str, Timing], before: str, after: str, labels: 
             "repeats": len(timing[before].times_ms)}
 
 
-def _cpu_sdpa_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+def _cpu_sdpa_flop(query_shape, key_shape, value_shape, *args, **kwargs) -> int:
     """FLOPs of the CPU flash-attention kernel: Q K^T and P V, as torch counts its CUDA kernels."""
     return sdpa_flop_count(query_shape, key_shape, value_shape)
 

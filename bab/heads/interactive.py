@@ -27,7 +27,7 @@ def want_widgets(interactive: bool | None = None) -> bool:
     return True
 
 
-def budget_view(model, data, budget: float, mode: str = "soft", ax_gates=None, ax_text=None):
+def budget_view(model, data, budget: float, mode: str = "soft", ax_gates=None):
     """Gates at ``budget`` as a heatmap, with cost and accuracy in the title."""
     stats = evaluate(model, data, budget=budget, mode=mode)
     gates = model.gates(budget).detach().numpy()
