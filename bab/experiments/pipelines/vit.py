@@ -257,11 +257,13 @@ class ViTStudy(Study):
     def keep_rate_sweep(self, model, keep_rates, split: str = "test", attention: str = "masked") -> pd.DataFrame:
         """Accuracy and analytic MHSA cost at each keep rate (one checkpoint). ``masked`` is numerically
         equal to ``sparse`` (tested) and faster at these short sequences; the notebook checks it on a batch."""
-        rows = []
-        for rate in keep_rates:
-            stats = evaluate_vit(model, self.splits()[split], attention=attention, keep_rate=rate)
-            rows.append({"keep_rate": rate, "connections": num_connections(rate, num_tokens(model)), **stats})
-        return pd.DataFrame(rows)
+        return pd.DataFrame(self._rate_rows(model, keep_rates, split, attention))
+
+    def _rate_rows(self, model, keep_rates, split: str, attention: str) -> list[dict]:
+        """``model``'s evaluation at each keep rate on ``split``, with its keep rate and connections per query."""
+        return [{"keep_rate": rate, "connections": num_connections(rate, num_tokens(model)),
+                 **evaluate_vit(model, self.splits()[split], attention=attention, keep_rate=rate)}
+                for rate in keep_rates]
 
     def retention(self, keep_rates, split: str = "test", attention: str = "masked") -> pd.DataFrame:
         """The dense teacher and phase 2 at each of ``keep_rates`` on ``split``: one row per keep rate (the dense
@@ -271,17 +273,13 @@ class ViTStudy(Study):
         dense, _, _ = self.dense()
         model, _, _ = self.sparsifiner()
         reference = evaluate_vit(dense, self.splits()[split])
-        rows = [{"model": "dense", "keep_rate": None, "connections": num_tokens(model), **reference}]
-        for rate in keep_rates:
-            stats = evaluate_vit(model, self.splits()[split], attention=attention, keep_rate=rate)
-            rows.append({"model": "sparsifiner", "keep_rate": rate,
-                         "connections": num_connections(rate, num_tokens(model)), **stats})
+        rows = [{"model": "dense", "keep_rate": None, "connections": num_tokens(model), **reference},
+                *({"model": "sparsifiner", **row} for row in self._rate_rows(model, keep_rates, split, attention))]
         table = pd.DataFrame(rows)
         table["vs dense"] = table.accuracy - reference["accuracy"]
         table["retention"] = table.accuracy / reference["accuracy"]
         return keep_units(table[["model", "keep_rate", "connections", "accuracy", "vs dense", "retention", "cost"]],
                           rows)
-
 
     # -- result rows: what notebook 05 measured, as the report's rows -------------------------------
 
