@@ -208,7 +208,6 @@ class BertStudy(TextStudy):
         student, metrics, _ = self.train_cached("recovered", pruned_student, fit, lineage, seed=config.seed)
         return student, metrics
 
-
     # -- result rows: what notebooks 03 and 04 measured, as the report's rows ---------------------
 
     def kept_fraction(self, model) -> float:
@@ -248,12 +247,11 @@ class BertStudy(TextStudy):
         {"zero-shot": model, "recovered": model}}; ``stats`` the same shape of ``evaluate_plain`` results); the
         recovered models with their measured speed (``latency``'s "post-hoc recovered @b")."""
         M = self.methods
-        zero_shot = {b: pair["zero-shot"] for b, pair in posthoc.items()}
-        rows = [self.result_row(M.posthoc, b, {**stats[b]["zero-shot"], "cost": self.kept_fraction(m)}, models=dense)
-                for b, m in zero_shot.items()]
-        return rows + self.structural_rows(M.posthoc_recovered, {b: p["recovered"] for b, p in posthoc.items()},
-                                           {b: s["recovered"] for b, s in stats.items()}, latency,
-                                           {b: p["recovered"] for b, p in posthoc.items()},
+        recovered = {b: pair["recovered"] for b, pair in posthoc.items()}
+        rows = [self.result_row(M.posthoc, b, {**stats[b]["zero-shot"], "cost": self.kept_fraction(pair["zero-shot"])},
+                                models=dense) for b, pair in posthoc.items()]
+        return rows + self.structural_rows(M.posthoc_recovered, recovered,
+                                           {b: s["recovered"] for b, s in stats.items()}, latency, recovered,
                                            "post-hoc recovered @{budget:.2f}")
 
 
