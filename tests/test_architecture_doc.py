@@ -21,7 +21,7 @@ def layout_tree(text: str) -> list[str]:
 
 def named_paths(tree: list[str]) -> set[str]:
     """Every folder and .py file the tree names, as paths from the repository root: entries by their indentation
-    under their folder, and files a folder's description names (``registry.py``, ``kinds.py + more_kinds.py``)."""
+    under their folder, and files a folder's description names (``registry.py``, ``verdicts.py + evidence.py``)."""
     named, stack, owner = set(), [], "bab/"
     for line in tree[1:]:
         indent = len(line) - len(line.lstrip())
@@ -51,14 +51,14 @@ def test_the_tree_reader_follows_folders_and_descriptions():
             "  core/                  shared",
             "    runs.py              the run cache",
             "  report/                by job",
-            "    claims/              rules, registry.py (the rules), kinds.py + more_kinds.py",
+            "    claims/              rules, registry.py (the rules), verdicts.py + evidence.py",
             "                         and counts.py",
             "    pages/               rendering",
             "      index.py, template.html   the front page",
             "  __main__.py            the CLI"]
     assert named_paths(tree) == {
         "bab/core/", "bab/core/runs.py", "bab/report/", "bab/report/claims/", "bab/report/claims/registry.py",
-        "bab/report/claims/kinds.py", "bab/report/claims/more_kinds.py", "bab/report/claims/counts.py",
+        "bab/report/claims/verdicts.py", "bab/report/claims/evidence.py", "bab/report/claims/counts.py",
         "bab/report/pages/", "bab/report/pages/index.py", "bab/__main__.py"}
 
 

@@ -23,9 +23,9 @@ Accuracy claims compare *retention* (ours - our own dense model) with the paper'
 levels across datasets. Each claim says whose recipe it tests: the paper's (its unpublished knobs ours) or this
 package's, counted apart on the front page.
 
-Modules: ``verdicts`` (regions, verdicts, row pointers), ``evidence`` (the intervals' units), ``kinds`` and
-``more_kinds`` (the kinds of claim), ``registry`` (the rules as data: ``rules/*.yaml``, one file per paper, their
-digests and the ledger of amendments); judging them is here.
+Modules: ``verdicts`` (regions, verdicts, row pointers), ``evidence`` (the intervals' units), ``kinds`` (the kinds of
+claim, a package: ``base``, ``accuracy``, ``cost``, ``language``, ``numbers``), ``registry`` (the rules as data:
+``rules/*.yaml``, one file per paper, their digests and the ledger of amendments); judging them is here.
 """
 
 from __future__ import annotations
@@ -38,26 +38,24 @@ from bab.report.claims.counts import verdict_label
 from bab.report.claims.evidence import Evidence
 from bab.report.claims.kinds import (
     Accuracy,
+    BeatsOverSeeds,
+    BeatsStatic,
     Claim,
     CostTracks,
+    Counted,
+    Dominates,
+    KindsFirst,
     MemoryFollowsPruning,
+    Monotone,
+    NotYet,
     Parts,
     PerplexityHeld,
     SeedCollapse,
     Speed,
-    margin,
-    retention,
-)
-from bab.report.claims.more_kinds import (
-    BeatsOverSeeds,
-    BeatsStatic,
-    Counted,
-    Dominates,
-    KindsFirst,
-    Monotone,
-    NotYet,
     Statistic,
     ZeroShotHeld,
+    margin,
+    retention,
 )
 from bab.report.claims.registry import amendments, build_claim, load_claims, registry_digest, rule_digest
 from bab.report.claims.verdicts import (

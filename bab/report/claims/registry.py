@@ -26,8 +26,8 @@ from functools import cache
 from importlib import resources
 
 from bab.experiments.methods import method_of
-from bab.report.claims import kinds, more_kinds
-from bab.report.claims.verdicts import PAPERS, Region, Row
+from bab.report.claims import kinds
+from bab.report.claims.verdicts import PAPERS, Region, Row, dense_of
 from bab.report.results import paper as paper_numbers
 
 RULE_FILES = {paper: f"{paper.replace(' ', '-')}.yaml" for paper in PAPERS}
@@ -37,10 +37,10 @@ KINDS = {
     "accuracy": kinds.Accuracy, "retention": kinds.Accuracy, "margin": kinds.Accuracy, "parts": kinds.Parts,
     "cost_tracks": kinds.CostTracks, "seed_collapse": kinds.SeedCollapse, "speed": kinds.Speed,
     "memory_follows_pruning": kinds.MemoryFollowsPruning, "perplexity_held": kinds.PerplexityHeld,
-    "statistic": more_kinds.Statistic, "kinds_first": more_kinds.KindsFirst, "zero_shot_held": more_kinds.ZeroShotHeld,
-    "not_yet": more_kinds.NotYet, "dominates": more_kinds.Dominates, "counted": more_kinds.Counted,
-    "monotone": more_kinds.Monotone, "beats_static": more_kinds.BeatsStatic,
-    "beats_over_seeds": more_kinds.BeatsOverSeeds, "follows_setting": more_kinds.FollowsSetting,
+    "statistic": kinds.Statistic, "kinds_first": kinds.KindsFirst, "zero_shot_held": kinds.ZeroShotHeld,
+    "not_yet": kinds.NotYet, "dominates": kinds.Dominates, "counted": kinds.Counted,
+    "monotone": kinds.Monotone, "beats_static": kinds.BeatsStatic,
+    "beats_over_seeds": kinds.BeatsOverSeeds, "follows_setting": kinds.FollowsSetting,
 }
 
 _ROW = re.compile(r"^(?P<experiment>[\w-]+): (?P<name>.+?)(?: @ (?P<budget>[\d.]+))?(?: \{(?P<settings>.*)\})?$")
@@ -138,7 +138,7 @@ def build_claim(spec: dict, context: dict | None = None) -> kinds.Claim:
     types = {f.name: f.type for f in dataclasses.fields(cls)}
     if kind == "retention":
         row = parse_row(spec.pop("row"))
-        reference = parse_row(spec.pop("reference")) if "reference" in spec else kinds.dense_of(row.method)
+        reference = parse_row(spec.pop("reference")) if "reference" in spec else dense_of(row.method)
         theirs_row = spec.pop("theirs_row", None)
         spec["terms"] = ((row, 1), (reference, -1))
         if theirs_row is not None:
