@@ -34,7 +34,7 @@ from IPython.display import display
 from bab.core.threads import set_threads
 from bab.experiments.bert import BertStudy, kept_heads_table
 from bab.experiments.pipelines.hard_recipe import adaptation_summary
-from bab.experiments.pipelines.heads import hard_topk_is_exact, monotone_verdict
+from bab.experiments.pipelines.heads import soft_and_hard_sweeps, sweep_checks
 from bab.experiments.profiles import get_profile
 from bab.heads import plots
 from bab.heads.evaluate import evaluate, gate_ranking, gates_by_budget
@@ -95,18 +95,13 @@ print(adaptation_summary(warm, hard_metrics))
 # %%
 soft_sweep = study.sweep(warm, P.sweep_budgets, mode="soft")
 hard_sweep = study.sweep(hard, P.sweep_budgets, mode="hard")
-sweep_table = pd.DataFrame({"soft cost": soft_sweep.cost.values, "soft acc": soft_sweep.accuracy.values,
-                            "hard cost": hard_sweep.cost.values, "hard acc": hard_sweep.accuracy.values},
-                           index=pd.Index(soft_sweep.budget, name="budget"))
-display(sweep_table.T.round(3))
+display(soft_and_hard_sweeps(soft_sweep, hard_sweep).T.round(3))
 fig = plots.budget_sweep_plot(soft_sweep, title=f"DBpedia14, {cfg.model_type}: budgeted checkpoint, soft gates")
 plt.show()
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(monotone_verdict(soft_sweep) + " (soft)")
-print(monotone_verdict(hard_sweep) + " (hard)")
-print(f"hard top-k keeps exactly ceil(b*L*H) heads at every budget: {hard_topk_is_exact(hard_sweep, L * H)}")
+print(sweep_checks(soft_sweep, hard_sweep, L * H))
 
 # %% [markdown]
 # ## Structural pruning and measured latency

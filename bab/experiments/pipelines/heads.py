@@ -148,6 +148,23 @@ def monotone_verdict(sweep: pd.DataFrame) -> str:
     return f"cost monotone over {len(sweep)} budgets: {is_monotone(sweep.cost)}"
 
 
+def soft_and_hard_sweeps(soft: pd.DataFrame, hard: pd.DataFrame) -> pd.DataFrame:
+    """One row per budget: the budgeted checkpoint's soft cost and accuracy beside the adapted one's hard cost and
+    accuracy (two ``HeadsStudy.sweep`` tables over the same budgets)."""
+    if list(soft.budget) != list(hard.budget):
+        raise ValueError("the soft and hard sweeps must run over the same budgets")
+    return pd.DataFrame({"soft cost": soft.cost.values, "soft acc": soft.accuracy.values,
+                         "hard cost": hard.cost.values, "hard acc": hard.accuracy.values},
+                        index=pd.Index(soft.budget, name="budget"))
+
+
+def sweep_checks(soft: pd.DataFrame, hard: pd.DataFrame, total_heads: int) -> str:
+    """What the two sweeps must show: each cost monotone in the budget, and hard top-k keeping ceil(b L H) heads."""
+    return "\n".join([f"{monotone_verdict(soft)} (soft)", f"{monotone_verdict(hard)} (hard)",
+                      f"hard top-k keeps exactly ceil(b*L*H) heads at every budget: "
+                      f"{hard_topk_is_exact(hard, total_heads)}"])
+
+
 def deployment_accounting(num_budgets: int) -> pd.DataFrame:
     """Table 2 for K target budgets: fine-tune jobs and deployed artifacts of each method."""
     K = num_budgets
