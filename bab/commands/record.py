@@ -65,11 +65,12 @@ def run_plan(args) -> int:
     with checking():
         checkout, folder = _where(args)
     states = _states(checkout, folder)
-    print(f"{'lane':12s} {'state':12s} {'wall time':>14s} {'core time':>14s}  {'trained at':12s} machine")
+    print(f"{'lane':12s} {'state':12s} {'wall time':>14s} {'core time':>14s} {'+ from cache':>14s}  "
+          f"{'trained at':12s} machine")
     for s in states:
         record = s.record
         print(f"{s.lane.label:12s} {s.state:12s} {wall_time(record.get('seconds')):>14s} "
-              f"{wall_time(record.get('cpu_seconds')):>14s}  "
+              f"{wall_time(record.get('cpu_seconds')):>14s} {wall_time(record.get('cached_seconds') or None):>14s}  "
               f"{record.get('commit') or '':12s} {record.get('machine') or ''}"
               + (f"  (changed: {', '.join(s.changed)})" if s.changed else ""))
     landed = [s for s in states if s.state == "landed"]
