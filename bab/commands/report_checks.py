@@ -69,12 +69,11 @@ def compare_verdicts(before: Path, folder: Path) -> str:
 
     if before.is_dir():
         before = before / "results.json"
-    found = {path: read_json(path) for path in (before, folder / "results.json")}
-    for path, results in found.items():
+    old, new = (read_json(path) for path in (before, folder / "results.json"))
+    for path, results in ((before, old), (folder / "results.json", new)):
         if results is None:
             raise BadInput(f"no readable results.json at {path}: build the report first, or give the file an "
                            f"earlier report wrote")
-    old, new = found.values()
     return changes_markdown(verdict_changes(old, new))
 
 

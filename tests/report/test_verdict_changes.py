@@ -67,3 +67,13 @@ def test_the_report_command_takes_an_earlier_report_folder(tmp_path, capsys):
     argv = ["report", "compare", "--profile", "paper", "--reports-dir", str(tmp_path / "reports"), "--verdicts"]
     assert main([*argv, str(before)]) == 0
     assert capsys.readouterr().out.strip().endswith("4 claims: 1 same, 1 changed, 1 new, 1 gone.")
+
+
+def test_a_report_compared_with_its_own_results_has_every_claim_the_same(tmp_path, capsys):
+    folder = tmp_path / "reports" / "paper"
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps(NOW))
+    argv = ["report", "compare", "--profile", "paper", "--reports-dir", str(tmp_path / "reports"), "--verdicts"]
+    assert main([*argv, str(folder / "results.json")]) == 0
+    assert capsys.readouterr().out.strip().endswith(f"{len(NOW['claims'])} claims: {len(NOW['claims'])} same, "
+                                                    "0 changed, 0 new, 0 gone.")
