@@ -5,7 +5,8 @@ A lane that ended ok in its staging folder lands by copying what its pages and c
 lands nothing): the executed notebook and its page, the rows (``results/<stem>.json``), their per-example outcomes
 (``results/<stem>.outcomes.npz``), the run record (``runs/<stem>.json``); then ``lanes/<stem>.json`` (commit, wall
 and CPU seconds, the seconds its models and measurements taken from the run cache cost, machine, fingerprints) and
-the front page. Weights never land: they stay in the run cache.
+the front page. The page's and the notebook's figures land as 256-colour PNGs (``bab.report.lanes.palette``).
+Weights never land: they stay in the run cache.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 from bab.experiments.registry import NOTEBOOKS
+from bab.report.lanes.palette import compact_figures
 from bab.report.lanes.plan import (
     LANES,
     RECORD_PROFILE,
@@ -45,6 +47,8 @@ def land(staging: Path, folder: Path, lane: Lane, fingerprints: dict, profile: s
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_name(f".{target.name}.landing")
             shutil.copyfile(source, partial)
+            if target.suffix in (".ipynb", ".html"):
+                compact_figures(partial, target.suffix)
             os.replace(partial, target)
     record = {"lane": lane.label, "notebook": lane.notebook.stem, "seed": lane.seed, "profile": profile,
               "commit": run.get("commit"), "seconds": run.get("seconds"),
@@ -66,6 +70,10 @@ def front_page(folder: Path, states: list[LaneState], checkout: Path, profile: s
     folder = Path(folder)
     for sub in ("runs", "results"):
         (folder / sub).mkdir(parents=True, exist_ok=True)
+    for state in states:  # lanes landed before their figures were compacted (the notebook first: its page stays newer)
+        for suffix in (".ipynb", ".html"):
+            if (folder / f"{state.lane.stem}{suffix}").is_file():
+                compact_figures(folder / f"{state.lane.stem}{suffix}")
     reductions = {notebook.stem: _reductions(notebook, profile) for notebook in NOTEBOOKS}
     lanes = [{**s.as_dict(), "reductions": reductions.get(s.lane.notebook.stem, ())} for s in states]
     owners = experiment_notebooks()
