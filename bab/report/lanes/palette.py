@@ -8,9 +8,10 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 import re
 from pathlib import Path
+
+from bab.core.folders import write_atomic
 
 PAGE_PNG = re.compile(r"(data:image/png;base64,)([A-Za-z0-9+/=]+)")
 
@@ -58,7 +59,5 @@ def compact_figures(path: Path, kind: str | None = None) -> bool:
         compacted = json.dumps(notebook, sort_keys=True, indent=1, ensure_ascii=False)  # as nbformat writes one
     if compacted == text:
         return False
-    partial = path.with_name(f".{path.name}.compacting")
-    partial.write_text(compacted, encoding="utf-8")
-    os.replace(partial, path)
+    write_atomic(path, compacted)
     return True
