@@ -10,8 +10,8 @@ dropped tokens weighted by their CLS attention, as EViT's ``extra_token`` (not r
 loop passes the shorter sequence on, and the attention takes whatever length it gets.
 
 Where this differs from EViT: EViT prunes inside the block, between the attention and the MLP; a hook can only
-act on a layer's output, so here (as in bab's own ViT) the tokens are pruned after the layer's MLP. With
-``fuse=False`` this is exactly bab's ViT's pruning (``bab.sparsifiner.token_pruning.prune_tokens``).
+act on a layer's output, so here the tokens are pruned after the layer's MLP. ``fuse=False`` drops them
+without a fused token: notebook 05's rule, the simpler variant (docs/sparsifiner.md).
 
 The predictor of every later layer reads the original position of each surviving token (its W_down and W_up
 columns; ``SparsifinerState.positions``). A fused token has no position of its own; it takes the position of the
@@ -26,10 +26,15 @@ import math
 import torch
 from torch import nn
 
+from bab.core.budget import validate_fraction
 from bab.sparsifiner.attach import STATE_ATTRIBUTE, _base, _LayerHandle, sparsifiner_state
-from bab.sparsifiner.token_pruning import validate_token_keep
 
-__all__ = ["kept_tokens", "prune_and_fuse", "set_token_pruning"]
+__all__ = ["kept_tokens", "prune_and_fuse", "set_token_pruning", "validate_token_keep"]
+
+
+def validate_token_keep(token_keep) -> float:
+    return validate_fraction(token_keep, "token_keep", "the fraction of patch tokens kept at each pruning layer",
+                             "use 1.0 to keep every token and e.g. 0.7 to keep 70% (CLS is always kept)")
 
 
 def kept_tokens(token_keep: float, num_tokens: int) -> int:

@@ -40,8 +40,8 @@ from bab.core.checkpoints import Checkpointer
 from bab.core.losses import attention_distillation_loss, kl_distillation_loss, token_distillation_loss
 from bab.core.training import EpochBatches, Objective, OptimizerConfig, Selection, TrainResult, run_training
 from bab.sparsifiner.attach import predictors, sparsifiner_state
+from bab.sparsifiner.attach_tokens import validate_token_keep
 from bab.sparsifiner.predictor import validate_keep_rate
-from bab.sparsifiner.token_pruning import validate_token_keep
 from bab.sparsifiner.vit import LINFORMER_MODULE, PREDICTOR_MODULE, vit_forward
 
 VIT_OBJECTIVES = ("dense", "predictor", "joint", "linformer")

@@ -26,11 +26,10 @@ from torch import nn
 from transformers import ViTConfig, ViTForImageClassification
 
 from bab.sparsifiner import attach as sparsifiner_attach
-from bab.sparsifiner.attach_tokens import set_token_pruning
+from bab.sparsifiner.attach_tokens import set_token_pruning, validate_token_keep
 from bab.sparsifiner.attention import CORES_WITHOUT_PROBS, PREDICTOR_CORES, SELECTIONS, attention_core
 from bab.sparsifiner.kernels import SPARSE_KERNELS, dense_attention_macs
 from bab.sparsifiner.predictor import ConnectivityConfig, validate_keep_rate
-from bab.sparsifiner.token_pruning import validate_token_keep
 
 __all__ = ["LINFORMER_MODULE", "PREDICTOR_MODULE", "ViTClassifierConfig", "ViTForward", "ViTOutput", "build_vit",
            "dense_mhsa_macs", "num_tokens", "vit_forward"]

@@ -13,6 +13,7 @@ from transformers import ViTForImageClassification
 from bab.core.losses import attention_distillation_loss, kl_distillation_loss, token_distillation_loss
 from bab.sparsifiner import fused
 from bab.sparsifiner.attach import predictors
+from bab.sparsifiner.attach_tokens import prune_and_fuse
 from bab.sparsifiner.attention import ATTENTION_CORES
 from bab.sparsifiner.evaluate import (
     attention_core_flops,
@@ -24,7 +25,6 @@ from bab.sparsifiner.evaluate import (
 )
 from bab.sparsifiner.model_bench import set_realistic_model_state
 from bab.sparsifiner.predictor import ConnectivityConfig, num_connections
-from bab.sparsifiner.token_pruning import prune_tokens
 from bab.sparsifiner.train import ViTTrainConfig, train_vit
 from bab.sparsifiner.vit import (
     ViTClassifierConfig,
@@ -125,7 +125,8 @@ def test_bad_arguments_raise_clear_errors():
 def test_token_pruning_keeps_cls_and_the_most_attended_patches():
     x = torch.arange(5 * 2, dtype=torch.float).view(1, 5, 2)
     cls_attention = torch.tensor([[[0.1, 0.5, 0.05, 0.3, 0.05]]])  # [B=1, H=1, n=5]
-    pruned, kept = prune_tokens(x, cls_attention, 0.5)
+    pruned, positions, _ = prune_and_fuse(x, cls_attention, 0.5, fuse=False)
+    kept = positions[:, 1:]
     assert kept.tolist() == [[1, 3]]
     torch.testing.assert_close(pruned, x[:, [0, 1, 3]])
 
