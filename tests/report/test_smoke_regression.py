@@ -2,6 +2,7 @@
 against tests/reference/smoke_rows.json; and the comparison itself on rows built by hand."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -10,17 +11,70 @@ from pathlib import Path
 
 import pytest
 
-from bab.report.compare.regression import (
-    TOLERANCES,
-    compare_rows,
-    metric_count,
-    numerics_fingerprint,
-    read_numerics,
-    read_reference,
-    split_by_numerics,
-    store_numerics,
-)
+from bab.experiments.methods import settings_text
+from bab.report.compare.regression import NUMERICS_REFERENCE, REFERENCE, numerics_fingerprint, store_numerics
 from bab.report.results.contract import ROWS_DIR_ENV
+
+# metric -> (kind, tolerance): "abs" in the metric's unit, "rel" as a fraction of the reference value, or of 1
+# where the reference is smaller than 1 (a method's ``value`` may be a correlation near 1 or a share near 0, where a
+# fraction of the value itself would be no tolerance at all). Measured speed-ups are not compared: they depend on
+# the machine's load, and the timing verdicts cover them.
+TOLERANCES = {"accuracy": ("abs", 2.0), "accuracy_std": ("abs", 2.0), "cost": ("abs", 0.02),
+              "perplexity": ("rel", 0.05), "memory_ratio": ("rel", 0.05), "analytic_limit": ("rel", 0.01),
+              "value": ("rel", 0.05)}
+
+def read_reference(path=REFERENCE) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def read_numerics(path=NUMERICS_REFERENCE) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def split_by_numerics(names, made_on: dict, here: dict) -> tuple[list[str], list[str]]:
+    """(names whose reference rows were made on a machine that rounds as this one does, the other names).
+
+    Rows made elsewhere cannot be held to the tolerances: a few-step training carries a last-bit difference in
+    one kernel to a different model. A name with no recorded fingerprint counts as made elsewhere.
+    """
+    same = [n for n in names if made_on.get(n, {}).get("fingerprint") == here["fingerprint"]]
+    return same, [n for n in names if n not in same]
+
+
+def row_key(row: dict) -> tuple:
+    budget = row.get("budget")
+    return (row["experiment"], row["method"], None if budget is None else round(float(budget), 4),
+            settings_text(row.get("settings")))
+
+
+def _differs(kind: str, tolerance: float, ours, reference) -> bool:
+    if ours is None or reference is None:
+        return (ours is None) != (reference is None)
+    if kind == "abs":
+        return abs(ours - reference) > tolerance
+    return abs(ours - reference) > tolerance * max(abs(reference), 1.0)
+
+
+def compare_rows(rows: list[dict], reference: list[dict]) -> list[str]:
+    """Every difference between ``rows`` and ``reference`` beyond the tolerances, as lines (empty: none)."""
+    ours = {row_key(r): r for r in rows}
+    theirs = {row_key(r): r for r in reference}
+    problems = [f"missing row {key}" for key in theirs if key not in ours]
+    problems += [f"row not in the reference {key}" for key in ours if key not in theirs]
+    for key in ours.keys() & theirs.keys():
+        for metric, (kind, tolerance) in TOLERANCES.items():
+            a, b = ours[key].get(metric), theirs[key].get(metric)
+            if _differs(kind, tolerance, a, b):
+                limit = f"{tolerance:g}" if kind == "abs" else f"{tolerance:.0%}"
+                problems.append(f"{key}: {metric} {a} vs reference {b} (tolerance {limit})")
+    return sorted(problems)
+
+
+def metric_count(reference: dict) -> int:
+    """How many numbers the reference guards (metrics with a value, over every row)."""
+    return sum(sum(1 for metric in TOLERANCES if row.get(metric) is not None and math.isfinite(row[metric]))
+               for rows in reference.values() for row in rows)
+
 
 BASE = {"experiment": "synthetic", "method": "warm-start budgeted", "budget": 0.5, "cost": 0.5, "accuracy": 97.0,
         "speedup": None}

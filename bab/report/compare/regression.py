@@ -1,24 +1,20 @@
-"""The smoke regression check: the result rows of a smoke run against the stored reference, metric by metric.
+"""The smoke regression check's reference and the smoke kernels' settings.
 
 ``python -m bab notebooks refresh`` stores each notebook's smoke rows in ``tests/reference/smoke_rows.json``
-as it stores its outputs; ``./run_all.sh test`` has nbval write the rows it produces to ``$BAB_RESULTS_DIR``,
-and ``tests/report/test_smoke_regression.py`` (run after the notebooks) compares the two. The tolerances are
-wide enough for another CPU of this kind and narrow enough to catch a real change. Measured speed-ups are not
-compared: they depend on the machine's load, and the timing verdicts cover them.
+as it stores its outputs, with the numerics fingerprint of the machine that made them; ``./run_all.sh test`` has
+nbval write the rows it produces to ``$BAB_RESULTS_DIR``, and ``tests/report/test_smoke_regression.py`` (run after
+the notebooks) compares the two within its tolerances.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import platform
 import subprocess
 import sys
 from pathlib import Path
-
-from bab.experiments.methods import settings_text
 
 REFERENCE = Path(__file__).resolve().parents[3] / "tests" / "reference" / "smoke_rows.json"
 # the numerics fingerprint of the machine that made each notebook's reference rows (``numerics_fingerprint``)
@@ -43,12 +39,7 @@ SMOKE_THREADS = 1
 # (``numerics_fingerprint``). The record and the quick report keep the machine's fastest paths: they are not
 # compared bit for bit across machines.
 SMOKE_NUMERICS_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-# metric -> (kind, tolerance): "abs" in the metric's unit, "rel" as a fraction of the reference value, or of 1
-# where the reference is smaller than 1 (a method's ``value`` may be a correlation near 1 or a share near 0, where a
-# fraction of the value itself would be no tolerance at all)
-TOLERANCES = {"accuracy": ("abs", 2.0), "accuracy_std": ("abs", 2.0), "cost": ("abs", 0.02),
-              "perplexity": ("rel", 0.05), "memory_ratio": ("rel", 0.05), "analytic_limit": ("rel", 0.01),
-              "value": ("rel", 0.05)}
+
 
 
 def smoke_kernel_env() -> dict[str, str]:
@@ -106,58 +97,9 @@ def numerics_fingerprint() -> dict[str, str]:
     return {"fingerprint": probe.stdout.strip(), "cpu": cpu_name()}
 
 
-def read_numerics(path=NUMERICS_REFERENCE) -> dict:
-    return _read_entries(path)
-
-
 def store_numerics(name: str, numerics: dict, path=NUMERICS_REFERENCE) -> None:
     """Record the numerics fingerprint of the machine that made the reference rows of ``name``."""
     _store_entry(path, name, numerics)
-
-
-def split_by_numerics(names, made_on: dict, here: dict) -> tuple[list[str], list[str]]:
-    """(names whose reference rows were made on a machine that rounds as this one does, the other names).
-
-    Rows made elsewhere cannot be held to the tolerances: a few-step training carries a last-bit difference in
-    one kernel to a different model. A name with no recorded fingerprint counts as made elsewhere.
-    """
-    same = [n for n in names if made_on.get(n, {}).get("fingerprint") == here["fingerprint"]]
-    return same, [n for n in names if n not in same]
-
-
-def row_key(row: dict) -> tuple:
-    budget = row.get("budget")
-    return (row["experiment"], row["method"], None if budget is None else round(float(budget), 4),
-            settings_text(row.get("settings")))
-
-
-def _differs(kind: str, tolerance: float, ours, reference) -> bool:
-    if ours is None or reference is None:
-        return (ours is None) != (reference is None)
-    if kind == "abs":
-        return abs(ours - reference) > tolerance
-    return abs(ours - reference) > tolerance * max(abs(reference), 1.0)
-
-
-def compare_rows(rows: list[dict], reference: list[dict]) -> list[str]:
-    """Every difference between ``rows`` and ``reference`` beyond the tolerances, as lines (empty: none)."""
-    ours = {row_key(r): r for r in rows}
-    theirs = {row_key(r): r for r in reference}
-    problems = [f"missing row {key}" for key in theirs if key not in ours]
-    problems += [f"row not in the reference {key}" for key in ours if key not in theirs]
-    for key in ours.keys() & theirs.keys():
-        for metric, (kind, tolerance) in TOLERANCES.items():
-            a, b = ours[key].get(metric), theirs[key].get(metric)
-            if _differs(kind, tolerance, a, b):
-                limit = f"{tolerance:g}" if kind == "abs" else f"{tolerance:.0%}"
-                problems.append(f"{key}: {metric} {a} vs reference {b} (tolerance {limit})")
-    return sorted(problems)
-
-
-def metric_count(reference: dict) -> int:
-    """How many numbers the reference guards (metrics with a value, over every row)."""
-    return sum(sum(1 for metric in TOLERANCES if row.get(metric) is not None and math.isfinite(row[metric]))
-               for rows in reference.values() for row in rows)
 
 
 def _read_entries(path) -> dict:
@@ -172,10 +114,6 @@ def _store_entry(path, name: str, value) -> None:
     entries[name] = value
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(dict(sorted(entries.items())), indent=1, sort_keys=True) + "\n")
-
-
-def read_reference(path=REFERENCE) -> dict:
-    return _read_entries(path)
 
 
 def store_reference(name: str, rows: list[dict], path=REFERENCE) -> None:
