@@ -150,9 +150,10 @@ class SparsifinerState:
                 for index, info in zip(indices, self.layers, strict=True)]
 
     def phase1_loss(self) -> torch.Tensor:
-        """Sparsifiner's attention-distillation loss (Eq. 10) of the last forward, as bab's phase 1 computes it:
-        the MSE between each layer's approximate attention and its own attention rows of the predicted queries.
-        Needs a dense forward with ``with_predictor=True`` (the teacher is the model's own dense attention)."""
+        """Sparsifiner's attention-distillation loss (Eq. 10) of the last forward, phase 1's: the MSE between each
+        layer's approximate attention and its own attention rows of the predicted queries (all, or all but CLS with
+        ``cls_dense``). Needs a dense forward with ``with_predictor=True`` (the teacher is the model's own dense
+        attention)."""
         probs = self.attention_probs()
         rows = [p[:, :, info["first_query"]:] for p, info in zip(probs, self.layers, strict=True)]
         return attention_distillation_loss(self.approximate_attention(), rows)

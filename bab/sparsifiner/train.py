@@ -261,13 +261,9 @@ def _step(model, teacher, pixels, labels, config: ViTTrainConfig, rng: random.Ra
         return out, F.cross_entropy(out.logits, labels)
     if config.objective == "predictor":
         out = vit_forward(model, pixels, attention="dense", with_predictor=True)
-        # the teacher's rows of the predicted queries (all, or all but CLS with cls_dense, as the official code)
-        teacher_rows = [layer["probs"][:, :, layer["first_query"]:] for layer in out.layers]
-        # S = A~_down W~_up, or A_down W_up with phase1_scores="raw" (bab.sparsifiner.predictor)
-        loss = config.lambda_attn * attention_distillation_loss([layer["phase1_scores"] for layer in out.layers],
-                                                                teacher_rows)
+        inner = extract_model_from_parallel(model, keep_fp32_wrapper=False)
+        loss = config.lambda_attn * sparsifiner_state(inner).phase1_loss()  # the teacher: the model's own attention
         if config.lambda_spa:
-            inner = extract_model_from_parallel(model, keep_fp32_wrapper=False)
             loss = loss + config.lambda_spa * torch.stack([p.w_up.pow(2).mean() for p in predictors(inner)]).mean()
         return out, loss
     joint_predictor = config.objective == "joint" and config.joint_predictor
