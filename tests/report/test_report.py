@@ -168,6 +168,20 @@ def test_the_pages_read_offline_and_name_no_folder_of_the_machine(first_run):
     assert 'results_path = "results/01_ok.json"' in re.sub(r"<[^>]+>", "", page).replace("&quot;", '"')
 
 
+def test_a_kernel_killed_mid_cell_fails_the_run_instead_of_hanging_it(tmp_path):
+    # a kernel killed for memory once left a lane waiting for its output for hours
+    from concurrent.futures import ThreadPoolExecutor
+
+    from nbclient.exceptions import DeadKernelError
+
+    write_notebook(tmp_path / "die.ipynb", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    with ThreadPoolExecutor(1) as pool:
+        run = pool.submit(report.execute_notebook, tmp_path / "die.ipynb", tmp_path / "out.ipynb", "smoke",
+                          tmp_path / "rows.json", tmp_path)
+        with pytest.raises(DeadKernelError):
+            run.result(timeout=300)
+
+
 def test_notebooks_run_in_their_folder_without_moving_this_process(first_run):
     # two notebooks at once run in threads of one process: a chdir by one would move the other's relative paths
     # (a build once ended reading reports/quick/results.json from inside notebooks/)

@@ -192,17 +192,19 @@ def execute_notebook(src, out, profile, results_path, cwd, label="", seed=None, 
 
 def usage_measuring_kernel_manager(usage: dict):
     """A kernel manager class that writes its kernel's CPU seconds into ``usage`` as it shuts the kernel down: the
-    time the notebook had a core, whatever else ran beside it (its wall time counts the waits too)."""
+    time the notebook had a core, whatever else ran beside it (its wall time counts the waits too). Asynchronous,
+    as nbclient's own default is: under a synchronous manager nbclient never notices a kernel that died (killed for
+    memory, say) and waits for its output forever."""
     import psutil
-    from jupyter_client.manager import KernelManager
+    from jupyter_client.manager import AsyncKernelManager
 
-    class UsageMeasuringKernelManager(KernelManager):
-        def shutdown_kernel(self, now=False, restart=False):
+    class UsageMeasuringKernelManager(AsyncKernelManager):
+        async def shutdown_kernel(self, now=False, restart=False):
             with contextlib.suppress(psutil.Error, AttributeError, TypeError):  # a measurement never fails a run
                 times = psutil.Process(self.provisioner.pid).cpu_times()
                 usage["cpu_seconds"] = round(times.user + times.system + times.children_user + times.children_system,
                                              2)
-            return super().shutdown_kernel(now=now, restart=restart)
+            return await super().shutdown_kernel(now=now, restart=restart)
 
     return UsageMeasuringKernelManager
 
