@@ -114,7 +114,7 @@ class ContextState:
 
     def sparsity(self, normalisation: str = "causal_pairs") -> torch.Tensor:
         """The sparsity regulariser, mean over layers of ``sparsity_term`` of each layer's own log I (with gradient)."""
-        return torch.stack([sparsity_term(o, normalisation) for o in self._recorded()]).mean()
+        return torch.stack(self.sparsity_terms(normalisation)).mean()
 
     def sparsity_terms(self, normalisation: str = "causal_pairs") -> list[torch.Tensor]:
         """The sparsity term of each layer, [L] scalars."""

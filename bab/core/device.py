@@ -19,10 +19,6 @@ DEVICES = ("auto", "cpu", "cuda")
 DEVICE_ENV = "BAB_DEVICE"
 
 
-def check_device(device: str, owner: str = "device") -> None:
-    check_choice(device, DEVICES, owner)
-
-
 def default_device() -> str:
     """``$BAB_DEVICE`` when set, else ``auto``."""
     return choice_from_env(DEVICE_ENV, DEVICES, "auto")
@@ -32,7 +28,7 @@ def training_device(device: str | None = None) -> str:
     """The device training runs on, ``cpu`` or ``cuda``, for ``device`` (default: ``default_device()``). Raises
     when ``cuda`` is asked for and torch sees no GPU."""
     device = default_device() if device is None else device
-    check_device(device)
+    check_choice(device, DEVICES, "device")
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device 'cuda' was asked for, but torch {torch.__version__} sees no GPU "
                          f"(torch.cuda.is_available() is False): train with device 'cpu' or 'auto' "

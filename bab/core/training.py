@@ -236,12 +236,12 @@ class _Position:
 
 
 def run_training(model: torch.nn.Module, objective: Objective, *, teacher: torch.nn.Module | None = None,
-                 selection: Selection | None = None, on_row: Callable[[torch.nn.Module], dict] | None = None,
-                 checkpoint: Checkpointer | None = None, progress: bool = True) -> TrainResult:
+                 selection: Selection | None = None, checkpoint: Checkpointer | None = None,
+                 progress: bool = True) -> TrainResult:
     """Train ``model`` in place with ``objective``; returns the history and the selected epoch.
 
-    ``teacher``: a model the objective distils from (a private frozen copy is used). ``on_row(model) -> dict``
-    (e.g. a validation pass) is merged into each history row; ``selection`` picks the weights kept.
+    ``teacher``: a model the objective distils from (a private frozen copy is used); ``selection`` picks the
+    weights kept.
     ``checkpoint``: write resumable checkpoints there, and resume from one found there.
     """
     config, plan = objective.config, objective.batches
@@ -334,8 +334,6 @@ def run_training(model: torch.nn.Module, objective: Objective, *, teacher: torch
                     unwrapped = accelerator.unwrap_model(model)
                     row = objective.row(_reduced(accelerator, sums), at.epoch + 1, at.step)
                     sums = {}
-                    if on_row is not None:
-                        row.update(on_row(unwrapped))
                     if selection is not None and (selection.each_epoch or at.step == total):
                         row["selection"] = float(selection.score(unwrapped))
                         best = _best_of(best, row["selection"], at.epoch + 1, unwrapped)

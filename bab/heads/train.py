@@ -204,16 +204,14 @@ class HeadsObjective(Objective):
 
 
 def train(model: torch.nn.Module, train_data: Dataset, config: TrainConfig, teacher: torch.nn.Module | None = None,
-          progress: bool = True, on_epoch_end=None, select=None, checkpoint: Checkpointer | None = None
-          ) -> TrainResult:
+          progress: bool = True, select=None, checkpoint: Checkpointer | None = None) -> TrainResult:
     """Train ``model`` in place (``bab.core.training.run_training``). ``teacher`` (a soft-gated model, or the
     dense one) is required for hard_adapt and recovery.
 
-    ``on_epoch_end(model) -> dict`` (optional, e.g. a validation pass) is merged into each
-    epoch's history row. ``select(model) -> float`` (optional, higher is better, computed on
-    validation data) picks the checkpoint: the best epoch's weights are restored at the end. For hard
-    adaptation the unadapted checkpoint is a candidate too (``selected_epoch`` 0: adaptation was not kept).
-    ``checkpoint``: resumable checkpoints are written there, and a run found there is resumed.
+    ``select(model) -> float`` (optional, higher is better, computed on validation data) picks the checkpoint:
+    the best epoch's weights are restored at the end. For hard adaptation the unadapted checkpoint is a candidate
+    too (``selected_epoch`` 0: adaptation was not kept). ``checkpoint``: resumable checkpoints are written there,
+    and a run found there is resumed.
     """
     _check_objective(model, config, teacher)
     selection = None
@@ -223,7 +221,7 @@ def train(model: torch.nn.Module, train_data: Dataset, config: TrainConfig, teac
     objective = HeadsObjective(config, train_data, pad_id=getattr(getattr(model, "config", None), "pad_id", None),
                                progress=progress)
     return run_training(model, objective, teacher=teacher, selection=selection,
-                        on_row=on_epoch_end, checkpoint=checkpoint, progress=progress)
+                        checkpoint=checkpoint, progress=progress)
 
 
 def _check_objective(model, config: TrainConfig, teacher) -> None:
