@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from bab.report.claims.verdicts import DECIDING, PAPERS, RECIPES, VERDICTS
 
+# the two claims tables of the front page and RECORD.md: the papers' recipes, then what this package's recipe adds
+CLAIM_SECTIONS = (("paper", "Claims tested with the papers' recipes"), ("ours", "What this package's recipe adds"))
+
 
 def verdict_label(claim) -> str:
     """A judged claim's verdict as counted and shown: "reproduced", or "reproduced, indicative" when it stands on

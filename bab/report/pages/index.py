@@ -13,7 +13,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
-from bab.report.claims.counts import claims_summary, verdict_label
+from bab.report.claims.counts import CLAIM_SECTIONS, claims_summary, verdict_label
 from bab.report.results.contract import RESULTS_CONTRACT, now_iso, read_json, write_json_atomic
 from bab.report.results.seeds import combine_seed_results, split_seed_stem
 
@@ -58,22 +58,11 @@ def collect_seeded_results(staging, files=None):
     return combine_seed_results({stem: (data.get("contract"), data.get("rows", [])) for stem, data in files.items()})
 
 
-def collect_models(files):
-    """{stem: the models its kernel trained or took from the run cache} from the results files (the "models" of
-    ``save_results``; notebooks written before models were recorded are left out)."""
-    return {stem: data["models"] for stem, data in files.items() if data.get("models") is not None}
-
-
-def collect_measurements(files):
-    """{stem: the slow measurements its kernel computed or read from the run cache} (the "measurements" of
-    ``save_results``; notebooks that recorded none are left out)."""
-    return {stem: data["measurements"] for stem, data in files.items() if data.get("measurements")}
-
-
-def collect_code(files):
-    """{stem: {bab module path: digest}} of the code each notebook's kernel loaded (the "code" of ``save_results``;
-    notebooks written before it was recorded are left out)."""
-    return {stem: data["code"] for stem, data in files.items() if data.get("code") is not None}
+def recorded(files, key: str, keep=lambda value: value is not None) -> dict:
+    """{stem: the ``key`` of its results file} where ``keep`` accepts it (``save_results``: "models" the kernel
+    trained or took from the run cache, "measurements" it computed or read, "code" {bab module path: digest} it
+    loaded; notebooks written before one was recorded are left out)."""
+    return {stem: data[key] for stem, data in files.items() if keep(data.get(key))}
 
 
 def current_rows(results):
@@ -180,8 +169,6 @@ def generated_time(runs) -> str:
 
 
 MINUS = "\u2212"  # a typographic minus: "−0.55" reads as a number, "-0.55" as a hyphen
-# the front page's two claims tables: the papers' recipes, then what this package's own recipe adds
-CLAIM_SECTIONS = (("paper", "Claims tested with the papers' recipes"), ("ours", "What this package's recipe adds"))
 
 
 def _decimals(magnitude: float) -> int:
@@ -367,9 +354,9 @@ def write_index(staging, profile, notebooks, repo_dir, lanes=None, claim_view=No
         "rows": [{"notebook": stem, **row} for stem, stem_rows in results.items() for row in stem_rows],
         # the rows of each seed's run of a notebook run at several seeds, before ``rows`` averaged them
         "seed_rows": {stem: {str(seed): rows for seed, rows in by_seed.items()} for stem, by_seed in seed_rows.items()},
-        "models": collect_models(files),
-        "measurements": collect_measurements(files),
-        "code": collect_code(files),
+        "models": recorded(files, "models"),
+        "measurements": recorded(files, "measurements", bool),  # notebooks that measured nothing left out too
+        "code": recorded(files, "code"),
     }
     if lanes is not None:
         merged["lanes"] = lanes

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from bab.core.provenance import PACKAGE_ROOT, changed_code
-from bab.report.claims.counts import claims_summary
+from bab.report.claims.counts import CLAIM_SECTIONS, claims_summary
 from bab.report.results.seeds import seed_table, split_seed_stem
 
 RECORD_NAME = "RECORD.md"
@@ -110,8 +110,7 @@ def record_markdown(results: dict, runs: list[dict], code_now: dict[str, str] | 
             if _counts(by_recipe["ours"]):
                 lines.append(f"  - with our recipe (not in the paper's count): {_counts(by_recipe['ours'])}")
         lines.append("")
-        for recipe, title in (("paper", "Claims tested with the papers' recipes"),
-                              ("ours", "What this package's recipe adds")):
+        for recipe, title in CLAIM_SECTIONS:
             shown = [c for c in claims if c.get("recipe", "paper") == recipe]
             if not shown:
                 continue
@@ -227,6 +226,10 @@ def _provenance_row(stem: str, used: list[dict], seconds_key: str) -> str:
             f"{_duration(sum(seconds)) if seconds else '–'} |")
 
 
+def _runs(folder: Path) -> list[dict]:
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted((folder / "runs").glob("*.json"))]
+
+
 def write_record(folder, notebooks_dir=None) -> Path:
     """Write ``folder``/RECORD.md from ``folder``/results.json and ``folder``/runs/*.json, marking the runs whose
     notebook in ``notebooks_dir`` (default: this checkout's ``notebooks/``) has changed since."""
@@ -235,10 +238,9 @@ def write_record(folder, notebooks_dir=None) -> Path:
     if not results_path.is_file():
         raise FileNotFoundError(f"{results_path} not found: point at a report folder (e.g. reports/paper)")
     results = json.loads(results_path.read_text(encoding="utf-8"))
-    runs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted((folder / "runs").glob("*.json"))]
     path = folder / RECORD_NAME
     code_now = current_code(PACKAGE_ROOT / "notebooks" if notebooks_dir is None else notebooks_dir)
-    path.write_text(record_markdown(results, runs, code_now), encoding="utf-8")
+    path.write_text(record_markdown(results, _runs(folder), code_now), encoding="utf-8")
     return path
 
 
@@ -252,8 +254,7 @@ def write_cost_table(folder) -> Path | None:
     readme = folder.parent / "README.md"
     if results.get("profile") != "paper" or not readme.is_file():
         return None
-    runs = [json.loads(p.read_text(encoding="utf-8")) for p in sorted((folder / "runs").glob("*.json"))]
-    table = cost_table(results.get("models") or {}, runs)
+    table = cost_table(results.get("models") or {}, _runs(folder))
     lines = readme.read_text(encoding="utf-8").split("\n")
     start = next((i for i, line in enumerate(lines) if line.startswith(table[0])), None)
     end = None if start is None else next((i for i in range(start, len(lines)) if lines[i].startswith("| all |")), None)
