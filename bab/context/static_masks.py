@@ -86,23 +86,21 @@ def match_stride(T: int, fraction: float) -> int:
     return _closest(T, fraction, lambda s: lambda d: ((d < s) | (d % s == 0)).double())
 
 
+def _is_local(kind: str) -> bool:
+    if kind not in KINDS:
+        raise ValueError(f"static mask kind must be one of {KINDS}, got {kind!r}")
+    return kind == "local"
+
+
 def matched_size(kind: str, T: int, fraction: float) -> int:
     """The window (``kind`` 'local') or stride ('strided') whose pattern prunes closest to ``fraction`` at length T."""
-    if kind == "local":
-        return match_window(T, fraction)
-    if kind == "strided":
-        return match_stride(T, fraction)
-    raise ValueError(f"static mask kind must be one of {KINDS}, got {kind!r}")
+    return (match_window if _is_local(kind) else match_stride)(T, fraction)
 
 
 def pattern_mask(kind: str, T: int, size: int) -> torch.Tensor:
     """The ``kind`` mask [T, T] of window or stride ``size``: with the kind, the size names the mask at a length (what
     a run or a measurement is keyed by)."""
-    if kind == "local":
-        return local_window_mask(T, size)
-    if kind == "strided":
-        return strided_mask(T, size)
-    raise ValueError(f"static mask kind must be one of {KINDS}, got {kind!r}")
+    return (local_window_mask if _is_local(kind) else strided_mask)(T, size)
 
 
 def static_mask(kind: str, T: int, fraction: float) -> torch.Tensor:
