@@ -16,7 +16,6 @@ from bab.data.text import (
     clean_text,
     load_text_dataset,
     make_splits,
-    read_classification_csv,
     read_labeled_csv,
     read_original_csv,
     resolve_dataset_dir,
@@ -70,7 +69,7 @@ def test_ag_style_csv_keeps_quoted_commas_newlines_and_raw_text(tmp_path):
 
 
 def test_dbpedia_style_csv_with_unquoted_class(tmp_path):
-    result = read_classification_csv(write(tmp_path, "db.csv", DBPEDIA_STYLE), num_classes=14)
+    result = read_original_csv(write(tmp_path, "db.csv", DBPEDIA_STYLE), num_classes=14)
     assert result.labels == [0, 13]
     assert result.texts == ["Abbott of Farnham E D Abbott Limited was a British coachbuilding business", "T A book ."]
 
@@ -126,7 +125,7 @@ def test_labeled_csv_with_string_and_integer_labels(tmp_path):
     # a fixed mapping keeps train and test consistent even when a class is missing from one file
     assert read_labeled_csv(path, label_names=["pos", "neg"]).labels == [0, 1, 0]
     path = write(tmp_path, "i.csv", "title,body,y\nA,b,0\nC,d,2\n")
-    result = read_classification_csv(path, header=True, text_column=["title", "body"], label_column="y")
+    result = read_labeled_csv(path, text_column=["title", "body"], label_column="y")
     assert result.texts == ["A b", "C d"] and result.labels == [0, 2] and result.report["label_names"] is None
     with pytest.raises(ValueError, match=r"i.csv, line 3: label 2 is outside 0..1"):
         read_labeled_csv(path, text_column=["title", "body"], label_column="y", num_classes=2)

@@ -11,19 +11,13 @@ One module per idea, every public name re-exported here (``from bab.data.text im
 
 from bab.data.text.build import TextClassificationData, build_text_classification, sort_by_length
 from bab.data.text.datasets import SOURCES, TextData, TextSource, load_text_dataset, resolve_dataset_dir
-from bab.data.text.readers import (
-    LabeledTexts,
-    clean_text,
-    read_classification_csv,
-    read_labeled_csv,
-    read_original_csv,
-)
+from bab.data.text.readers import LabeledTexts, clean_text, read_labeled_csv, read_original_csv
 from bab.data.text.splits import PAPER_SPLIT_SIZES, Split, make_splits
 from bab.data.text.tokenizers import CLS, PAD, SPECIAL_TOKENS, UNK, PretrainedTokenizer, WordTokenizer
 
 __all__ = [
     "CLS", "PAD", "PAPER_SPLIT_SIZES", "SOURCES", "SPECIAL_TOKENS", "UNK", "LabeledTexts", "PretrainedTokenizer",
     "Split", "TextClassificationData", "TextData", "TextSource", "WordTokenizer", "build_text_classification",
-    "clean_text", "load_text_dataset", "make_splits", "read_classification_csv", "read_labeled_csv",
+    "clean_text", "load_text_dataset", "make_splits", "read_labeled_csv",
     "read_original_csv", "resolve_dataset_dir", "sort_by_length",
 ]

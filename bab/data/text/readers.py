@@ -226,15 +226,3 @@ def read_labeled_csv(path, text_column: str | Sequence[str] = "text", label_colu
         texts.append(text)
         labels.append(value)
     return LabeledTexts(texts, labels, collector.report(len(texts), label_names=names))
-
-
-def read_classification_csv(path, num_classes: int | None = None, *, header: bool = False,
-                            text_column: str | Sequence[str] = "text", label_column: str = "label",
-                            skip_malformed: bool = False) -> LabeledTexts:
-    """``read_original_csv`` (``header=False``, the AG News / DBpedia14 format) or ``read_labeled_csv``."""
-    if header:
-        return read_labeled_csv(path, text_column, label_column, num_classes=num_classes,
-                                skip_malformed=skip_malformed)
-    return read_original_csv(path, num_classes, skip_malformed=skip_malformed)
-
-
