@@ -20,7 +20,7 @@ No attention mask reaches the implementation: transformers builds masks only for
 returns the caller's mask (None for images) otherwise, so a mask passed in is refused with an error.
 
 The settings of the next forward (core, keep rate, whether to compute the predictor's scores, token pruning) live
-on a ``SparsifinerState`` shared by the layers (``sparsifiner_state(model)``, ``configure``, ``set_keep_rate``).
+on a ``SparsifinerState`` shared by the layers (``sparsifiner_state(model)``, ``configure``).
 After a forward the state holds each layer's internals as bab's ViT returns them in ``ViTOutput.layers`` (the
 predictor's index and coefficients, its scores with ``with_predictor``, the attention probabilities where
 computed, the token positions), the final layer-normed tokens and the attention cores' multiply-adds.
@@ -55,7 +55,7 @@ from bab.sparsifiner.linformer import LinformerProjection
 from bab.sparsifiner.predictor import ConnectivityConfig, ConnectivityPredictor, validate_keep_rate
 
 __all__ = ["ATTN_IMPLEMENTATION", "CORES", "LINFORMER_NAME", "PREDICTOR_NAME", "SparsifinerState", "attach",
-           "configure", "is_attached", "load_attached", "predictors", "set_keep_rate", "sparsifiner_state"]
+           "configure", "is_attached", "load_attached", "predictors", "sparsifiner_state"]
 
 ATTN_IMPLEMENTATION = "bab_sparsifiner"
 CONFIG_KEY = "bab_sparsifiner"  # the predictor settings in model.config (saved in config.json by save_pretrained)
@@ -315,11 +315,6 @@ def configure(model: nn.Module, *, core: str | None = None, keep: float | None =
     if selection is not None:
         state.selection = selection
     return state
-
-
-def set_keep_rate(model: nn.Module, keep: float) -> None:
-    """The fraction of keys each query keeps in the next forwards, in (0, 1] (k = ceil(keep * n) per query)."""
-    configure(model, keep=keep)
 
 
 def load_attached(model_class, path: str, core: str = "masked", keep: float = 1.0,

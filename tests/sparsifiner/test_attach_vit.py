@@ -27,7 +27,6 @@ from bab.sparsifiner.attach import (
     is_attached,
     load_attached,
     predictors,
-    set_keep_rate,
     sparsifiner_state,
 )
 from bab.sparsifiner.attach_tokens import prune_and_fuse, set_token_pruning
@@ -261,7 +260,7 @@ def test_mask_keeps_exactly_k_keys_per_query(arch, predictor, pixels):
     _, model = attached(arch, predictor)
     n = 16 + SPECIAL[arch]
     for keep in (0.1, 0.25, 0.3, 1.0):
-        set_keep_rate(model, keep)
+        configure(model, keep=keep)
         logits(model, pixels)
         k = num_connections(keep, n)
         assert k == max(1, math.ceil(keep * n))  # none of these products is a whole number
@@ -378,7 +377,7 @@ def test_keep_outside_the_unit_interval_raises(keep):
         attached("vit", keep=keep)
     _, model = attached("vit")
     with pytest.raises(ValueError, match="keep_rate must lie in"):
-        set_keep_rate(model, keep)
+        configure(model, keep=keep)
     assert sparsifiner_state(model).keep_rate == 1.0  # unchanged
 
 
