@@ -164,12 +164,6 @@ class EvictingLayer(RowMappedLayer):
         self.visible_pairs += int(earlier_visible.sum())
         self.full_pairs += int(earlier_full.sum()) * visible.shape[1]
 
-    def kept_positions(self, row: int = 0, head: int = 0) -> list[int]:
-        """The positions row ``row`` holds, in order, for key/value head ``head`` (all heads hold the layer's set
-        unless the policy keeps one per head)."""
-        head = head if self.positions.shape[1] > 1 else 0
-        return self.positions[row, head][self.valid[row, head]].tolist()
-
     def live_tokens(self) -> torch.Tensor:
         """[B] tokens each row holds (in each head: heads hold equally many)."""
         return self.valid.sum(dim=2).amax(dim=1)

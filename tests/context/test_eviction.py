@@ -23,6 +23,13 @@ LAYERS = {"gpt2": "n_layer", "llama": "num_hidden_layers", "qwen2": "num_hidden_
           "mistral": "num_hidden_layers"}
 
 
+def kept_positions(layer, row: int = 0, head: int = 0) -> list[int]:
+    """The positions row ``row`` of an evicting cache layer holds, in order, for key/value head ``head`` (all heads
+    hold the layer's set unless the policy keeps one per head)."""
+    head = head if layer.positions.shape[1] > 1 else 0
+    return layer.positions[row, head][layer.valid[row, head]].tolist()
+
+
 def hf_model(arch: str, seed: int = 0, layers: int = 2, **overrides):
     """A random transformers model with weights at unit-ish scale (peaked attention, clear argmax margins)."""
     torch.manual_seed(seed)
@@ -83,7 +90,7 @@ def test_streaming_llm_keeps_sinks_and_window_and_equals_the_masked_full_forward
         expected = plain(ids, attention_mask=streaming_mask(16, 2, 4)[None, None].expand(2, 1, 16, 16)).logits
     torch.testing.assert_close(torch.cat(steps, dim=1), expected, atol=1e-5, rtol=1e-5)
     for layer in cache.layers:
-        assert layer.kept_positions(0) == layer.kept_positions(1) == [0, 1, 12, 13, 14, 15]
+        assert kept_positions(layer, 0) == kept_positions(layer, 1) == [0, 1, 12, 13, 14, 15]
     assert cache.get_seq_length() == 16
 
     # generate: the prompt attends in full, then is cut to sinks + window; greedy, token by token
@@ -97,7 +104,7 @@ def test_streaming_llm_keeps_sinks_and_window_and_equals_the_masked_full_forward
             mask = streaming_mask(n, 2, 4, prompt_length=8)[None, None].expand(2, 1, n, n)
             reference = torch.cat([reference, plain(reference, attention_mask=mask).logits[:, -1:].argmax(-1)], 1)
     assert torch.equal(generated, reference)
-    assert cache.layers[0].kept_positions(0) == [0, 1, 11, 12, 13, 14]  # 15 tokens fed: the last one never is
+    assert kept_positions(cache.layers[0], 0) == [0, 1, 11, 12, 13, 14]  # 15 tokens fed: the last one never is
 
 
 # ---------------------------------------------------------------------- (c) TOVA and H2O against reference loops
@@ -146,7 +153,7 @@ def test_attention_policies_keep_what_a_reference_loop_keeps(arch, policy):
     with torch.no_grad():
         logits = torch.cat([model(ids[:, t:t + 1], past_key_values=cache).logits for t in range(14)], dim=1)
     kept, expected_logits = reference_evictions(plain, ids, policy, budget=5, recent=3)
-    assert [cache.layers[0].kept_positions(b) for b in range(2)] == kept
+    assert [kept_positions(cache.layers[0], b) for b in range(2)] == kept
     assert kept[0] != list(range(9, 14))  # not a plain sliding window
     if policy == "tova":
         assert kept[0] != kept[1]  # the rows keep different tokens (H2O's accumulated mass favours the first ones)
@@ -208,7 +215,7 @@ def test_snapkv_compresses_the_prompt_as_a_reference_loop_and_then_keeps_every_t
     with torch.no_grad():
         model(ids, past_key_values=cache)
         kept = reference_snapkv(plain, ids, budget=7, window=3, kernel=3, kv_heads=kv_heads)
-        assert [[cache.layers[0].kept_positions(b, g) for g in range(kv_heads)] for b in range(2)] == kept
+        assert [[kept_positions(cache.layers[0], b, g) for g in range(kv_heads)] for b in range(2)] == kept
         assert kept[0] != kept[1] and kept[0][0][:4] != [0, 1, 2, 3]  # rows select different, not just first, tokens
         if per_head:  # the heads select differently, so one set per layer would not be what kvpress keeps
             assert all(len({tuple(head) for head in row}) > 1 for row in kept)
@@ -221,7 +228,7 @@ def test_snapkv_compresses_the_prompt_as_a_reference_loop_and_then_keeps_every_t
         expected = plain(torch.cat([ids, following], dim=1),
                          attention_mask=snapkv_per_head_mask(kept, heads, 17)).logits[:, -1]
     torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)
-    assert [[cache.layers[0].kept_positions(b, g) for g in range(kv_heads)] for b in range(2)] == \
+    assert [[kept_positions(cache.layers[0], b, g) for g in range(kv_heads)] for b in range(2)] == \
         [[head + [16] for head in row] for row in kept]
     assert cache.layers[0].live_tokens().tolist() == [8, 8]
     assert cache.policy.describe() == f"SnapKV(budget=7, window=3, kernel=3, {'per_head' if per_head else 'per_layer'})"
@@ -276,7 +283,7 @@ def test_batch_rows_evict_as_they_do_alone(arch, policy):
     for row in range(2):
         alone_cache = EvictingCache(POLICIES[policy](6))
         assert torch.equal(generated[row:row + 1], generate(model, ids[row:row + 1], 6, alone_cache))
-        assert cache.layers[1].kept_positions(row) == alone_cache.layers[1].kept_positions(0)
+        assert kept_positions(cache.layers[1], row) == kept_positions(alone_cache.layers[1], 0)
     # a left-padded shorter prompt continues as it does alone: padding is never kept and never counts
     short = prompt(batch=1, length=6, seed=2)
     padded = torch.cat([torch.cat([torch.zeros(1, 4, dtype=torch.long), short], dim=1), ids[:1]])
@@ -285,8 +292,8 @@ def test_batch_rows_evict_as_they_do_alone(arch, policy):
     batched = generate(model, padded, 5, cache, attention_mask=mask)
     alone_cache = EvictingCache(POLICIES[policy](6))
     assert torch.equal(batched[0, 4:], generate(model, short, 5, alone_cache)[0])
-    shift = [p - 4 for p in cache.layers[0].kept_positions(0)]
-    assert shift == alone_cache.layers[0].kept_positions(0)
+    shift = [p - 4 for p in kept_positions(cache.layers[0], 0)]
+    assert shift == kept_positions(alone_cache.layers[0], 0)
 
 
 # ---------------------------------------------------------------------- (f) errors
