@@ -14,7 +14,6 @@ settings back after.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -23,35 +22,20 @@ from torch import nn
 from bab.sparsifiner.attach import configure, is_attached, predictors, sparsifiner_state
 from bab.sparsifiner.attach_tokens import set_token_pruning
 
-# (pixels [B, C, S, S], core name, keep rate) -> (logits [B, classes], the attention cores' multiply-adds per image)
-Run = Callable[[torch.Tensor, str, float], tuple[torch.Tensor, float]]
-
 
 @dataclass(frozen=True)
 class ModelView:
-    """What the benches need of a model, whichever kind it is (see the module doc)."""
+    """What the benches need of a model with Sparsifiner attached (see the module doc)."""
 
-    run: Run
+    model: nn.Module
     layers: nn.ModuleList  # transformers' ViTLayer / DeiTLayer modules, in order
     predictors: list  # each layer's ConnectivityPredictor; empty when the model has none
     image_shape: tuple[int, int, int]  # (C, S, S) of the images the model was built for
     num_tokens: int  # tokens of the unpruned sequence: patches, CLS (and DeiT's distillation token)
 
-
-def model_view(model: nn.Module) -> ModelView:
-    """``model`` as a ``ModelView``; a TypeError saying how to attach Sparsifiner otherwise."""
-    if not is_attached(model):
-        raise TypeError(f"model must be transformers' ViT or DeiT with Sparsifiner attached "
-                        f"(bab.sparsifiner.attach.attach(model, ConnectivityConfig(...))), got {type(model).__name__}")
-    c, state = model.config, sparsifiner_state(model)
-    return ModelView(_attached_run(model), model.base_model.layers, predictors(model),
-                     (c.num_channels, c.image_size, c.image_size), state.max_tokens)
-
-
-def _attached_run(model: nn.Module) -> Run:
-    state = sparsifiner_state(model)
-
-    def run(pixels, core, keep):
+    def run(self, pixels: torch.Tensor, core: str, keep: float) -> tuple[torch.Tensor, float]:
+        """pixels [B, C, S, S] -> (logits [B, classes], the attention cores' multiply-adds per image)."""
+        model, state = self.model, sparsifiner_state(self.model)
         before = dict(core=state.core, keep=state.keep_rate, with_predictor=state.with_predictor,
                       record_probs=state.record_probs)
         pruning = (state.token_keep, state.prune_layers, state.fuse_tokens)
@@ -65,4 +49,12 @@ def _attached_run(model: nn.Module) -> Run:
                 set_token_pruning(model, *pruning)
         return logits, state.mhsa_macs()
 
-    return run
+
+def model_view(model: nn.Module) -> ModelView:
+    """``model`` as a ``ModelView``; a TypeError saying how to attach Sparsifiner otherwise."""
+    if not is_attached(model):
+        raise TypeError(f"model must be transformers' ViT or DeiT with Sparsifiner attached "
+                        f"(bab.sparsifiner.attach.attach(model, ConnectivityConfig(...))), got {type(model).__name__}")
+    c, state = model.config, sparsifiner_state(model)
+    return ModelView(model, model.base_model.layers, predictors(model), (c.num_channels, c.image_size, c.image_size),
+                     state.max_tokens)
