@@ -48,6 +48,7 @@ from bab.core.checkpoints import Checkpointer
 from bab.core.device import device_key
 from bab.core.folders import share, write_atomic
 from bab.core.ledger import RunLedger
+from bab.core.memory import release_freed_memory
 from bab.core.provenance import git_commit, now_iso
 from bab.core.training import distributed_state, seed_everything
 
@@ -406,6 +407,7 @@ def train_cached(cache: RunCache, name: str, lineage: dict, build, fit, *, seed:
     seed_everything(seed)
     model = build if isinstance(build, torch.nn.Module) else build()
     metrics = cache.get_or_train(name, lineage, model, fit, ledger)
+    release_freed_memory()  # what the training freed, before the next model is built
     model.cpu()  # where a cached model loads, and where every evaluation and benchmark runs
     run = cache.path(name, lineage).name
     if ledger is not None:
