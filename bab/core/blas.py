@@ -32,28 +32,28 @@ SHIM_SOURCE = f"int {SHIM_SYMBOL}(void) {{ return 1; }}\n"
 BLAS_KEY = "mkl-avx512-on-amd"  # a cached run's key and a run record say so of a run with the library
 
 
-def cpu_flags(cpuinfo: str) -> tuple[str, set[str]]:
-    """(vendor id, instruction flags) of the first processor in ``/proc/cpuinfo`` text."""
-    vendor, flags = "", set()
+def cpu_fields(cpuinfo: str | None = None) -> dict[str, str] | None:
+    """{field: value} of the first processor in ``/proc/cpuinfo`` text (default: this machine's; None where it
+    cannot be read)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None
+    fields = {}
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "vendor_id" and not vendor:
-            vendor = value.strip()
-        elif key == "flags" and not flags:
-            flags = set(value.split())
-        if vendor and flags:
-            break
-    return vendor, flags
+        fields.setdefault(key.strip(), value.strip())
+    return fields
 
 
-@functools.cache
-def _this_cpu() -> tuple[str, set[str]]:
-    """``cpu_flags`` of this machine's ``/proc/cpuinfo``, read once (every cached run's key asks)."""
-    try:
-        return cpu_flags(Path("/proc/cpuinfo").read_text())
-    except OSError:
-        return "", set()
+def cpu_flags(cpuinfo: str | None = None) -> tuple[str, set[str]]:
+    """(vendor id, instruction flags) of the first processor in ``/proc/cpuinfo`` text (default: this machine's)."""
+    fields = cpu_fields(cpuinfo) or {}
+    return fields.get("vendor_id", ""), set(fields.get("flags", "").split())
+
+
+_this_cpu = functools.cache(cpu_flags)  # this machine's, read once (every cached run's key asks)
 
 
 def wants_vendor_shim(cpuinfo: str | None = None, machine: str | None = None, env: str | None = None) -> bool:

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bab.core.blas import cpu_fields
+
 REFERENCE = Path(__file__).resolve().parents[3] / "tests" / "reference" / "smoke_rows.json"
 # the numerics fingerprint of the machine that made each notebook's reference rows (``numerics_fingerprint``)
 NUMERICS_REFERENCE = REFERENCE.with_name("smoke_numerics.json")
@@ -76,12 +78,8 @@ print(digest.hexdigest()[:16])
 
 def cpu_name() -> str:
     """The CPU's name with its family and model numbers (a virtual machine's name may be only "AMD EPYC")."""
-    fields = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            fields.setdefault(key.strip(), value.strip())
-    except OSError:
+    fields = cpu_fields()
+    if fields is None:
         return platform.processor() or platform.machine()
     name = fields.get("model name") or platform.machine()
     return f"{name} (family {fields.get('cpu family', '?')}, model {fields.get('model', '?')})"

@@ -4,7 +4,6 @@
 from ``template.html`` (jinja2, autoescaped).
 """
 
-import contextlib
 import importlib
 import importlib.metadata
 import os
@@ -13,6 +12,7 @@ import re
 from importlib import resources
 from pathlib import Path
 
+from bab.core.blas import cpu_fields
 from bab.report.claims.counts import CLAIM_SECTIONS, claims_summary, verdict_label
 from bab.report.results.contract import RESULTS_CONTRACT, now_iso, read_json, write_json_atomic
 from bab.report.results.seeds import combine_seed_results, split_seed_stem
@@ -126,11 +126,7 @@ def dist_version(name):
 
 
 def cpu_name():
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+    return (cpu_fields() or {}).get("model name") or platform.processor() or platform.machine()
 
 
 # what a run record's "environment" holds, in the order the index page shows it
