@@ -45,6 +45,28 @@ def _variant_197(name, num_train, num_test, dense_epochs, phase1_epochs, phase2_
                       smaller_than_paper=smaller_than_paper)
 
 
+_QUICK = ViTProfile(
+    # the nested gate start ranks heads on 500 training images, not 2,000 as when the recipe was chosen:
+    # elimination over 16 heads is 136 passes, most of the budgeted-heads step at 2,000
+    name="quick", num_train=10000, num_val=1000, num_test=5000, model=_VIT_MODEL,
+    connectivity=RECIPE.connectivity,
+    dense=replace(_VIT_DENSE, epochs=10), phase1=replace(_VIT_PHASE1, epochs=2),
+    # phase 2 for 8 epochs, not 4: on validation 0.1 / 1.0 points under dense at keep 0.25 / 0.1, not 1.0 / 2.5
+    phase2=replace(_VIT_PHASE2, epochs=8), heads=replace(_VIT_HEADS, epochs=6).ranked_on(500),
+    # the token-pruning fine-tunes for 4 epochs, half of phase 2's 8: ~9 s an epoch for EViT and ~28 s for
+    # Sparsif-EViT on one thread, so ~5 minutes for both at both token keep rates (8 would take ~10)
+    evit_epochs=4,
+    # the sweep at 9 keep rates (each a pass over the 5,000 test images), the paper's 0.5 / 0.25 / 0.1 among them;
+    # the attention bench: as many repeats as its speed-ups need to be known to +-5%, 3 to 8
+    sweep_keep_rates=(1.0, 0.7, 0.5, 0.4, 0.3, 0.25, 0.2, 0.1, 0.05),
+    bench_repeats=Repeats(3, target=0.05, maximum=8),
+    # 197 tokens within ~6 minutes of one thread (the whole quick report stays under an hour on two cores):
+    # 3,000 training images (not 10,000), dense 6 epochs (not 10), phase 1 1 (not 2), phase 2 1 (not 8), 1,000
+    # test images (not 5,000)
+    variant_197=_variant_197("quick", num_train=3000, num_test=1000, dense_epochs=6, phase1_epochs=1,
+                             phase2_epochs=1),
+)
+
 VIT = {
     "smoke": ViTProfile(
         name="smoke", num_train=3000, num_val=200, num_test=500, model=_VIT_MODEL,
@@ -58,41 +80,15 @@ VIT = {
         variant_197=_variant_197("smoke", num_train=300, num_test=200, dense_epochs=2, phase1_epochs=1,
                                  phase2_epochs=1),
     ),
-    "quick": ViTProfile(
-        # the nested gate start ranks heads on 500 training images, not 2,000 as when the recipe was chosen:
-        # elimination over 16 heads is 136 passes, most of the budgeted-heads step at 2,000
-        name="quick", num_train=10000, num_val=1000, num_test=5000, model=_VIT_MODEL,
-        connectivity=RECIPE.connectivity,
-        dense=replace(_VIT_DENSE, epochs=10), phase1=replace(_VIT_PHASE1, epochs=2),
-        # phase 2 for 8 epochs, not 4: on validation 0.1 / 1.0 points under dense at keep 0.25 / 0.1, not 1.0 / 2.5
-        phase2=replace(_VIT_PHASE2, epochs=8), heads=replace(_VIT_HEADS, epochs=6).ranked_on(500),
-        # the token-pruning fine-tunes for 4 epochs, half of phase 2's 8: ~9 s an epoch for EViT and ~28 s for
-        # Sparsif-EViT on one thread, so ~5 minutes for both at both token keep rates (8 would take ~10)
-        evit_epochs=4,
-        # the sweep at 9 keep rates (each a pass over the 5,000 test images), the paper's 0.5 / 0.25 / 0.1 among them;
-        # the attention bench: as many repeats as its speed-ups need to be known to +-5%, 3 to 8
-        sweep_keep_rates=(1.0, 0.7, 0.5, 0.4, 0.3, 0.25, 0.2, 0.1, 0.05),
-        bench_repeats=Repeats(3, target=0.05, maximum=8),
-        # 197 tokens within ~6 minutes of one thread (the whole quick report stays under an hour on two cores):
-        # 3,000 training images (not 10,000), dense 6 epochs (not 10), phase 1 1 (not 2), phase 2 1 (not 8), 1,000
-        # test images (not 5,000)
-        variant_197=_variant_197("quick", num_train=3000, num_test=1000, dense_epochs=6, phase1_epochs=1,
-                                 phase2_epochs=1),
-    ),
+    "quick": _QUICK,
     # The record (each seed's run at most an hour on one core, docs/record.md). On one loaded core an image-epoch
     # costs ~0.9 ms dense, ~1.5 ms phase 1, ~1.5 ms phase 2 (~5 ms in its first epoch, which runs the teacher), ~2.4
     # and ~5 ms the soft and hard head gates; at 197 tokens ~6 / ~18 / ~39 ms. Three presets' phase 2, the head gates
     # and the token-pruning fine-tunes at quick's sizes are ~30 minutes of a seed's run, so the record trains as
     # quick does (the paper profile's 55,000 images for 50 / 5 / 40 epochs would take days) and measures on the whole
     # test file; the 197-token phase 2 runs two epochs, not one.
-    "record": ViTProfile(
-        name="record", num_train=10000, num_val=1000, num_test=10000, model=_VIT_MODEL,
-        connectivity=RECIPE.connectivity,
-        dense=replace(_VIT_DENSE, epochs=10), phase1=replace(_VIT_PHASE1, epochs=2),
-        phase2=replace(_VIT_PHASE2, epochs=8), heads=replace(_VIT_HEADS, epochs=6).ranked_on(500),
-        evit_epochs=4,
-        sweep_keep_rates=(1.0, 0.7, 0.5, 0.4, 0.3, 0.25, 0.2, 0.1, 0.05),
-        bench_repeats=Repeats(3, target=0.05, maximum=8),
+    "record": replace(
+        _QUICK, name="record", num_test=10000,
         # as at paper: every preset is trained either way, so choosing on validation costs nothing
         predictor_choice="validation",
         variant_197=_variant_197(
