@@ -2,21 +2,11 @@
 Pruning, arXiv 2305.15805, at CPU scale).
 
 Every trained model goes through the run cache (``bab.experiments.study.Study``), keyed by its whole lineage
-(data, model shape, training config, and for fine-tunes the dense run it started from).
-
-- ``dense()``: offline, a GPT-2-shaped model trained from scratch on ``$BAB_DATA_DIR/lm`` with a
-  BPE tokenizer fitted on the training split; ``base="gpt2"`` (online) loads pretrained GPT-2 and
-  its tokenizer instead.
-- ``pruned(gamma, r, irreversible)``: the dense weights plus fresh interaction modules, fine-tuned
-  with CE + gamma * keep mass, alpha 1 -> 8 (the paper's recipe).
-- ``budget_conditioned()``: one fine-tune whose interaction bias takes the requested keep budget.
-- ``dense_fine_tuned()``: the dense model continued for the specialists' steps with their recipe, no interactions
-  (the like-for-like dense reference); ``static_fine_tuned(kind, size)``: the same under a static mask.
-- ``evaluate(model)``: validation perplexity and fraction of context pruned (hard decisions);
-  ``static_baselines(...)``: the paper's local-window and strided masks at the same fraction pruned
-  (bab.experiments.pipelines.decoder, shared with notebook 07), untouched and fine-tuned under the mask
-  (``static_fine_tuned_baselines``).
-- ``throughput(...)``: generation tokens/s and KV-cache memory against dense (bab.context.bench).
+(data, model shape, training config, and for fine-tunes the dense run it started from). The steps are
+``ContextPruningStudy``'s: ``dense`` (a GPT-2-shaped model trained here on ``$BAB_DATA_DIR/lm`` with its own BPE
+tokenizer; pretrained GPT-2 online with ``base="gpt2"``), ``pruned(gamma)``, ``budget_conditioned``,
+``dense_fine_tuned`` and ``static_fine_tuned``; the measurements (perplexity and fraction pruned, the static
+baselines, throughput) are ``DecoderStudy``'s (``bab.experiments.pipelines.decoder``, shared with notebook 07).
 
 Modules: ``profiles`` (``ContextPruningProfile``, ``GPT2_CONTEXT_PRUNING``, ``BUDGETS``), ``study``
 (``ContextPruningStudy``, the declared rows ``GPT2_METHODS``). ``closest_to`` and ``interpolate_specialists``

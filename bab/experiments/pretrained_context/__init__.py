@@ -6,16 +6,11 @@ file, then the package, then hub ids). Its weights are loaded once; every fine-t
 plus fresh interaction modules attached (bab.context.attach) and goes through the run cache, keyed by its
 lineage (the decoder's source and config, the data, the training config).
 
-- ``dense()``: the pretrained decoder as loaded (transformers' own model, nothing attached) and its tokenizer;
-  ``logit_equality()``: the decoder with context pruning attached and turned off against the plain decoder.
-- ``pruned(gamma)``: CE + gamma * keep mass, alpha 1 -> 8 (the paper's recipe). With
-  ``freeze_pretrained`` (profile quick) only the interaction modules train and only they are cached
-  (a few MB instead of the whole model).
-- ``budget_conditioned()``: one fine-tune whose interaction bias takes the requested keep budget.
-- texts: ``"austen"`` (held-out blocks of the training text) and ``"wiki"`` (``lm/wiki.txt``, out of domain,
-  its held-out blocks; never trained on).
-- the measurements shared with notebook 06 (bab.experiments.pipelines.decoder): perplexity and fraction
-  pruned, the static baselines at equal sparsity, the token kinds.
+The steps are ``PretrainedContextStudy``'s (``dense``, ``logit_equality``, ``pruned(gamma)``,
+``budget_conditioned``); with ``freeze_pretrained`` only the interaction modules train and only they are cached (a
+few MB instead of the whole model). It evaluates on ``"austen"`` (held-out blocks of the training text) and
+``"wiki"`` (``lm/wiki.txt``, out of domain, never trained on) with the measurements shared with notebook 06
+(``bab.experiments.pipelines.decoder``).
 
 Modules: ``profiles`` (the profiles and the declared rows), ``study`` (``PretrainedContextStudy``), ``analysis`` (the
 zero-shot claim computed, the eviction comparison).
