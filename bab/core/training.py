@@ -356,6 +356,8 @@ def run_training(model: torch.nn.Module, objective: Objective, *, teacher: torch
     result.seconds += time.perf_counter() - sitting_start
 
     model = accelerator.unwrap_model(model)
+    # the last step's gradients, a model's worth of memory: a trained model leaves without them, as a loaded one
+    model.zero_grad(set_to_none=True)
     for p, flag in requires_grad:
         p.requires_grad_(flag)
     if best is not None:

@@ -179,6 +179,14 @@ def test_the_comparison_sees_a_warmup_shifted_by_one_step(method, monkeypatch):
         assert_same_run(finished_state(run), reference)
 
 
+@pytest.mark.parametrize("method", ["heads", "lm", "vit"])
+def test_a_trained_model_keeps_no_gradients(method):
+    # a notebook keeping a dozen fine-tuned decoders kept a dozen decoders' worth of stale gradients beside them
+    model, _ = METHODS[method][0]()
+    assert any(p.requires_grad for p in model.parameters())
+    assert all(p.grad is None for p in model.parameters())
+
+
 def test_a_checkpoint_of_another_loop_version_is_not_resumed(tmp_path):
     checkpoint = Checkpointer(tmp_path / "c.pt")
     checkpoint.save({"position": None})
