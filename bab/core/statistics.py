@@ -195,6 +195,37 @@ def ratio_of_medians(numerator, denominator, what: str = "interleaved repeats") 
     return _paired_bootstrap((a, b), ratio, what)
 
 
+def ratio_of_medians_over_seeds(numerators, denominators, what: str = "interleaved repeats") -> Interval:
+    """``ratio_of_medians`` over seeds whose models were timed a different number of times (adaptive repeats stop
+    when a speed-up is known well enough): lists of each seed's [repeats], paired within a seed. The mean over seeds
+    of each seed's ratio of medians, bootstrapped as its [seeds, repeats] form is: seeds drawn with replacement,
+    then each drawn seed's repeats from its own."""
+    a = [np.asarray(x, dtype=float) for x in numerators]
+    b = [np.asarray(y, dtype=float) for y in denominators]
+    counts = np.array([len(x) for x in a])
+    if len(a) < 2 or len(a) != len(b) or any(x.shape != y.shape or x.ndim != 1 for x, y in zip(a, b, strict=True)) \
+            or counts.min() < 2:
+        raise ValueError("need two or more seeds, each with equally long series of at least 2 paired repeats")
+    seeds, longest = len(a), int(counts.max())
+    padded = [np.full((seeds, longest), np.nan) for _ in range(2)]
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        padded[0][i, : len(x)], padded[1][i, : len(y)] = x, y
+    value = float(np.mean([np.median(x) / np.median(y) for x, y in zip(a, b, strict=True)]))
+    rng = np.random.default_rng(SEED)
+    batch = _batch(seeds * longest)
+    draws = []
+    for start in range(0, RESAMPLES, batch):
+        size = min(batch, RESAMPLES - start)
+        chosen = rng.integers(seeds, size=(size, seeds, 1))
+        n = counts[chosen]  # [size, seeds, 1]: each drawn seed's own number of repeats
+        units = (rng.random((size, seeds, longest)) * n).astype(int)
+        kept = np.arange(longest) < n  # a drawn seed contributes as many repeats as it has
+        x, y = (np.where(kept, p[chosen, units], np.nan) for p in padded)
+        draws.append((np.nanmedian(x, axis=-1) / np.nanmedian(y, axis=-1)).mean(axis=-1))
+    return _around(value, *np.quantile(np.concatenate(draws), QUANTILES),
+                   f"{seeds} seeds x {int(counts.min())} to {longest} {what}, paired within each seed")
+
+
 def perplexity_ratio(nll, reference_nll, tokens, what: str = "windows") -> Interval:
     """Perplexity of one model over another's on the same windows: exp(sum nll / sum tokens) of each, from
     per-window summed negative log-likelihoods and token counts, bootstrapped over the windows together. Given

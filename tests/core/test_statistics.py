@@ -138,6 +138,34 @@ def test_over_seeds_a_speed_up_is_the_mean_of_each_seeds_ratio_of_medians():
     assert interval.covers == "2 seeds x 9 interleaved repeats, paired within each seed"
 
 
+def test_seeds_timed_a_different_number_of_times_each_resample_their_own_repeats():
+    rng = np.random.default_rng(3)
+    pruned = [rng.normal(10.0, 0.2, 3), rng.normal(10.0, 0.2, 8)]  # adaptive repeats stopped at 3 and at 8
+    interval = statistics.ratio_of_medians_over_seeds([2.0 * pruned[0], 3.0 * pruned[1]], pruned)
+    # as above: seeds drawn {0, 0}, {0, 1}, {1, 1} give 2, 2.5, 3, whichever repeats each drawn seed contributes
+    assert (interval.value, interval.low, interval.high) == pytest.approx((2.5, 2.0, 3.0))
+    assert interval.covers == "2 seeds x 3 to 8 interleaved repeats, paired within each seed"
+
+
+def test_seeds_timed_equally_often_give_the_interval_of_the_stacked_form():
+    rng = np.random.default_rng(4)
+    dense, pruned = rng.normal(20.0, 1.5, (3, 7)), rng.normal(10.0, 1.0, (3, 7))
+    stacked = statistics.ratio_of_medians(dense, pruned)
+    listed = statistics.ratio_of_medians_over_seeds(list(dense), list(pruned))
+    by_hand = np.mean([np.median(d) / np.median(p) for d, p in zip(dense, pruned, strict=True)])
+    assert listed.value == pytest.approx(by_hand) == pytest.approx(stacked.value)
+    # the same two-level bootstrap, other random draws: the ends agree to within the resampling's own noise
+    assert (listed.low, listed.high) == pytest.approx((stacked.low, stacked.high), rel=0.01)
+
+
+@pytest.mark.parametrize("dense, pruned", [([[2.0, 2.0]], [[1.0, 1.0]]),  # one seed
+                                           ([[2.0, 2.0], [2.0]], [[1.0, 1.0], [1.0]]),  # a seed timed once
+                                           ([[2.0, 2.0], [2.0, 2.0]], [[1.0, 1.0], [1.0, 1.0, 1.0]])])  # unpaired
+def test_seeds_without_two_paired_repeats_each_are_refused(dense, pruned):
+    with pytest.raises(ValueError, match="at least 2 paired repeats"):
+        statistics.ratio_of_medians_over_seeds(dense, pruned)
+
+
 def test_over_seeds_a_share_difference_averages_each_seeds_difference():
     pairs = np.full((2, 4), 10.0)
     pruned = np.array([[9.0, 9.0, 9.0, 9.0], [7.0, 7.0, 7.0, 7.0]])  # 90% and 70% of one kind's pairs

@@ -336,6 +336,17 @@ def test_rows_averaging_two_seed_runs_take_their_perplexity_interval_over_seeds_
     assert speed.covers == "2 seeds x 15 interleaved repeats, paired within each seed"
 
 
+def test_seeds_timed_a_different_number_of_times_still_give_a_speed_up_interval():
+    # adaptive repeats stop when a speed-up is known well enough, so one seed's model may be timed 10 times, another 15
+    per_seed, stored, merged = _two_seed_perplexity_runs(np.random.default_rng(12))
+    for kind in ("dense_ms", "ms"):
+        key = outcomes.outcome_key(per_seed[13][1], kind)
+        stored[key] = stored[key][:10]
+    speed = C.claim_by_id("dcp-throughput").judge(merged, C.Evidence({"06": per_seed}, outcomes=stored))
+    assert speed.covers == "2 seeds x 10 to 15 interleaved repeats, paired within each seed"
+    assert speed.low < speed.high
+
+
 def test_a_seed_run_without_its_windows_gives_a_point_estimate_that_says_so():
     per_seed, stored, merged = _two_seed_perplexity_runs(np.random.default_rng(12))
     del stored[outcomes.outcome_key(per_seed[13][1], "window_nll")]

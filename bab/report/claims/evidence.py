@@ -76,9 +76,23 @@ class Evidence:
         """A speed-up's interval over its interleaved repeats (dense and method timed back to back; over seeds too
         for a row averaging several seeds' models), or None."""
         dense, ours = self.series(row, "dense_ms"), self.series(row, "ms")
+        if dense is None and ours is None:
+            return self._speedup_over_ragged_seeds(row)
         if dense is None or ours is None or dense.shape != ours.shape or dense.shape[-1] < 2:
             return None
         return statistics.ratio_of_medians(dense, ours)
+
+    def _speedup_over_ragged_seeds(self, row: dict) -> Interval | None:
+        """A row averaging seeds whose models were timed a different number of times, each seed's repeats paired."""
+        found = self.seed_run_rows(row)
+        if found is None:
+            return None
+        dense = [self.outcomes.get(outcome_key(r, "dense_ms")) for r in found]
+        ours = [self.outcomes.get(outcome_key(r, "ms")) for r in found]
+        if any(x is None or y is None or x.ndim != 1 or x.shape != y.shape or len(x) < 2
+               for x, y in zip(dense, ours, strict=True)):
+            return None
+        return statistics.ratio_of_medians_over_seeds(dense, ours)
 
     def perplexity_ratio(self, row: dict, reference: dict) -> Interval | None:
         """Perplexity of ``row`` over ``reference``'s on the same held-out windows, bootstrapped over the windows
