@@ -419,6 +419,33 @@ def test_kv_memory_follows_the_fraction_kept(memory_ratio, status):
     assert claim("dcp-kv-memory").judge([row(GPT2.headline, 0.2, cost=0.2)]).status == "not run"
 
 
+def _kv_memory(shares, kept=(0.2, 0.2, 0.2)):
+    # each seed's model keeps its own fraction of the context and measures its own cache; share = ratio / (1 / kept)
+    per_seed = {"06_gpt2_context_pruning": {
+        s: [row(GPT2.headline, 0.2, cost=k, perplexity=30.0, memory_ratio=share / k, seeds=[s])]
+        for s, share, k in zip((7, 13, 21), shares, kept, strict=True)}}
+    merged_kept = sum(kept) / 3
+    merged_ratio = sum(share / k for share, k in zip(shares, kept, strict=True)) / 3
+    return [row(GPT2.headline, 0.2, cost=merged_kept, perplexity=30.0, memory_ratio=merged_ratio,
+                seeds=[7, 13, 21])], C.Evidence(per_seed)
+
+
+def test_kv_memory_interval_covers_the_training_seeds():
+    rows, evidence = _kv_memory((0.95, 0.93, 0.97))
+    verdict = claim("dcp-kv-memory").judge(rows, evidence)
+    # every seed's share clears 0.9: a bootstrap mean of them cannot fall below the smallest
+    assert verdict.status == "reproduced" and 0.93 - 1e-9 <= verdict.low < verdict.ours < verdict.high <= 0.97 + 1e-9
+    assert verdict.ours == pytest.approx(0.95) and "3 seeds; bytes counted" in verdict.covers
+    # one seed's model keeps tokens its cache does not shrink for: the seeds disagree about the rule
+    rows, evidence = _kv_memory((0.95, 0.80, 0.97))
+    verdict = claim("dcp-kv-memory").judge(rows, evidence)
+    assert verdict.status == "inconclusive" and verdict.low < 0.9 < verdict.high
+    # the seeds agree exactly: no spread to carry
+    rows, evidence = _kv_memory((0.95, 0.95, 0.95), kept=(0.2, 0.25, 0.1))
+    verdict = claim("dcp-kv-memory").judge(rows, evidence)
+    assert verdict.low == pytest.approx(verdict.high) == pytest.approx(0.95)
+
+
 def _zero_shot(task, weights, gamma, accuracy, kept, low=None, high=None, n=300):
 
     r = row(DECODER.zero_shot, None, cost=kept, accuracy=accuracy, accuracy_n=n,

@@ -80,7 +80,8 @@ class Speed(Claim):
 class MemoryFollowsPruning(Claim):
     """Dropped tokens leave the KV cache, so the cache shrinks as the context kept does: the measured memory ratio
     (dense cache bytes / ours) over the ratio the fraction of context kept implies (1 / cost), against ``region``.
-    Bytes are counted, not sampled: the number is exact for the model measured."""
+    Bytes are counted, not sampled: the number is exact for one model, and its interval covers the training seeds
+    (which tokens each seed's model drops) where there are several."""
 
     row: Row = None
     region: Region = None
@@ -91,6 +92,14 @@ class MemoryFollowsPruning(Claim):
         if ours is None or not kept:
             return _not_run(self.row)
         implied = 1.0 / kept
-        return judged(self.region, _exact(ours / implied, "exact: bytes counted"), None,
-                      f"KV cache {ours:.2f}x smaller than dense, {ours / implied:.0%} of the {implied:.2f}x that "
+        # each seed's model keeps its own fraction, so the share is taken per seed and then averaged
+        by_seed = (evidence or Evidence()).per_seed([self.row], "memory_ratio").values()
+        shares = [m["memory_ratio"] * m["cost"] for (m,) in by_seed if m.get("cost")]
+        if len(shares) > 1:
+            interval = replace(statistics.seed_differences(shares, [0.0] * len(shares), 0),
+                               covers=f"{len(shares)} seeds; bytes counted, exact for each seed's model")
+        else:
+            interval = _exact(ours / implied, "1 training seed; bytes counted (exact)")
+        return judged(self.region, interval, None,
+                      f"KV cache {ours:.2f}x smaller than dense, {interval.value:.0%} of the {implied:.2f}x that "
                       f"{kept:.1%} of the context kept implies", ".2f")
