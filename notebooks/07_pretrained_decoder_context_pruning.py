@@ -257,6 +257,9 @@ display(versus_ft)
 print(f"masks fine-tuned under the specialists' protocol: {bool(static_ft.fine_tuned.all())} "
       f"({'whole decoder' if static_ft.fine_tuned.all() else 'the protocol freezes the weights: nothing to train'}); "
       f"dense reference: {'the dense fine-tune' if dense_ft is not None else 'the pretrained decoder'}")
+# their rows now, so the fine-tunes' weights (a decoder's worth each) are not held through the rest of the notebook
+static_ft_rows = study.static_fine_tuned_rows(static_ft[static_ft.text == "austen"], static_ft_models)
+del static_ft_models
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -529,7 +532,7 @@ result_rows = [
     *study.specialist_rows(austen.to_dict("records"), specialists),
     study.result_row(M.headline, 0.2, dict(headline), note=f"gamma={gamma80:g}; {P.protocol}", models=model80),
     *study.static_rows(static[static.text == "austen"], dense),
-    *study.static_fine_tuned_rows(static_ft[static_ft.text == "austen"], static_ft_models),
+    *static_ft_rows,
     *study.budget_rows(budgeted, budget_model),
     *study.frozen_rows(frozen[frozen.text == "austen"].to_dict("records"), twins),
     *study.zero_shot_rows(zero_shot_table, zs_models),
