@@ -384,3 +384,62 @@ def test_token_counts_follow_the_windows_when_pairing_reorders_them():
     order = np.argsort(ids)  # by hand: every array in the order of its windows' ids
     expected = perplexity_ratio(nll[order] * 1.1, nll[order], tokens[order])
     assert (verdict.ours, verdict.low, verdict.high) == pytest.approx((expected.value, expected.low, expected.high))
+
+
+def _zero_shot_seed_runs(budget_seeds=(7, 21), n=40):
+    """A decoder notebook's zero-shot rows at three seeds: the dense fine-tune at every seed, and the
+    budget-conditioned model at b=0.2 only at ``budget_seeds`` (each seed calibrates its own budget; the others
+    land at b=0.1), each row with its per-item outcomes on the same 40 items."""
+    from bab.experiments.pretrained_context import PRETRAINED_METHODS as DECODER
+
+    rng = np.random.default_rng(1)
+    per_seed, stored = {}, {}
+    ids = np.arange(n, dtype=np.int64)
+    for seed in (7, 13, 21):
+        dense = rng.random(n) < 0.6
+        budgeted = np.where(rng.random(n) < 0.7, dense, False)  # loses some items the dense model got
+        b = 0.2 if seed in budget_seeds else 0.1
+        rows = [row(DECODER.zero_shot, None, cost=1.0, accuracy=100 * dense.mean(), accuracy_n=n, seeds=[seed],
+                    runs=[f"dense-{seed}"], settings={"task": "cloze", "weights": "dense fine-tuned", "gamma": 0.0}),
+                row(DECODER.zero_shot_budgeted, b, cost=b, accuracy=100 * budgeted.mean(), accuracy_n=n,
+                    seeds=[seed], runs=[f"budgeted-{seed}"], settings={"task": "cloze"})]
+        for r, correct in zip(rows, (dense, budgeted), strict=True):
+            stored[outcomes.outcome_key(r)] = correct
+            stored[outcomes.outcome_key(r, "unit_ids")] = ids
+        per_seed[seed] = rows
+    return per_seed, stored
+
+
+def test_a_zero_shot_row_of_fewer_seeds_than_its_reference_pairs_on_the_seeds_they_share():
+    from bab.report.results.seeds import average_seed_rows
+
+    per_seed, stored = _zero_shot_seed_runs()
+    merged = average_seed_rows(per_seed)  # averaged rows drop accuracy_n: their items are each seed's
+    assert all("accuracy_n" not in r for r in merged if len(r["seeds"]) > 1)
+    evidence = C.Evidence(seed_rows={"07": per_seed}, outcomes=stored)
+    budgeted = next(r for r in merged if r["budget"] == 0.2)
+    dense = next(r for r in merged if r["method"] == "zero-shot task accuracy")
+    assert budgeted["seeds"] == [7, 21] and dense["seeds"] == [7, 13, 21]
+    interval = evidence.row_difference(budgeted, dense)
+    # by hand: each shared seed's budgeted model against that seed's dense fine-tune, on that seed's items
+    by_hand = np.mean([100 * (stored[outcomes.outcome_key(per_seed[s][1])].astype(float)
+                              - stored[outcomes.outcome_key(per_seed[s][0])]).mean() for s in (7, 21)])
+    assert interval.value == pytest.approx(by_hand) and interval.low < by_hand < interval.high
+    assert interval.covers == "2 seeds x 40 test examples, paired"
+    judged = {j.claim.id: j for j in C.judge_all(merged, evidence=evidence)}
+    verdict = judged["dcp-zero-shot-budget-conditioned"]
+    assert verdict.verdict.ours == pytest.approx(by_hand) and verdict.seeds == 2 and verdict.indicative
+
+
+def test_a_zero_shot_row_without_outcomes_or_item_count_gets_a_point_estimate_not_an_error():
+    per_seed, _ = _zero_shot_seed_runs(budget_seeds=(7, 13, 21))
+    from bab.report.results.seeds import average_seed_rows
+
+    merged = average_seed_rows(per_seed)
+    verdict = C.claim_by_id("dcp-zero-shot-budget-conditioned").judge(merged, C.Evidence(seed_rows={"07": per_seed}))
+    assert verdict.low == verdict.ours == verdict.high and "outcomes are not stored" in verdict.covers
+    # one model each, counted items: the unpaired interval from the two accuracies
+    single = per_seed[7]
+    verdict = C.claim_by_id("dcp-zero-shot-budget-conditioned").judge(single, C.Evidence())
+    newcombe = unpaired_difference(single[1]["accuracy"], 40, single[0]["accuracy"], 40)
+    assert (verdict.low, verdict.high) == pytest.approx((newcombe.low, newcombe.high))

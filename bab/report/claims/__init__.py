@@ -127,8 +127,12 @@ def seeds_of(claim: Claim, rows) -> int:
 def judge_all(rows, claims=CLAIMS, evidence: Evidence | None = None) -> list[Judged]:
     """Every claim judged on ``rows`` (the rows of a report's ``results.json``), its intervals from ``evidence``."""
     evidence = evidence or Evidence()
-    return [Judged(claim, claim.judge(rows, evidence), claim.setup_for(rows), seeds_of(claim, rows))
-            for claim in claims]
+    judged = []
+    for claim in claims:
+        verdict = claim.judge(rows, evidence)
+        seeds = seeds_of(claim, rows) if verdict.seeds is None else min(verdict.seeds, seeds_of(claim, rows))
+        judged.append(Judged(claim, verdict, claim.setup_for(rows), seeds))
+    return judged
 
 
 def judgement_table(rows, evidence: Evidence | None = None, claims=CLAIMS, *, ledger=None):

@@ -133,6 +133,27 @@ class Evidence:
                        for (_, c), a in zip(terms, arrays, strict=True))
         return statistics.paired_difference(combined, np.zeros_like(combined))
 
+    def row_difference(self, row: dict, reference: dict) -> Interval | None:
+        """``row``'s accuracy minus ``reference``'s, in points: paired on their per-example outcomes (over the seeds
+        both average); where they average different seeds (a calibrated budget that only some seeds' models share),
+        each shared seed's models paired on its own examples; else unpaired, from each accuracy and its
+        ``accuracy_n``; None when none of these can be had."""
+        terms = (("row", 1), ("reference", -1))
+        if (interval := self.paired(terms, [row, reference])) is not None:
+            return interval
+        found = [self.seed_run_rows(r) for r in (row, reference)]
+        if None not in found:
+            by_seed = [dict(zip(sorted(r["seeds"]), rows, strict=True)) for r, rows in zip((row, reference), found,
+                                                                                          strict=True)]
+            shared = {seed: [by_seed[0][seed], by_seed[1][seed]] for seed in sorted(by_seed[0].keys() & by_seed[1])}
+            if len(shared) > 1 and (interval := self.paired_over_seeds(terms, shared)) is not None:
+                return interval
+        sizes = [r.get("accuracy_n") for r in (row, reference)]
+        if None in sizes:
+            return None
+        return statistics.unpaired_difference(float(row["accuracy"]), int(sizes[0]), float(reference["accuracy"]),
+                                              int(sizes[1]))
+
     def paired_over_seeds(self, terms, by_seed) -> Interval | None:
         """``paired`` over the seed runs of a notebook: each seed's rows paired on its own test examples."""
         per_seed = [self.matched_outcomes(matched) for matched in by_seed.values()]

@@ -121,6 +121,9 @@ class Verdict:
     region: str = ""  # where our value must lie for the claim to hold, in words
     covers: str = ""  # what the interval covers ("3 seeds x 2,000 test examples, paired")
     decided_by: str = ""  # the part whose number is shown, for a claim with parts: the one that decides it
+    # the training seeds of the rows it was judged on, where fewer than its experiments ran (a model that only some
+    # seeds' runs made, e.g. at a budget each seed calibrates for itself); None: as many as they ran
+    seeds: int | None = None
 
 
 def judged(region: Region, interval: Interval, theirs: float | None, why: str, spec: str = "+.2f") -> Verdict:

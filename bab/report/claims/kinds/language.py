@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from bab.core import statistics
 from bab.experiments.methods import Method
 from bab.report.claims.evidence import Evidence, _exact
 from bab.report.claims.kinds.base import Claim
@@ -119,7 +118,8 @@ class ZeroShotHeld(Claim):
                   for name, found in sorted(judged_models.items(), key=lambda item: pruned_at[item[0]])
                   if name != label and found]
         return replace(verdict, why=verdict.why + ("; every other model, points against the dense reference: "
-                                                   + "; ".join(others) if others else ""))
+                                                   + "; ".join(others) if others else ""),
+                       seeds=min(len(row.get("seeds") or [0]) for row in candidates[label]))
 
     def _tasks(self, models, reference, reference_weights, evidence):
         """(task, Verdict) of one pruned model's task rows against the dense reference's."""
@@ -129,9 +129,10 @@ class ZeroShotHeld(Claim):
             if task not in reference:
                 continue
             dense = reference[task]
-            interval = (evidence or Evidence()).paired((("row", 1), ("dense", -1)), [row, dense]) or \
-                statistics.unpaired_difference(float(row["accuracy"]), int(row["accuracy_n"]),
-                                               float(dense["accuracy"]), int(dense["accuracy_n"]))
+            evidence = evidence or Evidence()
+            interval = evidence.row_difference(row, dense) or _exact(
+                float(row["accuracy"]) - float(dense["accuracy"]),
+                evidence.no_interval([row, dense], "correct", "the per-item outcomes"))
             parts.append((task, judged(self.region, interval, None, f"{task} {interval.text()} points against the "
                                        f"{reference_weights} model")))
         return parts
