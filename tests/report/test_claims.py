@@ -239,6 +239,23 @@ def test_cost_tracking_judges_the_largest_miss_against_the_papers_own(cost_low, 
     assert "does not depend on test examples" in verdict.covers
 
 
+def test_claims_that_fail_to_judge_leave_the_page_and_tell_whoever_built_it_why(tmp_path, monkeypatch, capsys):
+    import bab.report.pages.index as index
+
+    def broken_claim(*args, **kwargs):
+        raise KeyError("accuracy_n")
+
+    monkeypatch.setattr(index, "judged_claims", broken_claim)
+    staging = tmp_path / "staging"
+    (staging / "results").mkdir(parents=True)
+    (staging / "results" / "02_ag_news_custom.json").write_text(json.dumps(
+        {"notebook": "02_ag_news_custom", "contract": RESULTS_CONTRACT, "rows": [row(AGN.dense, 1.0, accuracy=90.0)]}))
+    write_index(staging, "smoke", [], tmp_path)
+    assert "Claims unavailable" in (staging / "index.html").read_text()
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "in broken_claim" in err and "claims unavailable (KeyError: 'accuracy_n')" in err
+
+
 def test_the_index_judges_current_rows_only_and_writes_the_claims_into_results_json(tmp_path):
     staging = tmp_path / "staging"
     (staging / "results").mkdir(parents=True)

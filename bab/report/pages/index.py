@@ -9,6 +9,8 @@ import importlib.metadata
 import os
 import platform
 import re
+import sys
+import traceback
 from importlib import resources
 from pathlib import Path
 
@@ -338,8 +340,11 @@ def write_index(staging, profile, notebooks, repo_dir, lanes=None, claim_view=No
 
             cost_axis_figure(rows_judged, staging / COST_AXIS_FIGURE)
             figure = COST_AXIS_FIGURE
-    except Exception as exc:  # the page still shows the notebooks and the rows
+    except Exception as exc:  # the page still shows the notebooks and the rows; whoever built it sees why
         claims_error = f"{type(exc).__name__}: {exc}"
+        traceback.print_exc()
+        print(f"{staging / 'index.html'}: claims unavailable ({claims_error}); the traceback is above",
+              file=sys.stderr)
     merged = {
         "profile": profile,
         "generated_at": generated_at,
