@@ -129,8 +129,8 @@ def judge_all(rows, claims=CLAIMS, evidence: Evidence | None = None) -> list[Jud
     evidence = evidence or Evidence()
     judged = []
     for claim in claims:
-        verdict = claim.judge(rows, evidence)
-        seeds = seeds_of(claim, rows) if verdict.seeds is None else min(verdict.seeds, seeds_of(claim, rows))
+        verdict, seeds = claim.judge(rows, evidence), seeds_of(claim, rows)
+        seeds = seeds if verdict.seeds is None else min(verdict.seeds, seeds)
         judged.append(Judged(claim, verdict, claim.setup_for(rows), seeds))
     return judged
 

@@ -123,13 +123,12 @@ class ZeroShotHeld(Claim):
 
     def _tasks(self, models, reference, reference_weights, evidence):
         """(task, Verdict) of one pruned model's task rows against the dense reference's."""
-        parts = []
+        parts, evidence = [], evidence or Evidence()
         for row in sorted(models, key=lambda r: r["settings"]["task"]):
             task = row["settings"]["task"]
             if task not in reference:
                 continue
             dense = reference[task]
-            evidence = evidence or Evidence()
             interval = evidence.row_difference(row, dense) or _exact(
                 float(row["accuracy"]) - float(dense["accuracy"]),
                 evidence.no_interval([row, dense], "correct", "the per-item outcomes"))
